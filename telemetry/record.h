@@ -1,0 +1,41 @@
+// One request as telemetry records it: what happened, never what should have happened.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "telemetry/pricing.h"
+#include "telemetry/usage.h"
+
+namespace kvgate::telemetry {
+
+struct RequestRecord {
+  std::string request_id;      // kvgate's id, also sent to the client as x-request-id
+  std::string thread_id;       // empty when the client gave none
+  int64_t created_at_us = 0;   // wall clock, microseconds since the epoch, when the request arrived
+  std::string endpoint;        // "chat.completions" | "completions"
+  std::string model;           // the model name the client asked for
+  std::string provider;        // the configured provider name the request went to ("" if none)
+  std::string provider_type;   // "openai", "anthropic", ...
+  std::string upstream_model;  // the model name sent upstream
+  std::string api_key_id;      // the gateway key's id (not the key), "" when keys are off
+  bool stream = false;
+  // "ok" | "error" | "client_disconnected" | "upstream_error" | "timeout"
+  std::string status;
+  int http_status = 0;         // what kvgate answered the client (or would have, on disconnect)
+  int upstream_status = 0;     // what the upstream answered, 0 when never reached
+  std::optional<int64_t> latency_us;  // arrival -> last byte sent
+  std::optional<int64_t> ttft_us;     // arrival -> first content token sent (streams)
+  Usage usage;
+  Cost cost;                   // computed from usage and the model's price at record time
+  std::string error;           // message of the error the client saw, "" when none
+  std::string upstream_request_id;  // the provider's request id header, when given
+  std::string finish_reason;
+  // Prompt fingerprints at message boundaries (JSON array), for cache-drop diagnosis.
+  std::string prompt_fingerprint;
+  // Filled by the thread tracker: null JSON when reads were as expected.
+  nlohmann::json cache_diagnosis;
+};
+
+}  // namespace kvgate::telemetry

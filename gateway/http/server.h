@@ -1,0 +1,97 @@
+// kvgate's HTTP/1.1 server: Boost.Beast over Asio coroutines, one io_context per core.
+// Request handling is a coroutine from a parsed request to bytes written through a ResponseWriter;
+// the server owns sockets, limits, deadlines, keep-alive and shutdown. It knows nothing of LLMs.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+
+#include "common/error.h"
+
+namespace kvgate::http {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  uint16_t port = 8080;  // 0 picks a free port; see Server::port()
+  int threads = 0;       // 0 = one per core
+  size_t header_limit = 16 * 1024;        // bytes of request line + headers -> 431
+  size_t body_limit = 8 * 1024 * 1024;    // bytes of request body -> 413
+  std::chrono::milliseconds header_timeout{10'000};   // first byte -> end of headers
+  std::chrono::milliseconds body_timeout{30'000};     // end of headers -> end of body
+  std::chrono::milliseconds write_timeout{30'000};    // each write to the client
+  std::chrono::milliseconds idle_timeout{75'000};     // keep-alive wait for the next request
+  size_t max_pipelined = 16;  // requests read ahead of their responses on one connection
+  std::chrono::milliseconds drain_timeout{30'000};   // Stop(): wait for in-flight requests
+};
+
+struct Header {
+  std::string name;   // as received; lookups are case-insensitive
+  std::string value;
+};
+
+struct Request {
+  std::string method;  // "GET", "POST", ...
+  std::string target;  // path + query as received, e.g. "/api/requests?limit=10"
+  std::string path;    // target without the query
+  std::string query;   // after '?', without it; "" when none
+  std::vector<Header> headers;
+  std::string body;
+  std::string remote_address;
+  int64_t arrival_monotonic_ns = 0;  // when the first byte of this request was read
+
+  // First header with this name (case-insensitive), or "" when absent.
+  std::string_view header(std::string_view name) const;
+  // Decoded value of a query parameter, or "" when absent.
+  std::string query_param(std::string_view name) const;
+};
+
+// How a handler answers. Exactly one of Send() or BeginStream()..EndStream() per request.
+// Not thread-safe: use only from the handler's coroutine.
+class ResponseWriter {
+ public:
+  virtual ~ResponseWriter() = default;
+  // A complete response with Content-Length.
+  virtual boost::asio::awaitable<Status> Send(int status, std::string_view content_type,
+                                              std::string body,
+                                              std::vector<Header> extra_headers = {}) = 0;
+  // Starts a chunked response (e.g. text/event-stream). Headers are flushed immediately.
+  virtual boost::asio::awaitable<Status> BeginStream(int status, std::string_view content_type,
+                                                     std::vector<Header> extra_headers = {}) = 0;
+  // Writes one chunk and flushes it. An error means the client is gone; stop writing.
+  virtual boost::asio::awaitable<Status> WriteChunk(std::string_view data) = 0;
+  virtual boost::asio::awaitable<Status> EndStream() = 0;
+  // True once a write failed or the peer closed the connection.
+  virtual bool client_gone() const = 0;
+};
+
+// Called once per request on the connection's executor. Exceptions escaping a handler become a
+// 500 with an OpenAI-format error body (if nothing was sent yet) and close the connection.
+using Handler = std::function<boost::asio::awaitable<void>(Request&, ResponseWriter&)>;
+
+class Server {
+ public:
+  // Binds, starts `threads` event-loop threads and accepts. Errors: kUnavailable (bind failed),
+  // kInvalidArgument (bad host).
+  static Result<std::unique_ptr<Server>> Start(ServerOptions options, Handler handler);
+  virtual ~Server() = default;
+
+  virtual uint16_t port() const = 0;
+  // Stops accepting, closes idle keep-alive connections, waits up to drain_timeout for in-flight
+  // requests to finish (streams included), then stops the loops and joins the threads. Idempotent.
+  virtual void Stop() = 0;
+  // Blocks until Stop() has completed.
+  virtual void Wait() = 0;
+  // Number of requests being handled right now (for drain checks and tests).
+  virtual size_t in_flight() const = 0;
+};
+
+}  // namespace kvgate::http

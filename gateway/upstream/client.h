@@ -1,0 +1,91 @@
+// The upstream HTTP(S) client: one connection pool per event-loop thread (no locks on the request
+// path), keep-alive, TLS with certificate and host-name verification against the system CA store,
+// a deadline on every phase, and response bodies handed over as they arrive.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+
+#include "common/error.h"
+#include "gateway/http/server.h"  // http::Header
+
+namespace kvgate::upstream {
+
+struct Url {
+  std::string scheme;  // "http" | "https"
+  std::string host;
+  uint16_t port = 0;
+  std::string base_path;  // "" or "/v1" (no trailing slash)
+
+  static Result<Url> Parse(std::string_view url);
+  std::string Origin() const;  // "https://api.openai.com:443"
+};
+
+struct ClientOptions {
+  std::chrono::milliseconds connect_timeout{10'000};   // DNS + TCP + TLS handshake
+  std::chrono::milliseconds write_timeout{30'000};
+  std::chrono::milliseconds header_timeout{600'000};   // request sent -> response headers
+  std::chrono::milliseconds idle_read_timeout{300'000};  // max gap between body bytes
+  size_t max_idle_per_host = 64;
+  size_t max_response_body = 64 * 1024 * 1024;  // buffered (non-streaming) bodies only
+  bool verify_tls = true;  // false only for tests against self-signed servers
+  std::string ca_file;     // extra CA bundle (tests); system store is always used
+};
+
+struct OutgoingRequest {
+  std::string method = "POST";
+  std::string path;  // appended to the Url's base_path, e.g. "/chat/completions"
+  std::vector<http::Header> headers;
+  std::string body;
+};
+
+struct Response {
+  int status = 0;
+  std::vector<http::Header> headers;
+  std::string body;  // empty when streamed to a sink
+  std::string_view header(std::string_view name) const;
+};
+
+// Receives body bytes as they arrive (chunked encoding already removed). Return false to abort
+// (e.g. the client went away); the connection is then closed, not pooled.
+using BodySink = std::function<boost::asio::awaitable<bool>(std::string_view)>;
+
+class Client {
+ public:
+  // One Client per event-loop executor; it must only be used from coroutines on that executor.
+  static std::unique_ptr<Client> Create(boost::asio::any_io_executor executor, ClientOptions options);
+  virtual ~Client() = default;
+
+  // Sends a request and buffers the whole response (up to max_response_body).
+  // A pooled connection that fails before any response byte is retried once on a fresh one.
+  // Errors: kUnavailable (connect/TLS/reset), kDeadlineExceeded, kCorruptData (bad HTTP),
+  // kResourceExhausted (body too large).
+  virtual boost::asio::awaitable<Result<Response>> Send(const Url& url, OutgoingRequest request) = 0;
+
+  // Streams the response: `on_head` is called once with the status and headers (body empty)
+  // before any body byte, so the caller can answer its own client first; then the body goes to
+  // `sink` piece by piece as it arrives. Either callback returning false aborts (the connection is
+  // closed, not pooled) and the result is the head with no error. A failure after the head (reset
+  // mid-stream, idle deadline) is returned as an error after the sink saw the bytes before it.
+  virtual boost::asio::awaitable<Result<Response>> SendStreaming(
+      const Url& url, OutgoingRequest request,
+      std::function<boost::asio::awaitable<bool>(const Response& head)> on_head,
+      const BodySink& sink) = 0;
+
+  struct Stats {
+    uint64_t connections_opened = 0;
+    uint64_t requests_sent = 0;
+    uint64_t reused = 0;
+  };
+  virtual Stats stats() const = 0;
+};
+
+}  // namespace kvgate::upstream

@@ -43,6 +43,10 @@ struct Usage {
   // The usage object exactly as the provider sent it (merged across stream events where the
   // provider spreads it), kept so pricing can be re-run. Null when the provider sent none.
   nlohmann::json raw;
+  // The provider's own total of input tokens (prompt_tokens, input_tokens + cache counts,
+  // promptTokenCount, ...), known even when the cache split is not (vLLM without
+  // prompt_tokens_details). Never used for pricing; used for hit ratios and below-minimum checks.
+  std::optional<int64_t> reported_input;
 
   // All input tokens, when every input component is known.
   std::optional<int64_t> TotalInput() const;
@@ -51,6 +55,31 @@ struct Usage {
 
 // Normalizes one usage object (the value of "usage" / "usageMetadata", or for llama.cpp the whole
 // response so `timings` is visible). Never throws; fields with wrong types count as unreported.
+//
+// A count is accepted when it is a JSON integer (or an integral float) in [0, 2^50]; anything else
+// (string, null, negative, fractional, absurdly large) counts as unreported. Per-flavour rules beyond
+// PROVIDERS.md's table:
+//  - a "0" cache-write column in the table means the provider has no cache writes: cache_write_5m = 0
+//    and cache_write_1h = 0 whenever the usage object is an object at all (vLLM, SGLang, DeepSeek,
+//    Gemini, llama.cpp, xAI/Groq/...);
+//  - OpenAI Chat / Responses / OpenRouter report cache_write_tokens only for models that bill writes,
+//    so an absent write field is 0 (those tokens are billed as input otherwise); an absent
+//    cached_tokens is unknown, and then uncached is unknown too;
+//  - kvgate's engine always reports both, so an absent cache_write_tokens is unknown there;
+//  - Anthropic: absent cache_read_input_tokens / cache_creation_input_tokens are unknown; with no
+//    cache_creation split all writes go to the 5m bucket; with a partial split the missing bucket is
+//    the remainder of cache_creation_input_tokens;
+//  - Gemini native is proto3 JSON, which omits zero-valued fields: with promptTokenCount present, an
+//    absent cachedContentTokenCount / candidatesTokenCount / thoughtsTokenCount is 0;
+//  - Gemini OpenAI-compat: output = total_tokens - prompt_tokens, else completion_tokens;
+//  - DeepSeek: prompt_cache_hit_tokens, else prompt_tokens_details.cached_tokens; uncached =
+//    prompt_cache_miss_tokens, else prompt_tokens - read;
+//  - llama.cpp: `usage` may be the whole response (with "usage" and "timings") or the usage object;
+//    read = usage.prompt_tokens_details.cached_tokens, else timings.cache_n; uncached =
+//    timings.prompt_n, else prompt_tokens - read; output = completion_tokens, else timings.predicted_n;
+//  - reasoning: completion_tokens_details / output_tokens_details .reasoning_tokens, Gemini
+//    thoughtsTokenCount; unknown elsewhere.
+// A computed uncached below 0 is clamped to 0 and `clamped` is set. `raw` is `usage` verbatim.
 Usage NormalizeUsage(UsageFlavor flavor, const nlohmann::json& usage);
 
 }  // namespace kvgate::telemetry

@@ -1,0 +1,314 @@
+// Normalization of each provider's usage JSON into telemetry::Usage (PROVIDERS.md, "Normalization
+// table"). Every accessor here is non-throwing: nlohmann::json's checked accessors are never used on
+// values whose type was not tested first.
+#include "telemetry/usage.h"
+
+#include <array>
+#include <cmath>
+#include <initializer_list>
+#include <utility>
+
+namespace kvgate::telemetry {
+namespace {
+
+using nlohmann::json;
+
+// Counts above this are treated as garbage; it also keeps every sum and difference below far from
+// int64 overflow, and tokens x price (<= 2^50 x ~2^30) inside int64 in pricing.
+constexpr int64_t kMaxTokens = int64_t{1} << 50;
+
+// The member `key` of `obj`, or nullptr when `obj` is not an object or has no such member.
+const json* Member(const json* obj, std::string_view key) {
+  if (obj == nullptr || !obj->is_object()) return nullptr;
+  auto it = obj->find(key);
+  if (it == obj->end()) return nullptr;
+  return &*it;
+}
+
+// Follows a path of object keys.
+const json* Path(const json& root, std::initializer_list<std::string_view> keys) {
+  const json* cur = &root;
+  for (std::string_view key : keys) {
+    cur = Member(cur, key);
+    if (cur == nullptr) return nullptr;
+  }
+  return cur;
+}
+
+// A token count: a non-negative integer (integral floats accepted) no larger than kMaxTokens.
+std::optional<int64_t> Count(const json* value) {
+  if (value == nullptr) return std::nullopt;
+  if (value->is_number_unsigned()) {
+    const auto v = value->get_ref<const json::number_unsigned_t&>();
+    if (v > static_cast<uint64_t>(kMaxTokens)) return std::nullopt;
+    return static_cast<int64_t>(v);
+  }
+  if (value->is_number_integer()) {
+    const auto v = value->get_ref<const json::number_integer_t&>();
+    if (v < 0 || v > kMaxTokens) return std::nullopt;
+    return static_cast<int64_t>(v);
+  }
+  if (value->is_number_float()) {
+    const double v = value->get_ref<const json::number_float_t&>();
+    if (!std::isfinite(v) || v < 0 || v > static_cast<double>(kMaxTokens) || std::floor(v) != v) {
+      return std::nullopt;
+    }
+    return static_cast<int64_t>(v);
+  }
+  return std::nullopt;
+}
+
+std::optional<int64_t> Count(const json& root, std::initializer_list<std::string_view> keys) {
+  return Count(Path(root, keys));
+}
+
+std::optional<int64_t> FirstKnown(std::optional<int64_t> a, std::optional<int64_t> b) {
+  return a.has_value() ? a : b;
+}
+
+std::optional<int64_t> Sum(std::initializer_list<std::optional<int64_t>> parts) {
+  int64_t total = 0;
+  for (const auto& p : parts) {
+    if (!p.has_value()) return std::nullopt;
+    total += *p;
+  }
+  return total;
+}
+
+// total - sum(parts), clamped at 0 (setting *clamped); unknown when any operand is unknown.
+std::optional<int64_t> Remainder(std::optional<int64_t> total,
+                                 std::initializer_list<std::optional<int64_t>> parts,
+                                 bool* clamped) {
+  std::optional<int64_t> subtracted = Sum(parts);
+  if (!total.has_value() || !subtracted.has_value()) return std::nullopt;
+  int64_t rest = *total - *subtracted;
+  if (rest < 0) {
+    *clamped = true;
+    rest = 0;
+  }
+  return rest;
+}
+
+// The OpenAI Chat shape shared by OpenAI, OpenRouter, kvgate's engine and OpenAI-compatible servers.
+// `write_absent_is_zero`: the provider reports cache_write_tokens only when there are some.
+// `has_writes`: false for providers whose table row says writes are always 0.
+void NormalizeChatShape(const json& u, bool has_writes, bool write_absent_is_zero, Usage* out) {
+  const std::optional<int64_t> prompt = Count(u, {"prompt_tokens"});
+  out->cache_read = Count(u, {"prompt_tokens_details", "cached_tokens"});
+  std::optional<int64_t> write = 0;
+  if (has_writes) {
+    write = Count(u, {"prompt_tokens_details", "cache_write_tokens"});
+    const bool absent = Path(u, {"prompt_tokens_details", "cache_write_tokens"}) == nullptr;
+    if (!write.has_value() && absent && write_absent_is_zero) write = 0;
+  }
+  out->cache_write_5m = write;
+  out->cache_write_1h = 0;
+  out->uncached = Remainder(prompt, {out->cache_read, write}, &out->clamped);
+  out->output = Count(u, {"completion_tokens"});
+  out->reasoning = Count(u, {"completion_tokens_details", "reasoning_tokens"});
+  out->reported_input = prompt;
+}
+
+void NormalizeResponses(const json& u, Usage* out) {
+  const std::optional<int64_t> input = Count(u, {"input_tokens"});
+  out->cache_read = Count(u, {"input_tokens_details", "cached_tokens"});
+  std::optional<int64_t> write = Count(u, {"input_tokens_details", "cache_write_tokens"});
+  if (!write.has_value() && Path(u, {"input_tokens_details", "cache_write_tokens"}) == nullptr) {
+    write = 0;
+  }
+  out->cache_write_5m = write;
+  out->cache_write_1h = 0;
+  out->uncached = Remainder(input, {out->cache_read, write}, &out->clamped);
+  out->output = Count(u, {"output_tokens"});
+  out->reasoning = Count(u, {"output_tokens_details", "reasoning_tokens"});
+  out->reported_input = input;
+}
+
+void NormalizeAnthropic(const json& u, Usage* out) {
+  out->uncached = Count(u, {"input_tokens"});
+  out->cache_read = Count(u, {"cache_read_input_tokens"});
+  const std::optional<int64_t> creation = Count(u, {"cache_creation_input_tokens"});
+  const std::optional<int64_t> w5m = Count(u, {"cache_creation", "ephemeral_5m_input_tokens"});
+  const std::optional<int64_t> w1h = Count(u, {"cache_creation", "ephemeral_1h_input_tokens"});
+  if (w5m.has_value() && w1h.has_value()) {
+    out->cache_write_5m = w5m;
+    out->cache_write_1h = w1h;
+  } else if (w1h.has_value()) {
+    // Only the 1h bucket given: the rest of the creation count is 5m.
+    out->cache_write_1h = w1h;
+    out->cache_write_5m = creation.has_value() ? std::optional<int64_t>(*creation > *w1h
+                                                                            ? *creation - *w1h
+                                                                            : 0)
+                                               : std::optional<int64_t>(0);
+  } else if (w5m.has_value()) {
+    out->cache_write_5m = w5m;
+    out->cache_write_1h = creation.has_value()
+                              ? std::optional<int64_t>(*creation > *w5m ? *creation - *w5m : 0)
+                              : std::optional<int64_t>(0);
+  } else if (creation.has_value()) {
+    out->cache_write_5m = creation;  // no split: all 5m
+    out->cache_write_1h = 0;
+  }  // else both unknown
+  out->output = Count(u, {"output_tokens"});
+  out->reported_input = Sum({out->uncached, out->cache_read, out->cache_write_5m, out->cache_write_1h});
+}
+
+void NormalizeBedrock(const json& u, Usage* out) {
+  out->cache_read = Count(u, {"cacheReadInputTokens"});
+  out->cache_write_5m = Count(u, {"cacheWriteInputTokens"});
+  out->cache_write_1h = out->cache_write_5m.has_value() ? std::optional<int64_t>(0) : std::nullopt;
+  out->uncached = Count(u, {"inputTokens"});
+  out->output = Count(u, {"outputTokens"});
+  out->reported_input = Sum({out->uncached, out->cache_read, out->cache_write_5m});
+}
+
+void NormalizeGeminiNative(const json& u, Usage* out) {
+  const std::optional<int64_t> prompt = Count(u, {"promptTokenCount"});
+  // proto3 JSON omits zero-valued fields, so with a prompt count present "absent" means 0. A field
+  // that is present but malformed stays unknown.
+  auto zero_if_absent = [&](std::string_view key) -> std::optional<int64_t> {
+    const json* v = Member(&u, key);
+    if (v == nullptr) return prompt.has_value() ? std::optional<int64_t>(0) : std::nullopt;
+    return Count(v);
+  };
+  out->cache_read = zero_if_absent("cachedContentTokenCount");
+  out->cache_write_5m = 0;
+  out->cache_write_1h = 0;
+  out->uncached = Remainder(prompt, {out->cache_read}, &out->clamped);
+  const std::optional<int64_t> thoughts = zero_if_absent("thoughtsTokenCount");
+  out->output = Sum({zero_if_absent("candidatesTokenCount"), thoughts});
+  out->reasoning = thoughts;
+  out->reported_input = prompt;
+}
+
+void NormalizeGeminiOpenAI(const json& u, Usage* out) {
+  const std::optional<int64_t> prompt = Count(u, {"prompt_tokens"});
+  out->cache_read = Count(u, {"prompt_tokens_details", "cached_tokens"});
+  out->cache_write_5m = 0;
+  out->cache_write_1h = 0;
+  out->uncached = Remainder(prompt, {out->cache_read}, &out->clamped);
+  const std::optional<int64_t> total = Count(u, {"total_tokens"});
+  if (total.has_value() && prompt.has_value() && *total >= *prompt) {
+    out->output = *total - *prompt;
+  } else {
+    out->output = Count(u, {"completion_tokens"});
+  }
+  out->reasoning = Count(u, {"completion_tokens_details", "reasoning_tokens"});
+  out->reported_input = prompt;
+}
+
+void NormalizeDeepSeek(const json& u, Usage* out) {
+  const std::optional<int64_t> prompt = Count(u, {"prompt_tokens"});
+  out->cache_read = FirstKnown(Count(u, {"prompt_cache_hit_tokens"}),
+                               Count(u, {"prompt_tokens_details", "cached_tokens"}));
+  out->cache_write_5m = 0;
+  out->cache_write_1h = 0;
+  const std::optional<int64_t> miss = Count(u, {"prompt_cache_miss_tokens"});
+  out->uncached = miss.has_value() ? miss : Remainder(prompt, {out->cache_read}, &out->clamped);
+  out->output = Count(u, {"completion_tokens"});
+  out->reasoning = Count(u, {"completion_tokens_details", "reasoning_tokens"});
+  out->reported_input = FirstKnown(prompt, Sum({out->cache_read, out->uncached}));
+}
+
+void NormalizeLlamaCpp(const json& response, Usage* out) {
+  const json* usage_member = Member(&response, "usage");
+  const json& u = (usage_member != nullptr && usage_member->is_object()) ? *usage_member : response;
+  const json* timings = Member(&response, "timings");
+  const std::optional<int64_t> prompt = Count(u, {"prompt_tokens"});
+  out->cache_read =
+      FirstKnown(Count(u, {"prompt_tokens_details", "cached_tokens"}), Count(Member(timings, "cache_n")));
+  out->cache_write_5m = 0;
+  out->cache_write_1h = 0;
+  const std::optional<int64_t> prompt_n = Count(Member(timings, "prompt_n"));
+  out->uncached = prompt_n.has_value() ? prompt_n : Remainder(prompt, {out->cache_read}, &out->clamped);
+  out->output = FirstKnown(Count(u, {"completion_tokens"}), Count(Member(timings, "predicted_n")));
+  out->reasoning = Count(u, {"completion_tokens_details", "reasoning_tokens"});
+  out->reported_input = FirstKnown(prompt, Sum({out->cache_read, out->uncached}));
+}
+
+constexpr std::array<std::pair<UsageFlavor, std::string_view>, 13> kFlavorNames = {{
+    {UsageFlavor::kOpenAIChat, "openai"},
+    {UsageFlavor::kOpenAIResponses, "openai-responses"},
+    {UsageFlavor::kOpenAICompatible, "openai-compatible"},
+    {UsageFlavor::kOpenRouter, "openrouter"},
+    {UsageFlavor::kAnthropic, "anthropic"},
+    {UsageFlavor::kBedrock, "bedrock"},
+    {UsageFlavor::kGeminiNative, "gemini"},
+    {UsageFlavor::kGeminiOpenAI, "gemini-openai"},
+    {UsageFlavor::kDeepSeek, "deepseek"},
+    {UsageFlavor::kVllm, "vllm"},
+    {UsageFlavor::kSglang, "sglang"},
+    {UsageFlavor::kLlamaCpp, "llamacpp"},
+    {UsageFlavor::kKvgateEngine, "kvgate"},
+}};
+
+}  // namespace
+
+std::optional<UsageFlavor> UsageFlavorFromName(std::string_view name) {
+  for (const auto& [flavor, flavor_name] : kFlavorNames) {
+    if (flavor_name == name) return flavor;
+  }
+  return std::nullopt;
+}
+
+std::string_view UsageFlavorName(UsageFlavor flavor) {
+  for (const auto& [f, flavor_name] : kFlavorNames) {
+    if (f == flavor) return flavor_name;
+  }
+  return "unknown";
+}
+
+std::optional<int64_t> Usage::TotalInput() const {
+  return Sum({cache_read, cache_write_5m, cache_write_1h, uncached});
+}
+
+Usage NormalizeUsage(UsageFlavor flavor, const nlohmann::json& usage) {
+  Usage out;
+  try {
+    out.raw = usage;
+    if (!usage.is_object()) return out;
+    switch (flavor) {
+      case UsageFlavor::kOpenAIChat:
+      case UsageFlavor::kOpenRouter:
+        NormalizeChatShape(usage, /*has_writes=*/true, /*write_absent_is_zero=*/true, &out);
+        break;
+      case UsageFlavor::kKvgateEngine:
+        NormalizeChatShape(usage, /*has_writes=*/true, /*write_absent_is_zero=*/false, &out);
+        break;
+      case UsageFlavor::kOpenAICompatible:
+      case UsageFlavor::kVllm:
+      case UsageFlavor::kSglang:
+        NormalizeChatShape(usage, /*has_writes=*/false, /*write_absent_is_zero=*/false, &out);
+        break;
+      case UsageFlavor::kOpenAIResponses:
+        NormalizeResponses(usage, &out);
+        break;
+      case UsageFlavor::kAnthropic:
+        NormalizeAnthropic(usage, &out);
+        break;
+      case UsageFlavor::kBedrock:
+        NormalizeBedrock(usage, &out);
+        break;
+      case UsageFlavor::kGeminiNative:
+        NormalizeGeminiNative(usage, &out);
+        break;
+      case UsageFlavor::kGeminiOpenAI:
+        NormalizeGeminiOpenAI(usage, &out);
+        break;
+      case UsageFlavor::kDeepSeek:
+        NormalizeDeepSeek(usage, &out);
+        break;
+      case UsageFlavor::kLlamaCpp:
+        NormalizeLlamaCpp(usage, &out);
+        break;
+    }
+  } catch (const std::exception&) {
+    // Only allocation can throw here; report nothing rather than half a result.
+    Usage empty;
+    empty.raw = nullptr;
+    return empty;
+  }
+  return out;
+}
+
+}  // namespace kvgate::telemetry

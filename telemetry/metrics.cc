@@ -1,0 +1,450 @@
+#include "telemetry/metrics.h"
+
+#include <charconv>
+#include <cmath>
+#include <limits>
+
+namespace kvgate::telemetry {
+namespace {
+
+bool IsMetricName(std::string_view s) {
+  if (s.empty()) return false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    const bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':';
+    const bool digit = c >= '0' && c <= '9';
+    if (!(alpha || (i > 0 && digit))) return false;
+  }
+  return true;
+}
+
+bool IsLabelName(std::string_view s) {
+  if (s.empty() || s.starts_with("__")) return false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    const bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+    const bool digit = c >= '0' && c <= '9';
+    if (!(alpha || (i > 0 && digit))) return false;
+  }
+  return true;
+}
+
+// name{a="x",b="y"} with an optional extra label (le) appended; no braces when there are none.
+void AppendSeriesName(std::string& out, std::string_view name, const std::vector<std::string>& names,
+                      const std::vector<std::string>& values, std::string_view extra_name = {},
+                      std::string_view extra_value = {}) {
+  out += name;
+  if (names.empty() && extra_name.empty()) return;
+  out += '{';
+  bool first = true;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (!first) out += ',';
+    first = false;
+    out += names[i];
+    out += "=\"";
+    out += EscapeLabelValue(values[i]);
+    out += '"';
+  }
+  if (!extra_name.empty()) {
+    if (!first) out += ',';
+    out += extra_name;
+    out += "=\"";
+    out += extra_value;
+    out += '"';
+  }
+  out += '}';
+}
+
+void AppendHeader(std::string& out, const std::string& name, const std::string& help,
+                  std::string_view type) {
+  out += "# HELP ";
+  out += name;
+  out += ' ';
+  out += EscapeHelp(help);
+  out += "\n# TYPE ";
+  out += name;
+  out += ' ';
+  out += type;
+  out += '\n';
+}
+
+// An unsigned integer shown with `decimals` digits after the point, exactly: 1500000, 6 -> "1.5".
+std::string FormatFixed(uint64_t value, int decimals) {
+  std::string digits = std::to_string(value);
+  if (decimals <= 0) return digits;
+  const size_t d = static_cast<size_t>(decimals);
+  if (digits.size() <= d) digits.insert(0, d + 1 - digits.size(), '0');
+  std::string out = digits.substr(0, digits.size() - d);
+  std::string frac = digits.substr(digits.size() - d);
+  while (!frac.empty() && frac.back() == '0') frac.pop_back();
+  if (!frac.empty()) out += '.' + frac;
+  return out;
+}
+
+}  // namespace
+
+std::string EscapeLabelValue(std::string_view value) {
+  std::string out;
+  out.reserve(value.size());
+  for (char c : value) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '"') {
+      out += "\\\"";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string EscapeHelp(std::string_view help) {
+  std::string out;
+  out.reserve(help.size());
+  for (char c : help) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string FormatMetricValue(double value) {
+  if (std::isnan(value)) return "NaN";
+  if (std::isinf(value)) return value > 0 ? "+Inf" : "-Inf";
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), value);
+  if (ec != std::errc()) return "NaN";
+  return std::string(buf, end);
+}
+
+Histogram::Histogram(std::span<const double> bounds)
+    : bounds_(bounds), counts_(new std::atomic<uint64_t>[bounds.size() + 1]) {
+  for (size_t i = 0; i <= bounds_.size(); ++i) counts_[i].store(0, std::memory_order_relaxed);
+}
+
+void Histogram::Observe(double value) {
+  // Buckets are "less than or equal": the first bound >= value.
+  size_t i = 0;
+  while (i < bounds_.size() && value > bounds_[i]) ++i;
+  counts_[i].fetch_add(1, std::memory_order_relaxed);
+  sum_.fetch_add(value, std::memory_order_relaxed);
+}
+
+std::vector<uint64_t> Histogram::CumulativeCounts() const {
+  std::vector<uint64_t> out(bounds_.size() + 1);
+  uint64_t running = 0;
+  for (size_t i = 0; i <= bounds_.size(); ++i) {
+    running += counts_[i].load(std::memory_order_relaxed);
+    out[i] = running;
+  }
+  return out;
+}
+
+// Family ----------------------------------------------------------------------------------------
+
+template <class Series>
+Series* Family<Series>::Find(const std::vector<std::string>& values) {
+  if (values.size() != label_names_.size()) return nullptr;
+  {
+    std::shared_lock lock(mu_);
+    auto it = series_.find(values);
+    if (it != series_.end()) return it->second.get();
+  }
+  std::unique_lock lock(mu_);
+  auto& slot = series_[values];
+  if (!slot) {
+    if constexpr (std::is_same_v<Series, Histogram>) {
+      slot = std::make_unique<Histogram>(std::span<const double>(bounds_));
+    } else {
+      slot = std::make_unique<Series>();
+    }
+  }
+  return slot.get();
+}
+
+template <class Series>
+Series* Family<Series>::WithLabels(std::span<const std::string> values) {
+  return Find(std::vector<std::string>(values.begin(), values.end()));
+}
+
+template <class Series>
+Series* Family<Series>::WithLabels(std::initializer_list<std::string_view> values) {
+  std::vector<std::string> v;
+  v.reserve(values.size());
+  for (std::string_view s : values) v.emplace_back(s);
+  return Find(v);
+}
+
+template <class Series>
+void Family<Series>::ExposeTo(std::string& out) const {
+  std::shared_lock lock(mu_);
+  if constexpr (std::is_same_v<Series, Counter>) {
+    AppendHeader(out, name_, help_, "counter");
+    for (const auto& [values, series] : series_) {
+      AppendSeriesName(out, name_, label_names_, values);
+      out += ' ';
+      out += FormatFixed(series->Value(), decimals_);
+      out += '\n';
+    }
+  } else if constexpr (std::is_same_v<Series, Gauge>) {
+    AppendHeader(out, name_, help_, "gauge");
+    for (const auto& [values, series] : series_) {
+      AppendSeriesName(out, name_, label_names_, values);
+      out += ' ';
+      out += FormatMetricValue(series->Value());
+      out += '\n';
+    }
+  } else {
+    AppendHeader(out, name_, help_, "histogram");
+    const std::string bucket = name_ + "_bucket";
+    for (const auto& [values, series] : series_) {
+      const std::vector<uint64_t> counts = series->CumulativeCounts();
+      for (size_t i = 0; i < counts.size(); ++i) {
+        const std::string le = i < bounds_.size() ? FormatMetricValue(bounds_[i]) : "+Inf";
+        AppendSeriesName(out, bucket, label_names_, values, "le", le);
+        out += ' ';
+        out += std::to_string(counts[i]);
+        out += '\n';
+      }
+      AppendSeriesName(out, name_ + "_sum", label_names_, values);
+      out += ' ';
+      out += FormatMetricValue(series->Sum());
+      out += '\n';
+      AppendSeriesName(out, name_ + "_count", label_names_, values);
+      out += ' ';
+      out += std::to_string(counts.back());
+      out += '\n';
+    }
+  }
+}
+
+template class Family<Counter>;
+template class Family<Gauge>;
+template class Family<Histogram>;
+
+// MetricsRegistry -------------------------------------------------------------------------------
+
+Status MetricsRegistry::CheckNewName(const std::string& name,
+                                     const std::vector<std::string>& label_names) {
+  if (!IsMetricName(name)) {
+    return MakeError(ErrorCode::kInvalidArgument, "invalid metric name '" + name + "'");
+  }
+  for (size_t i = 0; i < label_names.size(); ++i) {
+    if (!IsLabelName(label_names[i])) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       "invalid label name '" + label_names[i] + "' in " + name);
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (label_names[j] == label_names[i]) {
+        return MakeError(ErrorCode::kInvalidArgument,
+                         "duplicate label name '" + label_names[i] + "' in " + name);
+      }
+    }
+  }
+  auto taken = [&](const auto& families) {
+    for (const auto& f : families) {
+      // A histogram also owns name_bucket/_sum/_count; keep the whole base name unique.
+      if (f->name() == name) return true;
+    }
+    return false;
+  };
+  if (taken(counters_) || taken(gauges_) || taken(histograms_)) {
+    return MakeError(ErrorCode::kInvalidArgument, "metric '" + name + "' already registered");
+  }
+  return {};
+}
+
+Result<CounterFamily*> MetricsRegistry::AddCounter(std::string name, std::string help,
+                                                   std::vector<std::string> label_names,
+                                                   int decimals) {
+  std::lock_guard lock(mu_);
+  if (Status s = CheckNewName(name, label_names); !s) return std::unexpected(s.error());
+  if (!name.ends_with("_total")) {
+    return MakeError(ErrorCode::kInvalidArgument, "counter '" + name + "' must end in _total");
+  }
+  if (decimals < 0 || decimals > 18) {
+    return MakeError(ErrorCode::kInvalidArgument, "counter decimals must be in [0, 18]");
+  }
+  auto family = std::unique_ptr<CounterFamily>(
+      new CounterFamily(std::move(name), std::move(help), std::move(label_names)));
+  family->decimals_ = decimals;
+  CounterFamily* raw = family.get();
+  counters_.push_back(std::move(family));
+  order_.emplace_back(MetricType::kCounter, raw);
+  return raw;
+}
+
+Result<GaugeFamily*> MetricsRegistry::AddGauge(std::string name, std::string help,
+                                               std::vector<std::string> label_names) {
+  std::lock_guard lock(mu_);
+  if (Status s = CheckNewName(name, label_names); !s) return std::unexpected(s.error());
+  auto family = std::unique_ptr<GaugeFamily>(
+      new GaugeFamily(std::move(name), std::move(help), std::move(label_names)));
+  GaugeFamily* raw = family.get();
+  gauges_.push_back(std::move(family));
+  order_.emplace_back(MetricType::kGauge, raw);
+  return raw;
+}
+
+Result<HistogramFamily*> MetricsRegistry::AddHistogram(std::string name, std::string help,
+                                                       std::vector<std::string> label_names,
+                                                       std::vector<double> bounds) {
+  std::lock_guard lock(mu_);
+  if (Status s = CheckNewName(name, label_names); !s) return std::unexpected(s.error());
+  for (const std::string& l : label_names) {
+    if (l == "le") {
+      return MakeError(ErrorCode::kInvalidArgument, "histogram '" + name + "' may not use 'le'");
+    }
+  }
+  if (bounds.empty()) {
+    return MakeError(ErrorCode::kInvalidArgument, "histogram '" + name + "' needs bounds");
+  }
+  for (size_t i = 0; i < bounds.size(); ++i) {
+    if (!std::isfinite(bounds[i]) || (i > 0 && bounds[i] <= bounds[i - 1])) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       "histogram '" + name + "' bounds must be finite and strictly increasing");
+    }
+  }
+  auto family = std::unique_ptr<HistogramFamily>(
+      new HistogramFamily(std::move(name), std::move(help), std::move(label_names)));
+  family->bounds_ = std::move(bounds);
+  HistogramFamily* raw = family.get();
+  histograms_.push_back(std::move(family));
+  order_.emplace_back(MetricType::kHistogram, raw);
+  return raw;
+}
+
+void MetricsRegistry::AddSection(SectionWriter writer) {
+  std::lock_guard lock(mu_);
+  sections_.push_back(std::move(writer));
+}
+
+std::string MetricsRegistry::Expose() const {
+  std::vector<std::pair<MetricType, const void*>> order;
+  std::vector<SectionWriter> sections;
+  {
+    std::lock_guard lock(mu_);
+    order = order_;
+    sections = sections_;
+  }
+  std::string out;
+  for (const auto& [type, family] : order) {
+    switch (type) {
+      case MetricType::kCounter:
+        static_cast<const CounterFamily*>(family)->ExposeTo(out);
+        break;
+      case MetricType::kGauge:
+        static_cast<const GaugeFamily*>(family)->ExposeTo(out);
+        break;
+      case MetricType::kHistogram:
+        static_cast<const HistogramFamily*>(family)->ExposeTo(out);
+        break;
+    }
+  }
+  for (const SectionWriter& section : sections) {
+    const size_t before = out.size();
+    section(out);
+    if (out.size() > before && out.back() != '\n') out += '\n';
+  }
+  return out;
+}
+
+// GatewayMetrics --------------------------------------------------------------------------------
+
+Result<std::unique_ptr<GatewayMetrics>> GatewayMetrics::Create(MetricsRegistry& registry) {
+  auto m = std::unique_ptr<GatewayMetrics>(new GatewayMetrics(registry));
+  const std::vector<std::string> mp = {"model", "provider"};
+  // Request durations span fast cache hits to multi-minute reasoning runs.
+  const std::vector<double> duration_bounds = {0.05, 0.1, 0.25, 0.5, 1,  2.5,
+                                               5,    10,  30,   60,  120, 300};
+  const std::vector<double> ttft_bounds = {0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30};
+  auto requests = registry.AddCounter("kvgate_requests_total", "Requests handled, by final status.",
+                                      {"model", "provider", "status"});
+  if (!requests) return std::unexpected(requests.error());
+  m->requests_ = *requests;
+  auto tokens = registry.AddCounter(
+      "kvgate_tokens_total",
+      "Tokens by kind (cache_read, cache_write, uncached, output); unreported counts are not added.",
+      {"model", "provider", "kind"});
+  if (!tokens) return std::unexpected(tokens.error());
+  m->tokens_ = *tokens;
+  auto cost = registry.AddCounter("kvgate_cost_usd_total", "Cost in USD of priced requests.", mp,
+                                  /*decimals=*/12);
+  if (!cost) return std::unexpected(cost.error());
+  m->cost_ = *cost;
+  auto duration = registry.AddHistogram("kvgate_request_duration_seconds",
+                                        "Request arrival to last byte sent.", mp, duration_bounds);
+  if (!duration) return std::unexpected(duration.error());
+  m->duration_ = *duration;
+  auto ttft = registry.AddHistogram("kvgate_time_to_first_token_seconds",
+                                    "Request arrival to first content token sent.", mp,
+                                    ttft_bounds);
+  if (!ttft) return std::unexpected(ttft.error());
+  m->ttft_ = *ttft;
+  auto ratio = registry.AddGauge(
+      "kvgate_cache_hit_ratio",
+      "Cumulative cache-read tokens over all input tokens, for requests with fully known input.", mp);
+  if (!ratio) return std::unexpected(ratio.error());
+  m->hit_ratio_ = *ratio;
+  auto upstream = registry.AddCounter("kvgate_upstream_errors_total",
+                                      "Failed upstream calls by upstream HTTP status or kind.",
+                                      {"provider", "code"});
+  if (!upstream) return std::unexpected(upstream.error());
+  m->upstream_errors_ = *upstream;
+  auto alerts = registry.AddCounter("kvgate_alert_deliveries_total",
+                                    "Alert delivery attempts by channel and outcome.",
+                                    {"channel", "outcome"});
+  if (!alerts) return std::unexpected(alerts.error());
+  m->alert_deliveries_ = *alerts;
+  return m;
+}
+
+void GatewayMetrics::Observe(const RequestRecord& r) {
+  requests_->WithLabels({r.model, r.provider, r.status})->Inc();
+
+  auto add_tokens = [&](std::string_view kind, std::optional<int64_t> n) {
+    if (n && *n > 0) tokens_->WithLabels({r.model, r.provider, kind})->Inc(uint64_t(*n));
+  };
+  const Usage& u = r.usage;
+  add_tokens("cache_read", u.cache_read);
+  add_tokens("cache_write", u.cache_write_5m);
+  add_tokens("cache_write", u.cache_write_1h);
+  add_tokens("uncached", u.uncached);
+  add_tokens("output", u.output);
+
+  if (r.cost.priced && r.cost.total > 0) {
+    cost_->WithLabels({r.model, r.provider})->Inc(uint64_t(r.cost.total));
+  }
+  if (r.latency_us) duration_->WithLabels({r.model, r.provider})->Observe(*r.latency_us / 1e6);
+  if (r.ttft_us) ttft_->WithLabels({r.model, r.provider})->Observe(*r.ttft_us / 1e6);
+
+  const std::optional<int64_t> total = u.TotalInput();  // nullopt unless every part is known
+  if (total && *total > 0 && u.cache_read) {
+    Gauge* gauge = hit_ratio_->WithLabels({r.model, r.provider});
+    std::lock_guard lock(ratio_mu_);
+    HitRatio& h = ratios_[{r.model, r.provider}];
+    h.cache_read += uint64_t(std::max<int64_t>(0, *u.cache_read));
+    h.total_input += uint64_t(*total);
+    gauge->Set(double(h.cache_read) / double(h.total_input));
+  }
+
+  const bool upstream_failed =
+      r.status == "upstream_error" || r.status == "timeout" || r.upstream_status >= 400;
+  if (upstream_failed) {
+    const std::string code = r.upstream_status != 0 ? std::to_string(r.upstream_status) : r.status;
+    upstream_errors_->WithLabels({r.provider, code})->Inc();
+  }
+}
+
+void GatewayMetrics::ObserveAlertDelivery(std::string_view channel, std::string_view outcome) {
+  alert_deliveries_->WithLabels({channel, outcome})->Inc();
+}
+
+}  // namespace kvgate::telemetry

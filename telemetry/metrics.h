@@ -1,0 +1,196 @@
+// Prometheus metrics: a small registry of counter, gauge and histogram families with fixed label
+// names, its text exposition (format 0.0.4), and the gateway's own metric set (GatewayMetrics).
+//
+// Ownership: main() creates the one process-wide MetricsRegistry and passes it (by reference) to
+// whoever records metrics; there is no global instance. Families and series live as long as the
+// registry; the pointers and references handed out stay valid until it is destroyed.
+//
+// Thread safety: every method of every class here is safe to call from any thread.
+//   - Recording into an existing series is a few relaxed atomic operations.
+//   - Finding a series by label values takes the family's shared (reader) lock; only creating a new
+//     label set takes it exclusively. Hot paths may keep the returned Counter&/Gauge&/Histogram&.
+//   - Expose() takes each family's reader lock in turn; a scrape never blocks recording for long.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.h"
+#include "telemetry/record.h"
+
+namespace kvgate::telemetry {
+
+// A monotonically increasing integer. The family's `decimals` say how the integer is shown:
+// decimals = 12 exposes pico-units as units (pico-USD as USD) exactly, with no float rounding.
+class Counter {
+ public:
+  void Inc(uint64_t delta = 1) { value_.fetch_add(delta, std::memory_order_relaxed); }
+  uint64_t Value() const { return value_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<uint64_t> value_{0};
+};
+
+class Gauge {
+ public:
+  void Set(double value) { value_.store(value, std::memory_order_relaxed); }
+  void Add(double delta) { value_.fetch_add(delta, std::memory_order_relaxed); }
+  double Value() const { return value_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<double> value_{0.0};
+};
+
+// Bucket counts are kept per bucket (not cumulative) and summed at exposition, so `_count` always
+// equals the `+Inf` bucket even while observations race with a scrape.
+class Histogram {
+ public:
+  // REQUIRES: `bounds` strictly increasing and outliving this object (the family owns them).
+  explicit Histogram(std::span<const double> bounds);
+  void Observe(double value);
+  // Cumulative counts per upper bound, the last one for +Inf.
+  std::vector<uint64_t> CumulativeCounts() const;
+  double Sum() const { return sum_.load(std::memory_order_relaxed); }
+
+ private:
+  std::span<const double> bounds_;
+  std::unique_ptr<std::atomic<uint64_t>[]> counts_;  // bounds_.size() + 1 (the overflow bucket)
+  std::atomic<double> sum_{0.0};
+};
+
+enum class MetricType { kCounter, kGauge, kHistogram };
+
+// One metric family: a name, help text, fixed label names and one series per label-value tuple.
+template <class Series>
+class Family {
+ public:
+  // The series for these label values, created on first use. Returns nullptr (and records nothing)
+  // when the number of values differs from the number of label names: that is a caller bug.
+  Series* WithLabels(std::span<const std::string> values);
+  Series* WithLabels(std::initializer_list<std::string_view> values);
+
+  const std::string& name() const { return name_; }
+  const std::vector<std::string>& label_names() const { return label_names_; }
+
+ private:
+  friend class MetricsRegistry;
+  Family(std::string name, std::string help, std::vector<std::string> label_names)
+      : name_(std::move(name)), help_(std::move(help)), label_names_(std::move(label_names)) {}
+  Series* Find(const std::vector<std::string>& values);
+
+  // Constant after construction.
+  const std::string name_;
+  const std::string help_;
+  const std::vector<std::string> label_names_;
+  int decimals_ = 0;             // counters only: see Counter
+  std::vector<double> bounds_;   // histograms only
+  // Guards the map's shape (not the series' values, which are atomics).
+  mutable std::shared_mutex mu_;
+  std::map<std::vector<std::string>, std::unique_ptr<Series>> series_;  // GUARDED_BY(mu_)
+
+  void ExposeTo(std::string& out) const;
+};
+
+using CounterFamily = Family<Counter>;
+using GaugeFamily = Family<Gauge>;
+using HistogramFamily = Family<Histogram>;
+
+class MetricsRegistry {
+ public:
+  MetricsRegistry() = default;
+  MetricsRegistry(const MetricsRegistry&) = delete;
+  MetricsRegistry& operator=(const MetricsRegistry&) = delete;
+
+  // Registration validates names: metric names match [a-zA-Z_:][a-zA-Z0-9_:]*, label names
+  // [a-zA-Z_][a-zA-Z0-9_]* and do not start with "__"; counter names must end in "_total";
+  // histograms may not use the label "le" and need strictly increasing, finite bounds. A name may be
+  // registered once. Errors are kInvalidArgument.
+  Result<CounterFamily*> AddCounter(std::string name, std::string help,
+                                    std::vector<std::string> label_names, int decimals = 0);
+  Result<GaugeFamily*> AddGauge(std::string name, std::string help,
+                                std::vector<std::string> label_names);
+  Result<HistogramFamily*> AddHistogram(std::string name, std::string help,
+                                        std::vector<std::string> label_names,
+                                        std::vector<double> bounds);
+
+  // A writer that appends complete, valid exposition text (HELP/TYPE lines included) for metrics
+  // this registry does not hold, e.g. the local engine's. Called by Expose() after the registry's
+  // own families, in the order added; it must be thread safe and must not call Expose().
+  using SectionWriter = std::function<void(std::string& out)>;
+  void AddSection(SectionWriter writer);
+
+  // The whole exposition, text format 0.0.4 ("text/plain; version=0.0.4; charset=utf-8").
+  std::string Expose() const;
+
+ private:
+  Status CheckNewName(const std::string& name, const std::vector<std::string>& label_names);
+
+  mutable std::mutex mu_;  // guards the lists below (not the families' contents)
+  std::vector<std::unique_ptr<CounterFamily>> counters_;      // GUARDED_BY(mu_)
+  std::vector<std::unique_ptr<GaugeFamily>> gauges_;          // GUARDED_BY(mu_)
+  std::vector<std::unique_ptr<HistogramFamily>> histograms_;  // GUARDED_BY(mu_)
+  std::vector<std::pair<MetricType, const void*>> order_;     // GUARDED_BY(mu_)
+  std::vector<SectionWriter> sections_;                       // GUARDED_BY(mu_)
+};
+
+// Exposition helpers, public for tests and for SectionWriters.
+std::string EscapeLabelValue(std::string_view value);  // \ -> \\, " -> \", newline -> \n
+std::string EscapeHelp(std::string_view help);         // \ -> \\, newline -> \n
+std::string FormatMetricValue(double value);           // shortest round-trip; +Inf, -Inf, NaN
+
+// The gateway's metric set on top of a registry. Thread safe.
+class GatewayMetrics {
+ public:
+  // Registers the families below on `registry`, which must outlive this object. Fails only if the
+  // names are already taken in that registry.
+  static Result<std::unique_ptr<GatewayMetrics>> Create(MetricsRegistry& registry);
+
+  // Updates, for one finished request:
+  //   kvgate_requests_total{model,provider,status}
+  //   kvgate_tokens_total{model,provider,kind=cache_read|cache_write|uncached|output} (known only)
+  //   kvgate_cost_usd_total{model,provider}        (exact pico-USD, exposed as USD; priced only)
+  //   kvgate_request_duration_seconds{model,provider}, kvgate_time_to_first_token_seconds{...}
+  //   kvgate_cache_hit_ratio{model,provider}       cumulative cache_read / total input, over
+  //                                                 requests whose whole input is known
+  //   kvgate_upstream_errors_total{provider,code}  when status is upstream_error/timeout or the
+  //                                                 upstream answered >= 400; code is the upstream
+  //                                                 HTTP status, or the status word if none
+  void Observe(const RequestRecord& record);
+  // kvgate_alert_deliveries_total{channel,outcome}; outcome e.g. "delivered", "failed", "retry".
+  void ObserveAlertDelivery(std::string_view channel, std::string_view outcome);
+
+  MetricsRegistry& registry() { return registry_; }
+
+ private:
+  explicit GatewayMetrics(MetricsRegistry& registry) : registry_(registry) {}
+
+  struct HitRatio {
+    uint64_t cache_read = 0;
+    uint64_t total_input = 0;
+  };
+
+  MetricsRegistry& registry_;
+  CounterFamily* requests_ = nullptr;
+  CounterFamily* tokens_ = nullptr;
+  CounterFamily* cost_ = nullptr;
+  HistogramFamily* duration_ = nullptr;
+  HistogramFamily* ttft_ = nullptr;
+  GaugeFamily* hit_ratio_ = nullptr;
+  CounterFamily* upstream_errors_ = nullptr;
+  CounterFamily* alert_deliveries_ = nullptr;
+
+  // The ratio's numerator and denominator must move together, so they share a lock.
+  std::mutex ratio_mu_;
+  std::map<std::pair<std::string, std::string>, HitRatio> ratios_;  // GUARDED_BY(ratio_mu_)
+};
+
+}  // namespace kvgate::telemetry

@@ -1,0 +1,267 @@
+#include "telemetry/metrics.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+namespace kvgate::telemetry {
+namespace {
+
+bool Contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+TEST(MetricsRegistryTest, CounterExposesHelpTypeAndLabels) {
+  MetricsRegistry registry;
+  auto family = registry.AddCounter("demo_requests_total", "Requests.", {"model", "status"});
+  ASSERT_TRUE(family.has_value()) << family.error().ToString();
+  (*family)->WithLabels({"gpt-4o", "ok"})->Inc(3);
+  (*family)->WithLabels({"gpt-4o", "ok"})->Inc();
+  const std::string text = registry.Expose();
+  EXPECT_EQ(text,
+            "# HELP demo_requests_total Requests.\n"
+            "# TYPE demo_requests_total counter\n"
+            "demo_requests_total{model=\"gpt-4o\",status=\"ok\"} 4\n");
+}
+
+TEST(MetricsRegistryTest, LabelValuesAreEscaped) {
+  MetricsRegistry registry;
+  auto family = registry.AddGauge("demo_gauge", "Help with \\ and\nnewline.", {"path"});
+  ASSERT_TRUE(family.has_value());
+  (*family)->WithLabels({"a\\b\"c\nd"})->Set(1.5);
+  const std::string text = registry.Expose();
+  EXPECT_TRUE(Contains(text, "# HELP demo_gauge Help with \\\\ and\\nnewline.\n")) << text;
+  EXPECT_TRUE(Contains(text, "demo_gauge{path=\"a\\\\b\\\"c\\nd\"} 1.5\n")) << text;
+  EXPECT_EQ(EscapeLabelValue("plain"), "plain");
+}
+
+TEST(MetricsRegistryTest, HistogramBucketsAreCumulativeWithInfSumAndCount) {
+  MetricsRegistry registry;
+  auto family = registry.AddHistogram("demo_seconds", "Durations.", {"m"}, {0.1, 1, 10});
+  ASSERT_TRUE(family.has_value());
+  Histogram* h = (*family)->WithLabels({"x"});
+  h->Observe(0.05);
+  h->Observe(0.1);  // upper bounds are inclusive
+  h->Observe(0.5);
+  h->Observe(100);
+  const std::string text = registry.Expose();
+  EXPECT_TRUE(Contains(text, "# TYPE demo_seconds histogram\n"));
+  EXPECT_TRUE(Contains(text, "demo_seconds_bucket{m=\"x\",le=\"0.1\"} 2\n")) << text;
+  EXPECT_TRUE(Contains(text, "demo_seconds_bucket{m=\"x\",le=\"1\"} 3\n")) << text;
+  EXPECT_TRUE(Contains(text, "demo_seconds_bucket{m=\"x\",le=\"10\"} 3\n")) << text;
+  EXPECT_TRUE(Contains(text, "demo_seconds_bucket{m=\"x\",le=\"+Inf\"} 4\n")) << text;
+  EXPECT_TRUE(Contains(text, "demo_seconds_sum{m=\"x\"} 100.65\n")) << text;
+  EXPECT_TRUE(Contains(text, "demo_seconds_count{m=\"x\"} 4\n")) << text;
+}
+
+TEST(MetricsRegistryTest, UnlabelledSeriesHaveNoBraces) {
+  MetricsRegistry registry;
+  auto c = registry.AddCounter("plain_total", "P.", {});
+  ASSERT_TRUE(c.has_value());
+  (*c)->WithLabels({})->Inc(7);
+  EXPECT_TRUE(Contains(registry.Expose(), "\nplain_total 7\n"));
+}
+
+TEST(MetricsRegistryTest, DecimalCounterIsExactFixedPoint) {
+  MetricsRegistry registry;
+  auto c = registry.AddCounter("money_usd_total", "Money.", {"k"}, 12);
+  ASSERT_TRUE(c.has_value());
+  (*c)->WithLabels({"a"})->Inc(1'500'000'000'000);  // 1.5 USD
+  (*c)->WithLabels({"b"})->Inc(75);                 // 75 pico-USD
+  (*c)->WithLabels({"c"})->Inc(3'000'000'000'000);  // 3 USD, no trailing ".0"
+  const std::string text = registry.Expose();
+  EXPECT_TRUE(Contains(text, "money_usd_total{k=\"a\"} 1.5\n")) << text;
+  EXPECT_TRUE(Contains(text, "money_usd_total{k=\"b\"} 0.000000000075\n")) << text;
+  EXPECT_TRUE(Contains(text, "money_usd_total{k=\"c\"} 3\n")) << text;
+}
+
+TEST(MetricsRegistryTest, RejectsInvalidRegistrations) {
+  MetricsRegistry registry;
+  EXPECT_FALSE(registry.AddCounter("no_suffix", "x", {}).has_value());
+  EXPECT_FALSE(registry.AddCounter("9bad_total", "x", {}).has_value());
+  EXPECT_FALSE(registry.AddGauge("g", "x", {"__reserved"}).has_value());
+  EXPECT_FALSE(registry.AddGauge("g2", "x", {"a", "a"}).has_value());
+  EXPECT_FALSE(registry.AddGauge("g3", "x", {"bad-name"}).has_value());
+  EXPECT_FALSE(registry.AddHistogram("h", "x", {"le"}, {1}).has_value());
+  EXPECT_FALSE(registry.AddHistogram("h", "x", {}, {2, 1}).has_value());
+  EXPECT_FALSE(registry.AddHistogram("h", "x", {}, {}).has_value());
+  ASSERT_TRUE(registry.AddGauge("dup", "x", {}).has_value());
+  auto again = registry.AddCounter("dup", "x", {});
+  EXPECT_FALSE(again.has_value());
+  auto again_gauge = registry.AddGauge("dup", "x", {});
+  ASSERT_FALSE(again_gauge.has_value());
+  EXPECT_EQ(again_gauge.error().code, ErrorCode::kInvalidArgument);
+}
+
+TEST(MetricsRegistryTest, WrongLabelCountReturnsNull) {
+  MetricsRegistry registry;
+  auto c = registry.AddCounter("x_total", "x", {"a", "b"});
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ((*c)->WithLabels({"only-one"}), nullptr);
+  EXPECT_NE((*c)->WithLabels({"1", "2"}), nullptr);
+  EXPECT_EQ((*c)->WithLabels({"1", "2"}), (*c)->WithLabels({"1", "2"}));
+}
+
+TEST(MetricsRegistryTest, SectionsAreAppendedAfterFamilies) {
+  MetricsRegistry registry;
+  ASSERT_TRUE(registry.AddGauge("first", "f", {}).has_value());
+  registry.AddSection([](std::string& out) {
+    out += "# HELP engine_x X.\n# TYPE engine_x gauge\nengine_x 2";  // no trailing newline
+  });
+  const std::string text = registry.Expose();
+  EXPECT_TRUE(text.ends_with("engine_x 2\n")) << text;
+}
+
+TEST(MetricsRegistryTest, ConcurrentIncrementsAreNotLost) {
+  MetricsRegistry registry;
+  auto c = registry.AddCounter("race_total", "r", {"t"});
+  auto h = registry.AddHistogram("race_seconds", "r", {"t"}, {1});
+  ASSERT_TRUE(c.has_value() && h.has_value());
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 10'000; ++i) {
+        (*c)->WithLabels({std::to_string(t % 2)})->Inc();
+        (*h)->WithLabels({"x"})->Observe(0.5);
+        if (i % 1000 == 0) (void)registry.Expose();
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ((*c)->WithLabels({"0"})->Value() + (*c)->WithLabels({"1"})->Value(), 80'000u);
+  EXPECT_EQ((*h)->WithLabels({"x"})->CumulativeCounts().back(), 80'000u);
+}
+
+RequestRecord SampleRecord() {
+  RequestRecord r;
+  r.model = "gpt-4o";
+  r.provider = "openai";
+  r.status = "ok";
+  r.http_status = 200;
+  r.upstream_status = 200;
+  r.latency_us = 1'200'000;
+  r.ttft_us = 300'000;
+  r.usage.cache_read = 1024;
+  r.usage.cache_write_5m = 0;
+  r.usage.cache_write_1h = 0;
+  r.usage.uncached = 1024;
+  r.usage.output = 100;
+  r.cost.priced = true;
+  r.cost.complete = true;
+  r.cost.total = 2'500'000'000;  // 0.0025 USD
+  return r;
+}
+
+TEST(GatewayMetricsTest, ObserveUpdatesEveryFamily) {
+  MetricsRegistry registry;
+  auto metrics = GatewayMetrics::Create(registry);
+  ASSERT_TRUE(metrics.has_value()) << metrics.error().ToString();
+  RequestRecord r = SampleRecord();
+  (*metrics)->Observe(r);
+  RequestRecord second = SampleRecord();
+  second.usage.cache_read = 0;  // ratio is cumulative: 1024 / (2048 + 1024)
+  second.usage.uncached = 1024;
+  (*metrics)->Observe(second);
+  RequestRecord failed = SampleRecord();
+  failed.status = "upstream_error";
+  failed.upstream_status = 503;
+  failed.usage = Usage{};  // nothing known: no tokens, no ratio change
+  failed.cost = Cost{};
+  failed.ttft_us.reset();
+  (*metrics)->Observe(failed);
+  RequestRecord timeout = failed;
+  timeout.status = "timeout";
+  timeout.upstream_status = 0;
+  (*metrics)->Observe(timeout);
+  (*metrics)->ObserveAlertDelivery("slack", "delivered");
+
+  const std::string text = registry.Expose();
+  const std::string mp = "model=\"gpt-4o\",provider=\"openai\"";
+  EXPECT_TRUE(Contains(text, "kvgate_requests_total{" + mp + ",status=\"ok\"} 2\n")) << text;
+  EXPECT_TRUE(Contains(text, "kvgate_requests_total{" + mp + ",status=\"upstream_error\"} 1\n"));
+  EXPECT_TRUE(Contains(text, "kvgate_tokens_total{" + mp + ",kind=\"cache_read\"} 1024\n"));
+  EXPECT_TRUE(Contains(text, "kvgate_tokens_total{" + mp + ",kind=\"uncached\"} 2048\n"));
+  EXPECT_TRUE(Contains(text, "kvgate_tokens_total{" + mp + ",kind=\"output\"} 200\n"));
+  // Zero counts add nothing, and no series is created for them.
+  EXPECT_FALSE(Contains(text, "kind=\"cache_write\"")) << text;
+  EXPECT_TRUE(Contains(text, "kvgate_cost_usd_total{" + mp + "} 0.005\n")) << text;
+  EXPECT_TRUE(Contains(text, "kvgate_request_duration_seconds_count{" + mp + "} 4\n"));
+  EXPECT_TRUE(Contains(text, "kvgate_request_duration_seconds_bucket{" + mp + ",le=\"1\"} 0\n"));
+  EXPECT_TRUE(Contains(text, "kvgate_request_duration_seconds_bucket{" + mp + ",le=\"2.5\"} 4\n"));
+  EXPECT_TRUE(Contains(text, "kvgate_time_to_first_token_seconds_count{" + mp + "} 2\n"));
+  EXPECT_TRUE(Contains(text, "kvgate_cache_hit_ratio{" + mp + "} 0.3333333333333333\n")) << text;
+  EXPECT_TRUE(Contains(text, "kvgate_upstream_errors_total{provider=\"openai\",code=\"503\"} 1\n"))
+      << text;
+  EXPECT_TRUE(Contains(text, "kvgate_upstream_errors_total{provider=\"openai\",code=\"timeout\"} 1\n"))
+      << text;
+  EXPECT_TRUE(
+      Contains(text, "kvgate_alert_deliveries_total{channel=\"slack\",outcome=\"delivered\"} 1\n"));
+}
+
+TEST(GatewayMetricsTest, CreateTwiceOnOneRegistryFails) {
+  MetricsRegistry registry;
+  ASSERT_TRUE(GatewayMetrics::Create(registry).has_value());
+  EXPECT_FALSE(GatewayMetrics::Create(registry).has_value());
+}
+
+// promtool is the reference parser for the exposition format; CI installs it (scripts/setup.sh).
+TEST(PromtoolTest, ExpositionPassesPromtoolCheckMetrics) {
+  if (std::system("command -v promtool >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "promtool not found on PATH (Debian package 'prometheus'); "
+                    "exposition not validated by the reference parser";
+  }
+  MetricsRegistry registry;
+  auto metrics = GatewayMetrics::Create(registry);
+  ASSERT_TRUE(metrics.has_value());
+  RequestRecord r = SampleRecord();
+  r.model = "we\"ird\\model\nname";
+  (*metrics)->Observe(r);
+  (*metrics)->Observe(SampleRecord());
+  (*metrics)->ObserveAlertDelivery("webhook", "failed");
+  registry.AddSection([](std::string& out) {
+    out += "# HELP engine_kv_cache_usage_perc KV cache usage.\n";
+    out += "# TYPE engine_kv_cache_usage_perc gauge\n";
+    out += "engine_kv_cache_usage_perc 0.25\n";
+  });
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("kvgate_metrics_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto file = dir / "metrics.prom";
+  {
+    std::ofstream out(file);
+    out << registry.Expose();
+  }
+  const auto log = dir / "promtool.log";
+  const std::string cmd =
+      "promtool check metrics < '" + file.string() + "' > '" + log.string() + "' 2>&1";
+  const int rc = std::system(cmd.c_str());
+  std::ifstream in(log);
+  const std::string output((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(rc, 0) << "promtool output:\n" << output << "\nexposition:\n" << registry.Expose();
+  std::filesystem::remove_all(dir);
+}
+
+// The promtool test above must be able to fail: a malformed exposition is rejected.
+TEST(PromtoolTest, PromtoolRejectsBrokenExposition) {
+  if (std::system("command -v promtool >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "promtool not found on PATH (Debian package 'prometheus')";
+  }
+  const auto file = std::filesystem::temp_directory_path() /
+                    ("kvgate_broken_" + std::to_string(::getpid()) + ".prom");
+  {
+    std::ofstream out(file);
+    out << "# TYPE x counter\nx{a=\"unterminated} 1\n";
+  }
+  const std::string cmd = "promtool check metrics < '" + file.string() + "' > /dev/null 2>&1";
+  EXPECT_NE(std::system(cmd.c_str()), 0);
+  std::filesystem::remove(file);
+}
+
+}  // namespace
+}  // namespace kvgate::telemetry

@@ -1,0 +1,108 @@
+// The KV block pool: which 16-token blocks hold which tokens, shared by prefix, evicted LRU.
+// Integers only — no tensors. The design follows vLLM v1's block pool:
+//  - a fixed pool of blocks; only full blocks are hashed, as xxHash64(parent hash, token ids,
+//    salt), and registered in a hash -> block map once their K/V has been computed;
+//  - a hit is confirmed by comparing token ids (a hash collision is a miss, never wrong output);
+//  - refcounts let concurrent sequences share blocks;
+//  - free blocks sit in an intrusive doubly-linked LRU queue (head = evicted first); a free block
+//    keeps its hash until it is reused (lazy eviction), so a later request can still hit it;
+//  - a finished sequence returns its blocks tail-first, so its tail is evicted before its head;
+//  - hits are capped so at least one prompt token is always computed (the model needs a query).
+// Thread safety: none. The scheduler owns the BlockManager and calls it from the engine thread.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+namespace kvgate::engine {
+
+inline constexpr int kBlockSize = 16;
+
+// The blocks of one sequence. Owned by the sequence; changed only through BlockManager.
+struct SequenceBlocks {
+  std::vector<int32_t> block_ids;   // block table: token i lives in block_ids[i / 16]
+  std::vector<uint64_t> hashes;     // hashes of the leading full blocks computed so far
+  int num_cached_tokens = 0;        // prompt tokens reused from the cache at allocation
+  int num_registered_blocks = 0;    // full blocks whose hash is registered (owned or hit)
+  uint64_t salt = 0;                // cache salt (0 = none): separates tenants' caches
+};
+
+struct BlockManagerStats {
+  int64_t num_blocks = 0;
+  int64_t used_blocks = 0;          // refcount > 0
+  int64_t cached_free_blocks = 0;   // refcount 0 but still holding a hash (reusable on a hit)
+  uint64_t queries_tokens = 0;      // prompt tokens looked up at allocation (vLLM's queries)
+  uint64_t hit_tokens = 0;          // of those, found in the cache (vLLM's hits)
+  uint64_t evictions = 0;           // hashed blocks whose content was dropped for reuse
+  uint64_t written_blocks = 0;      // full blocks newly registered in the cache
+};
+
+class BlockManager {
+ public:
+  explicit BlockManager(int32_t num_blocks);
+
+  int32_t num_blocks() const { return static_cast<int32_t>(blocks_.size()); }
+  int32_t num_free_blocks() const { return num_free_; }
+
+  // Hash of one full block given its parent's hash (0 for the first block).
+  static uint64_t HashBlock(uint64_t parent, std::span<const int32_t> tokens, uint64_t salt);
+
+  // How many leading tokens of `tokens` are cached right now (block aligned, capped at
+  // size - 1). Changes nothing: no LRU order, no refcount, no counters.
+  int LookupCachedTokens(std::span<const int32_t> tokens, uint64_t salt = 0) const;
+
+  // Whether Allocate(tokens) would succeed now: the blocks it needs beyond its cache hits, plus
+  // the hit blocks that are currently free (taking them removes them from the free queue).
+  bool CanAllocate(std::span<const int32_t> tokens, uint64_t salt = 0) const;
+
+  // Gives `seq` (which must hold no blocks) blocks for every token of `tokens`: cached full blocks
+  // are shared (refcount + 1, removed from the free queue), the rest come from the head of the
+  // free queue, evicting whatever hash they held. Sets seq.num_cached_tokens.
+  // REQUIRES: CanAllocate(tokens, seq.salt).
+  void Allocate(std::span<const int32_t> tokens, SequenceBlocks& seq);
+
+  // Whether `seq` can grow to hold `num_tokens` tokens.
+  bool CanGrow(const SequenceBlocks& seq, int num_tokens) const;
+  // Adds blocks so that `seq` holds `num_tokens` tokens. REQUIRES: CanGrow(seq, num_tokens).
+  void Grow(SequenceBlocks& seq, int num_tokens);
+
+  // Registers the full blocks among the first `num_computed` tokens (their K/V is now written) in
+  // the prefix cache. `tokens` is the sequence's whole token list so far. Returns the number of
+  // tokens newly written into the cache (blocks registered by this call x 16; a block whose hash is
+  // already held by another block is not registered twice and is not counted).
+  int CommitComputed(std::span<const int32_t> tokens, int num_computed, SequenceBlocks& seq);
+
+  // Releases the sequence's blocks, tail first. Blocks keep their hashes (lazy eviction).
+  void Free(SequenceBlocks& seq);
+
+  BlockManagerStats stats() const;
+
+ private:
+  struct Block {
+    int32_t ref_count = 0;
+    bool hashed = false;
+    uint64_t hash = 0;
+    std::vector<int32_t> tokens;  // the 16 token ids, for confirming hits (only when hashed)
+    uint64_t salt = 0;
+    int32_t prev = -1;  // free-queue links; -1 = none
+    int32_t next = -1;
+    bool in_free_queue = false;
+  };
+
+  // Walks the chain of full blocks of `tokens`, returning the cached block ids (capped).
+  std::vector<int32_t> FindHits(std::span<const int32_t> tokens, uint64_t salt) const;
+  int32_t PopFree();             // from the head; evicts its hash
+  void PushFreeTail(int32_t id);
+  void Unlink(int32_t id);
+
+  std::vector<Block> blocks_;
+  std::unordered_map<uint64_t, int32_t> cached_;  // hash -> block id
+  int32_t head_ = -1;  // least recently used free block
+  int32_t tail_ = -1;
+  int32_t num_free_ = 0;
+  BlockManagerStats stats_;
+};
+
+}  // namespace kvgate::engine

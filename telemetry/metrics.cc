@@ -30,9 +30,9 @@ bool IsLabelName(std::string_view s) {
 }
 
 // name{a="x",b="y"} with an optional extra label (le) appended; no braces when there are none.
-void AppendSeriesName(std::string& out, std::string_view name, const std::vector<std::string>& names,
-                      const std::vector<std::string>& values, std::string_view extra_name = {},
-                      std::string_view extra_value = {}) {
+void AppendSeriesName(std::string& out, std::string_view name,
+                      const std::vector<std::string>& names, const std::vector<std::string>& values,
+                      std::string_view extra_name = {}, std::string_view extra_value = {}) {
   out += name;
   if (names.empty() && extra_name.empty()) return;
   out += '{';
@@ -362,17 +362,17 @@ Result<std::unique_ptr<GatewayMetrics>> GatewayMetrics::Create(MetricsRegistry& 
   auto m = std::unique_ptr<GatewayMetrics>(new GatewayMetrics(registry));
   const std::vector<std::string> mp = {"model", "provider"};
   // Request durations span fast cache hits to multi-minute reasoning runs.
-  const std::vector<double> duration_bounds = {0.05, 0.1, 0.25, 0.5, 1,  2.5,
+  const std::vector<double> duration_bounds = {0.05, 0.1, 0.25, 0.5, 1,   2.5,
                                                5,    10,  30,   60,  120, 300};
   const std::vector<double> ttft_bounds = {0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30};
   auto requests = registry.AddCounter("kvgate_requests_total", "Requests handled, by final status.",
                                       {"model", "provider", "status"});
   if (!requests) return std::unexpected(requests.error());
   m->requests_ = *requests;
-  auto tokens = registry.AddCounter(
-      "kvgate_tokens_total",
-      "Tokens by kind (cache_read, cache_write, uncached, output); unreported counts are not added.",
-      {"model", "provider", "kind"});
+  auto tokens = registry.AddCounter("kvgate_tokens_total",
+                                    "Tokens by kind (cache_read, cache_write, uncached, output); "
+                                    "unreported counts are not added.",
+                                    {"model", "provider", "kind"});
   if (!tokens) return std::unexpected(tokens.error());
   m->tokens_ = *tokens;
   auto cost = registry.AddCounter("kvgate_cost_usd_total", "Cost in USD of priced requests.", mp,
@@ -383,14 +383,15 @@ Result<std::unique_ptr<GatewayMetrics>> GatewayMetrics::Create(MetricsRegistry& 
                                         "Request arrival to last byte sent.", mp, duration_bounds);
   if (!duration) return std::unexpected(duration.error());
   m->duration_ = *duration;
-  auto ttft = registry.AddHistogram("kvgate_time_to_first_token_seconds",
-                                    "Request arrival to first content token sent.", mp,
-                                    ttft_bounds);
+  auto ttft =
+      registry.AddHistogram("kvgate_time_to_first_token_seconds",
+                            "Request arrival to first content token sent.", mp, ttft_bounds);
   if (!ttft) return std::unexpected(ttft.error());
   m->ttft_ = *ttft;
   auto ratio = registry.AddGauge(
       "kvgate_cache_hit_ratio",
-      "Cumulative cache-read tokens over all input tokens, for requests with fully known input.", mp);
+      "Cumulative cache-read tokens over all input tokens, for requests with fully known input.",
+      mp);
   if (!ratio) return std::unexpected(ratio.error());
   m->hit_ratio_ = *ratio;
   auto upstream = registry.AddCounter("kvgate_upstream_errors_total",

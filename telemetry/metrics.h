@@ -91,8 +91,8 @@ class Family {
   const std::string name_;
   const std::string help_;
   const std::vector<std::string> label_names_;
-  int decimals_ = 0;             // counters only: see Counter
-  std::vector<double> bounds_;   // histograms only
+  int decimals_ = 0;            // counters only: see Counter
+  std::vector<double> bounds_;  // histograms only
   // Guards the map's shape (not the series' values, which are atomics).
   mutable std::shared_mutex mu_;
   std::map<std::vector<std::string>, std::unique_ptr<Series>> series_;  // GUARDED_BY(mu_)
@@ -112,8 +112,8 @@ class MetricsRegistry {
 
   // Registration validates names: metric names match [a-zA-Z_:][a-zA-Z0-9_:]*, label names
   // [a-zA-Z_][a-zA-Z0-9_]* and do not start with "__"; counter names must end in "_total";
-  // histograms may not use the label "le" and need strictly increasing, finite bounds. A name may be
-  // registered once. Errors are kInvalidArgument.
+  // histograms may not use the label "le" and need strictly increasing, finite bounds. A name may
+  // be registered once. Errors are kInvalidArgument.
   Result<CounterFamily*> AddCounter(std::string name, std::string help,
                                     std::vector<std::string> label_names, int decimals = 0);
   Result<GaugeFamily*> AddGauge(std::string name, std::string help,

@@ -1,5 +1,6 @@
 #include "telemetry/metrics.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -7,8 +8,6 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 namespace kvgate::telemetry {
 namespace {
@@ -198,7 +197,8 @@ TEST(GatewayMetricsTest, ObserveUpdatesEveryFamily) {
   EXPECT_TRUE(Contains(text, "kvgate_cache_hit_ratio{" + mp + "} 0.3333333333333333\n")) << text;
   EXPECT_TRUE(Contains(text, "kvgate_upstream_errors_total{provider=\"openai\",code=\"503\"} 1\n"))
       << text;
-  EXPECT_TRUE(Contains(text, "kvgate_upstream_errors_total{provider=\"openai\",code=\"timeout\"} 1\n"))
+  EXPECT_TRUE(
+      Contains(text, "kvgate_upstream_errors_total{provider=\"openai\",code=\"timeout\"} 1\n"))
       << text;
   EXPECT_TRUE(
       Contains(text, "kvgate_alert_deliveries_total{channel=\"slack\",outcome=\"delivered\"} 1\n"));
@@ -229,8 +229,8 @@ TEST(PromtoolTest, ExpositionPassesPromtoolCheckMetrics) {
     out += "# TYPE engine_kv_cache_usage_perc gauge\n";
     out += "engine_kv_cache_usage_perc 0.25\n";
   });
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("kvgate_metrics_" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("kvgate_metrics_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const auto file = dir / "metrics.prom";
   {

@@ -1,0 +1,432 @@
+#include "telemetry/diagnosis.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+
+namespace kvgate::telemetry {
+namespace {
+
+// FNV-1a over bytes, then a 64-bit finalizer (MurmurHash3's fmix64) so that nearby inputs spread.
+uint64_t Fmix64(uint64_t k) {
+  k ^= k >> 33;
+  k *= 0xff51afd7ed558ccdULL;
+  k ^= k >> 33;
+  k *= 0xc4ceb9fe1a85ec53ULL;
+  k ^= k >> 33;
+  return k;
+}
+
+uint64_t HashBytes(std::string_view bytes) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 0x100000001b3ULL;
+  }
+  return Fmix64(h ^ bytes.size());
+}
+
+uint64_t CombinePrefix(uint64_t previous, uint64_t element_hash, FingerprintElement::Kind kind,
+                       uint64_t length) {
+  return Fmix64(previous * 0x9e3779b97f4a7c15ULL + element_hash + (uint64_t(kind) + 1) * 31 +
+                (length << 3));
+}
+
+std::string Canonical(const nlohmann::json& value) {
+  try {
+    return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  } catch (...) {  // dump with the replace handler should not throw; stay total anyway
+    return {};
+  }
+}
+
+void AddElement(PromptFingerprint& fp, FingerprintElement::Kind kind, int message_index,
+                const nlohmann::json& value) {
+  const std::string text = Canonical(value);
+  FingerprintElement e;
+  e.kind = kind;
+  e.message_index = message_index;
+  e.length = text.size();
+  for (size_t off = 0; off < text.size(); off += kFingerprintChunkBytes) {
+    const std::string_view chunk = std::string_view(text).substr(off, kFingerprintChunkBytes);
+    e.chunks.push_back(uint32_t(HashBytes(chunk) >> 32));
+  }
+  const uint64_t previous = fp.elements.empty() ? 0 : fp.elements.back().prefix_hash;
+  e.prefix_hash = CombinePrefix(previous, HashBytes(text), kind, e.length);
+  fp.elements.push_back(std::move(e));
+}
+
+constexpr char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+std::string Base64(const std::vector<uint8_t>& in) {
+  std::string out;
+  out.reserve((in.size() + 2) / 3 * 4);
+  for (size_t i = 0; i < in.size(); i += 3) {
+    uint32_t n = uint32_t(in[i]) << 16;
+    if (i + 1 < in.size()) n |= uint32_t(in[i + 1]) << 8;
+    if (i + 2 < in.size()) n |= in[i + 2];
+    out += kB64[(n >> 18) & 63];
+    out += kB64[(n >> 12) & 63];
+    out += i + 1 < in.size() ? kB64[(n >> 6) & 63] : '=';
+    out += i + 2 < in.size() ? kB64[n & 63] : '=';
+  }
+  return out;
+}
+
+std::optional<std::vector<uint8_t>> Unbase64(std::string_view in) {
+  if (in.size() % 4 != 0) return std::nullopt;
+  auto value = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+  };
+  std::vector<uint8_t> out;
+  for (size_t i = 0; i < in.size(); i += 4) {
+    uint32_t n = 0;
+    int pad = 0;
+    for (size_t j = 0; j < 4; ++j) {
+      const char c = in[i + j];
+      if (c == '=' && i + 4 == in.size() && j >= 2) {
+        ++pad;
+        n <<= 6;
+        continue;
+      }
+      const int v = value(c);
+      if (v < 0 || pad > 0) return std::nullopt;
+      n = (n << 6) | uint32_t(v);
+    }
+    out.push_back(uint8_t(n >> 16));
+    if (pad < 2) out.push_back(uint8_t(n >> 8));
+    if (pad < 1) out.push_back(uint8_t(n));
+  }
+  return out;
+}
+
+std::string_view KindName(FingerprintElement::Kind kind) {
+  switch (kind) {
+    case FingerprintElement::Kind::kTools:
+      return "tools";
+    case FingerprintElement::Kind::kSystem:
+      return "system";
+    case FingerprintElement::Kind::kMessage:
+      return "message";
+  }
+  return "message";
+}
+
+std::string Hex16(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+// Cache hits come in whole granularity steps, and nothing below the minimum is cached.
+int64_t Cacheable(int64_t tokens, const CacheRules& rules) {
+  if (tokens <= 0 || tokens < rules.min_tokens) return 0;
+  const int64_t g = std::max<int64_t>(1, rules.granularity);
+  return tokens / g * g;
+}
+
+}  // namespace
+
+uint64_t PromptFingerprint::TotalBytes() const {
+  uint64_t total = 0;
+  for (const auto& e : elements) total += e.length;
+  return total;
+}
+
+PromptFingerprint Fingerprint(const nlohmann::json& body) {
+  PromptFingerprint fp;
+  if (!body.is_object()) return fp;
+  if (auto it = body.find("tools"); it != body.end() && !it->is_null()) {
+    AddElement(fp, FingerprintElement::Kind::kTools, -1, *it);
+  }
+  if (auto it = body.find("system"); it != body.end() && !it->is_null()) {
+    AddElement(fp, FingerprintElement::Kind::kSystem, -1, *it);
+  }
+  if (auto it = body.find("messages"); it != body.end() && it->is_array()) {
+    int index = 0;
+    for (const auto& message : *it) {
+      AddElement(fp, FingerprintElement::Kind::kMessage, index++, message);
+    }
+  }
+  return fp;
+}
+
+nlohmann::json ToJson(const PromptFingerprint& fp) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& e : fp.elements) {
+    std::vector<uint8_t> bytes;
+    bytes.reserve(e.chunks.size() * 4);
+    for (uint32_t c : e.chunks) {
+      for (int b = 0; b < 4; ++b) bytes.push_back(uint8_t(c >> (8 * b)));
+    }
+    nlohmann::json j = {{"k", KindName(e.kind)},
+                        {"h", Hex16(e.prefix_hash)},
+                        {"n", e.length},
+                        {"c", Base64(bytes)}};
+    if (e.kind == FingerprintElement::Kind::kMessage) j["i"] = e.message_index;
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+Result<PromptFingerprint> FromJson(const nlohmann::json& json) {
+  auto bad = [](const std::string& why) {
+    return MakeError(ErrorCode::kCorruptData, "prompt fingerprint: " + why);
+  };
+  if (!json.is_array()) return bad("not an array");
+  PromptFingerprint fp;
+  for (const auto& j : json) {
+    if (!j.is_object()) return bad("element is not an object");
+    FingerprintElement e;
+    const auto k = j.find("k");
+    const auto h = j.find("h");
+    const auto n = j.find("n");
+    const auto c = j.find("c");
+    if (k == j.end() || !k->is_string() || h == j.end() || !h->is_string() || n == j.end() ||
+        !n->is_number_unsigned() || c == j.end() || !c->is_string()) {
+      return bad("element lacks k/h/n/c");
+    }
+    const std::string kind = k->get<std::string>();
+    if (kind == "tools") {
+      e.kind = FingerprintElement::Kind::kTools;
+    } else if (kind == "system") {
+      e.kind = FingerprintElement::Kind::kSystem;
+    } else if (kind == "message") {
+      e.kind = FingerprintElement::Kind::kMessage;
+      const auto i = j.find("i");
+      if (i == j.end() || !i->is_number_integer()) return bad("message element lacks i");
+      e.message_index = i->get<int>();
+    } else {
+      return bad("unknown kind '" + kind + "'");
+    }
+    const std::string hex = h->get<std::string>();
+    if (hex.size() != 16 || hex.find_first_not_of("0123456789abcdef") != std::string::npos) {
+      return bad("bad hash");
+    }
+    e.prefix_hash = std::stoull(hex, nullptr, 16);
+    e.length = n->get<uint64_t>();
+    auto bytes = Unbase64(c->get<std::string>());
+    if (!bytes || bytes->size() % 4 != 0) return bad("bad chunk list");
+    if (bytes->size() / 4 != (e.length + kFingerprintChunkBytes - 1) / kFingerprintChunkBytes) {
+      return bad("chunk count does not match length");
+    }
+    for (size_t i = 0; i < bytes->size(); i += 4) {
+      e.chunks.push_back(uint32_t((*bytes)[i]) | uint32_t((*bytes)[i + 1]) << 8 |
+                         uint32_t((*bytes)[i + 2]) << 16 | uint32_t((*bytes)[i + 3]) << 24);
+    }
+    fp.elements.push_back(std::move(e));
+  }
+  return fp;
+}
+
+PrefixComparison ComparePrefixes(const PromptFingerprint& previous,
+                                 const PromptFingerprint& current) {
+  PrefixComparison out;
+  const auto& p = previous.elements;
+  const auto& c = current.elements;
+  size_t i = 0;
+  while (i < p.size() && i < c.size() && p[i].prefix_hash == c[i].prefix_hash) {
+    out.common_bytes += c[i].length;
+    ++i;
+  }
+  out.common_elements = i;
+  out.previous_intact = i == p.size();
+  if (out.previous_intact || i >= c.size()) return out;
+  const FingerprintElement& pe = p[i];
+  const FingerprintElement& ce = c[i];
+  out.diverged_kind = ce.kind;
+  out.diverged_message_index = ce.message_index;
+  if (pe.kind != ce.kind) return out;  // a different element altogether: offset 0
+  size_t k = 0;
+  while (k < pe.chunks.size() && k < ce.chunks.size() && pe.chunks[k] == ce.chunks[k]) ++k;
+  // Chunks are aligned from the element's start, so the first unequal chunk (or the end of the
+  // shorter element) bounds the first differing byte.
+  const uint64_t offset =
+      std::min<uint64_t>(uint64_t(k) * kFingerprintChunkBytes, std::min(pe.length, ce.length));
+  out.diverged_char_offset = offset;
+  out.common_bytes += offset;
+  return out;
+}
+
+nlohmann::json Diagnosis::ToJson() const {
+  nlohmann::json j = {{"cause", cause},
+                      {"detail", detail},
+                      {"expected_cached", expected_cached},
+                      {"cached", cached},
+                      {"idle_seconds", idle_seconds}};
+  if (message_index) j["message_index"] = *message_index;
+  if (element) j["element"] = *element;
+  if (char_offset) j["char_offset"] = *char_offset;
+  if (previous_model) j["previous_model"] = *previous_model;
+  if (previous_provider) j["previous_provider"] = *previous_provider;
+  if (min_tokens) j["min_tokens"] = *min_tokens;
+  return j;
+}
+
+TurnSummary TurnSummary::Of(const RequestRecord& r, PromptFingerprint fingerprint) {
+  TurnSummary t;
+  t.model = r.model;
+  t.provider = r.provider;
+  t.created_at_us = r.created_at_us;
+  t.fingerprint = std::make_shared<const PromptFingerprint>(std::move(fingerprint));
+  t.cache_read = r.usage.cache_read;
+  if (r.usage.cache_write_5m && r.usage.cache_write_1h) {
+    t.cache_write = *r.usage.cache_write_5m + *r.usage.cache_write_1h;
+  }
+  t.total_input = r.usage.TotalInput();
+  t.wrote_1h = r.usage.cache_write_1h.value_or(0) > 0;
+  return t;
+}
+
+std::optional<Diagnosis> DiagnoseTurn(const TurnSummary& prev, const TurnSummary& cur,
+                                      const CacheRules& rules) {
+  if (!cur.cache_read || !cur.total_input || !prev.fingerprint || !cur.fingerprint) {
+    return std::nullopt;
+  }
+  // Tokens of the previous prompt that should be in the cache after the previous turn.
+  int64_t in_cache = 0;
+  if (rules.automatic) {
+    if (!prev.total_input) return std::nullopt;
+    in_cache = *prev.total_input;
+  } else {
+    if (!prev.cache_read || !prev.cache_write) return std::nullopt;
+    in_cache = *prev.cache_read + *prev.cache_write;
+  }
+  const PrefixComparison cmp = ComparePrefixes(*prev.fingerprint, *cur.fingerprint);
+  const int64_t cached = *cur.cache_read;
+  const int64_t full = Cacheable(std::min(in_cache, *cur.total_input), rules);
+  const int64_t tolerance = std::max<int64_t>(std::max<int64_t>(1, rules.granularity), full / 50);
+  const bool dropped = full > 0 && cached + tolerance < full;
+
+  Diagnosis d;
+  d.expected_cached = full;
+  d.cached = cached;
+  d.idle_seconds = double(cur.created_at_us - prev.created_at_us) / 1e6;
+  char buf[96];
+
+  if (cur.model != prev.model || cur.provider != prev.provider) {
+    if (!dropped) return std::nullopt;
+    d.cause = "model_switch";
+    d.previous_model = prev.model;
+    d.previous_provider = prev.provider;
+    d.detail = "this turn went to " + cur.model + " via " + cur.provider +
+               ", the previous one to " + prev.model + " via " + prev.provider +
+               "; prompt caches are per model";
+    return d;
+  }
+  if (rules.min_tokens > 0 && *cur.total_input < rules.min_tokens && cached == 0 &&
+      cmp.common_elements > 0) {
+    d.cause = "below_minimum";
+    d.min_tokens = rules.min_tokens;
+    d.detail = "the prompt has " + std::to_string(*cur.total_input) +
+               " input tokens, below this provider's minimum cacheable length of " +
+               std::to_string(rules.min_tokens);
+    return d;
+  }
+  if (!dropped) return std::nullopt;
+  if (!cmp.previous_intact) {
+    d.cause = "prompt_changed";
+    if (cmp.diverged_kind) {
+      d.element = std::string(KindName(*cmp.diverged_kind));
+      d.char_offset = cmp.diverged_char_offset;
+      if (*cmp.diverged_kind == FingerprintElement::Kind::kMessage) {
+        d.message_index = cmp.diverged_message_index;
+        std::snprintf(buf, sizeof(buf), "message %d", cmp.diverged_message_index);
+        d.detail = buf;
+      } else {
+        d.detail = "the " + *d.element;
+      }
+      std::snprintf(buf, sizeof(buf), " differs from the previous turn at character %llu",
+                    static_cast<unsigned long long>(cmp.diverged_char_offset));
+      d.detail = "the prompt changed: " + d.detail + buf + " (within " +
+                 std::to_string(kFingerprintChunkBytes) + " characters)";
+    } else {
+      d.detail = "the prompt changed: it has " + std::to_string(cur.fingerprint->elements.size()) +
+                 " elements, a strict prefix of the previous turn's " +
+                 std::to_string(prev.fingerprint->elements.size());
+    }
+    return d;
+  }
+  const int64_t ttl =
+      prev.wrote_1h ? std::max<int64_t>(rules.ttl_seconds, 3600) : rules.ttl_seconds;
+  const bool reads_gone =
+      cached < std::max<int64_t>(std::max<int64_t>(1, rules.granularity), full / 20);
+  if (reads_gone && d.idle_seconds >= double(ttl)) {
+    d.cause = "expired";
+    std::snprintf(buf, sizeof(buf), "%.0f s idle, at or above the cache TTL of %lld s",
+                  d.idle_seconds, static_cast<long long>(ttl));
+    d.detail = std::string("the prompt prefix was unchanged but the cache had expired: ") + buf;
+    return d;
+  }
+  d.cause = "partial_eviction";
+  d.detail = "the prompt prefix was unchanged but only " + std::to_string(cached) + " of " +
+             std::to_string(full) + " expected tokens were read from the cache";
+  if (reads_gone) d.detail += " (evicted before the TTL)";
+  return d;
+}
+
+// ThreadTracker ----------------------------------------------------------------------------------
+
+ThreadTracker::ThreadTracker(ThreadTrackerOptions options)
+    : per_shard_cap_(
+          std::max<size_t>(1, options.max_threads / std::max<size_t>(1, options.shards))) {
+  const size_t n = std::max<size_t>(1, options.shards);
+  for (size_t i = 0; i < n; ++i) shards_.push_back(std::make_unique<Shard>());
+}
+
+ThreadTracker::Shard& ThreadTracker::ShardFor(const std::string& thread_id) {
+  return *shards_[std::hash<std::string>{}(thread_id) % shards_.size()];
+}
+
+std::optional<Diagnosis> ThreadTracker::Diagnose(const RequestRecord& turn,
+                                                 const PromptFingerprint& fingerprint,
+                                                 const CacheRules& rules) {
+  if (turn.thread_id.empty()) return std::nullopt;
+  TurnSummary current = TurnSummary::Of(turn, fingerprint);
+  std::optional<TurnSummary> previous;
+  {
+    Shard& shard = ShardFor(turn.thread_id);
+    std::lock_guard lock(shard.mu);
+    auto it = shard.threads.find(turn.thread_id);
+    if (it != shard.threads.end()) {
+      previous = std::move(it->second.turn);
+      it->second.turn = current;
+      shard.lru.splice(shard.lru.begin(), shard.lru, it->second.lru_pos);
+    } else {
+      shard.lru.push_front(turn.thread_id);
+      shard.threads.emplace(turn.thread_id, Shard::Entry{current, shard.lru.begin()});
+      while (shard.threads.size() > per_shard_cap_) {
+        shard.threads.erase(shard.lru.back());
+        shard.lru.pop_back();
+      }
+    }
+  }
+  // The comparison runs outside the lock: summaries are values and fingerprints immutable.
+  if (!previous) return std::nullopt;
+  return DiagnoseTurn(*previous, current, rules);
+}
+
+void ThreadTracker::Forget(const std::string& thread_id) {
+  Shard& shard = ShardFor(thread_id);
+  std::lock_guard lock(shard.mu);
+  auto it = shard.threads.find(thread_id);
+  if (it == shard.threads.end()) return;
+  shard.lru.erase(it->second.lru_pos);
+  shard.threads.erase(it);
+}
+
+size_t ThreadTracker::Size() const {
+  size_t n = 0;
+  for (const auto& shard : shards_) {
+    std::lock_guard lock(shard->mu);
+    n += shard->threads.size();
+  }
+  return n;
+}
+
+}  // namespace kvgate::telemetry

@@ -1,0 +1,171 @@
+// Threads and cache-drop diagnosis (ARCHITECTURE.md, "Threads and cache-drop diagnosis").
+//
+// A prompt fingerprint summarizes a request's prompt prefix at element boundaries (tools, then a
+// top-level system, then each message: the order providers cache in) so that two turns of one
+// conversation can be compared without keeping their text: how many leading elements they share,
+// and where, down to a 64-byte chunk of the element's canonical JSON, the first difference lies.
+// The ThreadTracker remembers, per thread, the previous turn and, when a turn's cache reads fall
+// short of what the shared prefix should have given, names the cause.
+//
+// Pure logic: no I/O, no clock (times come from the records).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/error.h"
+#include "telemetry/record.h"
+
+namespace kvgate::telemetry {
+
+// Bytes of canonical JSON per chunk hash. The character offset of a change is known to this many
+// bytes: it lies in [char_offset, char_offset + kFingerprintChunkBytes).
+inline constexpr size_t kFingerprintChunkBytes = 64;
+
+struct FingerprintElement {
+  enum class Kind { kTools, kSystem, kMessage };
+  Kind kind = Kind::kMessage;
+  int message_index = -1;        // index in "messages" for kMessage, -1 otherwise
+  uint64_t prefix_hash = 0;      // rolling hash of this element and every element before it
+  uint64_t length = 0;           // bytes of this element's canonical JSON
+  std::vector<uint32_t> chunks;  // hash of each 64-byte chunk of the canonical JSON
+  bool operator==(const FingerprintElement&) const = default;
+};
+
+struct PromptFingerprint {
+  std::vector<FingerprintElement> elements;
+  uint64_t TotalBytes() const;
+  bool operator==(const PromptFingerprint&) const = default;
+};
+
+// Fingerprints an OpenAI-format (or Anthropic-format) request body: "tools" (whole array, one
+// element), "system" (top-level, one element), then each entry of "messages". Canonical JSON is
+// nlohmann's compact dump (object keys sorted), so key order in the client's bytes does not matter.
+// Missing or malformed fields are skipped; never throws.
+PromptFingerprint Fingerprint(const nlohmann::json& request_body);
+
+// Storage form (RequestRecord.prompt_fingerprint): a JSON array, one object per element:
+// {"k":"tools"|"system"|"message","i":message_index,"h":"<16 hex>","n":length,"c":"<base64 of
+// little-endian u32 chunk hashes>"}.
+nlohmann::json ToJson(const PromptFingerprint& fingerprint);
+Result<PromptFingerprint> FromJson(const nlohmann::json& json);
+
+// Where two fingerprints first differ.
+struct PrefixComparison {
+  size_t common_elements = 0;    // leading elements equal in both
+  uint64_t common_bytes = 0;     // canonical bytes of those elements (plus the equal chunks of the
+                                 // first differing element)
+  bool previous_intact = false;  // every element of the previous prompt is in the current one
+  // When !previous_intact: the first differing element of the current prompt (if it has one).
+  std::optional<FingerprintElement::Kind> diverged_kind;
+  int diverged_message_index = -1;
+  uint64_t diverged_char_offset = 0;  // chunk-aligned byte offset inside that element
+};
+PrefixComparison ComparePrefixes(const PromptFingerprint& previous,
+                                 const PromptFingerprint& current);
+
+// A provider's prompt-caching rules (the price catalog will carry them per provider type).
+struct CacheRules {
+  int64_t min_tokens = 1024;  // shorter prompts are never cached
+  int64_t granularity = 128;  // cache hits come in multiples of this many tokens
+  int64_t ttl_seconds = 300;  // idle time after which the cache is assumed gone
+  // True when the provider caches every prompt prefix by itself (OpenAI, DeepSeek, Gemini implicit,
+  // vLLM, kvgate's engine). False when only marked prefixes are cached (Anthropic cache_control):
+  // then the tracker expects back only what the previous turn read or wrote.
+  bool automatic = true;
+};
+
+struct Diagnosis {
+  // "expired" | "partial_eviction" | "prompt_changed" | "model_switch" | "below_minimum"
+  std::string cause;
+  std::string detail;           // one human sentence
+  int64_t expected_cached = 0;  // tokens the previous turn left cached, as far as this turn uses
+  int64_t cached = 0;           // tokens this turn read from the cache
+  double idle_seconds = 0;      // since the previous turn of the thread arrived
+  std::optional<int> message_index;     // prompt_changed on a message
+  std::optional<std::string> element;   // prompt_changed: "tools" | "system" | "message"
+  std::optional<uint64_t> char_offset;  // prompt_changed: chunk-aligned offset, see above
+  std::optional<std::string> previous_model, previous_provider;  // model_switch
+  std::optional<int64_t> min_tokens;                             // below_minimum
+
+  // {"cause","detail","expected_cached","cached","idle_seconds", and the optional fields set}.
+  nlohmann::json ToJson() const;
+};
+
+// What the tracker remembers of one turn (and all the diagnosis needs of it).
+struct TurnSummary {
+  std::string model, provider;
+  int64_t created_at_us = 0;
+  std::shared_ptr<const PromptFingerprint> fingerprint;  // never null in a summary
+  std::optional<int64_t> cache_read;
+  std::optional<int64_t> cache_write;  // 5m + 1h, when both known
+  std::optional<int64_t> total_input;  // when every input component is known
+  bool wrote_1h = false;               // the turn wrote with a 1-hour TTL
+
+  static TurnSummary Of(const RequestRecord& record, PromptFingerprint fingerprint);
+};
+
+// The diagnosis itself, without state: `previous` and `current` are consecutive turns of a thread,
+// `rules` those of the provider `current` went to. Returns nullopt when there is nothing to say:
+// usage unknown (this turn's cache_read or total input; for automatic caching the previous turn's
+// total input, otherwise its reads and writes), or reads as expected within
+// max(granularity, 2% of the expected count).
+//
+// Decision order: model_switch (reads dropped and the model or provider changed), below_minimum
+// (no reads, the prompt shares a prefix with the previous turn but is shorter than min_tokens),
+// prompt_changed (reads dropped and the shared prefix ended before the end of the previous prompt),
+// expired (intact prefix, reads ~0, idle >= ttl; 1 h when the previous turn wrote 1h entries),
+// partial_eviction (intact prefix, reads dropped otherwise, including ~0 before the TTL).
+std::optional<Diagnosis> DiagnoseTurn(const TurnSummary& previous, const TurnSummary& current,
+                                      const CacheRules& rules);
+
+struct ThreadTrackerOptions {
+  size_t max_threads = 10'000;  // least recently used threads are forgotten beyond this
+  size_t shards = 16;           // independent locks; max_threads is split evenly across them
+};
+
+// Keeps the previous turn of each thread and diagnoses each new turn against it.
+//
+// Thread safety: Diagnose and Forget may be called from any thread. Threads are spread over
+// `shards` shards by hash of the thread id, each with its own mutex held only to swap the stored
+// previous turn for this one and update the LRU; the comparison runs after the lock is released.
+// Two turns of the same thread recorded concurrently are compared in whichever order they take the
+// lock. Memory: per remembered thread, about prompt_bytes / 16 bytes of chunk hashes.
+class ThreadTracker {
+ public:
+  explicit ThreadTracker(ThreadTrackerOptions options = {});
+
+  // Compares `turn` with the previous turn of turn.thread_id, then remembers `turn` as the latest.
+  // Returns nullopt for a turn without thread id (not remembered) and for the first turn of a
+  // thread; otherwise DiagnoseTurn(previous, this turn, rules).
+  std::optional<Diagnosis> Diagnose(const RequestRecord& turn, const PromptFingerprint& fingerprint,
+                                    const CacheRules& rules);
+  void Forget(const std::string& thread_id);
+  size_t Size() const;
+
+ private:
+  struct Shard {
+    mutable std::mutex mu;
+    std::list<std::string> lru;  // GUARDED_BY(mu); front = most recently used
+    struct Entry {
+      TurnSummary turn;
+      std::list<std::string>::iterator lru_pos;
+    };
+    std::unordered_map<std::string, Entry> threads;  // GUARDED_BY(mu)
+  };
+  Shard& ShardFor(const std::string& thread_id);
+
+  // Constant after construction.
+  const size_t per_shard_cap_;
+  std::vector<std::unique_ptr<Shard>> shards_;
+};
+
+}  // namespace kvgate::telemetry

@@ -1,0 +1,320 @@
+#include "telemetry/diagnosis.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+namespace kvgate::telemetry {
+namespace {
+
+using nlohmann::json;
+
+constexpr CacheRules kOpenAI{.min_tokens = 1024, .granularity = 128, .ttl_seconds = 300};
+constexpr CacheRules kAnthropic{
+    .min_tokens = 1024, .granularity = 1, .ttl_seconds = 300, .automatic = false};
+
+constexpr int64_t kT0 = 1'767'225'600'000'000;
+
+json Body(const std::string& system, int user_turns) {
+  json messages = json::array();
+  messages.push_back({{"role", "system"}, {"content", system}});
+  for (int i = 0; i < user_turns; ++i) {
+    messages.push_back({{"role", "user"}, {"content", "question " + std::to_string(i)}});
+    if (i + 1 < user_turns) {
+      messages.push_back({{"role", "assistant"}, {"content", "answer " + std::to_string(i)}});
+    }
+  }
+  return {{"model", "gpt-4o"}, {"messages", messages}};
+}
+
+const std::string kSystem(3000, 's');
+
+RequestRecord Turn(int64_t at_seconds, int64_t read, int64_t uncached, int64_t write = 0) {
+  RequestRecord r;
+  r.thread_id = "thr_1";
+  r.model = "gpt-4o";
+  r.provider = "openai";
+  r.created_at_us = kT0 + at_seconds * 1'000'000;
+  r.usage.cache_read = read;
+  r.usage.cache_write_5m = write;
+  r.usage.cache_write_1h = 0;
+  r.usage.uncached = uncached;
+  r.usage.output = 50;
+  return r;
+}
+
+TEST(FingerprintTest, CanonicalAndOrderedToolsSystemMessages) {
+  json a = json::parse(R"({"system":"S","tools":[{"type":"function"}],
+      "messages":[{"role":"user","content":"hi"}]})");
+  json b = json::parse(R"({"messages":[{"content":"hi","role":"user"}],
+      "tools":[{"type":"function"}],"system":"S"})");
+  PromptFingerprint fa = Fingerprint(a);
+  ASSERT_EQ(fa.elements.size(), 3u);
+  EXPECT_EQ(fa.elements[0].kind, FingerprintElement::Kind::kTools);
+  EXPECT_EQ(fa.elements[1].kind, FingerprintElement::Kind::kSystem);
+  EXPECT_EQ(fa.elements[2].kind, FingerprintElement::Kind::kMessage);
+  EXPECT_EQ(fa.elements[2].message_index, 0);
+  EXPECT_EQ(fa, Fingerprint(b));  // key order does not matter
+  EXPECT_TRUE(Fingerprint(json("not an object")).elements.empty());
+  EXPECT_TRUE(Fingerprint(json::parse(R"({"messages": 3})")).elements.empty());
+}
+
+TEST(FingerprintTest, JsonRoundTripAndRejectsCorruption) {
+  PromptFingerprint fp = Fingerprint(Body(kSystem, 3));
+  json stored = ToJson(fp);
+  ASSERT_TRUE(stored.is_array());
+  auto back = FromJson(json::parse(stored.dump()));
+  ASSERT_TRUE(back.has_value()) << back.error().ToString();
+  EXPECT_EQ(*back, fp);
+
+  json corrupt = stored;
+  corrupt[0]["n"] = 5;  // length no longer matches the chunk list
+  EXPECT_FALSE(FromJson(corrupt).has_value());
+  corrupt = stored;
+  corrupt[0]["c"] = "!!!!";
+  EXPECT_FALSE(FromJson(corrupt).has_value());
+  corrupt = stored;
+  corrupt[1]["k"] = "banana";
+  EXPECT_FALSE(FromJson(corrupt).has_value());
+  EXPECT_FALSE(FromJson(json::object()).has_value());
+}
+
+TEST(FingerprintTest, ComparisonFindsMessageAndCharacter) {
+  json before = Body(kSystem, 2);
+  json after = Body(kSystem, 3);
+  // An appended turn keeps the previous prompt intact.
+  PrefixComparison grow = ComparePrefixes(Fingerprint(before), Fingerprint(after));
+  EXPECT_TRUE(grow.previous_intact);
+  EXPECT_EQ(grow.common_elements, 4u);
+
+  // Edit the system prompt at content character 1000: canonical JSON is
+  // {"content":"sss...","role":"system"}, content starts at byte 12.
+  json edited = after;
+  std::string text = kSystem;
+  text[1000] = 'X';
+  edited["messages"][0]["content"] = text;
+  PrefixComparison cmp = ComparePrefixes(Fingerprint(before), Fingerprint(edited));
+  EXPECT_FALSE(cmp.previous_intact);
+  EXPECT_EQ(cmp.common_elements, 0u);
+  ASSERT_TRUE(cmp.diverged_kind.has_value());
+  EXPECT_EQ(cmp.diverged_message_index, 0);
+  const uint64_t byte = 12 + 1000;
+  EXPECT_EQ(cmp.diverged_char_offset, byte / 64 * 64);
+  EXPECT_LE(cmp.diverged_char_offset, byte);
+  EXPECT_GT(cmp.diverged_char_offset + 64, byte);
+
+  // A change in the last user message of the previous turn.
+  json late = after;
+  late["messages"][3]["content"] = "question 1 (edited)";
+  PrefixComparison lc = ComparePrefixes(Fingerprint(before), Fingerprint(late));
+  EXPECT_EQ(lc.common_elements, 3u);
+  EXPECT_EQ(lc.diverged_message_index, 3);
+}
+
+TEST(ThreadTrackerTest, FirstTurnAndNoThreadIdGiveNull) {
+  ThreadTracker tracker;
+  RequestRecord first = Turn(0, 0, 900);
+  EXPECT_FALSE(tracker.Diagnose(first, Fingerprint(Body(kSystem, 1)), kOpenAI).has_value());
+  RequestRecord anon = Turn(10, 0, 900);
+  anon.thread_id.clear();
+  EXPECT_FALSE(tracker.Diagnose(anon, Fingerprint(Body(kSystem, 1)), kOpenAI).has_value());
+  EXPECT_EQ(tracker.Size(), 1u);
+}
+
+TEST(ThreadTrackerTest, ReadsAsExpectedGiveNull) {
+  ThreadTracker tracker;
+  ASSERT_FALSE(tracker.Diagnose(Turn(0, 0, 1100), Fingerprint(Body(kSystem, 1)), kOpenAI));
+  // 1100 previous tokens -> 1024 cacheable (128-token steps from 1024); 1024 read: as expected.
+  auto d = tracker.Diagnose(Turn(30, 1024, 100), Fingerprint(Body(kSystem, 2)), kOpenAI);
+  EXPECT_FALSE(d.has_value()) << d->ToJson().dump();
+  // One granularity step short is still within tolerance.
+  d = tracker.Diagnose(Turn(60, 1024, 300), Fingerprint(Body(kSystem, 3)), kOpenAI);
+  EXPECT_FALSE(d.has_value()) << d->ToJson().dump();
+}
+
+TEST(ThreadTrackerTest, UnknownUsageIsNotJudged) {
+  ThreadTracker tracker;
+  ASSERT_FALSE(tracker.Diagnose(Turn(0, 0, 2000), Fingerprint(Body(kSystem, 1)), kOpenAI));
+  RequestRecord unknown = Turn(400, 0, 2100);
+  unknown.usage.cache_read.reset();  // e.g. vLLM without --enable-prompt-tokens-details
+  EXPECT_FALSE(tracker.Diagnose(unknown, Fingerprint(Body(kSystem, 2)), kOpenAI).has_value());
+  // And the turn after an unknown one cannot be judged for automatic caching either.
+  RequestRecord next = Turn(800, 0, 2200);
+  EXPECT_FALSE(tracker.Diagnose(next, Fingerprint(Body(kSystem, 3)), kOpenAI).has_value());
+}
+
+TEST(ThreadTrackerTest, ExpiredAfterIdleBeyondTtl) {
+  ThreadTracker tracker;
+  ASSERT_FALSE(tracker.Diagnose(Turn(0, 0, 2000), Fingerprint(Body(kSystem, 1)), kOpenAI));
+  auto d = tracker.Diagnose(Turn(301, 0, 2100), Fingerprint(Body(kSystem, 2)), kOpenAI);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->cause, "expired");
+  EXPECT_EQ(d->expected_cached, 1920);
+  EXPECT_EQ(d->cached, 0);
+  json j = d->ToJson();
+  EXPECT_EQ(j["cause"], "expired");
+  EXPECT_DOUBLE_EQ(j["idle_seconds"].get<double>(), 301.0);
+  EXPECT_FALSE(j["detail"].get<std::string>().empty());
+}
+
+TEST(ThreadTrackerTest, ZeroReadsBeforeTtlIsEviction) {
+  ThreadTracker tracker;
+  ASSERT_FALSE(tracker.Diagnose(Turn(0, 0, 2000), Fingerprint(Body(kSystem, 1)), kOpenAI));
+  auto d = tracker.Diagnose(Turn(60, 0, 2100), Fingerprint(Body(kSystem, 2)), kOpenAI);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->cause, "partial_eviction");
+}
+
+TEST(ThreadTrackerTest, PartialEviction) {
+  ThreadTracker tracker;
+  ASSERT_FALSE(tracker.Diagnose(Turn(0, 0, 4000), Fingerprint(Body(kSystem, 1)), kOpenAI));
+  auto d = tracker.Diagnose(Turn(20, 1024, 3100), Fingerprint(Body(kSystem, 2)), kOpenAI);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->cause, "partial_eviction");
+  EXPECT_EQ(d->expected_cached, 3968);
+  EXPECT_EQ(d->cached, 1024);
+}
+
+TEST(ThreadTrackerTest, PromptChangedNamesMessageAndCharacter) {
+  ThreadTracker tracker;
+  ASSERT_FALSE(tracker.Diagnose(Turn(0, 0, 2000), Fingerprint(Body(kSystem, 1)), kOpenAI));
+  json edited = Body(kSystem, 2);
+  std::string text = kSystem;
+  text[200] = '!';  // e.g. a timestamp in the system prompt
+  edited["messages"][0]["content"] = text;
+  auto d = tracker.Diagnose(Turn(20, 0, 2100), Fingerprint(edited), kOpenAI);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->cause, "prompt_changed");
+  json j = d->ToJson();
+  EXPECT_EQ(j["message_index"], 0);
+  EXPECT_EQ(j["element"], "message");
+  EXPECT_EQ(j["char_offset"], (12 + 200) / 64 * 64);
+  EXPECT_NE(j["detail"].get<std::string>().find("message 0"), std::string::npos) << j.dump();
+}
+
+TEST(ThreadTrackerTest, PromptChangedInToolsNamesTools) {
+  ThreadTracker tracker;
+  json a = Body(kSystem, 1);
+  a["tools"] = json::array({{{"type", "function"}, {"function", {{"name", "search"}}}}});
+  ASSERT_FALSE(tracker.Diagnose(Turn(0, 0, 2000), Fingerprint(a), kOpenAI));
+  json b = Body(kSystem, 2);
+  b["tools"] = json::array({{{"type", "function"}, {"function", {{"name", "lookup"}}}}});
+  auto d = tracker.Diagnose(Turn(20, 0, 2100), Fingerprint(b), kOpenAI);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->cause, "prompt_changed");
+  EXPECT_EQ(d->ToJson()["element"], "tools");
+  EXPECT_FALSE(d->message_index.has_value());
+}
+
+TEST(ThreadTrackerTest, ModelSwitch) {
+  ThreadTracker tracker;
+  ASSERT_FALSE(tracker.Diagnose(Turn(0, 0, 2000), Fingerprint(Body(kSystem, 1)), kOpenAI));
+  RequestRecord switched = Turn(20, 0, 2100);
+  switched.model = "gpt-4o-mini";
+  auto d = tracker.Diagnose(switched, Fingerprint(Body(kSystem, 2)), kOpenAI);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->cause, "model_switch");
+  EXPECT_EQ(d->ToJson()["previous_model"], "gpt-4o");
+  // Same model, another provider: also a switch.
+  RequestRecord other = Turn(40, 0, 2200);
+  other.model = "gpt-4o-mini";
+  other.provider = "azure";
+  d = tracker.Diagnose(other, Fingerprint(Body(kSystem, 3)), kOpenAI);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->cause, "model_switch");
+  EXPECT_EQ(d->ToJson()["previous_provider"], "openai");
+}
+
+TEST(ThreadTrackerTest, BelowMinimum) {
+  ThreadTracker tracker;
+  const std::string short_system(100, 'q');
+  ASSERT_FALSE(tracker.Diagnose(Turn(0, 0, 300), Fingerprint(Body(short_system, 1)), kOpenAI));
+  auto d = tracker.Diagnose(Turn(10, 0, 400), Fingerprint(Body(short_system, 2)), kOpenAI);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->cause, "below_minimum");
+  EXPECT_EQ(d->ToJson()["min_tokens"], 1024);
+  // A provider without a minimum has nothing to say about the same short prompt.
+  CacheRules no_min = kOpenAI;
+  no_min.min_tokens = 0;
+  no_min.granularity = 1;
+  d = tracker.Diagnose(Turn(20, 400, 100), Fingerprint(Body(short_system, 3)), no_min);
+  EXPECT_FALSE(d.has_value());
+}
+
+TEST(ThreadTrackerTest, ExplicitCachingExpectsOnlyWhatWasWritten) {
+  ThreadTracker tracker;
+  // Anthropic-style: the first turn wrote 1500 tokens at a breakpoint, 500 left uncached.
+  ASSERT_FALSE(tracker.Diagnose(Turn(0, 0, 500, 1500), Fingerprint(Body(kSystem, 1)), kAnthropic));
+  auto d = tracker.Diagnose(Turn(20, 1500, 700), Fingerprint(Body(kSystem, 2)), kAnthropic);
+  EXPECT_FALSE(d.has_value()) << d->ToJson().dump();
+  // Reads falling short of what the previous turn read are judged as usual.
+  auto short_read =
+      tracker.Diagnose(Turn(40, 200, 2300), Fingerprint(Body(kSystem, 3)), kAnthropic);
+  ASSERT_TRUE(short_read.has_value());
+  EXPECT_EQ(short_read->cause, "partial_eviction");
+  EXPECT_EQ(short_read->expected_cached, 1500);
+  // A thread whose turns mark nothing (no writes, no reads) leaves nothing to expect.
+  RequestRecord plain = Turn(0, 0, 2500);
+  plain.thread_id = "thr_plain";
+  ASSERT_FALSE(tracker.Diagnose(plain, Fingerprint(Body(kSystem, 1)), kAnthropic));
+  plain.created_at_us += 20'000'000;
+  plain.usage.uncached = 2600;
+  EXPECT_FALSE(tracker.Diagnose(plain, Fingerprint(Body(kSystem, 2)), kAnthropic).has_value());
+}
+
+TEST(ThreadTrackerTest, OneHourWritesExtendTheTtl) {
+  ThreadTracker tracker;
+  RequestRecord first = Turn(0, 0, 100);
+  first.usage.cache_write_1h = 2000;
+  ASSERT_FALSE(tracker.Diagnose(first, Fingerprint(Body(kSystem, 1)), kAnthropic));
+  // 10 minutes idle: past the 5-minute TTL but within the 1-hour one, so not "expired".
+  auto d = tracker.Diagnose(Turn(600, 0, 2200), Fingerprint(Body(kSystem, 2)), kAnthropic);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->cause, "partial_eviction");
+}
+
+TEST(ThreadTrackerTest, LruForgetsLeastRecentlyUsedThreads) {
+  ThreadTracker tracker({.max_threads = 2, .shards = 1});
+  auto turn_of = [](const std::string& thread, int64_t at) {
+    RequestRecord r = Turn(at, 0, 2000);
+    r.thread_id = thread;
+    return r;
+  };
+  const PromptFingerprint fp = Fingerprint(Body(kSystem, 1));
+  tracker.Diagnose(turn_of("a", 0), fp, kOpenAI);
+  tracker.Diagnose(turn_of("b", 1), fp, kOpenAI);
+  tracker.Diagnose(turn_of("a", 2), fp, kOpenAI);  // a is now the most recent
+  tracker.Diagnose(turn_of("c", 3), fp, kOpenAI);  // evicts b
+  EXPECT_EQ(tracker.Size(), 2u);
+  // b is new again: its turn is a first turn (null) even though reads are 0 after 400 s.
+  EXPECT_FALSE(tracker.Diagnose(turn_of("b", 400), fp, kOpenAI).has_value());
+  // c was remembered (b's return evicted a): 400 s idle with 0 reads -> expired.
+  auto d = tracker.Diagnose(turn_of("c", 404), fp, kOpenAI);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->cause, "expired");
+  tracker.Forget("c");
+  EXPECT_EQ(tracker.Size(), 1u);
+}
+
+TEST(ThreadTrackerTest, ConcurrentThreadsAreSafe) {
+  ThreadTracker tracker({.max_threads = 64, .shards = 4});
+  const PromptFingerprint fp = Fingerprint(Body(kSystem, 1));
+  std::vector<std::thread> workers;
+  std::atomic<int> diagnosed{0};
+  for (int w = 0; w < 4; ++w) {
+    workers.emplace_back([&, w] {
+      for (int i = 0; i < 500; ++i) {
+        RequestRecord r = Turn(i * 400, 0, 2000);
+        r.thread_id = "t" + std::to_string(w * 1000 + i % 10);
+        if (tracker.Diagnose(r, fp, kOpenAI)) diagnosed.fetch_add(1);
+      }
+    });
+  }
+  for (auto& t : workers) t.join();
+  // Each of the 40 threads: a first turn, then 49 expired turns.
+  EXPECT_EQ(diagnosed.load(), 4 * 490);
+  EXPECT_EQ(tracker.Size(), 40u);
+}
+
+}  // namespace
+}  // namespace kvgate::telemetry

@@ -1,0 +1,172 @@
+"""Talking to a running kvgate: the OpenAI SDK client, the admin read API, raw HTTP, and the
+expected telemetry (normalized usage and exact cost) derived from the simulator's usage log."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import select
+import socket
+import time
+import urllib.parse
+
+import openai
+
+GATEWAY_KEY = "sk-gw-test"
+ADMIN_TOKEN = "test-admin"
+
+# Built-in catalog rates in micro-USD per 1M tokens (PROVIDERS.md): cost in pico-USD is exactly
+# tokens x rate.
+RATES = {
+    "gpt-4o-mini": {"input": 150_000, "cached": 75_000, "w5m": 0, "w1h": 0, "output": 600_000},
+    "claude-sonnet-4-5": {"input": 3_000_000, "cached": 300_000, "w5m": 3_750_000,
+                          "w1h": 6_000_000, "output": 15_000_000},
+    "deepseek-chat": {"input": 280_000, "cached": 28_000, "w5m": 0, "w1h": 0, "output": 420_000},
+}
+PROVIDER_OF_MODEL = {"gpt-4o-mini": "openai", "claude-sonnet-4-5": "claude",
+                     "deepseek-chat": "ds"}
+SIM_KIND_OF_MODEL = {"gpt-4o-mini": "openai", "claude-sonnet-4-5": "anthropic",
+                     "deepseek-chat": "deepseek"}
+
+
+class Gateway:
+    def __init__(self, port: int):
+        self.port = port
+        self.base_url = f"http://127.0.0.1:{port}/v1"
+
+    def client(self, api_key: str = GATEWAY_KEY, **kw) -> openai.OpenAI:
+        kw.setdefault("max_retries", 0)
+        kw.setdefault("timeout", 20.0)
+        return openai.OpenAI(base_url=self.base_url, api_key=api_key, **kw)
+
+    # -- raw HTTP --
+
+    def request(self, method: str, path: str, body: bytes | str | None = None,
+                headers: dict | None = None, timeout: float = 20.0):
+        """Returns (status, headers(lowercase), parsed JSON or raw bytes)."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            conn.request(method, path, body=body, headers=headers or {})
+            resp = conn.getresponse()
+            data = resp.read()
+            hdrs = {k.lower(): v for k, v in resp.getheaders()}
+            try:
+                parsed = json.loads(data) if data else None
+            except ValueError:
+                parsed = data
+            return resp.status, hdrs, parsed
+        finally:
+            conn.close()
+
+    def admin_get(self, path: str, token: str | None = ADMIN_TOKEN):
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return self.request("GET", path, headers=headers)
+
+    def thread(self, thread_id: str):
+        st, _, body = self.admin_get(f"/api/threads/{urllib.parse.quote(thread_id, safe='')}")
+        return st, body
+
+    def wait_turns(self, thread_id: str, n: int, timeout: float = 10.0,
+                   until=None) -> list[dict]:
+        """Polls /api/threads/{id} until it has n turns (telemetry is written asynchronously) and
+        `until(turns)` holds; returns the turns sorted by created_at."""
+        deadline = time.monotonic() + timeout
+        last = None
+        while True:
+            st, body = self.thread(thread_id)
+            last = (st, body)
+            if st == 200 and isinstance(body, dict):
+                turns = body.get("turns") or []
+                if len(turns) >= n and (until is None or until(turns)):
+                    return sorted(turns, key=lambda t: (t.get("created_at") or 0))
+            if time.monotonic() > deadline:
+                raise AssertionError(f"thread {thread_id}: expected {n} turns within {timeout}s, "
+                                     f"last answer {last[0]}: {json.dumps(last[1])[:3000]}")
+            time.sleep(0.05)
+
+    def post_raw_streaming_body(self, path: str, headers: dict, body_len: int,
+                                timeout: float = 20.0):
+        """Sends a large body in pieces, stopping as soon as the server answers (a server may
+        answer 413 and close before reading it all). Returns (status, body bytes)."""
+        sock = socket.create_connection(("127.0.0.1", self.port), timeout=timeout)
+        try:
+            head = f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n"
+            for k, v in {**headers, "Content-Length": str(body_len)}.items():
+                head += f"{k}: {v}\r\n"
+            sock.sendall((head + "\r\n").encode())
+            piece = b"[" + b" " * 65534 + b"]"
+            sent = 0
+            deadline = time.monotonic() + timeout
+            while sent < body_len and time.monotonic() < deadline:
+                r, _, _ = select.select([sock], [], [], 0)
+                if r:
+                    break
+                n = min(len(piece), body_len - sent)
+                try:
+                    sock.sendall(piece[:n])
+                except (BrokenPipeError, ConnectionResetError):
+                    break
+                sent += n
+            data = b""
+            while time.monotonic() < deadline:
+                try:
+                    chunk = sock.recv(65536)
+                except (ConnectionResetError, socket.timeout):
+                    break
+                if not chunk:
+                    break
+                data += chunk
+                if b"\r\n\r\n" in data:
+                    head_part, _, rest = data.partition(b"\r\n\r\n")
+                    m = [l for l in head_part.split(b"\r\n") if l.lower().startswith(
+                        b"content-length:")]
+                    if m and len(rest) >= int(m[0].split(b":")[1]):
+                        break
+            if not data:
+                raise AssertionError("no HTTP response to an oversized body (connection closed "
+                                     "or reset without a status line)")
+            status = int(data.split(b" ", 2)[1])
+            return status, data.partition(b"\r\n\r\n")[2]
+        finally:
+            sock.close()
+
+
+def normalized_from_sim(kind: str, u: dict) -> dict:
+    """The normalized usage PROVIDERS.md prescribes for one simulator usage object."""
+    if kind == "openai":
+        read = u["prompt_tokens_details"]["cached_tokens"]
+        return {"cache_read": read, "cache_write_5m": 0, "cache_write_1h": 0,
+                "uncached": u["prompt_tokens"] - read, "output": u["completion_tokens"],
+                "reasoning": u["completion_tokens_details"]["reasoning_tokens"]}
+    if kind == "deepseek":
+        return {"cache_read": u["prompt_cache_hit_tokens"], "cache_write_5m": 0,
+                "cache_write_1h": 0, "uncached": u["prompt_cache_miss_tokens"],
+                "output": u["completion_tokens"], "reasoning": None}
+    if kind == "anthropic":
+        cc = u["cache_creation"]
+        return {"cache_read": u["cache_read_input_tokens"],
+                "cache_write_5m": cc["ephemeral_5m_input_tokens"],
+                "cache_write_1h": cc["ephemeral_1h_input_tokens"],
+                "uncached": u["input_tokens"], "output": u["output_tokens"], "reasoning": None}
+    raise ValueError(kind)
+
+
+def expected_cost_pico(model: str, n: dict) -> dict:
+    r = RATES[model]
+    cache_read = n["cache_read"] * r["cached"]
+    cache_write = n["cache_write_5m"] * r["w5m"] + n["cache_write_1h"] * r["w1h"]
+    uncached = n["uncached"] * r["input"]
+    output = n["output"] * r["output"]
+    no_cache = (n["cache_read"] + n["cache_write_5m"] + n["cache_write_1h"] + n["uncached"]) * \
+        r["input"]
+    return {"total": cache_read + cache_write + uncached + output, "cache_read": cache_read,
+            "cache_write": cache_write, "uncached": uncached, "output": output,
+            "saved": no_cache - (cache_read + cache_write + uncached)}
+
+
+def sdk_usage_expected(kind: str, n: dict) -> dict:
+    """What an OpenAI-format usage object from kvgate must say for these normalized counts:
+    prompt_tokens includes every input token (cached ones too)."""
+    prompt = n["cache_read"] + n["cache_write_5m"] + n["cache_write_1h"] + n["uncached"]
+    return {"prompt_tokens": prompt, "completion_tokens": n["output"],
+            "total_tokens": prompt + n["output"], "cached_tokens": n["cache_read"]}

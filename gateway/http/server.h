@@ -29,8 +29,16 @@ struct ServerOptions {
   std::chrono::milliseconds body_timeout{30'000};     // end of headers -> end of body
   std::chrono::milliseconds write_timeout{30'000};    // each write to the client
   std::chrono::milliseconds idle_timeout{75'000};     // keep-alive wait for the next request
-  size_t max_pipelined = 16;  // requests read ahead of their responses on one connection
+  // Requests read ahead of their responses on one connection. This server answers the requests
+  // of a connection one at a time, in order, and parses the next one only after the previous
+  // response was written; pipelined bytes wait unparsed in the connection's bounded read buffer
+  // and TCP back-pressure holds the rest, so any value >= 1 behaves the same.
+  size_t max_pipelined = 16;
   std::chrono::milliseconds drain_timeout{30'000};   // Stop(): wait for in-flight requests
+  // Optional. Called once on each event-loop thread, before that loop accepts its first
+  // connection, with the loop's index (0..threads-1) and executor: the place to create per-loop
+  // state such as that loop's upstream::Client. Request::worker_index names the loop later.
+  std::function<void(size_t worker_index, boost::asio::any_io_executor executor)> on_thread_start;
 };
 
 struct Header {
@@ -46,11 +54,16 @@ struct Request {
   std::vector<Header> headers;
   std::string body;
   std::string remote_address;
-  int64_t arrival_monotonic_ns = 0;  // when the first byte of this request was read
+  // Steady-clock ns (same epoch as kvgate::SystemClock::MonotonicNanos) when the read that
+  // delivered this request's first byte completed. For a request that was already buffered
+  // behind the previous one (pipelining), when its processing began.
+  int64_t arrival_monotonic_ns = 0;
+  size_t worker_index = 0;  // which event loop (see ServerOptions::on_thread_start) runs it
 
   // First header with this name (case-insensitive), or "" when absent.
   std::string_view header(std::string_view name) const;
-  // Decoded value of a query parameter, or "" when absent.
+  // Decoded value of a query parameter, or "" when absent. Names and values are percent-decoded
+  // and '+' means a space; an invalid escape is kept literally. First match wins.
   std::string query_param(std::string_view name) const;
 };
 

@@ -1,0 +1,70 @@
+// Request helpers: header lookup and query decoding. Pure string work, no sockets.
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include "gateway/http/server.h"
+
+namespace kvgate::http {
+namespace {
+
+char AsciiLower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+
+bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (AsciiLower(a[i]) != AsciiLower(b[i])) return false;
+  }
+  return true;
+}
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// application/x-www-form-urlencoded decoding: "%41" -> 'A', '+' -> ' '. Bad escapes stay literal.
+std::string FormDecode(std::string_view in) {
+  std::string out;
+  out.reserve(in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    const char c = in[i];
+    if (c == '+') {
+      out.push_back(' ');
+    } else if (c == '%' && i + 2 < in.size() && HexValue(in[i + 1]) >= 0 && HexValue(in[i + 2]) >= 0) {
+      out.push_back(static_cast<char>(HexValue(in[i + 1]) * 16 + HexValue(in[i + 2])));
+      i += 2;
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string_view Request::header(std::string_view name) const {
+  for (const Header& h : headers) {
+    if (EqualsIgnoreCase(h.name, name)) return h.value;
+  }
+  return {};
+}
+
+std::string Request::query_param(std::string_view name) const {
+  std::string_view rest = query;
+  while (!rest.empty()) {
+    const size_t amp = rest.find('&');
+    const std::string_view pair = rest.substr(0, amp);
+    rest = amp == std::string_view::npos ? std::string_view{} : rest.substr(amp + 1);
+    const size_t eq = pair.find('=');
+    const std::string_view key = pair.substr(0, eq);
+    const std::string_view value =
+        eq == std::string_view::npos ? std::string_view{} : pair.substr(eq + 1);
+    if (FormDecode(key) == name) return FormDecode(value);
+  }
+  return {};
+}
+
+}  // namespace kvgate::http

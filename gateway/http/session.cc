@@ -1,0 +1,439 @@
+// One connection: read a request (deadline per phase), run the handler, write its response through
+// a ResponseWriter, repeat while keep-alive holds. Requests of a connection are handled strictly
+// one after another, so pipelined responses come back in order without any queue.
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/buffer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/error.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/status.hpp>
+#include <boost/beast/http/string_body.hpp>
+
+#include "gateway/http/server.h"
+#include "gateway/http/session.h"
+
+namespace kvgate::http::internal {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using asio::as_tuple;
+using asio::use_awaitable;
+
+constexpr size_t kReadSize = 16 * 1024;
+constexpr size_t kLingerBytes = 1024 * 1024;
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void AppendJsonEscaped(std::string& out, std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  for (const char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out.push_back('\\');
+      out.push_back(c);
+    } else if (u < 0x20) {
+      out.append("\\u00");
+      out.push_back(kHex[u >> 4]);
+      out.push_back(kHex[u & 0xf]);
+    } else {
+      out.push_back(c);
+    }
+  }
+}
+
+// {"error":{"message":...,"type":...,"param":null,"code":...}} as the OpenAI API writes errors.
+std::string OpenAiError(std::string_view message, std::string_view type, std::string_view code) {
+  std::string out = R"({"error":{"message":")";
+  AppendJsonEscaped(out, message);
+  out += R"(","type":")";
+  AppendJsonEscaped(out, type);
+  out += R"(","param":null,"code":")";
+  AppendJsonEscaped(out, code);
+  out += R"("}})";
+  return out;
+}
+
+bool ValidHeaderName(std::string_view name) {
+  if (name.empty()) return false;
+  return std::none_of(name.begin(), name.end(), [](char c) {
+    return c == ':' || c == '\r' || c == '\n' || c == ' ' || c == '\t' || c == '\0';
+  });
+}
+
+bool ValidHeaderValue(std::string_view value) {
+  return std::none_of(value.begin(), value.end(),
+                      [](char c) { return c == '\r' || c == '\n' || c == '\0'; });
+}
+
+template <class Int>
+void AppendNumber(std::string& out, Int value, int base = 10) {
+  char buf[24];
+  const auto r = std::to_chars(buf, buf + sizeof buf, value, base);
+  out.append(buf, r.ptr);
+}
+
+// The ResponseWriter of one connection, reset for each request. The response head is serialized
+// by hand into a buffer the connection keeps, so answering allocates nothing in steady state.
+class Writer final : public ResponseWriter {
+ public:
+  Writer(beast::tcp_stream& stream, WorkerState& worker) : stream_(stream), worker_(worker) {}
+
+  void Reset(unsigned version, bool keep_alive, bool head_only) {
+    version_ = version;
+    keep_alive_ = keep_alive;
+    head_only_ = head_only;
+    started_ = finished_ = streaming_ = chunked_ = false;
+  }
+
+  bool started() const { return started_; }
+  bool finished() const { return finished_; }
+  bool streaming() const { return streaming_; }
+  bool keep_alive() const { return keep_alive_ && !gone_; }
+  void ForbidKeepAlive() { keep_alive_ = false; }
+
+  asio::awaitable<Status> Send(int status, std::string_view content_type, std::string body,
+                               std::vector<Header> extra_headers) override {
+    if (Status s = StartHead(status, content_type, extra_headers); !s) co_return s;
+    head_.append("Content-Length: ");
+    AppendNumber(head_, body.size());
+    head_.append("\r\n\r\n");
+    finished_ = true;
+    const std::array<asio::const_buffer, 2> buffers{
+        asio::buffer(head_), head_only_ ? asio::const_buffer{} : asio::buffer(body)};
+    co_return co_await Write(buffers);
+  }
+
+  asio::awaitable<Status> BeginStream(int status, std::string_view content_type,
+                                      std::vector<Header> extra_headers) override {
+    if (Status s = StartHead(status, content_type, extra_headers); !s) co_return s;
+    streaming_ = true;
+    // HTTP/1.0 has no chunked encoding: the body ends when the connection closes.
+    chunked_ = version_ >= 11;
+    if (chunked_) head_.append("Transfer-Encoding: chunked\r\n");
+    head_.append("\r\n");
+    co_return co_await Write(asio::buffer(head_));
+  }
+
+  asio::awaitable<Status> WriteChunk(std::string_view data) override {
+    if (!streaming_ || finished_) {
+      co_return MakeError(ErrorCode::kInternal, "WriteChunk outside BeginStream..EndStream");
+    }
+    if (gone_) co_return MakeError(ErrorCode::kUnavailable, "client is gone");
+    if (data.empty() || head_only_) co_return Status{};  // an empty chunk would end the body
+    if (!chunked_) co_return co_await Write(asio::buffer(data));
+    chunk_head_.clear();
+    AppendNumber(chunk_head_, data.size(), 16);
+    chunk_head_.append("\r\n");
+    const std::array<asio::const_buffer, 3> buffers{asio::buffer(chunk_head_), asio::buffer(data),
+                                                    asio::buffer("\r\n", 2)};
+    co_return co_await Write(buffers);
+  }
+
+  asio::awaitable<Status> EndStream() override {
+    if (!streaming_ || finished_) {
+      co_return MakeError(ErrorCode::kInternal, "EndStream without an open stream");
+    }
+    finished_ = true;
+    if (gone_) co_return MakeError(ErrorCode::kUnavailable, "client is gone");
+    if (!chunked_ || head_only_) co_return Status{};
+    co_return co_await Write(asio::buffer("0\r\n\r\n", 5));
+  }
+
+  bool client_gone() const override {
+    if (gone_) return true;
+    // A peek that does not block: 0 means the peer sent FIN; a hard error means it is gone.
+    // Pending bytes (a pipelined request) or EAGAIN mean it is still there.
+    char c;
+    const ssize_t n = ::recv(stream_.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+      gone_ = true;
+    }
+    return gone_;
+  }
+
+ private:
+  Status StartHead(int status, std::string_view content_type,
+                   const std::vector<Header>& extra_headers) {
+    if (started_) return MakeError(ErrorCode::kInternal, "response already started");
+    if (status < 100 || status > 999) {
+      return MakeError(ErrorCode::kInvalidArgument, "bad status " + std::to_string(status));
+    }
+    if (!ValidHeaderValue(content_type)) {
+      return MakeError(ErrorCode::kInvalidArgument, "bad content type");
+    }
+    for (const Header& h : extra_headers) {
+      if (!ValidHeaderName(h.name) || !ValidHeaderValue(h.value)) {
+        return MakeError(ErrorCode::kInvalidArgument, "bad response header '" + h.name + "'");
+      }
+    }
+    started_ = true;
+    if (worker_.draining) keep_alive_ = false;
+    head_.assign("HTTP/1.1 ");
+    AppendNumber(head_, status);
+    head_.push_back(' ');
+    head_.append(bhttp::obsolete_reason(static_cast<bhttp::status>(status)));
+    head_.append("\r\n");
+    if (!content_type.empty()) {
+      head_.append("Content-Type: ");
+      head_.append(content_type);
+      head_.append("\r\n");
+    }
+    if (!keep_alive_) head_.append("Connection: close\r\n");
+    else if (version_ < 11) head_.append("Connection: keep-alive\r\n");
+    for (const Header& h : extra_headers) {
+      head_.append(h.name);
+      head_.append(": ");
+      head_.append(h.value);
+      head_.append("\r\n");
+    }
+    return {};
+  }
+
+  template <class Buffers>
+  asio::awaitable<Status> Write(const Buffers& buffers) {
+    if (gone_) co_return MakeError(ErrorCode::kUnavailable, "client is gone");
+    stream_.expires_after(worker_.options.write_timeout);
+    auto [ec, n] = co_await asio::async_write(stream_, buffers, as_tuple(use_awaitable));
+    if (ec) {
+      gone_ = true;
+      co_return MakeError(ErrorCode::kUnavailable, "write to client failed: " + ec.message());
+    }
+    co_return Status{};
+  }
+
+  beast::tcp_stream& stream_;
+  WorkerState& worker_;
+  std::string head_;        // reused across requests
+  std::string chunk_head_;  // reused across chunks
+  unsigned version_ = 11;
+  bool keep_alive_ = true;
+  bool head_only_ = false;
+  bool started_ = false;
+  bool finished_ = false;
+  bool streaming_ = false;
+  bool chunked_ = false;
+  mutable bool gone_ = false;
+};
+
+// Keeps in_flight and the busy flag exact even if the session frame is destroyed mid-handler.
+class InFlightGuard {
+ public:
+  explicit InFlightGuard(SessionLink& link) : link_(link) {
+    link_.busy = true;
+    link_.worker.in_flight.fetch_add(1, std::memory_order_relaxed);
+  }
+  ~InFlightGuard() {
+    link_.worker.in_flight.fetch_sub(1, std::memory_order_relaxed);
+    link_.busy = false;
+  }
+  InFlightGuard(const InFlightGuard&) = delete;
+  InFlightGuard& operator=(const InFlightGuard&) = delete;
+
+ private:
+  SessionLink& link_;
+};
+
+// After an error response the client may still be sending (an oversized body): stop writing, then
+// read and drop what it sends for a short while, so that closing does not reset the connection
+// before the client has read the error.
+asio::awaitable<void> LingeringClose(beast::tcp_stream& stream) {
+  boost::system::error_code ec;
+  stream.socket().shutdown(asio::ip::tcp::socket::shutdown_send, ec);
+  if (ec) co_return;
+  stream.expires_after(std::chrono::seconds(2));
+  std::array<char, 8192> sink;
+  size_t total = 0;
+  while (total < kLingerBytes) {
+    auto [rec, n] = co_await stream.async_read_some(asio::buffer(sink), as_tuple(use_awaitable));
+    if (rec) break;
+    total += n;
+  }
+}
+
+void SplitTarget(std::string_view target, Request& req) {
+  const size_t q = target.find('?');
+  if (q == std::string_view::npos) {
+    req.path.assign(target);
+    req.query.clear();
+  } else {
+    req.path.assign(target.substr(0, q));
+    req.query.assign(target.substr(q + 1));
+  }
+}
+
+void FillRequest(bhttp::request<bhttp::string_body>& msg, int64_t arrival, Request& req) {
+  req.method.assign(msg.method_string());
+  req.target.assign(msg.target());
+  SplitTarget(req.target, req);
+  size_t i = 0;
+  for (const auto& field : msg) {
+    if (i == req.headers.size()) req.headers.emplace_back();
+    req.headers[i].name.assign(field.name_string());
+    req.headers[i].value.assign(field.value());
+    ++i;
+  }
+  req.headers.resize(i);
+  req.body = std::move(msg.body());
+  req.arrival_monotonic_ns = arrival;
+}
+
+bool WantsContinue(const bhttp::request<bhttp::string_body>& msg) {
+  const auto it = msg.find(bhttp::field::expect);
+  return it != msg.end() && beast::iequals(it->value(), "100-continue");
+}
+
+// What to answer when reading a request failed; nullopt means just close (timeout, EOF, reset).
+struct ReadFailure {
+  int status;
+  std::string_view code;
+  std::string message;
+};
+std::optional<ReadFailure> ClassifyReadError(const boost::system::error_code& ec,
+                                             const ServerOptions& options) {
+  if (ec == bhttp::error::header_limit) {
+    return ReadFailure{431, "request_header_fields_too_large",
+                       "Request header fields too large (limit " +
+                           std::to_string(options.header_limit) + " bytes)"};
+  }
+  if (ec == bhttp::error::body_limit) {
+    return ReadFailure{413, "request_too_large",
+                       "Request body too large (limit " + std::to_string(options.body_limit) +
+                           " bytes)"};
+  }
+  if (ec.category() == bhttp::make_error_code(bhttp::error::bad_method).category() &&
+      ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message) {
+    return ReadFailure{400, "invalid_request", "Malformed HTTP request: " + ec.message()};
+  }
+  return std::nullopt;
+}
+
+asio::awaitable<void> Serve(asio::ip::tcp::socket socket, WorkerState& worker) {
+  beast::tcp_stream stream(std::move(socket));
+  SessionLink link(worker, stream.socket());
+  const ServerOptions& options = worker.options;
+  beast::flat_buffer buffer;
+  Writer writer(stream, worker);
+  Request req;
+  req.worker_index = worker.index;
+  {
+    boost::system::error_code ec;
+    const auto peer = stream.socket().remote_endpoint(ec);
+    if (!ec) req.remote_address = peer.address().to_string();
+  }
+  std::optional<bhttp::request_parser<bhttp::string_body>> parser;
+  const auto header_limit =
+      static_cast<std::uint32_t>(std::min<size_t>(options.header_limit, UINT32_MAX));
+  bool first = true;
+  bool linger = false;
+
+  while (!worker.draining) {
+    // Idle phase: wait for the first byte of the next request (unless it is already buffered).
+    if (buffer.size() == 0) {
+      stream.expires_after(first ? options.header_timeout : options.idle_timeout);
+      auto [ec, n] =
+          co_await stream.async_read_some(buffer.prepare(kReadSize), as_tuple(use_awaitable));
+      if (ec) break;
+      buffer.commit(n);
+    }
+    const int64_t arrival = NowNs();
+    first = false;
+
+    parser.emplace();
+    parser->header_limit(header_limit);
+    parser->body_limit(options.body_limit);
+    stream.expires_after(options.header_timeout);
+    auto [hec, hn] = co_await bhttp::async_read_header(stream, buffer, *parser,
+                                                       as_tuple(use_awaitable));
+    boost::system::error_code read_ec = hec;
+    if (!read_ec && !parser->is_done()) {
+      if (WantsContinue(parser->get())) {
+        writer.Reset(11, true, false);
+        stream.expires_after(options.write_timeout);
+        auto [wec, wn] = co_await asio::async_write(
+            stream, asio::buffer("HTTP/1.1 100 Continue\r\n\r\n", 25), as_tuple(use_awaitable));
+        if (wec) break;
+      }
+      stream.expires_after(options.body_timeout);
+      auto [bec, bn] = co_await bhttp::async_read(stream, buffer, *parser, as_tuple(use_awaitable));
+      read_ec = bec;
+    }
+    if (read_ec) {
+      std::optional<ReadFailure> failure = ClassifyReadError(read_ec, options);
+      if (failure) {
+        writer.Reset(11, false, false);
+        (void)co_await writer.Send(failure->status, "application/json",
+                                   OpenAiError(failure->message, "invalid_request_error",
+                                               failure->code),
+                                   {});
+        linger = true;
+      }
+      break;
+    }
+
+    auto& msg = parser->get();
+    FillRequest(msg, arrival, req);
+    InFlightGuard in_flight(link);
+    writer.Reset(msg.version(), msg.keep_alive(), msg.method() == bhttp::verb::head);
+    bool threw = false;
+    try {
+      co_await worker.handler(req, writer);
+    } catch (...) {
+      threw = true;
+    }
+    if (threw || !writer.started()) {
+      if (writer.started()) break;  // a partial response cannot be repaired: close
+      writer.ForbidKeepAlive();
+      (void)co_await writer.Send(
+          500, "application/json",
+          OpenAiError(threw ? "The server had an error while processing your request."
+                            : "The server produced no response.",
+                      "server_error", "internal_error"),
+          {});
+      break;
+    }
+    if (writer.streaming() && !writer.finished()) (void)co_await writer.EndStream();
+    if (!writer.keep_alive()) break;
+  }
+
+  if (linger) co_await LingeringClose(stream);
+  boost::system::error_code ignored;
+  stream.socket().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+  stream.socket().close(ignored);
+}
+
+}  // namespace
+
+asio::awaitable<void> RunSession(asio::ip::tcp::socket socket, WorkerState& worker) {
+  try {
+    co_await Serve(std::move(socket), worker);
+  } catch (...) {
+    // Only allocation failure can get here; the connection is dropped, the loop lives on.
+  }
+}
+
+}  // namespace kvgate::http::internal

@@ -1,0 +1,530 @@
+// The HTTP server on real sockets (127.0.0.1, port 0), driven by a raw blocking client.
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <gtest/gtest.h>
+
+#include "gateway/http/server.h"
+#include "tests/http/test_util.h"
+
+namespace kvgate::http {
+namespace {
+
+namespace asio = boost::asio;
+using kvgate::testing::Lower;
+using kvgate::testing::NowMs;
+using kvgate::testing::RawConn;
+using kvgate::testing::RawResponse;
+using kvgate::testing::ReadResponse;
+using namespace std::chrono_literals;
+
+asio::awaitable<void> Sleep(std::chrono::milliseconds d) {
+  asio::steady_timer timer(co_await asio::this_coro::executor, d);
+  co_await timer.async_wait(asio::use_awaitable);
+}
+
+std::unique_ptr<Server> StartOrDie(ServerOptions options, Handler handler) {
+  options.port = 0;
+  if (options.threads == 0) options.threads = 2;
+  auto server = Server::Start(std::move(options), std::move(handler));
+  EXPECT_TRUE(server.has_value()) << (server ? "" : server.error().ToString());
+  return server ? std::move(*server) : nullptr;
+}
+
+// Echoes what it saw, so tests can check parsing end to end.
+asio::awaitable<void> Echo(Request& req, ResponseWriter& w) {
+  std::string body = req.method + " " + req.path + " q=" + req.query_param("q") +
+                     " h=" + std::string(req.header("x-test")) + " body=" + req.body;
+  std::vector<Header> extra(1, Header{"X-Echo", "1"});  // (GCC 12: no braced lists in co_await)
+  co_await w.Send(200, "text/plain", std::move(body), std::move(extra));
+}
+
+std::string Get(std::string_view target, std::string_view extra = "") {
+  return "GET " + std::string(target) + " HTTP/1.1\r\nHost: t\r\n" + std::string(extra) + "\r\n";
+}
+
+TEST(ServerTest, GetAndPost) {
+  auto server = StartOrDie({}, Echo);
+  ASSERT_NE(server, nullptr);
+  ASSERT_NE(server->port(), 0);
+  RawConn c;
+  ASSERT_EQ(c.Connect(server->port()), 0);
+  ASSERT_TRUE(c.Send(Get("/a/b?q=hello%20there+x&z=1", "X-TEST: yes\r\n")));
+  auto r = ReadResponse(c);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body, "GET /a/b q=hello there x h=yes body=");
+  EXPECT_EQ(r->header("x-echo"), "1");
+  EXPECT_EQ(r->header("content-type"), "text/plain");
+
+  ASSERT_TRUE(c.Send("POST /v1/chat HTTP/1.1\r\nHost: t\r\nContent-Length: 7\r\nx-Test: P\r\n\r\n"
+                     "{\"a\":1}"));
+  r = ReadResponse(c);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->body, "POST /v1/chat q= h=P body={\"a\":1}");
+}
+
+TEST(ServerTest, FillsRequestMetadata) {
+  std::promise<Request> seen;
+  auto server = StartOrDie({}, [&](Request& req, ResponseWriter& w) -> asio::awaitable<void> {
+    seen.set_value(req);
+    co_await w.Send(204, "", "");
+  });
+  RawConn c;
+  ASSERT_EQ(c.Connect(server->port()), 0);
+  const int64_t before = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::steady_clock::now().time_since_epoch())
+                             .count();
+  ASSERT_TRUE(c.Send(Get("/x?y=1")));
+  auto r = ReadResponse(c);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 204);
+  Request req = seen.get_future().get();
+  EXPECT_EQ(req.target, "/x?y=1");
+  EXPECT_EQ(req.path, "/x");
+  EXPECT_EQ(req.query, "y=1");
+  EXPECT_EQ(req.remote_address, "127.0.0.1");
+  EXPECT_GE(req.arrival_monotonic_ns, before);
+  EXPECT_LT(req.arrival_monotonic_ns, before + 5'000'000'000);
+  EXPECT_EQ(req.header("host"), "t");
+}
+
+TEST(ServerTest, KeepAliveServesManyRequestsOnOneConnection) {
+  std::atomic<int> count{0};
+  auto server = StartOrDie({}, [&](Request& req, ResponseWriter& w) -> asio::awaitable<void> {
+    ++count;
+    co_await w.Send(200, "text/plain", req.query_param("i"));
+  });
+  RawConn c;
+  ASSERT_EQ(c.Connect(server->port()), 0);
+  for (int i = 0; i < 200; ++i) {
+    ASSERT_TRUE(c.Send(Get("/?i=" + std::to_string(i))));
+    auto r = ReadResponse(c);
+    ASSERT_TRUE(r) << i;
+    EXPECT_EQ(r->body, std::to_string(i));
+    EXPECT_EQ(r->header("connection"), "");
+  }
+  EXPECT_EQ(count.load(), 200);
+  // Connection: close is honoured.
+  ASSERT_TRUE(c.Send(Get("/?i=last", "Connection: close\r\n")));
+  auto r = ReadResponse(c);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->header("connection"), "close");
+  EXPECT_TRUE(c.WaitClosed(2000));
+}
+
+TEST(ServerTest, Http10KeepAliveOnlyWhenAsked) {
+  auto server = StartOrDie({}, Echo);
+  RawConn c;
+  ASSERT_EQ(c.Connect(server->port()), 0);
+  ASSERT_TRUE(c.Send("GET /a HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"));
+  auto r = ReadResponse(c);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(Lower(r->header("connection")), "keep-alive");
+  ASSERT_TRUE(c.Send("GET /b HTTP/1.0\r\n\r\n"));
+  r = ReadResponse(c);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->body, "GET /b q= h= body=");
+  EXPECT_TRUE(c.WaitClosed(2000));
+}
+
+TEST(ServerTest, HeadSendsNoBody) {
+  auto server = StartOrDie({}, Echo);
+  RawConn c;
+  ASSERT_EQ(c.Connect(server->port()), 0);
+  ASSERT_TRUE(c.Send("HEAD /h HTTP/1.1\r\nHost: t\r\n\r\n" + Get("/next")));
+  auto r = ReadResponse(c, 5000, /*head_request=*/true);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->header("content-length"),
+            std::to_string(std::string("HEAD /h q= h= body=").size()));
+  r = ReadResponse(c);  // the next response must follow directly: no stray body bytes
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->body, "GET /next q= h= body=");
+}
+
+TEST(ServerTest, PipelinedRequestsAnsweredInOrder) {
+  auto server = StartOrDie({}, [](Request& req, ResponseWriter& w) -> asio::awaitable<void> {
+    // The first request is the slowest: order must still hold.
+    if (req.path == "/1") co_await Sleep(100ms);
+    if (req.path == "/2") co_await Sleep(20ms);
+    co_await w.Send(200, "text/plain", req.path + ":" + req.body);
+  });
+  RawConn c;
+  ASSERT_EQ(c.Connect(server->port()), 0);
+  ASSERT_TRUE(c.Send(Get("/1") + "POST /2 HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nabc" +
+                     Get("/3")));
+  for (const char* want : {"/1:", "/2:abc", "/3:"}) {
+    auto r = ReadResponse(c);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->body, want);
+  }
+}
+
+TEST(ServerTest, OversizedBodyGets413AndServerKeepsServing) {
+  ServerOptions options;
+  options.body_limit = 1024;
+  auto server = StartOrDie(options, Echo);
+  {
+    RawConn c;
+    ASSERT_EQ(c.Connect(server->port()), 0);
+    ASSERT_TRUE(c.Send("POST /big HTTP/1.1\r\nHost: t\r\nContent-Length: 4096\r\n\r\n" +
+                       std::string(4096, 'x')));
+    auto r = ReadResponse(c);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 413);
+    EXPECT_EQ(r->header("content-type"), "application/json");
+    EXPECT_NE(r->body.find(R"("type":"invalid_request_error")"), std::string::npos) << r->body;
+    EXPECT_NE(r->body.find(R"("param":null)"), std::string::npos);
+    EXPECT_NE(r->body.find(R"("code":"request_too_large")"), std::string::npos);
+    EXPECT_TRUE(c.WaitClosed(3000));
+  }
+  {  // Chunked bodies are limited too.
+    RawConn c;
+    ASSERT_EQ(c.Connect(server->port()), 0);
+    std::string req = "POST /big HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n";
+    for (int i = 0; i < 4; ++i) req += "200\r\n" + std::string(512, 'y') + "\r\n";
+    ASSERT_TRUE(c.Send(req + "0\r\n\r\n"));
+    auto r = ReadResponse(c);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 413);
+  }
+  RawConn c;
+  ASSERT_EQ(c.Connect(server->port()), 0);
+  ASSERT_TRUE(c.Send("POST /ok HTTP/1.1\r\nHost: t\r\nContent-Length: 1024\r\n\r\n" +
+                     std::string(1024, 'z')));
+  auto r = ReadResponse(c);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body.size(), std::string("POST /ok q= h= body=").size() + 1024);
+}
+
+TEST(ServerTest, HugeHeadersGet431) {
+  ServerOptions options;
+  options.header_limit = 2048;
+  auto server = StartOrDie(options, Echo);
+  RawConn c;
+  ASSERT_EQ(c.Connect(server->port()), 0);
+  ASSERT_TRUE(c.Send(Get("/", "X-Big: " + std::string(8192, 'h') + "\r\n")));
+  auto r = ReadResponse(c);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 431);
+  EXPECT_NE(r->body.find(R"("type":"invalid_request_error")"), std::string::npos);
+  EXPECT_TRUE(c.WaitClosed(3000));
+}
+
+TEST(ServerTest, MalformedRequestGets400AndClose) {
+  auto server = StartOrDie({}, Echo);
+  for (const char* bad : {"GET / HTTP/1.1\r\nHost: t\r\nContent-Length: nope\r\n\r\n",
+                          "G(T / HTTP/1.1\r\n\r\n", "GET / HTTP/7.1\r\n\r\n"}) {
+    RawConn c;
+    ASSERT_EQ(c.Connect(server->port()), 0);
+    ASSERT_TRUE(c.Send(bad));
+    auto r = ReadResponse(c);
+    ASSERT_TRUE(r) << bad;
+    EXPECT_EQ(r->status, 400) << bad;
+    EXPECT_NE(r->body.find("\"error\""), std::string::npos);
+    EXPECT_TRUE(c.WaitClosed(3000));
+  }
+}
+
+TEST(ServerTest, SlowClientHitsHeaderDeadline) {
+  ServerOptions options;
+  options.header_timeout = 200ms;
+  auto server = StartOrDie(options, Echo);
+  RawConn c;
+  ASSERT_EQ(c.Connect(server->port()), 0);
+  const int64_t start = NowMs();
+  ASSERT_TRUE(c.Send("GET / HTTP/1.1\r\nHost: t\r\n"));  // never finishes its headers
+  ASSERT_TRUE(c.WaitClosed(3000));
+  const int64_t elapsed = NowMs() - start;
+  EXPECT_GE(elapsed, 150);
+  EXPECT_LT(elapsed, 2000);
+
+  // An idle keep-alive connection is closed after idle_timeout, not header_timeout.
+  ServerOptions idle;
+  idle.header_timeout = 5000ms;
+  idle.idle_timeout = 150ms;
+  auto server2 = StartOrDie(idle, Echo);
+  RawConn d;
+  ASSERT_EQ(d.Connect(server2->port()), 0);
+  ASSERT_TRUE(d.Send(Get("/")));
+  ASSERT_TRUE(ReadResponse(d));
+  const int64_t idle_start = NowMs();
+  ASSERT_TRUE(d.WaitClosed(3000));
+  EXPECT_LT(NowMs() - idle_start, 2000);
+}
+
+TEST(ServerTest, StreamingDeliversChunksAsTheyAreWritten) {
+  std::atomic<int64_t> handler_done_ms{0};
+  auto server = StartOrDie({}, [&](Request&, ResponseWriter& w) -> asio::awaitable<void> {
+    std::vector<Header> extra(1, Header{"Cache-Control", "no-cache"});
+    EXPECT_TRUE(co_await w.BeginStream(200, "text/event-stream", std::move(extra)));
+    EXPECT_TRUE(co_await w.WriteChunk("data: one\n\n"));
+    co_await Sleep(300ms);
+    EXPECT_TRUE(co_await w.WriteChunk("data: two\n\n"));
+    EXPECT_TRUE(co_await w.EndStream());
+    handler_done_ms = NowMs();
+  });
+  RawConn c;
+  ASSERT_EQ(c.Connect(server->port()), 0);
+  const int64_t start = NowMs();
+  ASSERT_TRUE(c.Send(Get("/stream")));
+  // Read until the first chunk's payload is visible.
+  while (c.pending().find("data: one") == std::string::npos) {
+    ASSERT_GT(c.ReadSome(2000), 0);
+  }
+  const int64_t first_chunk_ms = NowMs();
+  EXPECT_LT(first_chunk_ms - start, 250);
+  EXPECT_EQ(c.pending().find("data: two"), std::string::npos);
+  auto r = ReadResponse(c);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->header("transfer-encoding"), "chunked");
+  EXPECT_EQ(r->header("cache-control"), "no-cache");
+  EXPECT_EQ(r->body, "data: one\n\ndata: two\n\n");
+  // The handler finishes only after the client saw the terminating chunk; wait for it to record.
+  for (int i = 0; i < 200 && handler_done_ms.load() == 0; ++i) std::this_thread::sleep_for(5ms);
+  EXPECT_GE(handler_done_ms.load(), first_chunk_ms + 250);  // the first chunk beat the handler's end
+  // Keep-alive holds after a stream.
+  ASSERT_TRUE(c.Send(Get("/again")));
+  r = ReadResponse(c);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->body, "data: one\n\ndata: two\n\n");
+}
+
+TEST(ServerTest, ClientDisconnectMidStreamFailsWriteChunk) {
+  std::promise<std::pair<int, bool>> outcome;  // chunks written ok, client_gone()
+  auto server = StartOrDie({}, [&](Request&, ResponseWriter& w) -> asio::awaitable<void> {
+    co_await w.BeginStream(200, "text/event-stream");
+    int ok = 0;
+    for (; ok < 2000; ++ok) {
+      if (!co_await w.WriteChunk(std::string(1024, 'x'))) break;
+      co_await Sleep(5ms);
+    }
+    outcome.set_value({ok, w.client_gone()});
+  });
+  RawConn c;
+  ASSERT_EQ(c.Connect(server->port()), 0);
+  ASSERT_TRUE(c.Send(Get("/stream")));
+  ASSERT_GT(c.ReadSome(2000), 0);
+  c.Close();
+  auto fut = outcome.get_future();
+  ASSERT_EQ(fut.wait_for(5s), std::future_status::ready);
+  auto [ok, gone] = fut.get();
+  EXPECT_LT(ok, 2000);
+  EXPECT_TRUE(gone);
+}
+
+TEST(ServerTest, ClientGoneDetectsPeerCloseWithoutWriting) {
+  std::promise<bool> gone;
+  auto server = StartOrDie({}, [&](Request&, ResponseWriter& w) -> asio::awaitable<void> {
+    const bool before = w.client_gone();
+    for (int i = 0; i < 200 && !w.client_gone(); ++i) co_await Sleep(10ms);
+    gone.set_value(!before && w.client_gone());
+    co_await w.Send(200, "text/plain", "late");
+  });
+  RawConn c;
+  ASSERT_EQ(c.Connect(server->port()), 0);
+  ASSERT_TRUE(c.Send(Get("/")));
+  std::this_thread::sleep_for(50ms);
+  c.Close();
+  auto fut = gone.get_future();
+  ASSERT_EQ(fut.wait_for(5s), std::future_status::ready);
+  EXPECT_TRUE(fut.get());
+}
+
+TEST(ServerTest, HandlerExceptionBecomes500) {
+  auto server = StartOrDie({}, [](Request& req, ResponseWriter& w) -> asio::awaitable<void> {
+    if (req.path == "/throw") throw std::runtime_error("secret detail");
+    if (req.path == "/silent") co_return;
+    co_await w.Send(200, "text/plain", "fine");
+  });
+  for (const char* path : {"/throw", "/silent"}) {
+    RawConn c;
+    ASSERT_EQ(c.Connect(server->port()), 0);
+    ASSERT_TRUE(c.Send(Get(path)));
+    auto r = ReadResponse(c);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 500);
+    EXPECT_NE(r->body.find(R"("type":"server_error")"), std::string::npos);
+    EXPECT_EQ(r->body.find("secret"), std::string::npos);
+    EXPECT_TRUE(c.WaitClosed(2000));
+  }
+  RawConn c;
+  ASSERT_EQ(c.Connect(server->port()), 0);
+  ASSERT_TRUE(c.Send(Get("/ok")));
+  auto r = ReadResponse(c);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->body, "fine");
+}
+
+TEST(ServerTest, RejectsHeaderInjection) {
+  std::promise<bool> rejected;
+  auto server = StartOrDie({}, [&](Request&, ResponseWriter& w) -> asio::awaitable<void> {
+    std::vector<Header> extra(1, Header{"X-Bad", "a\r\nSet-Cookie: evil"});
+    Status s = co_await w.Send(200, "text/plain", "x", std::move(extra));
+    rejected.set_value(!s && s.error().code == ErrorCode::kInvalidArgument);
+    co_await w.Send(200, "text/plain", "clean");
+  });
+  RawConn c;
+  ASSERT_EQ(c.Connect(server->port()), 0);
+  ASSERT_TRUE(c.Send(Get("/")));
+  auto r = ReadResponse(c);
+  ASSERT_TRUE(r);
+  EXPECT_TRUE(rejected.get_future().get());
+  EXPECT_EQ(r->body, "clean");
+  EXPECT_EQ(r->header("set-cookie"), "");
+}
+
+TEST(ServerTest, AllLoopsShareOnePortAndThreadStartHookRuns) {
+  std::mutex mu;
+  std::set<size_t> started;
+  std::set<size_t> served;
+  ServerOptions options;
+  options.threads = 2;
+  options.on_thread_start = [&](size_t index, asio::any_io_executor) {
+    std::lock_guard lock(mu);
+    started.insert(index);
+  };
+  auto server = StartOrDie(options, [&](Request& req, ResponseWriter& w) -> asio::awaitable<void> {
+    {
+      std::lock_guard lock(mu);
+      served.insert(req.worker_index);
+    }
+    co_await w.Send(200, "text/plain", "ok");
+  });
+  for (int i = 0; i < 64; ++i) {
+    RawConn c;
+    ASSERT_EQ(c.Connect(server->port()), 0);
+    ASSERT_TRUE(c.Send(Get("/")));
+    ASSERT_TRUE(ReadResponse(c));
+  }
+  std::lock_guard lock(mu);
+  EXPECT_EQ(started, (std::set<size_t>{0, 1}));
+  EXPECT_EQ(served, (std::set<size_t>{0, 1}));  // 64 connections all on one loop: ~2^-63
+}
+
+TEST(ServerTest, StartFailsOnBadHostAndBusyPort) {
+  ServerOptions bad;
+  bad.host = "not an address";
+  auto r = Server::Start(bad, Echo);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument);
+
+  // A port held by a socket without SO_REUSEPORT cannot be shared.
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ServerOptions busy;
+  busy.port = ntohs(addr.sin_port);
+  auto r2 = Server::Start(busy, Echo);
+  ::close(fd);
+  ASSERT_FALSE(r2);
+  EXPECT_EQ(r2.error().code, ErrorCode::kUnavailable);
+}
+
+TEST(ServerTest, StopDrainsInFlightRequestAndRefusesNewConnections) {
+  auto server = StartOrDie({}, [](Request& req, ResponseWriter& w) -> asio::awaitable<void> {
+    if (req.path == "/slow") {
+      co_await w.BeginStream(200, "text/plain");
+      for (int i = 0; i < 5; ++i) {
+        co_await Sleep(100ms);
+        co_await w.WriteChunk("tick;");
+      }
+      co_await w.EndStream();
+      co_return;
+    }
+    co_await w.Send(200, "text/plain", "quick");
+  });
+  const uint16_t port = server->port();
+  RawConn idle;  // a keep-alive connection with no request in flight
+  ASSERT_EQ(idle.Connect(port), 0);
+  ASSERT_TRUE(idle.Send(Get("/")));
+  ASSERT_TRUE(ReadResponse(idle));
+
+  RawConn slow;
+  ASSERT_EQ(slow.Connect(port), 0);
+  ASSERT_TRUE(slow.Send(Get("/slow")));
+  for (int i = 0; i < 200 && server->in_flight() == 0; ++i) std::this_thread::sleep_for(5ms);
+  ASSERT_EQ(server->in_flight(), 1u);
+
+  const int64_t stop_start = NowMs();
+  std::thread stopper([&] { server->Stop(); });
+  EXPECT_TRUE(idle.WaitClosed(1000));  // idle connections go at once
+  EXPECT_LT(NowMs() - stop_start, 400);
+  RawConn late;
+  EXPECT_EQ(late.Connect(port), ECONNREFUSED);
+
+  auto r = ReadResponse(slow, 5000);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body, "tick;tick;tick;tick;tick;");
+  EXPECT_TRUE(slow.WaitClosed(2000));  // no keep-alive while draining
+  stopper.join();
+  server->Wait();
+  EXPECT_EQ(server->in_flight(), 0u);
+}
+
+TEST(ServerTest, StopCancelsStreamsPastDrainTimeout) {
+  ServerOptions options;
+  options.drain_timeout = 200ms;
+  std::atomic<bool> write_failed{false};
+  auto server = StartOrDie(options, [&](Request&, ResponseWriter& w) -> asio::awaitable<void> {
+    co_await w.BeginStream(200, "text/plain");
+    for (;;) {
+      if (!co_await w.WriteChunk("x")) {
+        write_failed = true;
+        co_return;
+      }
+      co_await Sleep(20ms);
+    }
+  });
+  RawConn c;
+  ASSERT_EQ(c.Connect(server->port()), 0);
+  ASSERT_TRUE(c.Send(Get("/forever")));
+  ASSERT_GT(c.ReadSome(2000), 0);
+  const int64_t start = NowMs();
+  server->Stop();
+  const int64_t took = NowMs() - start;
+  EXPECT_GE(took, 150);
+  EXPECT_LT(took, 2000);
+  EXPECT_TRUE(write_failed.load());
+  EXPECT_TRUE(c.WaitClosed(1000));
+  server->Wait();
+  server->Stop();  // idempotent
+}
+
+TEST(ServerTest, StopFromInsideAHandlerDoesNotDeadlock) {
+  Server* self = nullptr;
+  auto server = StartOrDie({}, [&](Request&, ResponseWriter& w) -> asio::awaitable<void> {
+    self->Stop();
+    co_await w.Send(200, "text/plain", "bye");
+  });
+  self = server.get();
+  RawConn c;
+  ASSERT_EQ(c.Connect(server->port()), 0);
+  ASSERT_TRUE(c.Send(Get("/")));
+  auto r = ReadResponse(c);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->body, "bye");
+  EXPECT_TRUE(c.WaitClosed(2000));
+  server->Wait();
+}
+
+}  // namespace
+}  // namespace kvgate::http

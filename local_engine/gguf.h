@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <variant>
 #include <vector>
 
@@ -44,7 +45,7 @@ struct GgufTensor {
   std::string name;
   std::vector<uint64_t> dims;  // ne[0] (fastest varying) first, 1..4 entries
   GgmlType type = GgmlType::kF32;
-  uint64_t offset = 0;         // relative to the data section
+  uint64_t offset = 0;  // relative to the data section
   uint64_t n_elements = 0;
   uint64_t n_bytes = 0;
   const uint8_t* data = nullptr;  // inside the mapping, valid while the GgufFile lives
@@ -63,18 +64,21 @@ class GgufFile {
   GgufFile& operator=(const GgufFile&) = delete;
 
   uint32_t version() const { return version_; }
+  // general.alignment (default 32) and the file offset where the tensor data section starts.
+  uint64_t alignment() const { return alignment_; }
+  uint64_t data_offset() const { return data_offset_; }
   const std::string& path() const { return path_; }
 
   const GgufValue* Find(std::string_view key) const;
-  std::optional<int64_t> GetInt(std::string_view key) const;      // any integer type
-  std::optional<double> GetFloat(std::string_view key) const;     // f32/f64 (or integer)
+  std::optional<int64_t> GetInt(std::string_view key) const;   // any integer type
+  std::optional<double> GetFloat(std::string_view key) const;  // f32/f64 (or integer)
   std::optional<std::string> GetString(std::string_view key) const;
   std::optional<bool> GetBool(std::string_view key) const;
   // Arrays of strings (tokenizer.ggml.tokens, .merges); nullptr when absent or of another type.
   const GgufArray* GetArray(std::string_view key) const;
   const std::vector<std::pair<std::string, GgufValue>>& metadata() const { return metadata_; }
 
-  const GgufTensor* FindTensor(std::string_view name) const;
+  const GgufTensor* FindTensor(std::string_view name) const;  // O(1); nullptr when absent
   const std::vector<GgufTensor>& tensors() const { return tensors_; }
 
  private:
@@ -83,6 +87,11 @@ class GgufFile {
   uint32_t version_ = 0;
   std::vector<std::pair<std::string, GgufValue>> metadata_;
   std::vector<GgufTensor> tensors_;
+  uint64_t alignment_ = 32;
+  uint64_t data_offset_ = 0;
+  // Views into the names held by metadata_ / tensors_, which never change after construction.
+  std::unordered_map<std::string_view, size_t> metadata_index_;
+  std::unordered_map<std::string_view, size_t> tensor_index_;
   void* mapping_ = nullptr;  // munmap'd in the destructor when non-null
   size_t mapping_size_ = 0;
 };

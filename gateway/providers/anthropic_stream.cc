@@ -1,0 +1,246 @@
+// Anthropic Messages SSE -> OpenAI chat.completion.chunk SSE.
+//
+//   message_start        -> first chunk (delta role assistant, content ""); usage seeded
+//   content_block_start  -> tool_use: a tool_calls delta with id, name and "" arguments; text with
+//                           initial text: a content delta
+//   content_block_delta  -> text_delta: content; input_json_delta: tool_calls arguments delta;
+//                           thinking_delta: reasoning_content
+//   message_delta        -> a chunk with finish_reason; usage merged (cumulative: last value wins
+//                           per field, never summed)
+//   message_stop         -> the usage chunk (choices: []) when the client asked for it, then
+//                           data: [DONE]
+//   ping, content_block_stop, unknown events -> nothing
+//   error                -> an OpenAI error event; the stream is over
+#include <map>
+#include <string>
+#include <utility>
+
+#include "gateway/providers/internal.h"
+#include "gateway/providers/sse.h"
+
+namespace kvgate::providers::internal {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+class AnthropicStream final : public StreamTranslator {
+ public:
+  explicit AnthropicStream(const CallOptions& options)
+      : client_wants_usage_(options.client_wants_usage), created_(CreatedTime(options)) {
+    BuildChunkPrefix("", "");
+  }
+
+  Output Feed(std::string_view upstream_bytes) override {
+    Output out;
+    if (done()) return out;
+    try {
+      parser_.Append(upstream_bytes);
+      Drain(out);
+    } catch (const std::exception& e) {
+      Fail(out.bytes, std::string("internal error translating the stream: ") + e.what());
+    }
+    return out;
+  }
+
+  std::string Finish(bool upstream_eof, std::string_view failure_message) override {
+    if (finished_) return {};
+    finished_ = true;
+    Output out;
+    try {
+      if (upstream_eof && !done()) {
+        parser_.EndOfInput();
+        Drain(out);
+      }
+      if (!done()) {
+        Fail(out.bytes,
+             upstream_eof ? std::string("upstream stream ended before message_stop")
+                          : "upstream stream failed: " + std::string(failure_message),
+             upstream_eof ? "stream_incomplete" : "stream_failed");
+      }
+    } catch (const std::exception& e) {
+      if (!done()) Fail(out.bytes, std::string("internal error finishing the stream: ") + e.what());
+    }
+    return std::move(out.bytes);
+  }
+
+  const telemetry::Usage& usage() const override { return usage_; }
+  std::string_view finish_reason() const override { return finish_reason_; }
+  bool completed() const override { return completed_; }
+  std::optional<std::string> upstream_error() const override { return upstream_error_; }
+  std::optional<std::string> client_error() const override { return client_error_; }
+
+ private:
+  bool done() const { return completed_ || failed_; }
+
+  void Drain(Output& out) {
+    while (!done()) {
+      auto next = parser_.Next();
+      if (!next.has_value()) {
+        Fail(out.bytes, "malformed upstream stream: " + next.error().message);
+        return;
+      }
+      if (!next->has_value()) return;
+      Handle(**next, out);
+    }
+  }
+
+  void Fail(std::string& out, std::string message, std::string code = "malformed_upstream_stream") {
+    out += ErrorEventBytes(MakeOpenAIError(502, message, "upstream_error", std::move(code)));
+    client_error_ = std::move(message);
+    failed_ = true;
+  }
+
+  // `data: {"id":...,"object":"chat.completion.chunk","created":...,"model":...,"choices":[` —
+  // built once per message so content deltas cost one string escape, not a JSON document.
+  void BuildChunkPrefix(const std::string& id, const std::string& model) {
+    chunk_prefix_ = "data: {\"id\":" + Dump(json(id)) +
+                    ",\"object\":\"chat.completion.chunk\",\"created\":" + std::to_string(created_) +
+                    ",\"model\":" + Dump(json(model)) + ",\"choices\":[";
+  }
+
+  // One chunk with a single choice; `delta` and `finish_reason` are serialized JSON.
+  void EmitChunk(std::string& out, std::string_view delta, std::string_view finish_reason = "null") {
+    out += chunk_prefix_;
+    out += "{\"index\":0,\"delta\":";
+    out += delta;
+    out += ",\"logprobs\":null,\"finish_reason\":";
+    out += finish_reason;
+    out += "}]}\n\n";
+  }
+
+  void EmitToolDelta(Output& out, int tool_index, ojson call) {
+    ojson wrapped = {{"index", tool_index}};
+    for (auto& [k, v] : call.items()) wrapped[k] = v;
+    ojson delta;
+    delta["tool_calls"] = ojson::array({std::move(wrapped)});
+    EmitChunk(out.bytes, Dump(delta));
+    out.has_content = true;
+  }
+
+  void UpdateUsage(const json& usage) {
+    MergeUsage(usage_raw_, usage);
+    usage_ = telemetry::NormalizeUsage(telemetry::UsageFlavor::kAnthropic, usage_raw_);
+  }
+
+  void Handle(const SseEvent& event, Output& out) {
+    if (!event.has_data) return;
+    const json data = ParseJson(event.data);
+    if (data.is_discarded() || !data.is_object()) {
+      Fail(out.bytes, "upstream sent malformed JSON in a stream event: " + Snippet(event.data));
+      return;
+    }
+    std::string_view type = StringMember(data, "type");
+    if (type.empty()) type = event.event;
+
+    if (type == "message_start") {
+      const json* message = Member(data, "message");
+      if (message == nullptr) return;
+      BuildChunkPrefix(std::string(StringMember(*message, "id")), std::string(StringMember(*message, "model")));
+      if (const json* usage = Member(*message, "usage")) UpdateUsage(*usage);
+      EmitChunk(out.bytes, R"({"role":"assistant","content":""})");
+    } else if (type == "content_block_start") {
+      const json* block = Member(data, "content_block");
+      if (block == nullptr) return;
+      const std::string_view block_type = StringMember(*block, "type");
+      if (block_type == "tool_use") {
+        const int tool_index = next_tool_index_++;
+        tool_index_by_block_[BlockIndex(data)] = tool_index;
+        ojson call;
+        call["id"] = std::string(StringMember(*block, "id"));
+        call["type"] = "function";
+        call["function"] = {{"name", std::string(StringMember(*block, "name"))}, {"arguments", ""}};
+        EmitToolDelta(out, tool_index, std::move(call));
+      } else if (block_type == "text" && !StringMember(*block, "text").empty()) {
+        EmitContent(out, "content", StringMember(*block, "text"));
+      }
+    } else if (type == "content_block_delta") {
+      const json* delta = Member(data, "delta");
+      if (delta == nullptr) return;
+      const std::string_view delta_type = StringMember(*delta, "type");
+      if (delta_type == "text_delta") {
+        EmitContent(out, "content", StringMember(*delta, "text"));
+      } else if (delta_type == "thinking_delta") {
+        EmitContent(out, "reasoning_content", StringMember(*delta, "thinking"));
+      } else if (delta_type == "input_json_delta") {
+        const std::string_view partial = StringMember(*delta, "partial_json");
+        auto it = tool_index_by_block_.find(BlockIndex(data));
+        if (partial.empty() || it == tool_index_by_block_.end()) return;
+        ojson call;
+        call["function"] = {{"arguments", std::string(partial)}};
+        EmitToolDelta(out, it->second, std::move(call));
+      }
+    } else if (type == "message_delta") {
+      if (const json* usage = Member(data, "usage")) UpdateUsage(*usage);
+      const json* delta = Member(data, "delta");
+      const json* stop_reason = delta != nullptr ? Member(*delta, "stop_reason") : nullptr;
+      std::string reason = AnthropicFinishReason(stop_reason != nullptr ? *stop_reason : json());
+      if (!reason.empty()) {
+        finish_reason_ = reason;
+        EmitChunk(out.bytes, "{}", Dump(json(reason)));
+      }
+    } else if (type == "message_stop") {
+      completed_ = true;
+      if (client_wants_usage_) {
+        out.bytes += chunk_prefix_;
+        out.bytes += "],\"usage\":";
+        out.bytes += Dump(AnthropicUsageToOpenAI(usage_raw_));
+        out.bytes += "}\n\n";
+      }
+      out.bytes += "data: [DONE]\n\n";
+    } else if (type == "error") {
+      const json* error = Member(data, "error");
+      const std::string_view anthropic_type = error != nullptr ? StringMember(*error, "type") : "";
+      std::string message = error != nullptr ? std::string(StringMember(*error, "message")) : "";
+      if (message.empty()) message = "upstream error: " + Snippet(event.data);
+      upstream_error_ = message;
+      client_error_ = message;
+      failed_ = true;
+      const int status = anthropic_type == "overloaded_error" ? 503 : 502;
+      out.bytes += ErrorEventBytes(MakeOpenAIError(status, std::move(message),
+                                                   AnthropicErrorTypeToOpenAI(anthropic_type),
+                                                   std::string(anthropic_type)));
+    }
+    // ping, content_block_stop and event types added later by Anthropic: nothing to send.
+  }
+
+  void EmitContent(Output& out, std::string_view key, std::string_view text) {
+    if (text.empty()) return;
+    std::string delta = "{\"";
+    delta += key;
+    delta += "\":";
+    delta += Dump(json(std::string(text)));
+    delta += "}";
+    EmitChunk(out.bytes, delta);
+    out.has_content = true;
+  }
+
+  static int64_t BlockIndex(const json& data) {
+    const json* index = Member(data, "index");
+    return index != nullptr && index->is_number_integer() ? index->get<int64_t>() : -1;
+  }
+
+  // Constant after construction.
+  const bool client_wants_usage_;
+  const int64_t created_;
+
+  SseParser parser_;
+  std::string chunk_prefix_;
+  std::map<int64_t, int> tool_index_by_block_;  // Anthropic content block index -> OpenAI tool index
+  int next_tool_index_ = 0;
+  json usage_raw_;  // merged Anthropic usage
+  telemetry::Usage usage_;
+  std::string finish_reason_;
+  bool completed_ = false;
+  bool failed_ = false;
+  bool finished_ = false;
+  std::optional<std::string> upstream_error_;
+  std::optional<std::string> client_error_;
+};
+
+}  // namespace
+
+std::unique_ptr<StreamTranslator> NewAnthropicStream(const CallOptions& options) {
+  return std::make_unique<AnthropicStream>(options);
+}
+
+}  // namespace kvgate::providers::internal

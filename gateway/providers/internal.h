@@ -1,0 +1,73 @@
+// Private to gateway/providers: helpers shared by the adapters, and the per-wire-format entry points
+// that provider.cc dispatches to. Not part of the module's API.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "gateway/providers/provider.h"
+
+namespace kvgate::providers::internal {
+
+using nlohmann::json;
+
+// `obj[key]` when `obj` is an object holding `key`, else nullptr. Never throws.
+const json* Member(const json& obj, std::string_view key);
+// The string at obj[key], or "" when absent or not a string.
+std::string_view StringMember(const json& obj, std::string_view key);
+
+// Parses without throwing; the result is_discarded() on malformed input.
+json ParseJson(std::string_view text);
+// Serializes without throwing on invalid UTF-8 (replaced by U+FFFD). Responses kvgate builds use
+// ordered_json so their keys come out in OpenAI's order.
+std::string Dump(const json& value);
+std::string Dump(const nlohmann::ordered_json& value);
+
+// At most `max` bytes of `text`, for error messages about upstream bodies.
+std::string Snippet(std::string_view text, size_t max = 200);
+
+// options.created, or the current Unix time when it is 0.
+int64_t CreatedTime(const CallOptions& options);
+
+// `data: <error body>\n\n`.
+std::string ErrorEventBytes(const ClientError& error);
+
+// Appends an SSE event's raw bytes, adding the blank line when the event came without one (the
+// last event of a stream that ended early).
+void AppendRawEvent(std::string& out, std::string_view raw);
+
+// Cheap scans of serialized JSON (an SSE data payload) that avoid parsing chunks that need no
+// change. A quote cannot appear unescaped inside a JSON string, so `"key"` followed by `:` is a key.
+// True when some member named `key` has a value other than null.
+bool HasNonNullKey(std::string_view json_text, std::string_view key);
+// True when some member named `key` has a value other than null and "".
+bool HasNonEmptyKey(std::string_view json_text, std::string_view key);
+
+// Anthropic helpers shared by the response and stream translators.
+// stop_reason -> OpenAI finish_reason ("" for null / absent).
+std::string AnthropicFinishReason(const json& stop_reason);
+// Anthropic usage -> the OpenAI `usage` object the client sees (absent counts as 0 here; the
+// normalized Usage keeps unknowns).
+nlohmann::ordered_json AnthropicUsageToOpenAI(const json& usage);
+// Merges a later Anthropic usage object into an earlier one: last value wins per field, nulls
+// never erase a known value, nested objects (cache_creation) merge per field.
+void MergeUsage(json& into, const json& from);
+// Anthropic error type -> OpenAI error type.
+std::string AnthropicErrorTypeToOpenAI(std::string_view anthropic_type);
+
+// Per-wire-format entry points (callers catch exceptions).
+Result<UpstreamCall> BuildOpenAICompatCall(ProviderType type, const json& client_body,
+                                           const CallOptions& options);
+Result<Translated> TranslateOpenAICompatResponse(ProviderType type, std::string_view upstream_body,
+                                                 const CallOptions& options);
+std::unique_ptr<StreamTranslator> NewOpenAICompatStream(ProviderType type, const CallOptions& options);
+
+Result<UpstreamCall> BuildAnthropicCall(const json& client_body, const CallOptions& options);
+Result<Translated> TranslateAnthropicResponse(std::string_view upstream_body,
+                                              const CallOptions& options);
+std::unique_ptr<StreamTranslator> NewAnthropicStream(const CallOptions& options);
+
+}  // namespace kvgate::providers::internal

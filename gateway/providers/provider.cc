@@ -1,0 +1,222 @@
+// Provider types, kvgate's own request fields, the shared helpers, and the dispatch from the public
+// API to each wire format, with the catch-all that keeps exceptions inside the module.
+#include <array>
+#include <chrono>
+#include <exception>
+#include <utility>
+
+#include "gateway/providers/internal.h"
+#include "gateway/providers/provider.h"
+
+namespace kvgate::providers {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr std::array<std::pair<ProviderType, std::string_view>, 9> kTypeNames = {{
+    {ProviderType::kOpenAI, "openai"},
+    {ProviderType::kAnthropic, "anthropic"},
+    {ProviderType::kDeepSeek, "deepseek"},
+    {ProviderType::kVllm, "vllm"},
+    {ProviderType::kSglang, "sglang"},
+    {ProviderType::kLlamaCpp, "llamacpp"},
+    {ProviderType::kOpenRouter, "openrouter"},
+    {ProviderType::kGeminiOpenAI, "gemini-openai"},
+    {ProviderType::kLocal, "local"},
+}};
+
+// A thread id value: strings as is, integers in decimal; anything else is no id.
+std::optional<std::string> ThreadIdFrom(const json& value) {
+  if (value.is_string()) {
+    const auto& s = value.get_ref<const std::string&>();
+    if (s.empty()) return std::nullopt;
+    return s;
+  }
+  if (value.is_number_integer() || value.is_number_unsigned()) return value.dump();
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<ProviderType> ProviderTypeFromName(std::string_view name) {
+  for (const auto& [type, type_name] : kTypeNames) {
+    if (type_name == name) return type;
+  }
+  return std::nullopt;
+}
+
+std::string_view ProviderTypeName(ProviderType type) {
+  for (const auto& [t, type_name] : kTypeNames) {
+    if (t == type) return type_name;
+  }
+  return "unknown";
+}
+
+telemetry::UsageFlavor UsageFlavorFor(ProviderType type) {
+  using telemetry::UsageFlavor;
+  switch (type) {
+    case ProviderType::kOpenAI: return UsageFlavor::kOpenAIChat;
+    case ProviderType::kAnthropic: return UsageFlavor::kAnthropic;
+    case ProviderType::kDeepSeek: return UsageFlavor::kDeepSeek;
+    case ProviderType::kVllm: return UsageFlavor::kVllm;
+    case ProviderType::kSglang: return UsageFlavor::kSglang;
+    case ProviderType::kLlamaCpp: return UsageFlavor::kLlamaCpp;
+    case ProviderType::kOpenRouter: return UsageFlavor::kOpenRouter;
+    case ProviderType::kGeminiOpenAI: return UsageFlavor::kGeminiOpenAI;
+    case ProviderType::kLocal: return UsageFlavor::kKvgateEngine;
+  }
+  return UsageFlavor::kOpenAICompatible;
+}
+
+bool IsOpenAICompatible(ProviderType type) { return type != ProviderType::kAnthropic; }
+
+bool ClientWantsStreamUsage(const json& client_body) {
+  const json* options = internal::Member(client_body, "stream_options");
+  if (options == nullptr) return false;
+  const json* include = internal::Member(*options, "include_usage");
+  return include != nullptr && include->is_boolean() && include->get<bool>();
+}
+
+std::optional<std::string> TakeKvgateFields(json& body) {
+  if (!body.is_object()) return std::nullopt;
+  std::optional<std::string> thread_id;
+  if (auto it = body.find("thread_identifier"); it != body.end()) {
+    thread_id = ThreadIdFrom(*it);
+    body.erase(it);
+  }
+  if (auto meta = body.find("metadata"); meta != body.end() && meta->is_object()) {
+    if (auto it = meta->find("thread_id"); it != meta->end()) {
+      if (!thread_id.has_value()) thread_id = ThreadIdFrom(*it);
+      meta->erase(it);
+      if (meta->empty()) body.erase(meta);
+    }
+  }
+  return thread_id;
+}
+
+Result<UpstreamCall> BuildUpstreamCall(ProviderType type, const json& client_body,
+                                       const CallOptions& options) {
+  try {
+    if (!client_body.is_object()) {
+      return MakeError(ErrorCode::kInvalidArgument, "the request body must be a JSON object");
+    }
+    if (options.endpoint == Endpoint::kChatCompletions) {
+      const json* messages = internal::Member(client_body, "messages");
+      if (messages == nullptr || !messages->is_array()) {
+        return MakeError(ErrorCode::kInvalidArgument, "'messages' must be an array");
+      }
+    }
+    if (type == ProviderType::kAnthropic) return internal::BuildAnthropicCall(client_body, options);
+    return internal::BuildOpenAICompatCall(type, client_body, options);
+  } catch (const std::exception& e) {
+    return MakeError(ErrorCode::kInternal, std::string("building the upstream request failed: ") + e.what());
+  }
+}
+
+Result<Translated> TranslateResponse(ProviderType type, std::string_view upstream_body,
+                                     const CallOptions& options) {
+  try {
+    if (type == ProviderType::kAnthropic) return internal::TranslateAnthropicResponse(upstream_body, options);
+    return internal::TranslateOpenAICompatResponse(type, upstream_body, options);
+  } catch (const std::exception& e) {
+    return MakeError(ErrorCode::kInternal, std::string("translating the upstream response failed: ") + e.what());
+  }
+}
+
+std::unique_ptr<StreamTranslator> NewStreamTranslator(ProviderType type, const CallOptions& options) {
+  if (type == ProviderType::kAnthropic) return internal::NewAnthropicStream(options);
+  return internal::NewOpenAICompatStream(type, options);
+}
+
+namespace internal {
+
+const json* Member(const json& obj, std::string_view key) {
+  if (!obj.is_object()) return nullptr;
+  auto it = obj.find(key);
+  return it == obj.end() ? nullptr : &*it;
+}
+
+std::string_view StringMember(const json& obj, std::string_view key) {
+  const json* v = Member(obj, key);
+  if (v == nullptr || !v->is_string()) return {};
+  return v->get_ref<const std::string&>();
+}
+
+json ParseJson(std::string_view text) {
+  return json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+}
+
+std::string Dump(const json& value) {
+  return value.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string Dump(const nlohmann::ordered_json& value) {
+  return value.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+std::string Snippet(std::string_view text, size_t max) {
+  if (text.size() <= max) return std::string(text);
+  return std::string(text.substr(0, max)) + "...";
+}
+
+int64_t CreatedTime(const CallOptions& options) {
+  if (options.created != 0) return options.created;
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string ErrorEventBytes(const ClientError& error) {
+  std::string out = "data: ";
+  out += Dump(error.body);
+  out += "\n\n";
+  return out;
+}
+
+void AppendRawEvent(std::string& out, std::string_view raw) {
+  out.append(raw);
+  if (raw.ends_with("\n\n") || raw.ends_with("\r\n\r\n") || raw.ends_with("\r\r")) return;
+  out.append(raw.ends_with('\n') ? "\n" : "\n\n");
+}
+
+namespace {
+
+size_t SkipSpace(std::string_view s, size_t i) {
+  while (i < s.size() && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r')) ++i;
+  return i;
+}
+
+// Calls `pred(value_text)` for the text after each `"key":`; true when any call returns true.
+template <class Pred>
+bool AnyKeyValue(std::string_view text, std::string_view key, Pred pred) {
+  std::string quoted;
+  quoted.reserve(key.size() + 2);
+  quoted.push_back('"');
+  quoted.append(key);
+  quoted.push_back('"');
+  size_t pos = 0;
+  while ((pos = text.find(quoted, pos)) != std::string_view::npos) {
+    size_t i = SkipSpace(text, pos + quoted.size());
+    pos += quoted.size();
+    if (i >= text.size() || text[i] != ':') continue;
+    i = SkipSpace(text, i + 1);
+    if (pred(text.substr(i))) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool HasNonNullKey(std::string_view json_text, std::string_view key) {
+  return AnyKeyValue(json_text, key, [](std::string_view v) { return !v.starts_with("null"); });
+}
+
+bool HasNonEmptyKey(std::string_view json_text, std::string_view key) {
+  return AnyKeyValue(json_text, key, [](std::string_view v) {
+    return !v.starts_with("null") && !v.starts_with("\"\"") && !v.starts_with("[]");
+  });
+}
+
+}  // namespace internal
+}  // namespace kvgate::providers

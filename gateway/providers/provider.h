@@ -1,0 +1,209 @@
+// Provider adapters: pure translation between the OpenAI wire format that kvgate's clients speak and
+// each provider's wire format. No sockets, no I/O, no clock reads unless a caller leaves
+// CallOptions::created at 0. See shared/docs/PROVIDERS.md for the formats.
+//
+// The request path for one client request:
+//   1. TakeKvgateFields(body)             -> thread id; kvgate's own fields removed
+//   2. BuildUpstreamCall(type, body, opt) -> path, headers and body to send upstream
+//   3a. 2xx, non-streaming: TranslateResponse(type, upstream_body, opt) -> client body + Usage
+//   3b. 2xx, streaming: NewStreamTranslator(type, opt); Feed() every body piece, Finish() once
+//   3c. non-2xx (streaming or not): TranslateUpstreamError(type, status, upstream_body)
+//
+// Every function here is non-throwing: nlohmann::json exceptions (and bad_alloc) are caught inside
+// the module and turned into an Error / error event. Thread safety: free functions are pure and may be
+// called from any thread; a StreamTranslator is single-threaded (one per upstream stream).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "telemetry/usage.h"
+
+namespace kvgate::providers {
+
+enum class ProviderType {
+  kOpenAI,
+  kAnthropic,     // Anthropic Messages API; every other type speaks OpenAI Chat/Completions
+  kDeepSeek,
+  kVllm,
+  kSglang,
+  kLlamaCpp,
+  kOpenRouter,
+  kGeminiOpenAI,  // Gemini's OpenAI-compatible endpoint
+  kLocal,         // kvgate's own engine (OpenAI-compatible, exact cache reads and writes)
+};
+
+// Config names: "openai", "anthropic", "deepseek", "vllm", "sglang", "llamacpp", "openrouter",
+// "gemini-openai", "local". Exact, case-sensitive match; nullopt for anything else.
+std::optional<ProviderType> ProviderTypeFromName(std::string_view name);
+std::string_view ProviderTypeName(ProviderType type);
+
+// The usage flavour NormalizeUsage needs for this provider type (local -> kKvgateEngine).
+telemetry::UsageFlavor UsageFlavorFor(ProviderType type);
+
+// True for every type that speaks the OpenAI wire format (all but kAnthropic).
+bool IsOpenAICompatible(ProviderType type);
+
+enum class Endpoint { kChatCompletions, kCompletions };
+
+// What to send upstream. `path` is relative to the provider's configured base URL: for OpenAI-
+// compatible types the base already ends in /v1 (or Gemini's /v1beta/openai) and the path is
+// "/chat/completions" or "/completions"; for Anthropic the base is "https://api.anthropic.com" and
+// the path is "/v1/messages".
+struct UpstreamCall {
+  std::string path;
+  std::vector<std::pair<std::string, std::string>> headers;  // lower-case names
+  std::string body;                                          // JSON
+};
+
+struct CallOptions {
+  Endpoint endpoint = Endpoint::kChatCompletions;
+  // The model name sent upstream; empty keeps the client's `model`.
+  std::string upstream_model;
+  // Credentials for the upstream; empty sends no credential header (local servers).
+  std::string api_key;
+  // Whether the upstream call streams. This, not the body's `stream`, is the truth.
+  bool stream = false;
+  // Whether the client asked for a usage chunk (ClientWantsStreamUsage(body)). When false the
+  // gateway still asks the upstream for usage and strips it from the client's stream.
+  bool client_wants_usage = false;
+  // Anthropic requires max_tokens; used when the client sent neither max_tokens nor
+  // max_completion_tokens.
+  int default_max_tokens = 4096;
+  // Unix seconds put in the `created` field of responses kvgate synthesizes (Anthropic
+  // translation). 0: the current time, read once per call / translator.
+  int64_t created = 0;
+};
+
+// True when the client's body has `stream_options.include_usage: true`.
+bool ClientWantsStreamUsage(const nlohmann::json& client_body);
+
+// Removes kvgate's own request fields from `body` in place, so they never reach a provider, and
+// returns the thread id they carried. kvgate's fields are:
+//   - top-level `thread_identifier` (the OpenAI SDK sends `extra_body` keys at top level);
+//   - `metadata.thread_id` (`metadata` itself is removed when that leaves it empty).
+// Precedence: thread_identifier, then metadata.thread_id. A string is returned as is, an integer
+// as its decimal form; other types (and empty strings) are removed but yield no id.
+// Does nothing when `body` is not an object. The X-Thread-Id header is the caller's business.
+std::optional<std::string> TakeKvgateFields(nlohmann::json& body);
+
+// Builds the upstream request from the client's OpenAI-format JSON body (chat or completions,
+// per options.endpoint). kvgate's fields are always removed (as TakeKvgateFields does), even if the
+// caller did not call TakeKvgateFields first.
+//
+// OpenAI-compatible types: the body passes through with unknown fields preserved; `model` becomes
+// options.upstream_model; `stream` follows options.stream; when streaming, stream_options.
+// include_usage is forced to true (other stream_options keys kept). Headers: content-type,
+// authorization "Bearer <key>" (when the key is non-empty), accept "text/event-stream" when
+// streaming.
+//
+// Anthropic: the chat body is translated to a Messages request (see anthropic_request.cc for the
+// field-by-field rules). Errors (kInvalidArgument, message fit to show the client as a 400):
+// the completions endpoint; more than 4 cache_control breakpoints; n > 1; content part types or
+// roles that Messages cannot express; tool-call arguments that are not a JSON object.
+// Headers: content-type, x-api-key (when non-empty), anthropic-version "2023-06-01".
+//
+// Errors common to all types: kInvalidArgument when the body is not a JSON object or (chat)
+// `messages` is not an array.
+Result<UpstreamCall> BuildUpstreamCall(ProviderType type, const nlohmann::json& client_body,
+                                       const CallOptions& options);
+
+struct Translated {
+  std::string body;           // OpenAI-format JSON for the client
+  telemetry::Usage usage;     // normalized; all-unknown when the upstream sent no usage
+  std::string finish_reason;  // OpenAI vocabulary: stop, length, tool_calls, content_filter; "" if none
+};
+
+// A 2xx non-streaming upstream body -> the client's body and the normalized usage.
+// OpenAI-compatible types: the body is returned byte-for-byte unchanged (usage included, as the
+// client expects from OpenAI); llama.cpp's whole response is normalized so `timings` is seen.
+// Anthropic: a Message becomes a chat.completion whose `usage` is in OpenAI shape
+// (prompt_tokens = input + cache_creation + cache_read; prompt_tokens_details.cached_tokens = read,
+// cache_write_tokens = creation); the normalized Usage comes from the Anthropic usage itself.
+// Errors: kCorruptData when the body is not a JSON object of the expected shape (the message says
+// what was wrong, without echoing more than a short prefix of the body); kUnavailable when a 2xx
+// body carries an error object (some servers do this) — the message is the provider's.
+Result<Translated> TranslateResponse(ProviderType type, std::string_view upstream_body,
+                                     const CallOptions& options);
+
+// An OpenAI-style error: `body` = {"error": {"message", "type", "param", "code"}}, with param and
+// code null when empty.
+struct ClientError {
+  int status = 500;
+  nlohmann::json body;
+};
+ClientError MakeOpenAIError(int status, std::string message, std::string type,
+                            std::string code = "", std::string param = "");
+
+// A non-2xx upstream response -> what kvgate answers the client. The provider's message, type,
+// code and param are kept when the body has any recognizable error shape (OpenAI's
+// {"error":{...}}, {"error":"text"}, vLLM's {"object":"error","message":...}, {"detail":...},
+// Anthropic's {"type":"error","error":{"type","message"}}); otherwise the message quotes the
+// status and a short prefix of the body. Status mapping (the upstream's status describes the
+// gateway's call, not always the client's request):
+//   400, 404, 409, 413, 422, 429 and other 4xx -> same status (the client's request is at fault, or
+//                                                 rate-limited: SDKs retry 429 themselves)
+//   401, 403 -> 502 (the provider rejected the gateway's own credentials; the client's are fine)
+//   408 -> 504;  500 and other 5xx -> 502;  502, 503, 504 -> same;  529 (Anthropic overloaded) -> 503
+//   anything else (1xx-3xx passed here by mistake) -> 502
+// Anthropic error types map to OpenAI types: invalid_request_error, request_too_large ->
+// invalid_request_error; authentication_error, permission_error -> (kept); not_found_error ->
+// not_found_error; rate_limit_error -> rate_limit_error; api_error, overloaded_error ->
+// server_error; the Anthropic type is kept as `code`.
+ClientError TranslateUpstreamError(ProviderType type, int upstream_status,
+                                   std::string_view upstream_body);
+
+// Incremental translation of a 2xx streaming (SSE) upstream body into OpenAI chat.completion.chunk
+// SSE for the client. Single-threaded. The translator never throws and never crashes on bad input:
+// a malformed upstream stream turns into one error event for the client, after which the
+// translator emits nothing more.
+class StreamTranslator {
+ public:
+  virtual ~StreamTranslator() = default;
+
+  struct Output {
+    std::string bytes;  // to write to the client as is (possibly empty)
+    // `bytes` include at least one chunk carrying generated text, reasoning, or a tool-call delta.
+    // The caller records TTFT at the first Output with has_content.
+    bool has_content = false;
+  };
+
+  // Feeds the next piece of the upstream body; pieces may split events at any byte.
+  // After the stream completed or failed, further input is ignored.
+  virtual Output Feed(std::string_view upstream_bytes) = 0;
+
+  // Call once when the upstream body ended (upstream_eof = true) or the upstream read failed
+  // (upstream_eof = false, failure_message says why). Returns the bytes that close the client
+  // stream: a trailing event left without its blank line is processed first (at eof); then, if the
+  // stream neither completed nor already failed, an OpenAI-style error event
+  // `data: {"error":{...}}\n\n` (the OpenAI SDK raises on it). Nothing is emitted after that.
+  // Later calls return "".
+  virtual std::string Finish(bool upstream_eof, std::string_view failure_message = "") = 0;
+
+  // The exact usage: the last cumulative values seen (Anthropic: message_start merged with later
+  // message_delta usage, last value per field). All-unknown until the upstream reports usage.
+  virtual const telemetry::Usage& usage() const = 0;
+  // OpenAI vocabulary; "" until the upstream gives one.
+  virtual std::string_view finish_reason() const = 0;
+  // The upstream's terminal event was seen ([DONE] / message_stop).
+  virtual bool completed() const = 0;
+  // The message of an error event the upstream sent mid-stream, if any.
+  virtual std::optional<std::string> upstream_error() const = 0;
+  // The message of the error event sent to the client, if any (an upstream error event, a
+  // malformed upstream stream, or the stream ending early / failing in Finish).
+  virtual std::optional<std::string> client_error() const = 0;
+};
+
+// A translator for one streaming call; `options` must be the ones given to BuildUpstreamCall.
+// Never null.
+std::unique_ptr<StreamTranslator> NewStreamTranslator(ProviderType type, const CallOptions& options);
+
+}  // namespace kvgate::providers

@@ -1,0 +1,72 @@
+// Internal to the telemetry module: a thin RAII layer over one sqlite3 connection with a cache of
+// prepared statements. Not thread-safe: a Db is used by one thread at a time (the writer thread
+// owns its Db; read connections are checked out of a pool).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "common/error.h"
+
+struct sqlite3;
+struct sqlite3_stmt;
+
+namespace kvgate::telemetry::internal {
+
+// A prepared statement borrowed from a Db's cache; reset and unbound when the borrow ends.
+class Stmt {
+ public:
+  explicit Stmt(sqlite3_stmt* stmt) : stmt_(stmt) {}
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+  ~Stmt();
+
+  // Binders take 1-based parameter indexes. Text is copied (SQLITE_TRANSIENT).
+  void BindText(int index, std::string_view text);
+  void BindInt(int index, int64_t value);
+  void BindOptInt(int index, std::optional<int64_t> value);
+  void BindNull(int index);
+
+  // Steps once: true when a row is available, false when done; errors as kUnavailable.
+  Result<bool> Step();
+
+  bool IsNull(int column) const;
+  int64_t Int(int column) const;
+  std::optional<int64_t> OptInt(int column) const;
+  std::string Text(int column) const;  // "" for NULL
+  double Real(int column) const;
+
+  sqlite3_stmt* raw() const { return stmt_; }
+
+ private:
+  sqlite3_stmt* stmt_;
+};
+
+class Db {
+ public:
+  // Opens `path`; read_only connections are query_only. Sets busy_timeout.
+  static Result<std::unique_ptr<Db>> Open(const std::string& path, bool read_only);
+  Db(const Db&) = delete;
+  Db& operator=(const Db&) = delete;
+  ~Db();
+
+  // Runs SQL with no results (may hold several statements).
+  Status Exec(std::string_view sql);
+  // A cached prepared statement for `sql` (prepared on first use). Borrow one at a time per SQL.
+  Result<std::unique_ptr<Stmt>> Prepare(const std::string& sql);
+  // The connection's last error message.
+  std::string LastError() const;
+  // True while inside a transaction (SQLite may roll back on its own after I/O errors).
+  bool InTransaction() const;
+
+ private:
+  explicit Db(sqlite3* db) : db_(db) {}
+  sqlite3* db_;
+  std::map<std::string, sqlite3_stmt*, std::less<>> cache_;
+};
+
+}  // namespace kvgate::telemetry::internal

@@ -1,0 +1,140 @@
+// The telemetry store: every RequestRecord persisted, and the queries the dashboard and the admin API
+// run over them (threads, turns, requests).
+//
+// The embedded implementation is SQLite in WAL mode (synchronous=NORMAL): one writer thread fed by an
+// in-memory queue commits batched transactions (the whole queue per transaction) with prepared
+// statements; queries run on separate read-only connections, so reads never wait for the writer.
+// Schema changes are numbered migrations recorded in `schema_migrations`.
+//
+// Thread safety: every method of TelemetryStore is safe to call from any thread, concurrently.
+// Record() never waits on disk (it takes one short lock to enqueue).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/clock.h"
+#include "common/error.h"
+#include "telemetry/record.h"
+
+namespace kvgate::telemetry {
+
+// One numbered schema change. Migrations are applied in ascending `version`, each in its own
+// transaction, exactly once per database (recorded in schema_migrations with its name). A version
+// already recorded under a different name is kCorruptData (two modules claimed one number).
+// Versions 1..99 belong to the core store (CoreMigrations()); other modules (alerts, ...) use
+// 100 and up and pass theirs in StoreOptions::extra_migrations.
+struct Migration {
+  int version = 0;
+  std::string_view name;  // short, stable, e.g. "requests_and_threads"
+  std::string_view sql;   // one or more statements
+};
+
+// The core store's migrations, ascending.
+std::span<const Migration> CoreMigrations();
+
+struct StoreOptions {
+  // Applied after (interleaved by version with) CoreMigrations(). The string_views must outlive
+  // Open() (string literals in practice).
+  std::vector<Migration> extra_migrations;
+  // How many idle read-only connections are kept for queries (more are opened under load).
+  int max_idle_readers = 4;
+};
+
+// Filters for ListThreads. Threads are conversations with a non-empty thread id.
+struct ThreadQuery {
+  enum class Sort { kLastSeen, kFirstSeen, kCost, kTurns, kHitRatio };
+  Sort sort = Sort::kLastSeen;
+  bool descending = true;
+  std::string model;                // "" = any; else threads with at least one turn on this model
+  std::optional<int64_t> since_us;  // threads last seen at or after this time (unix micros)
+  int limit = 50;                   // clamped to [1, 500]
+  // Where to continue: the "next_cursor" of the previous page (takes precedence), else `offset`.
+  std::string cursor;
+  int64_t offset = 0;
+};
+
+// "last_seen" | "first_seen" | "cost" | "turns" | "hit_ratio"; kInvalidArgument otherwise.
+Result<ThreadQuery::Sort> ParseThreadSort(std::string_view name);
+
+// Filters for ListRequests (all exact matches; "" = any).
+struct RequestQuery {
+  std::string thread_id;
+  std::string model;
+  std::string provider;
+  std::string status;
+  std::optional<int64_t> since_us;  // created at or after (unix micros)
+  int limit = 100;                  // clamped to [1, 1000]
+  std::string cursor;               // "next_cursor" of the previous page; "" = newest first
+};
+
+// Abstract so that a PostgreSQL store can implement the same interface for several replicas.
+class TelemetryStore {
+ public:
+  struct Stats {
+    uint64_t recorded = 0;      // Record() calls
+    uint64_t written = 0;       // records committed
+    uint64_t batches = 0;       // transactions committed (or given up on)
+    uint64_t queue_depth = 0;   // recorded but not yet committed or failed
+    uint64_t write_errors = 0;  // records that could not be written (and were discarded)
+  };
+
+  // Opens (creating if needed) the SQLite database at `path` and applies pending migrations, then
+  // starts the writer thread. REQUIRES: `path` names a file (not ":memory:": readers use their own
+  // connections); `clock` outlives the store. Errors: kUnavailable when the file cannot be opened,
+  // kCorruptData / kInternal when a migration fails.
+  static Result<std::unique_ptr<TelemetryStore>> Open(const std::string& path, const Clock& clock);
+  static Result<std::unique_ptr<TelemetryStore>> Open(const std::string& path, const Clock& clock,
+                                                      StoreOptions options);
+
+  TelemetryStore() = default;
+  TelemetryStore(const TelemetryStore&) = delete;
+  TelemetryStore& operator=(const TelemetryStore&) = delete;
+  virtual ~TelemetryStore() = default;  // implementations call Close()
+
+  // Enqueues a record; never blocks on disk, never drops while open (the queue is unbounded: the
+  // writer drains all of it in each transaction). A record with created_at_us == 0 is stamped with
+  // the clock. After Close() the record is discarded and counted in write_errors.
+  virtual void Record(RequestRecord record) = 0;
+
+  // Blocks until everything recorded before the call is committed (or given up on after retries).
+  // Errors: kUnavailable when a record recorded before the call could not be written (reported
+  // once), or when the store is closed with records pending.
+  virtual Status Flush() = 0;
+
+  // Flushes and stops the writer; further queries return kUnavailable. Idempotent.
+  virtual void Close() = 0;
+
+  // JSON shapes: see the report in the module's tests (store_test.cc) and the comments in
+  // store_queries.cc. Unknown token counts are JSON null; money is given both as USD numbers
+  // ("cost_usd") and exact integer pico-USD ("cost_pico_usd"); times are RFC 3339 UTC with
+  // microseconds. Errors: kInvalidArgument for a bad cursor, kUnavailable after Close() or on a
+  // database error.
+  //
+  // {"threads": [{"thread_id", "turns", "first_seen", "last_seen", "models": [...],
+  //   "tokens": {"cache_read", "cache_write", "uncached", "output"}, "cost_usd", "cost_pico_usd",
+  //   "hit_ratio"}], "next_cursor": string | null}
+  virtual Result<nlohmann::json> ListThreads(const ThreadQuery& query) const = 0;
+  // {"thread_id", "turns": [turn...], "summary": {...}} ordered by created_at then insertion;
+  // kNotFound when the thread has no requests.
+  virtual Result<nlohmann::json> GetThread(std::string_view thread_id) const = 0;
+  // {"requests": [turn + "thread_id", "endpoint", "upstream_status", "upstream_model"],
+  //  "next_cursor": string | null}, newest first.
+  virtual Result<nlohmann::json> ListRequests(const RequestQuery& query) const = 0;
+  // One request with every stored field; kNotFound when there is none.
+  virtual Result<nlohmann::json> GetRequest(std::string_view request_id) const = 0;
+
+  virtual Stats stats() const = 0;
+};
+
+// RFC 3339 UTC with microseconds: 1767225600000000 -> "2026-01-01T00:00:00.000000Z".
+std::string FormatRfc3339Micros(int64_t unix_micros);
+
+}  // namespace kvgate::telemetry

@@ -1,0 +1,391 @@
+// The store's read side: the dashboard / admin queries and the JSON they return. Every query runs on
+// a read-only connection from the pool, as one statement (one consistent WAL snapshot).
+//
+// A turn (GetThread's "turns", ListRequests' "requests", GetRequest):
+//   {"request_id", "created_at", "model", "provider", "status", "stream", "latency_ms", "ttft_ms",
+//    "usage": {"cache_read", "cache_write_5m", "cache_write_1h", "uncached", "output", "reasoning"},
+//    "cost_usd": {"total", "cache_read", "cache_write", "uncached", "output", "saved"},
+//    "cost_pico_usd": {same keys, integers}, "cost_complete", "error", "http_status",
+//    "cache_diagnosis", "usage_clamped"}
+// ListRequests adds "thread_id", "endpoint", "upstream_status", "upstream_model"; GetRequest adds
+// "provider_type", "api_key_id", "upstream_request_id", "finish_reason", "prompt_fingerprint",
+// "usage_raw" (the provider's usage JSON), "reported_input", "cost_priced".
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <set>
+#include <vector>
+
+#include "telemetry/pricing.h"
+#include "telemetry/store.h"
+#include "telemetry/store_sqlite.h"
+
+namespace kvgate::telemetry {
+namespace {
+
+using nlohmann::json;
+
+constexpr int kThreadLimitDefault = 50;
+constexpr int kThreadLimitMax = 500;
+constexpr int kRequestLimitMax = 1000;
+
+constexpr std::string_view kTurnColumns =
+    "request_id, thread_id, created_at_us, endpoint, model, provider, provider_type, upstream_model, "
+    "api_key_id, stream, status, http_status, upstream_status, latency_us, ttft_us, cache_read, "
+    "cache_write_5m, cache_write_1h, uncached, output_tokens, reasoning_tokens, reported_input, "
+    "usage_clamped, usage_raw, cost_cache_read, cost_cache_write, cost_uncached, cost_output, "
+    "cost_total, cost_saved, cost_complete, cost_priced, error, upstream_request_id, finish_reason, "
+    "prompt_fingerprint, cache_diagnosis, seq";
+enum Col {
+  kRequestId, kThreadId, kCreatedAt, kEndpoint, kModel, kProvider, kProviderType, kUpstreamModel,
+  kApiKeyId, kStream, kStatus, kHttpStatus, kUpstreamStatus, kLatency, kTtft, kCacheRead,
+  kCacheWrite5m, kCacheWrite1h, kUncached, kOutput, kReasoning, kReportedInput, kClamped, kUsageRaw,
+  kCostCacheRead, kCostCacheWrite, kCostUncached, kCostOutput, kCostTotal, kCostSaved, kCostComplete,
+  kCostPriced, kError, kUpstreamRequestId, kFinishReason, kFingerprint, kDiagnosis, kSeq,
+};
+
+enum class Detail { kTurn, kListed, kFull };
+
+json OptInt(std::optional<int64_t> v) { return v.has_value() ? json(*v) : json(nullptr); }
+json OptMs(std::optional<int64_t> us) {
+  return us.has_value() ? json(static_cast<double>(*us) / 1000.0) : json(nullptr);
+}
+
+// Stored JSON text back to JSON; text that is not JSON comes back as a string, NULL as null.
+json StoredJson(const internal::Stmt& s, int column) {
+  if (s.IsNull(column)) return nullptr;
+  json parsed = json::parse(s.Text(column), nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) return s.Text(column);
+  return parsed;
+}
+
+struct CostParts {
+  int64_t total = 0, cache_read = 0, cache_write = 0, uncached = 0, output = 0, saved = 0;
+};
+
+void CostJson(const CostParts& c, json* usd, json* pico) {
+  *pico = {{"total", c.total},       {"cache_read", c.cache_read}, {"cache_write", c.cache_write},
+           {"uncached", c.uncached}, {"output", c.output},         {"saved", c.saved}};
+  *usd = json::object();
+  for (const auto& [key, value] : pico->items()) (*usd)[key] = PicoUsdToUsd(value.get<int64_t>());
+}
+
+json TurnJson(const internal::Stmt& s, Detail detail) {
+  json turn;
+  turn["request_id"] = s.Text(kRequestId);
+  turn["created_at"] = FormatRfc3339Micros(s.Int(kCreatedAt));
+  turn["model"] = s.Text(kModel);
+  turn["provider"] = s.Text(kProvider);
+  turn["status"] = s.Text(kStatus);
+  turn["stream"] = s.Int(kStream) != 0;
+  turn["latency_ms"] = OptMs(s.OptInt(kLatency));
+  turn["ttft_ms"] = OptMs(s.OptInt(kTtft));
+  turn["usage"] = {{"cache_read", OptInt(s.OptInt(kCacheRead))},
+                   {"cache_write_5m", OptInt(s.OptInt(kCacheWrite5m))},
+                   {"cache_write_1h", OptInt(s.OptInt(kCacheWrite1h))},
+                   {"uncached", OptInt(s.OptInt(kUncached))},
+                   {"output", OptInt(s.OptInt(kOutput))},
+                   {"reasoning", OptInt(s.OptInt(kReasoning))}};
+  CostParts cost{s.Int(kCostTotal),    s.Int(kCostCacheRead), s.Int(kCostCacheWrite),
+                 s.Int(kCostUncached), s.Int(kCostOutput),    s.Int(kCostSaved)};
+  CostJson(cost, &turn["cost_usd"], &turn["cost_pico_usd"]);
+  turn["cost_complete"] = s.Int(kCostComplete) != 0;
+  const std::string error = s.Text(kError);
+  turn["error"] = error.empty() ? json(nullptr) : json(error);
+  turn["http_status"] = s.Int(kHttpStatus);
+  turn["cache_diagnosis"] = StoredJson(s, kDiagnosis);
+  turn["usage_clamped"] = s.Int(kClamped) != 0;
+  if (detail == Detail::kListed || detail == Detail::kFull) {
+    turn["thread_id"] = s.Text(kThreadId);
+    turn["endpoint"] = s.Text(kEndpoint);
+    turn["upstream_status"] = s.Int(kUpstreamStatus);
+    turn["upstream_model"] = s.Text(kUpstreamModel);
+  }
+  if (detail == Detail::kFull) {
+    turn["provider_type"] = s.Text(kProviderType);
+    turn["api_key_id"] = s.Text(kApiKeyId);
+    turn["upstream_request_id"] = s.Text(kUpstreamRequestId);
+    turn["finish_reason"] = s.Text(kFinishReason);
+    turn["prompt_fingerprint"] = s.Text(kFingerprint);
+    turn["usage_raw"] = StoredJson(s, kUsageRaw);
+    turn["reported_input"] = OptInt(s.OptInt(kReportedInput));
+    turn["cost_priced"] = s.Int(kCostPriced) != 0;
+  }
+  return turn;
+}
+
+json HitRatio(int64_t read, int64_t total_input) {
+  if (total_input <= 0) return nullptr;
+  return static_cast<double>(read) / static_cast<double>(total_input);
+}
+
+std::string_view SortExpr(ThreadQuery::Sort sort) {
+  switch (sort) {
+    case ThreadQuery::Sort::kLastSeen: return "t.last_seen_us";
+    case ThreadQuery::Sort::kFirstSeen: return "t.first_seen_us";
+    case ThreadQuery::Sort::kCost: return "t.cost_total";
+    case ThreadQuery::Sort::kTurns: return "t.turns";
+    case ThreadQuery::Sort::kHitRatio:
+      return "CASE WHEN t.known_input_total > 0 THEN CAST(t.known_input_read AS REAL) / "
+             "t.known_input_total END";
+  }
+  return "t.last_seen_us";
+}
+
+bool ParseInt(std::string_view text, int64_t* out) {
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
+  return ec == std::errc() && ptr == text.data() + text.size() && !text.empty();
+}
+
+// Cursors are opaque to clients: "t<offset>" for threads, "r<created_at_us>_<seq>" for requests.
+std::string ThreadCursor(int64_t offset) { return "t" + std::to_string(offset); }
+std::string RequestCursor(int64_t created_at_us, int64_t seq) {
+  return "r" + std::to_string(created_at_us) + "_" + std::to_string(seq);
+}
+
+template <class F>
+Result<json> Guarded(F&& f) {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    return MakeError(ErrorCode::kInternal, std::string("telemetry query: ") + e.what());
+  }
+}
+
+}  // namespace
+
+std::string FormatRfc3339Micros(int64_t unix_micros) {
+  using namespace std::chrono;
+  const sys_time<microseconds> tp{microseconds(unix_micros)};
+  const sys_days day = floor<days>(tp);
+  const year_month_day ymd{day};
+  const hh_mm_ss<microseconds> tod{tp - day};
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "%04d-%02u-%02uT%02d:%02d:%02d.%06dZ", static_cast<int>(ymd.year()),
+                static_cast<unsigned>(ymd.month()), static_cast<unsigned>(ymd.day()),
+                static_cast<int>(tod.hours().count()), static_cast<int>(tod.minutes().count()),
+                static_cast<int>(tod.seconds().count()), static_cast<int>(tod.subseconds().count()));
+  return buf;
+}
+
+Result<ThreadQuery::Sort> ParseThreadSort(std::string_view name) {
+  if (name == "last_seen") return ThreadQuery::Sort::kLastSeen;
+  if (name == "first_seen") return ThreadQuery::Sort::kFirstSeen;
+  if (name == "cost") return ThreadQuery::Sort::kCost;
+  if (name == "turns") return ThreadQuery::Sort::kTurns;
+  if (name == "hit_ratio") return ThreadQuery::Sort::kHitRatio;
+  return MakeError(ErrorCode::kInvalidArgument, "unknown thread sort \"" + std::string(name) + "\"");
+}
+
+namespace internal {
+
+Result<json> SqliteTelemetryStore::ListThreads(const ThreadQuery& query) const {
+  int64_t offset = std::max<int64_t>(0, query.offset);
+  if (!query.cursor.empty()) {
+    if (query.cursor[0] != 't' || !ParseInt(std::string_view(query.cursor).substr(1), &offset) || offset < 0) {
+      return MakeError(ErrorCode::kInvalidArgument, "bad thread cursor");
+    }
+  }
+  const int limit = query.limit <= 0 ? kThreadLimitDefault : std::min(query.limit, kThreadLimitMax);
+  const char* dir = query.descending ? " DESC" : " ASC";
+
+  std::string sql =
+      "SELECT t.thread_id, t.turns, t.first_seen_us, t.last_seen_us, t.cache_read, t.cache_write, "
+      "t.uncached, t.output_tokens, t.cost_total, t.known_input_read, t.known_input_total, "
+      "(SELECT json_group_array(model) FROM (SELECT model FROM thread_models m "
+      "WHERE m.thread_id = t.thread_id ORDER BY model)) FROM threads t WHERE 1";
+  if (!query.model.empty()) {
+    sql += " AND EXISTS (SELECT 1 FROM thread_models f WHERE f.thread_id = t.thread_id AND f.model = ?1)";
+  }
+  if (query.since_us.has_value()) sql += " AND t.last_seen_us >= ?2";
+  sql += " ORDER BY " + std::string(SortExpr(query.sort)) + dir + " NULLS LAST, t.thread_id" + dir +
+         " LIMIT ?3 OFFSET ?4";
+
+  auto reader = AcquireReader();
+  if (!reader) return std::unexpected(reader.error());
+  auto stmt = (*reader)->db().Prepare(sql);
+  if (!stmt) return std::unexpected(stmt.error());
+  Stmt& s = **stmt;
+  if (!query.model.empty()) s.BindText(1, query.model);
+  if (query.since_us.has_value()) s.BindInt(2, *query.since_us);
+  s.BindInt(3, limit + 1);
+  s.BindInt(4, offset);
+  return Guarded([&]() -> Result<json> {
+    json threads = json::array();
+    bool more = false;
+    for (;;) {
+      Result<bool> row = s.Step();
+      if (!row) return std::unexpected(row.error());
+      if (!*row) break;
+      if (static_cast<int>(threads.size()) == limit) {
+        more = true;
+        break;
+      }
+      json t;
+      t["thread_id"] = s.Text(0);
+      t["turns"] = s.Int(1);
+      t["first_seen"] = FormatRfc3339Micros(s.Int(2));
+      t["last_seen"] = FormatRfc3339Micros(s.Int(3));
+      json models = json::parse(s.Text(11), nullptr, false);
+      t["models"] = models.is_array() ? models : json::array();
+      t["tokens"] = {{"cache_read", s.Int(4)}, {"cache_write", s.Int(5)}, {"uncached", s.Int(6)},
+                     {"output", s.Int(7)}};
+      t["cost_usd"] = PicoUsdToUsd(s.Int(8));
+      t["cost_pico_usd"] = s.Int(8);
+      t["hit_ratio"] = HitRatio(s.Int(9), s.Int(10));
+      threads.push_back(std::move(t));
+    }
+    json out;
+    out["threads"] = std::move(threads);
+    out["next_cursor"] = more ? json(ThreadCursor(offset + limit)) : json(nullptr);
+    return out;
+  });
+}
+
+Result<json> SqliteTelemetryStore::GetThread(std::string_view thread_id) const {
+  if (thread_id.empty()) return MakeError(ErrorCode::kNotFound, "no thread with an empty id");
+  auto reader = AcquireReader();
+  if (!reader) return std::unexpected(reader.error());
+  auto stmt = (*reader)->db().Prepare("SELECT " + std::string(kTurnColumns) +
+                                      " FROM requests WHERE thread_id = ?1 ORDER BY created_at_us, seq");
+  if (!stmt) return std::unexpected(stmt.error());
+  Stmt& s = **stmt;
+  s.BindText(1, thread_id);
+  return Guarded([&]() -> Result<json> {
+    json turns = json::array();
+    CostParts cost;
+    int64_t read = 0, w5m = 0, w1h = 0, uncached = 0, output = 0, reasoning = 0;
+    int64_t known_read = 0, known_total = 0;
+    bool complete = true;
+    json models = json::array();
+    std::set<std::string> seen_models;
+    int64_t first = 0, last = 0;
+    for (;;) {
+      Result<bool> row = s.Step();
+      if (!row) return std::unexpected(row.error());
+      if (!*row) break;
+      turns.push_back(TurnJson(s, Detail::kTurn));
+      const int64_t created = s.Int(kCreatedAt);
+      if (turns.size() == 1 || created < first) first = created;
+      if (turns.size() == 1 || created > last) last = created;
+      if (seen_models.insert(s.Text(kModel)).second) models.push_back(s.Text(kModel));
+      cost.total += s.Int(kCostTotal);
+      cost.cache_read += s.Int(kCostCacheRead);
+      cost.cache_write += s.Int(kCostCacheWrite);
+      cost.uncached += s.Int(kCostUncached);
+      cost.output += s.Int(kCostOutput);
+      cost.saved += s.Int(kCostSaved);
+      complete = complete && s.Int(kCostComplete) != 0;
+      const auto r = s.OptInt(kCacheRead), a = s.OptInt(kCacheWrite5m), b = s.OptInt(kCacheWrite1h),
+                 u = s.OptInt(kUncached);
+      read += r.value_or(0);
+      w5m += a.value_or(0);
+      w1h += b.value_or(0);
+      uncached += u.value_or(0);
+      output += s.OptInt(kOutput).value_or(0);
+      reasoning += s.OptInt(kReasoning).value_or(0);
+      if (r && a && b && u) {
+        known_read += *r;
+        known_total += *r + *a + *b + *u;
+      }
+    }
+    if (turns.empty()) {
+      return MakeError(ErrorCode::kNotFound, "no thread \"" + std::string(thread_id) + "\"");
+    }
+    json summary;
+    summary["turns"] = turns.size();
+    summary["first_seen"] = FormatRfc3339Micros(first);
+    summary["last_seen"] = FormatRfc3339Micros(last);
+    summary["models"] = std::move(models);
+    summary["tokens"] = {{"cache_read", read}, {"cache_write_5m", w5m}, {"cache_write_1h", w1h},
+                         {"uncached", uncached}, {"output", output}, {"reasoning", reasoning}};
+    CostJson(cost, &summary["cost_usd"], &summary["cost_pico_usd"]);
+    summary["cost_complete"] = complete;
+    summary["hit_ratio"] = HitRatio(known_read, known_total);
+    json out;
+    out["thread_id"] = std::string(thread_id);
+    out["turns"] = std::move(turns);
+    out["summary"] = std::move(summary);
+    return out;
+  });
+}
+
+Result<json> SqliteTelemetryStore::ListRequests(const RequestQuery& query) const {
+  std::optional<std::pair<int64_t, int64_t>> after;
+  if (!query.cursor.empty()) {
+    const std::string_view c = query.cursor;
+    const size_t sep = c.find('_');
+    int64_t created = 0, seq = 0;
+    if (c[0] != 'r' || sep == std::string_view::npos || !ParseInt(c.substr(1, sep - 1), &created) ||
+        !ParseInt(c.substr(sep + 1), &seq)) {
+      return MakeError(ErrorCode::kInvalidArgument, "bad request cursor");
+    }
+    after = std::pair{created, seq};
+  }
+  const int limit = query.limit <= 0 ? 100 : std::min(query.limit, kRequestLimitMax);
+  // Only the filters present appear in the SQL, so SQLite can use the matching index.
+  std::string sql = "SELECT " + std::string(kTurnColumns) + " FROM requests WHERE 1";
+  if (!query.thread_id.empty()) sql += " AND thread_id = ?1";
+  if (!query.model.empty()) sql += " AND model = ?2";
+  if (!query.provider.empty()) sql += " AND provider = ?3";
+  if (!query.status.empty()) sql += " AND status = ?4";
+  if (query.since_us.has_value()) sql += " AND created_at_us >= ?5";
+  if (after.has_value()) sql += " AND (created_at_us, seq) < (?6, ?7)";
+  sql += " ORDER BY created_at_us DESC, seq DESC LIMIT ?8";
+
+  auto reader = AcquireReader();
+  if (!reader) return std::unexpected(reader.error());
+  auto stmt = (*reader)->db().Prepare(sql);
+  if (!stmt) return std::unexpected(stmt.error());
+  Stmt& s = **stmt;
+  if (!query.thread_id.empty()) s.BindText(1, query.thread_id);
+  if (!query.model.empty()) s.BindText(2, query.model);
+  if (!query.provider.empty()) s.BindText(3, query.provider);
+  if (!query.status.empty()) s.BindText(4, query.status);
+  if (query.since_us.has_value()) s.BindInt(5, *query.since_us);
+  if (after.has_value()) {
+    s.BindInt(6, after->first);
+    s.BindInt(7, after->second);
+  }
+  s.BindInt(8, limit + 1);
+  return Guarded([&]() -> Result<json> {
+    json requests = json::array();
+    std::optional<std::pair<int64_t, int64_t>> last;
+    bool more = false;
+    for (;;) {
+      Result<bool> row = s.Step();
+      if (!row) return std::unexpected(row.error());
+      if (!*row) break;
+      if (static_cast<int>(requests.size()) == limit) {
+        more = true;
+        break;
+      }
+      requests.push_back(TurnJson(s, Detail::kListed));
+      last = std::pair{s.Int(kCreatedAt), s.Int(kSeq)};
+    }
+    json out;
+    out["requests"] = std::move(requests);
+    out["next_cursor"] = more && last ? json(RequestCursor(last->first, last->second)) : json(nullptr);
+    return out;
+  });
+}
+
+Result<json> SqliteTelemetryStore::GetRequest(std::string_view request_id) const {
+  auto reader = AcquireReader();
+  if (!reader) return std::unexpected(reader.error());
+  auto stmt = (*reader)->db().Prepare("SELECT " + std::string(kTurnColumns) +
+                                      " FROM requests WHERE request_id = ?1");
+  if (!stmt) return std::unexpected(stmt.error());
+  Stmt& s = **stmt;
+  s.BindText(1, request_id);
+  return Guarded([&]() -> Result<json> {
+    Result<bool> row = s.Step();
+    if (!row) return std::unexpected(row.error());
+    if (!*row) return MakeError(ErrorCode::kNotFound, "no request \"" + std::string(request_id) + "\"");
+    return TurnJson(s, Detail::kFull);
+  });
+}
+
+}  // namespace internal
+}  // namespace kvgate::telemetry

@@ -1,0 +1,169 @@
+// The store's schema as numbered migrations, and the code that applies them.
+#include <algorithm>
+#include <array>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "telemetry/store.h"
+#include "telemetry/store_sqlite.h"
+
+namespace kvgate::telemetry {
+namespace {
+
+// requests: one row per RequestRecord, every field. `seq` is the insertion order (ties on
+// created_at_us and the keyset cursor). Token counts are NULL when unknown; money is integer
+// pico-USD. threads / thread_models: per-thread aggregates maintained by the writer in the same
+// transaction as the request rows (sums of *known* counts; the hit ratio over turns whose total
+// input is known).
+constexpr std::string_view kRequestsAndThreads = R"sql(
+CREATE TABLE requests (
+  seq                 INTEGER PRIMARY KEY AUTOINCREMENT,
+  request_id          TEXT    NOT NULL UNIQUE,
+  thread_id           TEXT    NOT NULL,
+  created_at_us       INTEGER NOT NULL,
+  endpoint            TEXT    NOT NULL,
+  model               TEXT    NOT NULL,
+  provider            TEXT    NOT NULL,
+  provider_type       TEXT    NOT NULL,
+  upstream_model      TEXT    NOT NULL,
+  api_key_id          TEXT    NOT NULL,
+  stream              INTEGER NOT NULL,
+  status              TEXT    NOT NULL,
+  http_status         INTEGER NOT NULL,
+  upstream_status     INTEGER NOT NULL,
+  latency_us          INTEGER,
+  ttft_us             INTEGER,
+  cache_read          INTEGER,
+  cache_write_5m      INTEGER,
+  cache_write_1h      INTEGER,
+  uncached            INTEGER,
+  output_tokens       INTEGER,
+  reasoning_tokens    INTEGER,
+  reported_input      INTEGER,
+  usage_clamped       INTEGER NOT NULL,
+  usage_raw           TEXT,
+  cost_cache_read     INTEGER NOT NULL,
+  cost_cache_write    INTEGER NOT NULL,
+  cost_uncached       INTEGER NOT NULL,
+  cost_output         INTEGER NOT NULL,
+  cost_total          INTEGER NOT NULL,
+  cost_saved          INTEGER NOT NULL,
+  cost_complete       INTEGER NOT NULL,
+  cost_priced         INTEGER NOT NULL,
+  error               TEXT    NOT NULL,
+  upstream_request_id TEXT    NOT NULL,
+  finish_reason       TEXT    NOT NULL,
+  prompt_fingerprint  TEXT    NOT NULL,
+  cache_diagnosis     TEXT
+);
+CREATE INDEX requests_by_time ON requests (created_at_us, seq);
+CREATE INDEX requests_by_thread ON requests (thread_id, created_at_us, seq);
+CREATE INDEX requests_by_model ON requests (model, created_at_us, seq);
+CREATE INDEX requests_by_provider ON requests (provider, created_at_us, seq);
+
+CREATE TABLE threads (
+  thread_id          TEXT    PRIMARY KEY,
+  turns              INTEGER NOT NULL,
+  first_seen_us      INTEGER NOT NULL,
+  last_seen_us       INTEGER NOT NULL,
+  cache_read         INTEGER NOT NULL,
+  cache_write        INTEGER NOT NULL,
+  uncached           INTEGER NOT NULL,
+  output_tokens      INTEGER NOT NULL,
+  cost_total         INTEGER NOT NULL,
+  known_input_read   INTEGER NOT NULL,
+  known_input_total  INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX threads_by_last_seen ON threads (last_seen_us);
+CREATE INDEX threads_by_first_seen ON threads (first_seen_us);
+CREATE INDEX threads_by_cost ON threads (cost_total);
+
+CREATE TABLE thread_models (
+  thread_id TEXT NOT NULL,
+  model     TEXT NOT NULL,
+  PRIMARY KEY (thread_id, model)
+) WITHOUT ROWID;
+CREATE INDEX thread_models_by_model ON thread_models (model, thread_id);
+)sql";
+
+constexpr std::array<Migration, 1> kCoreMigrations = {{
+    {1, "requests_and_threads", kRequestsAndThreads},
+}};
+
+constexpr std::string_view kMigrationsTable = R"sql(
+CREATE TABLE IF NOT EXISTS schema_migrations (
+  version       INTEGER PRIMARY KEY,
+  name          TEXT    NOT NULL,
+  applied_at_us INTEGER NOT NULL
+))sql";
+
+}  // namespace
+
+std::span<const Migration> CoreMigrations() { return kCoreMigrations; }
+
+namespace internal {
+
+Status ApplyMigrations(Db& db, std::span<const Migration> extra, const Clock& clock) {
+  std::vector<Migration> all(kCoreMigrations.begin(), kCoreMigrations.end());
+  all.insert(all.end(), extra.begin(), extra.end());
+  std::sort(all.begin(), all.end(), [](const Migration& a, const Migration& b) { return a.version < b.version; });
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (all[i].version <= 0) {
+      return MakeError(ErrorCode::kInternal, "migration versions must be positive: " + std::string(all[i].name));
+    }
+    if (i > 0 && all[i].version == all[i - 1].version) {
+      return MakeError(ErrorCode::kInternal, "two migrations claim version " + std::to_string(all[i].version));
+    }
+  }
+  if (Status s = db.Exec(kMigrationsTable); !s) return s;
+
+  std::map<int, std::string> applied;
+  {
+    auto stmt = db.Prepare("SELECT version, name FROM schema_migrations");
+    if (!stmt) return std::unexpected(stmt.error());
+    for (;;) {
+      Result<bool> row = (*stmt)->Step();
+      if (!row) return std::unexpected(row.error());
+      if (!*row) break;
+      applied[static_cast<int>((*stmt)->Int(0))] = (*stmt)->Text(1);
+    }
+  }
+  for (const Migration& m : all) {
+    if (auto it = applied.find(m.version); it != applied.end()) {
+      if (it->second != m.name) {
+        return MakeError(ErrorCode::kCorruptData, "schema_migrations has version " + std::to_string(m.version) +
+                                                      " as \"" + it->second + "\", code calls it \"" +
+                                                      std::string(m.name) + "\"");
+      }
+      continue;
+    }
+    // BEGIN IMMEDIATE: a second process opening the same file waits instead of racing us.
+    if (Status s = db.Exec("BEGIN IMMEDIATE"); !s) return s;
+    Status applied_ok = db.Exec(m.sql);
+    if (applied_ok) {
+      auto stmt = db.Prepare("INSERT INTO schema_migrations (version, name, applied_at_us) VALUES (?, ?, ?)");
+      if (!stmt) {
+        applied_ok = std::unexpected(stmt.error());
+      } else {
+        (*stmt)->BindInt(1, m.version);
+        (*stmt)->BindText(2, m.name);
+        (*stmt)->BindInt(3, clock.NowUnixMicros());
+        if (Result<bool> r = (*stmt)->Step(); !r) applied_ok = std::unexpected(r.error());
+      }
+    }
+    if (!applied_ok) {
+      if (db.InTransaction()) (void)db.Exec("ROLLBACK");
+      return MakeError(ErrorCode::kInternal, "migration " + std::to_string(m.version) + " (" +
+                                                 std::string(m.name) + "): " + applied_ok.error().message);
+    }
+    if (Status s = db.Exec("COMMIT"); !s) {
+      if (db.InTransaction()) (void)db.Exec("ROLLBACK");
+      return s;
+    }
+  }
+  return {};
+}
+
+}  // namespace internal
+}  // namespace kvgate::telemetry

@@ -1,0 +1,333 @@
+// The SQLite store: opening, the single writer thread and its batched transactions.
+#include <algorithm>
+#include <chrono>
+#include <thread>
+#include <exception>
+#include <utility>
+
+#include "telemetry/store.h"
+#include "telemetry/store_sqlite.h"
+
+namespace kvgate::telemetry {
+namespace internal {
+namespace {
+
+// Transaction attempts per batch before its records are given up (disk full, I/O error).
+constexpr int kBatchAttempts = 3;
+
+constexpr const char* kInsertRequest = R"sql(
+INSERT INTO requests (
+  request_id, thread_id, created_at_us, endpoint, model, provider, provider_type, upstream_model,
+  api_key_id, stream, status, http_status, upstream_status, latency_us, ttft_us,
+  cache_read, cache_write_5m, cache_write_1h, uncached, output_tokens, reasoning_tokens,
+  reported_input, usage_clamped, usage_raw,
+  cost_cache_read, cost_cache_write, cost_uncached, cost_output, cost_total, cost_saved,
+  cost_complete, cost_priced, error, upstream_request_id, finish_reason, prompt_fingerprint,
+  cache_diagnosis)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20,
+        ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, ?35, ?36, ?37))sql";
+
+// Aggregates of one turn folded into its thread. Token sums count known values only; the hit
+// ratio's numerator and denominator only turns whose total input is known.
+constexpr const char* kUpsertThread = R"sql(
+INSERT INTO threads (thread_id, turns, first_seen_us, last_seen_us, cache_read, cache_write,
+                     uncached, output_tokens, cost_total, known_input_read, known_input_total)
+VALUES (?1, 1, ?2, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+ON CONFLICT (thread_id) DO UPDATE SET
+  turns = turns + 1,
+  first_seen_us = min(first_seen_us, excluded.first_seen_us),
+  last_seen_us = max(last_seen_us, excluded.last_seen_us),
+  cache_read = cache_read + excluded.cache_read,
+  cache_write = cache_write + excluded.cache_write,
+  uncached = uncached + excluded.uncached,
+  output_tokens = output_tokens + excluded.output_tokens,
+  cost_total = cost_total + excluded.cost_total,
+  known_input_read = known_input_read + excluded.known_input_read,
+  known_input_total = known_input_total + excluded.known_input_total)sql";
+
+constexpr const char* kInsertThreadModel =
+    "INSERT OR IGNORE INTO thread_models (thread_id, model) VALUES (?1, ?2)";
+
+// JSON to text without throwing on invalid UTF-8 (it is replaced).
+std::string DumpJson(const nlohmann::json& value) {
+  return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+}  // namespace
+
+SqliteTelemetryStore::SqliteTelemetryStore(std::string path, const Clock& clock, int max_idle_readers,
+                                           std::unique_ptr<Db> writer_db)
+    : path_(std::move(path)),
+      clock_(clock),
+      max_idle_readers_(static_cast<size_t>(std::max(0, max_idle_readers))),
+      writer_db_(std::move(writer_db)) {}
+
+SqliteTelemetryStore::~SqliteTelemetryStore() { Close(); }
+
+void SqliteTelemetryStore::Start() {
+  std::lock_guard<std::mutex> lock(mu_);
+  started_ = true;
+  writer_ = std::thread([this] { WriterLoop(); });
+}
+
+void SqliteTelemetryStore::Record(RequestRecord record) {
+  if (record.created_at_us == 0) record.created_at_us = clock_.NowUnixMicros();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.recorded;
+    if (stopping_) {
+      ++stats_.write_errors;
+      return;
+    }
+    queue_.push_back(std::move(record));
+    ++enqueued_seq_;
+  }
+  work_cv_.notify_one();
+}
+
+Status SqliteTelemetryStore::Flush() {
+  std::unique_lock<std::mutex> lock(mu_);
+  const uint64_t target = enqueued_seq_;
+  written_cv_.wait(lock, [&] { return committed_seq_ >= target || writer_exited_ || !started_; });
+  if (committed_seq_ < target) {
+    return MakeError(ErrorCode::kUnavailable, "telemetry store closed with records pending");
+  }
+  if (failed_through_seq_ > reported_failure_seq_) {
+    reported_failure_seq_ = failed_through_seq_;
+    return MakeError(ErrorCode::kUnavailable, "telemetry records lost: " + last_error_);
+  }
+  return {};
+}
+
+void SqliteTelemetryStore::Close() {
+  std::lock_guard<std::mutex> close_lock(close_mu_);
+  if (closed_) return;
+  closed_ = true;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  work_cv_.notify_all();
+  if (writer_.joinable()) writer_.join();  // the writer drains the queue before it exits
+  writer_db_.reset();
+  std::lock_guard<std::mutex> lock(reader_mu_);
+  readers_closed_ = true;
+  idle_readers_.clear();
+}
+
+TelemetryStore::Stats SqliteTelemetryStore::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stats s = stats_;
+  s.queue_depth = enqueued_seq_ - committed_seq_;
+  return s;
+}
+
+void SqliteTelemetryStore::WriterLoop() {
+  for (;;) {
+    std::deque<RequestRecord> batch;
+    uint64_t batch_end = 0;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      work_cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
+      if (queue_.empty()) break;  // stopping and drained
+      batch.swap(queue_);
+      batch_end = enqueued_seq_;
+    }
+    std::string error;
+    const uint64_t failed = WriteBatch(batch, &error);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_.written += batch.size() - failed;
+      stats_.write_errors += failed;
+      ++stats_.batches;
+      committed_seq_ = batch_end;
+      if (failed > 0) {
+        failed_through_seq_ = batch_end;
+        last_error_ = error;
+      }
+    }
+    written_cv_.notify_all();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    writer_exited_ = true;
+  }
+  written_cv_.notify_all();
+}
+
+uint64_t SqliteTelemetryStore::WriteBatch(std::deque<RequestRecord>& batch, std::string* error) {
+  for (int attempt = 0; attempt < kBatchAttempts; ++attempt) {
+    if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(50 << (2 * attempt)));
+    if (Status s = writer_db_->Exec("BEGIN IMMEDIATE"); !s) {
+      *error = s.error().message;
+      continue;
+    }
+    // A record that violates a constraint (a duplicate request_id) fails alone; the transaction
+    // survives unless SQLite rolled it back itself (I/O errors), which the retry handles.
+    uint64_t rejected = 0;
+    bool transaction_lost = false;
+    for (const RequestRecord& record : batch) {
+      if (Status s = InsertOne(record); !s) {
+        *error = s.error().message;
+        if (!writer_db_->InTransaction()) {
+          transaction_lost = true;
+          break;
+        }
+        ++rejected;
+      }
+    }
+    if (transaction_lost) continue;
+    if (Status s = writer_db_->Exec("COMMIT"); !s) {
+      *error = s.error().message;
+      if (writer_db_->InTransaction()) (void)writer_db_->Exec("ROLLBACK");
+      continue;
+    }
+    return rejected;
+  }
+  return batch.size();
+}
+
+Status SqliteTelemetryStore::InsertOne(const RequestRecord& r) {
+  // Everything in one SAVEPOINT so a rejected request leaves no half-updated thread behind.
+  if (Status s = writer_db_->Exec("SAVEPOINT record"); !s) return s;
+  auto fail = [&](Error e) -> Status {
+    if (writer_db_->InTransaction()) (void)writer_db_->Exec("ROLLBACK TO record; RELEASE record");
+    return std::unexpected(std::move(e));
+  };
+  std::string usage_raw;
+  std::string diagnosis;
+  try {
+    if (!r.usage.raw.is_null()) usage_raw = DumpJson(r.usage.raw);
+    if (!r.cache_diagnosis.is_null()) diagnosis = DumpJson(r.cache_diagnosis);
+  } catch (const std::exception& e) {
+    return fail(Error{ErrorCode::kInternal, std::string("json: ") + e.what()});
+  }
+  {
+    auto stmt = writer_db_->Prepare(kInsertRequest);
+    if (!stmt) return fail(stmt.error());
+    Stmt& s = **stmt;
+    const Usage& u = r.usage;
+    const Cost& c = r.cost;
+    s.BindText(1, r.request_id);
+    s.BindText(2, r.thread_id);
+    s.BindInt(3, r.created_at_us);
+    s.BindText(4, r.endpoint);
+    s.BindText(5, r.model);
+    s.BindText(6, r.provider);
+    s.BindText(7, r.provider_type);
+    s.BindText(8, r.upstream_model);
+    s.BindText(9, r.api_key_id);
+    s.BindInt(10, r.stream ? 1 : 0);
+    s.BindText(11, r.status);
+    s.BindInt(12, r.http_status);
+    s.BindInt(13, r.upstream_status);
+    s.BindOptInt(14, r.latency_us);
+    s.BindOptInt(15, r.ttft_us);
+    s.BindOptInt(16, u.cache_read);
+    s.BindOptInt(17, u.cache_write_5m);
+    s.BindOptInt(18, u.cache_write_1h);
+    s.BindOptInt(19, u.uncached);
+    s.BindOptInt(20, u.output);
+    s.BindOptInt(21, u.reasoning);
+    s.BindOptInt(22, u.reported_input);
+    s.BindInt(23, u.clamped ? 1 : 0);
+    if (u.raw.is_null()) {
+      s.BindNull(24);
+    } else {
+      s.BindText(24, usage_raw);
+    }
+    s.BindInt(25, c.cache_read);
+    s.BindInt(26, c.cache_write);
+    s.BindInt(27, c.uncached);
+    s.BindInt(28, c.output);
+    s.BindInt(29, c.total);
+    s.BindInt(30, c.saved);
+    s.BindInt(31, c.complete ? 1 : 0);
+    s.BindInt(32, c.priced ? 1 : 0);
+    s.BindText(33, r.error);
+    s.BindText(34, r.upstream_request_id);
+    s.BindText(35, r.finish_reason);
+    s.BindText(36, r.prompt_fingerprint);
+    if (r.cache_diagnosis.is_null()) {
+      s.BindNull(37);
+    } else {
+      s.BindText(37, diagnosis);
+    }
+    if (Result<bool> step = s.Step(); !step) return fail(step.error());
+  }
+  if (!r.thread_id.empty()) {
+    const Usage& u = r.usage;
+    const std::optional<int64_t> total_input = u.TotalInput();
+    auto stmt = writer_db_->Prepare(kUpsertThread);
+    if (!stmt) return fail(stmt.error());
+    Stmt& s = **stmt;
+    s.BindText(1, r.thread_id);
+    s.BindInt(2, r.created_at_us);
+    s.BindInt(3, u.cache_read.value_or(0));
+    s.BindInt(4, u.cache_write_5m.value_or(0) + u.cache_write_1h.value_or(0));
+    s.BindInt(5, u.uncached.value_or(0));
+    s.BindInt(6, u.output.value_or(0));
+    s.BindInt(7, r.cost.total);
+    s.BindInt(8, total_input.has_value() ? u.cache_read.value_or(0) : 0);
+    s.BindInt(9, total_input.value_or(0));
+    if (Result<bool> step = s.Step(); !step) return fail(step.error());
+
+    auto model_stmt = writer_db_->Prepare(kInsertThreadModel);
+    if (!model_stmt) return fail(model_stmt.error());
+    (*model_stmt)->BindText(1, r.thread_id);
+    (*model_stmt)->BindText(2, r.model);
+    if (Result<bool> step = (*model_stmt)->Step(); !step) return fail(step.error());
+  }
+  return writer_db_->Exec("RELEASE record");
+}
+
+SqliteTelemetryStore::Reader::~Reader() {
+  std::lock_guard<std::mutex> lock(store_->reader_mu_);
+  if (!store_->readers_closed_ && store_->idle_readers_.size() < store_->max_idle_readers_) {
+    store_->idle_readers_.push_back(std::move(db_));
+  }
+}
+
+Result<std::unique_ptr<SqliteTelemetryStore::Reader>> SqliteTelemetryStore::AcquireReader() const {
+  {
+    std::lock_guard<std::mutex> lock(reader_mu_);
+    if (readers_closed_) return MakeError(ErrorCode::kUnavailable, "telemetry store is closed");
+    if (!idle_readers_.empty()) {
+      std::unique_ptr<Db> db = std::move(idle_readers_.back());
+      idle_readers_.pop_back();
+      return std::make_unique<Reader>(this, std::move(db));
+    }
+  }
+  Result<std::unique_ptr<Db>> db = Db::Open(path_, /*read_only=*/true);
+  if (!db) return std::unexpected(db.error());
+  return std::make_unique<Reader>(this, std::move(*db));
+}
+
+}  // namespace internal
+
+Result<std::unique_ptr<TelemetryStore>> TelemetryStore::Open(const std::string& path, const Clock& clock) {
+  return Open(path, clock, StoreOptions{});
+}
+
+Result<std::unique_ptr<TelemetryStore>> TelemetryStore::Open(const std::string& path, const Clock& clock,
+                                                             StoreOptions options) {
+  if (path.empty() || path == ":memory:" || path.starts_with("file::memory:")) {
+    return MakeError(ErrorCode::kInvalidArgument, "the telemetry store needs a file path");
+  }
+  Result<std::unique_ptr<internal::Db>> db = internal::Db::Open(path, /*read_only=*/false);
+  if (!db) return std::unexpected(db.error());
+  // WAL lets readers run while the writer commits; NORMAL sync is durable across process crashes
+  // (an OS crash may lose the last transactions, never corrupt the file).
+  if (Status s = (*db)->Exec("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;"); !s) {
+    return std::unexpected(s.error());
+  }
+  if (Status s = internal::ApplyMigrations(**db, options.extra_migrations, clock); !s) {
+    return std::unexpected(s.error());
+  }
+  auto store = std::make_unique<internal::SqliteTelemetryStore>(path, clock, options.max_idle_readers,
+                                                                std::move(*db));
+  store->Start();
+  return std::unique_ptr<TelemetryStore>(std::move(store));
+}
+
+}  // namespace kvgate::telemetry

@@ -1,0 +1,100 @@
+// Internal to the telemetry module: the SQLite implementation of TelemetryStore.
+// store_sqlite.cc: opening, the writer thread, Record/Flush/Close.
+// store_queries.cc: the read-only queries and their JSON.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "telemetry/sqlite_db.h"
+#include "telemetry/store.h"
+
+namespace kvgate::telemetry::internal {
+
+// Applies every migration (core + extra) not yet recorded in schema_migrations.
+Status ApplyMigrations(Db& db, std::span<const Migration> extra, const Clock& clock);
+
+class SqliteTelemetryStore final : public TelemetryStore {
+ public:
+  SqliteTelemetryStore(std::string path, const Clock& clock, int max_idle_readers,
+                       std::unique_ptr<Db> writer_db);
+  ~SqliteTelemetryStore() override;
+
+  void Record(RequestRecord record) override;
+  Status Flush() override;
+  void Close() override;
+
+  Result<nlohmann::json> ListThreads(const ThreadQuery& query) const override;
+  Result<nlohmann::json> GetThread(std::string_view thread_id) const override;
+  Result<nlohmann::json> ListRequests(const RequestQuery& query) const override;
+  Result<nlohmann::json> GetRequest(std::string_view request_id) const override;
+  Stats stats() const override;
+
+  // Starts the writer thread; called once by Open().
+  void Start();
+
+ private:
+  // A read-only connection checked out of the pool; returned to it on destruction.
+  class Reader {
+   public:
+    Reader(const SqliteTelemetryStore* store, std::unique_ptr<Db> db) : store_(store), db_(std::move(db)) {}
+    Reader(const Reader&) = delete;
+    Reader& operator=(const Reader&) = delete;
+    ~Reader();
+    Db& db() { return *db_; }
+
+   private:
+    const SqliteTelemetryStore* store_;
+    std::unique_ptr<Db> db_;
+  };
+  Result<std::unique_ptr<Reader>> AcquireReader() const;
+
+  void WriterLoop();
+  // Writes one batch in one transaction, retrying the transaction a few times on failure.
+  // Returns how many records could not be written; *error gets the last error message.
+  uint64_t WriteBatch(std::deque<RequestRecord>& batch, std::string* error);
+  Status InsertOne(const RequestRecord& record);
+
+  // Constant after construction.
+  const std::string path_;
+  const Clock& clock_;
+  const size_t max_idle_readers_;
+
+  // Owned by the writer thread once Start() has run (by the constructor and Close() otherwise).
+  std::unique_ptr<Db> writer_db_;
+  std::thread writer_;
+
+  // mu_ guards the queue, the lifecycle flags and the counters. Held only to move records in or out
+  // of the queue and to update counters: never across disk I/O.
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;     // signalled: queue non-empty, or stopping_
+  std::condition_variable written_cv_;  // signalled: committed_seq_ advanced, or writer exited
+  std::deque<RequestRecord> queue_;     // GUARDED_BY(mu_)
+  bool started_ = false;                // GUARDED_BY(mu_)
+  bool stopping_ = false;               // GUARDED_BY(mu_): no more Record() accepted
+  bool writer_exited_ = false;          // GUARDED_BY(mu_)
+  uint64_t enqueued_seq_ = 0;           // GUARDED_BY(mu_): records accepted so far
+  uint64_t committed_seq_ = 0;          // GUARDED_BY(mu_): records done (written or failed)
+  uint64_t failed_through_seq_ = 0;     // GUARDED_BY(mu_): seq end of the last failed batch
+  uint64_t reported_failure_seq_ = 0;   // GUARDED_BY(mu_): failure already returned by Flush()
+  std::string last_error_;              // GUARDED_BY(mu_)
+  Stats stats_;                         // GUARDED_BY(mu_), except queue_depth (derived)
+
+  // close_mu_ serialises Close() callers (joining the writer), taken before mu_, never after.
+  std::mutex close_mu_;
+  bool closed_ = false;  // GUARDED_BY(close_mu_)
+
+  // reader_mu_ guards the idle read connections. Held only to push/pop, never during a query.
+  mutable std::mutex reader_mu_;
+  mutable std::vector<std::unique_ptr<Db>> idle_readers_;  // GUARDED_BY(reader_mu_)
+  mutable bool readers_closed_ = false;                    // GUARDED_BY(reader_mu_)
+};
+
+}  // namespace kvgate::telemetry::internal

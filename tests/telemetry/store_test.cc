@@ -1,0 +1,318 @@
+#include "telemetry/store.h"
+
+#include <sqlite3.h>
+
+#include <set>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "common/clock.h"
+#include "store_test_util.h"
+
+namespace kvgate::telemetry {
+namespace {
+
+using nlohmann::json;
+using testing::MakeRecord;
+using testing::TempDir;
+
+constexpr int64_t kT0 = 1'767'225'600'000'000;  // 2026-01-01T00:00:00Z
+
+std::unique_ptr<TelemetryStore> OpenOrDie(const std::string& path, const Clock& clock,
+                                          StoreOptions options = {}) {
+  auto store = TelemetryStore::Open(path, clock, std::move(options));
+  EXPECT_TRUE(store.has_value()) << (store ? "" : store.error().ToString());
+  return store ? std::move(*store) : nullptr;
+}
+
+std::set<std::string> Keys(const json& obj) {
+  std::set<std::string> keys;
+  for (const auto& [k, v] : obj.items()) keys.insert(k);
+  return keys;
+}
+
+TEST(TelemetryStoreTest, FormatsRfc3339WithMicros) {
+  EXPECT_EQ(FormatRfc3339Micros(kT0), "2026-01-01T00:00:00.000000Z");
+  EXPECT_EQ(FormatRfc3339Micros(kT0 + 86'400'000'000LL + 3'723'000'042LL), "2026-01-02T01:02:03.000042Z");
+  EXPECT_EQ(FormatRfc3339Micros(0), "1970-01-01T00:00:00.000000Z");
+  EXPECT_EQ(FormatRfc3339Micros(-1), "1969-12-31T23:59:59.999999Z");
+  EXPECT_EQ(FormatRfc3339Micros(951'782'400'500'000LL), "2000-02-29T00:00:00.500000Z");
+}
+
+TEST(TelemetryStoreTest, ParsesThreadSort) {
+  EXPECT_EQ(ParseThreadSort("cost"), ThreadQuery::Sort::kCost);
+  EXPECT_EQ(ParseThreadSort("hit_ratio"), ThreadQuery::Sort::kHitRatio);
+  EXPECT_EQ(ParseThreadSort("last_seen"), ThreadQuery::Sort::kLastSeen);
+  EXPECT_EQ(ParseThreadSort("first_seen"), ThreadQuery::Sort::kFirstSeen);
+  EXPECT_EQ(ParseThreadSort("turns"), ThreadQuery::Sort::kTurns);
+  EXPECT_FALSE(ParseThreadSort("price").has_value());
+}
+
+TEST(TelemetryStoreTest, OpenRejectsMemoryAndMissingDirectory) {
+  FakeClock clock;
+  auto mem = TelemetryStore::Open(":memory:", clock);
+  ASSERT_FALSE(mem.has_value());
+  EXPECT_EQ(mem.error().code, ErrorCode::kInvalidArgument);
+  TempDir dir;
+  auto missing = TelemetryStore::Open(dir.File("no/such/dir/t.db"), clock);
+  ASSERT_FALSE(missing.has_value());
+  EXPECT_EQ(missing.error().code, ErrorCode::kUnavailable);
+}
+
+TEST(TelemetryStoreTest, ThreadShapeAndValues) {
+  TempDir dir;
+  FakeClock clock;
+  auto store = OpenOrDie(dir.File("t.db"), clock);
+  ASSERT_NE(store, nullptr);
+
+  RequestRecord first = MakeRecord("req_1", "th_a", kT0 + 1'000'000, "gpt-4o-mini", UsageFlavor::kOpenAIChat,
+                                   R"({"prompt_tokens": 2006, "completion_tokens": 300,
+                                       "prompt_tokens_details": {"cached_tokens": 1920},
+                                       "completion_tokens_details": {"reasoning_tokens": 7}})");
+  first.latency_us = 1'234'567;
+  first.ttft_us = 250'500;
+  first.stream = true;
+  first.prompt_fingerprint = R"(["a1","b2"])";
+  RequestRecord second = MakeRecord("req_2", "th_a", kT0 + 2'000'000, "claude-sonnet-4-5", UsageFlavor::kAnthropic,
+                                    R"({"input_tokens": 21, "cache_creation_input_tokens": 188086,
+                                        "cache_read_input_tokens": 3000, "output_tokens": 393})");
+  second.cache_diagnosis = {{"cause", "model_switch"}, {"previous_model", "gpt-4o-mini"}};
+  // Same created_at as `second`: insertion order breaks the tie.
+  RequestRecord third = MakeRecord("req_3", "th_a", kT0 + 2'000'000, "llama", UsageFlavor::kVllm,
+                                   R"({"prompt_tokens": 400, "completion_tokens": 9})");
+  third.status = "upstream_error";
+  third.http_status = 502;
+  third.upstream_status = 500;
+  third.error = "upstream said no";
+  // Recorded out of order: the thread is ordered by created_at.
+  store->Record(second);
+  store->Record(third);
+  store->Record(first);
+  ASSERT_TRUE(store->Flush().has_value());
+
+  Result<json> thread = store->GetThread("th_a");
+  ASSERT_TRUE(thread.has_value()) << thread.error().ToString();
+  const json& t = *thread;
+  EXPECT_EQ(Keys(t), (std::set<std::string>{"thread_id", "turns", "summary"}));
+  EXPECT_EQ(t["thread_id"], "th_a");
+  ASSERT_EQ(t["turns"].size(), 3u);
+  EXPECT_EQ(t["turns"][0]["request_id"], "req_1");
+  EXPECT_EQ(t["turns"][1]["request_id"], "req_2");
+  EXPECT_EQ(t["turns"][2]["request_id"], "req_3");
+
+  const json& a = t["turns"][0];
+  EXPECT_EQ(Keys(a), (std::set<std::string>{"request_id", "created_at", "model", "provider", "status", "stream",
+                                            "latency_ms", "ttft_ms", "usage", "cost_usd", "cost_pico_usd",
+                                            "cost_complete", "error", "http_status", "cache_diagnosis",
+                                            "usage_clamped"}));
+  EXPECT_EQ(a["created_at"], "2026-01-01T00:00:01.000000Z");
+  EXPECT_EQ(a["model"], "gpt-4o-mini");
+  EXPECT_EQ(a["provider"], "prov-openai");
+  EXPECT_EQ(a["status"], "ok");
+  EXPECT_EQ(a["stream"], true);
+  EXPECT_DOUBLE_EQ(a["latency_ms"].get<double>(), 1234.567);
+  EXPECT_DOUBLE_EQ(a["ttft_ms"].get<double>(), 250.5);
+  EXPECT_EQ(a["usage"], json::parse(R"({"cache_read": 1920, "cache_write_5m": 0, "cache_write_1h": 0,
+                                        "uncached": 86, "output": 300, "reasoning": 7})"));
+  EXPECT_EQ(a["cost_pico_usd"], json::parse(R"({"total": 336900000, "cache_read": 144000000,
+      "cache_write": 0, "uncached": 12900000, "output": 180000000, "saved": 144000000})"));
+  EXPECT_DOUBLE_EQ(a["cost_usd"]["total"].get<double>(), 0.0003369);
+  EXPECT_DOUBLE_EQ(a["cost_usd"]["saved"].get<double>(), 0.000144);
+  EXPECT_TRUE(a["error"].is_null());
+  EXPECT_TRUE(a["cache_diagnosis"].is_null());
+  EXPECT_EQ(a["http_status"], 200);
+  EXPECT_EQ(a["usage_clamped"], false);
+  EXPECT_EQ(a["cost_complete"], true);
+
+  const json& b = t["turns"][1];
+  EXPECT_EQ(b["cache_diagnosis"], second.cache_diagnosis);
+  EXPECT_EQ(b["cost_pico_usd"]["total"], 712'180'500'000);
+  EXPECT_EQ(b["cost_pico_usd"]["saved"], -132'964'500'000);
+  EXPECT_TRUE(b["latency_ms"].is_null());
+  EXPECT_TRUE(b["ttft_ms"].is_null());
+  EXPECT_EQ(b["stream"], false);
+
+  const json& c = t["turns"][2];  // unknown is not zero: null, not 0
+  EXPECT_TRUE(c["usage"]["cache_read"].is_null());
+  EXPECT_TRUE(c["usage"]["uncached"].is_null());
+  EXPECT_TRUE(c["usage"]["reasoning"].is_null());
+  EXPECT_EQ(c["usage"]["cache_write_5m"], 0);
+  EXPECT_EQ(c["usage"]["output"], 9);
+  EXPECT_EQ(c["error"], "upstream said no");
+  EXPECT_EQ(c["http_status"], 502);
+  EXPECT_EQ(c["status"], "upstream_error");
+  EXPECT_EQ(c["cost_complete"], false);
+
+  const json& s = t["summary"];
+  EXPECT_EQ(s["turns"], 3);
+  EXPECT_EQ(s["first_seen"], "2026-01-01T00:00:01.000000Z");
+  EXPECT_EQ(s["last_seen"], "2026-01-01T00:00:02.000000Z");
+  EXPECT_EQ(s["models"], json::parse(R"(["gpt-4o-mini", "claude-sonnet-4-5", "llama"])"));
+  EXPECT_EQ(s["tokens"]["cache_read"], 1920 + 3000);
+  EXPECT_EQ(s["tokens"]["cache_write_5m"], 188086);
+  EXPECT_EQ(s["tokens"]["uncached"], 86 + 21);
+  EXPECT_EQ(s["tokens"]["output"], 300 + 393 + 9);
+  EXPECT_EQ(s["cost_pico_usd"]["total"], 336'900'000 + 712'180'500'000);
+  EXPECT_EQ(s["cost_complete"], false);
+  // Hit ratio over the two turns with known input: (1920 + 3000) / (2006 + 191107).
+  EXPECT_DOUBLE_EQ(s["hit_ratio"].get<double>(), 4920.0 / (2006.0 + 191107.0));
+
+  Result<json> missing = store->GetThread("th_nope");
+  ASSERT_FALSE(missing.has_value());
+  EXPECT_EQ(missing.error().code, ErrorCode::kNotFound);
+  EXPECT_EQ(store->GetThread("").error().code, ErrorCode::kNotFound);
+
+  TelemetryStore::Stats stats = store->stats();
+  EXPECT_EQ(stats.recorded, 3u);
+  EXPECT_EQ(stats.written, 3u);
+  EXPECT_EQ(stats.queue_depth, 0u);
+  EXPECT_EQ(stats.write_errors, 0u);
+  EXPECT_GE(stats.batches, 1u);
+}
+
+TEST(TelemetryStoreTest, GetRequestHasEveryField) {
+  TempDir dir;
+  FakeClock clock;
+  auto store = OpenOrDie(dir.File("t.db"), clock);
+  RequestRecord r = MakeRecord("req_full", "", kT0, "deepseek-chat", UsageFlavor::kDeepSeek,
+                               R"({"prompt_tokens": 1000, "completion_tokens": 77, "prompt_cache_hit_tokens": 832,
+                                   "prompt_cache_miss_tokens": 168})");
+  r.api_key_id = "key_1";
+  r.upstream_request_id = "up-9";
+  r.finish_reason = "stop";
+  r.prompt_fingerprint = R"(["h1"])";
+  r.endpoint = "completions";
+  r.created_at_us = 0;  // stamped with the clock
+  store->Record(r);
+  ASSERT_TRUE(store->Flush().has_value());
+  Result<json> got = store->GetRequest("req_full");
+  ASSERT_TRUE(got.has_value()) << got.error().ToString();
+  const json& g = *got;
+  EXPECT_EQ(g["created_at"], FormatRfc3339Micros(clock.NowUnixMicros()));
+  EXPECT_EQ(g["thread_id"], "");
+  EXPECT_EQ(g["endpoint"], "completions");
+  EXPECT_EQ(g["upstream_status"], 200);
+  EXPECT_EQ(g["upstream_model"], "deepseek-chat-upstream");
+  EXPECT_EQ(g["provider_type"], "deepseek");
+  EXPECT_EQ(g["api_key_id"], "key_1");
+  EXPECT_EQ(g["upstream_request_id"], "up-9");
+  EXPECT_EQ(g["finish_reason"], "stop");
+  EXPECT_EQ(g["prompt_fingerprint"], R"(["h1"])");
+  EXPECT_EQ(g["usage_raw"], r.usage.raw);
+  EXPECT_EQ(g["reported_input"], 1000);
+  EXPECT_EQ(g["cost_priced"], true);
+  EXPECT_EQ(g["cost_pico_usd"]["total"], 102'676'000);
+  EXPECT_EQ(store->GetRequest("req_none").error().code, ErrorCode::kNotFound);
+  // A request without a thread id makes no thread.
+  Result<json> threads = store->ListThreads({});
+  ASSERT_TRUE(threads.has_value());
+  EXPECT_TRUE((*threads)["threads"].empty());
+}
+
+TEST(TelemetryStoreTest, ReopenKeepsDataAndMigrationsAreIdempotent) {
+  TempDir dir;
+  FakeClock clock;
+  const std::string path = dir.File("t.db");
+  constexpr Migration kAlerts{100, "alerts_test_table", "CREATE TABLE alerts_test (id INTEGER PRIMARY KEY)"};
+  {
+    auto store = OpenOrDie(path, clock, StoreOptions{.extra_migrations = {kAlerts}});
+    ASSERT_NE(store, nullptr);
+    store->Record(MakeRecord("req_1", "th", kT0, "gpt-4.1", UsageFlavor::kOpenAIChat,
+                             R"({"prompt_tokens": 10, "completion_tokens": 1,
+                                 "prompt_tokens_details": {"cached_tokens": 0}})"));
+    // No Flush: Close (via the destructor) must persist it.
+  }
+  for (int i = 0; i < 2; ++i) {
+    auto store = OpenOrDie(path, clock, StoreOptions{.extra_migrations = {kAlerts}});
+    ASSERT_NE(store, nullptr);
+    Result<json> got = store->GetRequest("req_1");
+    ASSERT_TRUE(got.has_value());
+    EXPECT_EQ((*got)["usage"]["uncached"], 10);
+    Result<json> thread = store->GetThread("th");
+    ASSERT_TRUE(thread.has_value());
+    EXPECT_EQ((*thread)["turns"].size(), 1u);
+    store->Close();
+    store->Close();  // idempotent
+  }
+  // Exactly one row per migration.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+  sqlite3_stmt* stmt = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "SELECT version, name FROM schema_migrations ORDER BY version", -1, &stmt,
+                               nullptr),
+            SQLITE_OK);
+  std::vector<std::pair<int, std::string>> rows;
+  while (sqlite3_step(stmt) == SQLITE_ROW) {
+    rows.emplace_back(sqlite3_column_int(stmt, 0), reinterpret_cast<const char*>(sqlite3_column_text(stmt, 1)));
+  }
+  sqlite3_finalize(stmt);
+  ASSERT_EQ(sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &stmt, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
+  EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0)), "wal");
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+  std::vector<std::pair<int, std::string>> expected;
+  for (const Migration& m : CoreMigrations()) expected.emplace_back(m.version, std::string(m.name));
+  expected.emplace_back(100, "alerts_test_table");
+  EXPECT_EQ(rows, expected);
+
+  // Another module claiming version 100 under another name is refused.
+  constexpr Migration kClash{100, "something_else", "CREATE TABLE clash (id INTEGER)"};
+  auto clash = TelemetryStore::Open(path, clock, StoreOptions{.extra_migrations = {kClash}});
+  ASSERT_FALSE(clash.has_value());
+  EXPECT_EQ(clash.error().code, ErrorCode::kCorruptData);
+  // Two migrations with one version are refused.
+  constexpr Migration kDup{1, "dup", "SELECT 1"};
+  EXPECT_FALSE(TelemetryStore::Open(path, clock, StoreOptions{.extra_migrations = {kDup}}).has_value());
+  // A failing migration is rolled back and reported; the database stays usable.
+  constexpr Migration kBroken{101, "broken", "CREATE TABLE ok_part (id INTEGER); THIS IS NOT SQL"};
+  auto broken = TelemetryStore::Open(path, clock, StoreOptions{.extra_migrations = {kAlerts, kBroken}});
+  ASSERT_FALSE(broken.has_value());
+  EXPECT_EQ(broken.error().code, ErrorCode::kInternal);
+  auto again = OpenOrDie(path, clock, StoreOptions{.extra_migrations = {kAlerts}});
+  ASSERT_NE(again, nullptr);
+  EXPECT_TRUE(again->GetRequest("req_1").has_value());
+}
+
+TEST(TelemetryStoreTest, AfterCloseRecordsAreCountedAndQueriesFail) {
+  TempDir dir;
+  FakeClock clock;
+  auto store = OpenOrDie(dir.File("t.db"), clock);
+  store->Close();
+  store->Record(MakeRecord("late", "th", kT0, "gpt-4.1", UsageFlavor::kOpenAIChat, "{}"));
+  TelemetryStore::Stats stats = store->stats();
+  EXPECT_EQ(stats.recorded, 1u);
+  EXPECT_EQ(stats.write_errors, 1u);
+  EXPECT_EQ(stats.written, 0u);
+  EXPECT_EQ(store->GetRequest("late").error().code, ErrorCode::kUnavailable);
+  EXPECT_EQ(store->ListRequests({}).error().code, ErrorCode::kUnavailable);
+  EXPECT_TRUE(store->Flush().has_value());  // nothing pending
+}
+
+TEST(TelemetryStoreTest, DuplicateRequestIdIsRejectedAlone) {
+  TempDir dir;
+  FakeClock clock;
+  auto store = OpenOrDie(dir.File("t.db"), clock);
+  const char* usage = R"({"prompt_tokens": 100, "completion_tokens": 1, "prompt_tokens_details": {"cached_tokens": 50}})";
+  store->Record(MakeRecord("dup", "th", kT0, "gpt-4.1", UsageFlavor::kOpenAIChat, usage));
+  store->Record(MakeRecord("dup", "th", kT0 + 1, "gpt-4.1", UsageFlavor::kOpenAIChat, usage));
+  store->Record(MakeRecord("other", "th", kT0 + 2, "gpt-4.1", UsageFlavor::kOpenAIChat, usage));
+  Status flushed = store->Flush();
+  ASSERT_FALSE(flushed.has_value());
+  EXPECT_EQ(flushed.error().code, ErrorCode::kUnavailable);
+  EXPECT_TRUE(store->Flush().has_value());  // reported once
+  TelemetryStore::Stats stats = store->stats();
+  EXPECT_EQ(stats.written, 2u);
+  EXPECT_EQ(stats.write_errors, 1u);
+  Result<json> threads = store->ListThreads({});
+  ASSERT_TRUE(threads.has_value());
+  ASSERT_EQ((*threads)["threads"].size(), 1u);
+  const json& t = (*threads)["threads"][0];
+  EXPECT_EQ(t["turns"], 2);  // the rejected record left no trace in the aggregates
+  EXPECT_EQ(t["tokens"]["cache_read"], 100);
+  EXPECT_DOUBLE_EQ(t["hit_ratio"].get<double>(), 0.5);
+}
+
+}  // namespace
+}  // namespace kvgate::telemetry

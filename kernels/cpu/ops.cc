@@ -1,0 +1,197 @@
+#include "kernels/cpu/ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace kvgate::kernels::cpu {
+namespace {
+
+constexpr int64_t kMaxHeadDim = 256;
+
+// Rows of weights per work item: small enough to balance two threads on a 576-row matvec, large
+// enough that the per-item overhead (one atomic) is noise.
+constexpr size_t kRowGrain = 16;
+
+// Runs the tile kernel for rows [r0, r1) of one matrix over all T tokens. The token loop is inside
+// the row-chunk loop so a 4-token activation tile stays in L1 while the chunk's rows stream past.
+void MatMulRows(const VecKernels& kern, const QMatrix& w, const BlockQ8A* xq, int64_t t,
+                int64_t nb, int64_t r0, int64_t r1, float* out) {
+  const int64_t n = w.rows;
+  for (int64_t t0 = 0; t0 < t; t0 += kMaxTileTokens) {
+    const int ntok = static_cast<int>(std::min<int64_t>(kMaxTileTokens, t - t0));
+    const BlockQ8A* a = xq + t0 * nb;
+    for (int64_t r = r0; r < r1; ++r) {
+      float* o = out + t0 * n + r;
+      if (w.type == WeightType::kQ4_1) {
+        const auto* row = static_cast<const BlockQ4_1*>(w.data) + r * nb;
+        kern.dot_q4_1_tile(row, a, nb, ntok, static_cast<int>(nb), o, n);
+      } else {
+        const auto* row = static_cast<const BlockQ8_0*>(w.data) + r * nb;
+        kern.dot_q8_0_tile(row, a, nb, ntok, static_cast<int>(nb), o, n);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void MatMul(const CpuContext& ctx, const float* x, int64_t t, int64_t k,
+            std::span<const QMatrix* const> ws, std::span<float* const> outs) {
+  const int64_t nb = k / kQBlock;
+  std::vector<BlockQ8A>& xq = *ctx.q8_scratch;
+  if (xq.size() < static_cast<size_t>(t * nb)) xq.resize(t * nb);
+  const VecKernels& kern = *ctx.kernels;
+  if (t == 1) {
+    kern.quantize_row_q8a(x, k, xq.data());
+  } else {
+    ctx.pool->ParallelFor(t, 8, [&](size_t b, size_t e) {
+      for (size_t i = b; i < e; ++i) kern.quantize_row_q8a(x + i * k, k, xq.data() + i * nb);
+    });
+  }
+  int64_t total_rows = 0;
+  for (const QMatrix* w : ws) total_rows += w->rows;
+  ctx.pool->ParallelFor(total_rows, kRowGrain, [&](size_t begin, size_t end) {
+    // [begin, end) indexes the concatenation of all matrices' rows; split it per matrix.
+    int64_t base = 0;
+    for (size_t i = 0; i < ws.size() && static_cast<int64_t>(begin) < static_cast<int64_t>(end);
+         ++i) {
+      const int64_t rows = ws[i]->rows;
+      const int64_t lo = std::max<int64_t>(begin, base), hi = std::min<int64_t>(end, base + rows);
+      if (lo < hi) MatMulRows(kern, *ws[i], xq.data(), t, nb, lo - base, hi - base, outs[i]);
+      base += rows;
+    }
+  });
+}
+
+void EmbedRows(const QMatrix& table, std::span<const int32_t> ids, float* out) {
+  const int64_t k = table.cols;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (table.type == WeightType::kQ8_0) {
+      DequantizeQ8_0(static_cast<const BlockQ8_0*>(table.data) + ids[i] * (k / kQBlock), k,
+                     out + i * k);
+    } else {
+      DequantizeQ4_1(static_cast<const BlockQ4_1*>(table.data) + ids[i] * (k / kQBlock), k,
+                     out + i * k);
+    }
+  }
+}
+
+void RmsNorm(const CpuContext& ctx, const float* x, const float* w, int64_t t, int64_t d, float eps,
+             float* out) {
+  auto rows = [&](size_t b, size_t e) {
+    for (size_t i = b; i < e; ++i) {
+      const float* xr = x + i * d;
+      float* o = out + i * d;
+      float ss = 0.0f;
+      for (int64_t j = 0; j < d; ++j) ss += xr[j] * xr[j];
+      const float inv = 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
+      for (int64_t j = 0; j < d; ++j) o[j] = xr[j] * inv * w[j];
+    }
+  };
+  if (t < 64) {
+    rows(0, t);
+  } else {
+    ctx.pool->ParallelFor(t, 32, rows);
+  }
+}
+
+void RopeInterleaved(float* x, int64_t t, int64_t h, int64_t dh, std::span<const int32_t> positions,
+                     float theta) {
+  float cs[kMaxHeadDim / 2], sn[kMaxHeadDim / 2];
+  const int64_t half = std::min(dh, kMaxHeadDim) / 2;
+  for (int64_t i = 0; i < t; ++i) {
+    for (int64_t j = 0; j < half; ++j) {
+      const double inv_freq = std::pow(static_cast<double>(theta), -2.0 * j / static_cast<double>(dh));
+      const double angle = static_cast<double>(positions[i]) * inv_freq;
+      cs[j] = static_cast<float>(std::cos(angle));
+      sn[j] = static_cast<float>(std::sin(angle));
+    }
+    for (int64_t head = 0; head < h; ++head) {
+      float* v = x + (i * h + head) * dh;
+      for (int64_t j = 0; j < half; ++j) {
+        const float a = v[2 * j], b = v[2 * j + 1];
+        v[2 * j] = a * cs[j] - b * sn[j];
+        v[2 * j + 1] = a * sn[j] + b * cs[j];
+      }
+    }
+  }
+}
+
+void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void AddInPlace(float* x, const float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+void WriteKv(const CpuContext& ctx, const float* k, const float* v, int64_t t, int64_t kv_dim,
+             std::span<const int64_t> slots, uint16_t* k_cache, uint16_t* v_cache) {
+  const VecKernels& kern = *ctx.kernels;
+  for (int64_t i = 0; i < t; ++i) {
+    if (slots[i] < 0) continue;
+    kern.f32_to_f16(k + i * kv_dim, k_cache + slots[i] * kv_dim, kv_dim);
+    kern.f32_to_f16(v + i * kv_dim, v_cache + slots[i] * kv_dim, kv_dim);
+  }
+}
+
+void PagedAttention(const CpuContext& ctx, const PagedAttentionArgs& a) {
+  const VecKernels& kern = *ctx.kernels;
+  const int64_t group = a.heads / a.kv_heads;  // query heads per KV head
+  const int64_t kv_dim = a.kv_heads * a.head_dim;
+  const int64_t bs = a.block_size;
+  const int num_seqs = static_cast<int>(a.context_lens.size());
+  auto items = [&](size_t begin, size_t end) {
+    float acc[kMaxHeadDim];
+    float scores[64];
+    for (size_t item = begin; item < end; ++item) {
+      const int64_t tok = static_cast<int64_t>(item) / a.heads;
+      const int64_t head = static_cast<int64_t>(item) % a.heads;
+      // The sequence that owns row `tok`: the last s with query_start[s] <= tok.
+      const int s = static_cast<int>(std::upper_bound(a.query_start.begin(),
+                                                      a.query_start.begin() + num_seqs, tok) -
+                                     a.query_start.begin()) - 1;
+      const int64_t qlen = a.query_start[s + 1] - a.query_start[s];
+      const int64_t pos = a.context_lens[s] - qlen + (tok - a.query_start[s]);  // last visible
+      const int32_t* table = a.block_tables.data() + s * a.max_blocks;
+      const float* q = a.q + (tok * a.heads + head) * a.head_dim;
+      const int64_t kv_off = (head / group) * a.head_dim;
+      float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
+      std::fill(acc, acc + a.head_dim, 0.0f);
+      // Online softmax, one cache block (<= 64 keys) at a time.
+      for (int64_t blk = 0; blk * bs <= pos; ++blk) {
+        const int64_t n = std::min(bs, pos + 1 - blk * bs);
+        const int64_t slot0 = static_cast<int64_t>(table[blk]) * bs;
+        float bm = -std::numeric_limits<float>::infinity();
+        for (int64_t j = 0; j < n; ++j) {
+          const uint16_t* kr = a.k_cache + (slot0 + j) * kv_dim + kv_off;
+          scores[j] = kern.dot_f32_f16(q, kr, static_cast<int>(a.head_dim)) * a.scale;
+          bm = std::max(bm, scores[j]);
+        }
+        const float nm = std::max(m, bm);
+        const float corr = std::exp(m - nm);
+        if (corr != 1.0f) {
+          l *= corr;
+          for (int64_t d = 0; d < a.head_dim; ++d) acc[d] *= corr;
+        }
+        for (int64_t j = 0; j < n; ++j) {
+          const float e = std::exp(scores[j] - nm);
+          l += e;
+          kern.axpy_f16(e, a.v_cache + (slot0 + j) * kv_dim + kv_off, acc,
+                        static_cast<int>(a.head_dim));
+        }
+        m = nm;
+      }
+      float* o = a.out + (tok * a.heads + head) * a.head_dim;
+      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      for (int64_t d = 0; d < a.head_dim; ++d) o[d] = acc[d] * inv;
+    }
+  };
+  ctx.pool->ParallelFor(a.num_tokens * a.heads, 4, items);
+}
+
+}  // namespace kvgate::kernels::cpu

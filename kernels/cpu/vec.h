@@ -1,0 +1,49 @@
+// Innermost CPU kernels behind a dispatch table: one scalar (portable) and one AVX2+FMA+F16C set,
+// picked at run time. Tables are immutable; a caller (the CPU backend, a test) holds a reference to
+// the one it wants, so both paths stay testable on an AVX2 machine.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "kernels/cpu/quant.h"
+
+namespace kvgate::kernels::cpu {
+
+enum class Isa { kScalar, kAvx2 };
+std::string_view IsaName(Isa isa);
+
+// True when this CPU (and OS) supports AVX2, FMA and F16C.
+bool CpuHasAvx2();
+// The fastest Isa this CPU runs.
+Isa BestIsa();
+
+// Tile kernels compute up to kMaxTileTokens dot products of one weight row against `ntok` activation
+// rows, so each weight block is loaded and unpacked once per tile.
+inline constexpr int kMaxTileTokens = 4;
+
+struct VecKernels {
+  Isa isa;
+  // x [k] -> k / 32 activation blocks.
+  void (*quantize_row_q8a)(const float* x, size_t k, BlockQ8A* out);
+  // w: one weight row, nb blocks. a: ntok (1..4) activation rows, row t at a + t * a_stride (blocks).
+  // out[t * out_stride] = dot(w, a_t).
+  void (*dot_q4_1_tile)(const BlockQ4_1* w, const BlockQ8A* a, size_t a_stride, int ntok, int nb,
+                        float* out, size_t out_stride);
+  void (*dot_q8_0_tile)(const BlockQ8_0* w, const BlockQ8A* a, size_t a_stride, int ntok, int nb,
+                        float* out, size_t out_stride);
+  // Conversions of n values.
+  void (*f16_to_f32)(const uint16_t* x, float* y, size_t n);
+  void (*f32_to_f16)(const float* x, uint16_t* y, size_t n);
+  // Attention inner loops: dot(a [n] f32, b [n] f16) and y [n] += alpha * x [n] (x f16).
+  float (*dot_f32_f16)(const float* a, const uint16_t* b, int n);
+  void (*axpy_f16)(float alpha, const uint16_t* x, float* y, int n);
+};
+
+const VecKernels& ScalarKernels();
+// REQUIRES: CpuHasAvx2() (calling the table's functions otherwise faults with SIGILL).
+const VecKernels& Avx2Kernels();
+const VecKernels& KernelsFor(Isa isa);
+
+}  // namespace kvgate::kernels::cpu

@@ -58,9 +58,16 @@ struct Response {
 // (e.g. the client went away); the connection is then closed, not pooled.
 using BodySink = std::function<boost::asio::awaitable<bool>(std::string_view)>;
 
+// Pooling: idle keep-alive connections are kept per origin (scheme://host:port), most recently
+// used first, at most max_idle_per_host, dropped after 60 s idle or when the peer has closed them
+// (checked with a non-blocking peek before reuse). A connection goes back to the pool only after a
+// response that was read completely with keep-alive; aborted or failed exchanges close it.
+//
+// Thread safety: none. One Client per event-loop executor; use it only from coroutines running on
+// that executor (any number of them at once: each exchange takes its own connection). Destroy it
+// on that executor's thread, before the executor's io_context.
 class Client {
  public:
-  // One Client per event-loop executor; it must only be used from coroutines on that executor.
   static std::unique_ptr<Client> Create(boost::asio::any_io_executor executor, ClientOptions options);
   virtual ~Client() = default;
 
@@ -81,10 +88,12 @@ class Client {
       const BodySink& sink) = 0;
 
   struct Stats {
-    uint64_t connections_opened = 0;
-    uint64_t requests_sent = 0;
-    uint64_t reused = 0;
+    uint64_t connections_opened = 0;  // TCP (+TLS) connections established
+    uint64_t requests_sent = 0;       // requests written to a connection (a retry counts again)
+    uint64_t reused = 0;              // requests that went out on a pooled connection
+    uint64_t retried = 0;             // pooled connections that failed before any response byte
   };
+  // Safe to call from any thread (relaxed counters).
   virtual Stats stats() const = 0;
 };
 

@@ -10,14 +10,19 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
+#include <vector>
 
 namespace kvgate::testing {
 
@@ -161,4 +166,115 @@ inline std::optional<RawResponse> ReadResponse(RawConn& conn, int timeout_ms = 5
   return r;
 }
 
+// Sends all of data on a raw fd. False on error.
+inline bool SendAll(int fd, std::string_view data) {
+  while (!data.empty()) {
+    const ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+    if (n <= 0) return false;
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
+
+// Reads one HTTP request (headers + Content-Length body) from fd, keeping extra bytes in `carry`.
+// Returns "" on EOF, error or after timeout_ms.
+inline std::string ReadHttpRequest(int fd, std::string& carry, int timeout_ms = 5000) {
+  const int64_t end = NowMs() + timeout_ms;
+  auto fill = [&]() {
+    const int64_t left = end - NowMs();
+    pollfd p{fd, POLLIN, 0};
+    if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0) return false;
+    char buf[16384];
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) return false;
+    carry.append(buf, static_cast<size_t>(n));
+    return true;
+  };
+  while (carry.find("\r\n\r\n") == std::string::npos) {
+    if (!fill()) return "";
+  }
+  const size_t head_end = carry.find("\r\n\r\n") + 4;
+  size_t length = 0;
+  const std::string head = Lower(carry.substr(0, head_end));
+  const size_t cl = head.find("content-length:");
+  if (cl != std::string::npos) length = std::strtoul(head.c_str() + cl + 15, nullptr, 10);
+  while (carry.size() < head_end + length) {
+    if (!fill()) return "";
+  }
+  std::string request = carry.substr(0, head_end + length);
+  carry.erase(0, head_end + length);
+  return request;
+}
+
+// Makes the coming close of fd send an RST instead of a FIN.
+inline void ArmReset(int fd) {
+  linger l{1, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+}
+
+// A blocking test server on 127.0.0.1:0 that runs a script per accepted connection, each on its
+// own thread. The script gets the fd (closed when the script returns; scripts never close it
+// themselves), the connection's index, and a stop flag set when the server is destroyed.
+class ScriptedServer {
+ public:
+  using Script = std::function<void(int fd, int index, const std::atomic<bool>& stop)>;
+
+  explicit ScriptedServer(Script script) : script_(std::move(script)) {
+    listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    ::listen(listen_fd_, 64);
+    socklen_t len = sizeof addr;
+    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    acceptor_ = std::thread([this] { AcceptLoop(); });
+  }
+  ScriptedServer(const ScriptedServer&) = delete;
+  ScriptedServer& operator=(const ScriptedServer&) = delete;
+
+  ~ScriptedServer() {
+    stop_ = true;
+    ::shutdown(listen_fd_, SHUT_RDWR);
+    acceptor_.join();
+    ::close(listen_fd_);
+    std::lock_guard lock(mu_);
+    for (std::thread& t : workers_) t.join();
+  }
+
+  uint16_t port() const { return port_; }
+  int connections() const { return accepted_.load(); }
+
+ private:
+  void AcceptLoop() {
+    for (;;) {
+      pollfd p{listen_fd_, POLLIN, 0};
+      if (::poll(&p, 1, 50) < 0 || stop_) return;
+      if (!(p.revents & POLLIN)) continue;
+      const int fd = ::accept(listen_fd_, nullptr, nullptr);
+      if (fd < 0) {
+        if (stop_) return;
+        continue;
+      }
+      const int index = accepted_++;
+      std::lock_guard lock(mu_);
+      workers_.emplace_back([this, fd, index] {
+        script_(fd, index, stop_);
+        ::close(fd);
+      });
+    }
+  }
+
+  Script script_;
+  int listen_fd_ = -1;
+  uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> accepted_{0};
+  std::thread acceptor_;
+  std::mutex mu_;
+  std::vector<std::thread> workers_;  // guarded by mu_
+};
+
 }  // namespace kvgate::testing
+

@@ -332,6 +332,20 @@ std::optional<ReadFailure> ClassifyReadError(const boost::system::error_code& ec
   return std::nullopt;
 }
 
+// Feeds buffered bytes to the parser. need_more is not an error here: the caller reads on.
+boost::system::error_code ParseBuffered(bhttp::request_parser<bhttp::string_body>& parser,
+                                        beast::flat_buffer& buffer) {
+  boost::system::error_code ec;
+  while (buffer.size() > 0 && !parser.is_done()) {
+    const size_t used = parser.put(buffer.data(), ec);
+    buffer.consume(used);
+    if (ec == bhttp::error::need_more) return {};
+    if (ec) return ec;
+    if (used == 0) break;
+  }
+  return {};
+}
+
 asio::awaitable<void> Serve(asio::ip::tcp::socket socket, WorkerState& worker) {
   beast::tcp_stream stream(std::move(socket));
   SessionLink link(worker, stream.socket());
@@ -366,10 +380,16 @@ asio::awaitable<void> Serve(asio::ip::tcp::socket socket, WorkerState& worker) {
     parser.emplace();
     parser->header_limit(header_limit);
     parser->body_limit(options.body_limit);
-    stream.expires_after(options.header_timeout);
-    auto [hec, hn] = co_await bhttp::async_read_header(stream, buffer, *parser,
-                                                       as_tuple(use_awaitable));
-    boost::system::error_code read_ec = hec;
+    parser->eager(true);
+    // Fast path: a request that arrived whole is parsed right here, without another pass
+    // through the event loop; only a partial one goes on to the asynchronous reads.
+    boost::system::error_code read_ec = ParseBuffered(*parser, buffer);
+    if (!read_ec && !parser->is_header_done()) {
+      stream.expires_after(options.header_timeout);
+      auto [hec, hn] = co_await bhttp::async_read_header(stream, buffer, *parser,
+                                                         as_tuple(use_awaitable));
+      read_ec = hec;
+    }
     if (!read_ec && !parser->is_done()) {
       if (WantsContinue(parser->get())) {
         writer.Reset(11, true, false);

@@ -26,7 +26,8 @@ json ParseJson(std::string_view text);
 std::string Dump(const json& value);
 std::string Dump(const nlohmann::ordered_json& value);
 
-// At most `max` bytes of `text`, for error messages about upstream bodies.
+// At most `max` bytes of `text` (then "..."), for error messages about upstream bodies; always
+// valid UTF-8 (invalid bytes become U+FFFD).
 std::string Snippet(std::string_view text, size_t max = 200);
 
 // options.created, or the current Unix time when it is 0.

@@ -161,7 +161,12 @@ class OpenAICompatStream final : public StreamTranslator {
                              HasNonNullKey(data, "finish_reason") ||
                              (type_ == ProviderType::kLlamaCpp && HasNonNullKey(data, "timings"));
     if (!needs_parse) {
-      // The fast path: most content chunks go out byte for byte without being parsed.
+      // The fast path: most content chunks go out byte for byte, validated (a SAX pass, no DOM)
+      // but neither parsed into a document nor re-serialized.
+      if (!json::accept(data.begin(), data.end())) {
+        Fail(out.bytes, "upstream sent malformed JSON in a stream event: " + Snippet(data));
+        return;
+      }
       if (TextHasContent(data)) out.has_content = true;
       AppendRawEvent(out.bytes, event.raw);
       return;

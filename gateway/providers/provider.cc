@@ -156,8 +156,13 @@ std::string Dump(const nlohmann::ordered_json& value) {
 }
 
 std::string Snippet(std::string_view text, size_t max) {
-  if (text.size() <= max) return std::string(text);
-  return std::string(text.substr(0, max)) + "...";
+  std::string out(text.substr(0, max));
+  // Upstream bytes may be invalid UTF-8 (or cut mid-character): make the snippet valid, so that
+  // whoever serializes an error message containing it cannot hit nlohmann's UTF-8 exception.
+  const json parsed = ParseJson(Dump(json(std::move(out))));
+  out = parsed.is_string() ? parsed.get<std::string>() : std::string();
+  if (text.size() > max) out += "...";
+  return out;
 }
 
 int64_t CreatedTime(const CallOptions& options) {

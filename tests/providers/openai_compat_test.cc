@@ -1,0 +1,278 @@
+// Provider types, kvgate's fields, and the OpenAI-compatible request/response/stream rules.
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "gateway/providers/provider.h"
+#include "tests/providers/test_util.h"
+
+namespace kvgate::providers {
+namespace {
+
+using nlohmann::json;
+using testing_util::RunStream;
+using testing_util::StreamOptions;
+
+std::string HeaderValue(const UpstreamCall& call, std::string_view name) {
+  for (const auto& [k, v] : call.headers) {
+    if (k == name) return v;
+  }
+  return "<absent>";
+}
+
+TEST(ProviderTypeTest, NamesRoundTripAndFlavors) {
+  for (const char* name : {"openai", "anthropic", "deepseek", "vllm", "sglang", "llamacpp", "openrouter",
+                           "gemini-openai", "local"}) {
+    auto type = ProviderTypeFromName(name);
+    ASSERT_TRUE(type.has_value()) << name;
+    EXPECT_EQ(ProviderTypeName(*type), name);
+  }
+  EXPECT_FALSE(ProviderTypeFromName("OpenAI").has_value());
+  EXPECT_FALSE(ProviderTypeFromName("gemini").has_value());
+  EXPECT_EQ(UsageFlavorFor(ProviderType::kLocal), telemetry::UsageFlavor::kKvgateEngine);
+  EXPECT_EQ(UsageFlavorFor(ProviderType::kOpenAI), telemetry::UsageFlavor::kOpenAIChat);
+  EXPECT_EQ(UsageFlavorFor(ProviderType::kAnthropic), telemetry::UsageFlavor::kAnthropic);
+  EXPECT_EQ(UsageFlavorFor(ProviderType::kGeminiOpenAI), telemetry::UsageFlavor::kGeminiOpenAI);
+  EXPECT_EQ(UsageFlavorFor(ProviderType::kLlamaCpp), telemetry::UsageFlavor::kLlamaCpp);
+  EXPECT_FALSE(IsOpenAICompatible(ProviderType::kAnthropic));
+  EXPECT_TRUE(IsOpenAICompatible(ProviderType::kSglang));
+}
+
+TEST(KvgateFieldsTest, ThreadIdentifierTakenAndRemoved) {
+  json body = {{"model", "m"}, {"thread_identifier", "thread-7"}, {"messages", json::array()}};
+  EXPECT_EQ(TakeKvgateFields(body), "thread-7");
+  EXPECT_FALSE(body.contains("thread_identifier"));
+  EXPECT_EQ(body["model"], "m");
+}
+
+TEST(KvgateFieldsTest, MetadataThreadIdRemovedOtherMetadataKept) {
+  json body = {{"metadata", {{"thread_id", 42}, {"team", "a"}}}};
+  EXPECT_EQ(TakeKvgateFields(body), "42");
+  EXPECT_EQ(body["metadata"], (json{{"team", "a"}}));
+  json only = {{"metadata", {{"thread_id", "x"}}}};
+  EXPECT_EQ(TakeKvgateFields(only), "x");
+  EXPECT_FALSE(only.contains("metadata"));
+}
+
+TEST(KvgateFieldsTest, PrecedenceAndBadTypes) {
+  json body = {{"thread_identifier", "first"}, {"metadata", {{"thread_id", "second"}}}};
+  EXPECT_EQ(TakeKvgateFields(body), "first");
+  EXPECT_FALSE(body.contains("metadata"));
+  json bad = {{"thread_identifier", json::array()}};
+  EXPECT_EQ(TakeKvgateFields(bad), std::nullopt);
+  EXPECT_FALSE(bad.contains("thread_identifier"));
+  json not_object = json::array();
+  EXPECT_EQ(TakeKvgateFields(not_object), std::nullopt);
+  json none = {{"model", "m"}};
+  EXPECT_EQ(TakeKvgateFields(none), std::nullopt);
+}
+
+TEST(OpenAICompatRequestTest, UnknownFieldsPassModelReplacedKvgateFieldsNeverForwarded) {
+  const json client = {{"model", "my-alias"},
+                       {"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                       {"prompt_cache_key", "k1"},
+                       {"vendor_extension", {{"nested", {1, 2, 3}}}},
+                       {"thread_identifier", "t-1"},
+                       {"metadata", {{"thread_id", "t-2"}, {"keep", "yes"}}}};
+  CallOptions o;
+  o.upstream_model = "gpt-4.1";
+  o.api_key = "sk-test";
+  auto call = BuildUpstreamCall(ProviderType::kOpenAI, client, o);
+  ASSERT_TRUE(call.has_value()) << call.error().ToString();
+  EXPECT_EQ(call->path, "/chat/completions");
+  EXPECT_EQ(HeaderValue(*call, "authorization"), "Bearer sk-test");
+  EXPECT_EQ(HeaderValue(*call, "content-type"), "application/json");
+  EXPECT_EQ(HeaderValue(*call, "accept"), "<absent>");
+  const json sent = json::parse(call->body);
+  json expected = client;
+  expected["model"] = "gpt-4.1";
+  expected.erase("thread_identifier");
+  expected["metadata"].erase("thread_id");
+  EXPECT_EQ(sent, expected);
+  EXPECT_EQ(call->body.find("t-1"), std::string::npos);
+  EXPECT_EQ(call->body.find("t-2"), std::string::npos);
+}
+
+TEST(OpenAICompatRequestTest, CompletionsPathNoKeyNoAuthorization) {
+  const json client = {{"model", "m"}, {"prompt", "Once upon"}};
+  CallOptions o;
+  o.endpoint = Endpoint::kCompletions;
+  auto call = BuildUpstreamCall(ProviderType::kVllm, client, o);
+  ASSERT_TRUE(call.has_value()) << call.error().ToString();
+  EXPECT_EQ(call->path, "/completions");
+  EXPECT_EQ(HeaderValue(*call, "authorization"), "<absent>");
+  EXPECT_EQ(json::parse(call->body), client);  // empty upstream_model keeps the client's model
+}
+
+TEST(OpenAICompatRequestTest, StreamingInjectsIncludeUsageKeepingOtherStreamOptions) {
+  const json client = {{"model", "m"},
+                       {"messages", json::array()},
+                       {"stream", true},
+                       {"stream_options", {{"continuous_usage_stats", false}}}};
+  EXPECT_FALSE(ClientWantsStreamUsage(client));
+  auto call = BuildUpstreamCall(ProviderType::kVllm, client, StreamOptions(false));
+  ASSERT_TRUE(call.has_value());
+  const json sent = json::parse(call->body);
+  EXPECT_EQ(sent["stream"], true);
+  EXPECT_EQ(sent["stream_options"], (json{{"continuous_usage_stats", false}, {"include_usage", true}}));
+  EXPECT_EQ(HeaderValue(*call, "accept"), "text/event-stream");
+}
+
+TEST(OpenAICompatRequestTest, NonStreamingDropsStreamOptions) {
+  const json client = {{"model", "m"}, {"messages", json::array()}, {"stream", false},
+                       {"stream_options", {{"include_usage", true}}}};
+  EXPECT_TRUE(ClientWantsStreamUsage(client));
+  auto call = BuildUpstreamCall(ProviderType::kOpenAI, client, CallOptions{});
+  ASSERT_TRUE(call.has_value());
+  const json sent = json::parse(call->body);
+  EXPECT_EQ(sent["stream"], false);
+  EXPECT_FALSE(sent.contains("stream_options"));
+}
+
+TEST(OpenAICompatRequestTest, RejectsNonObjectBodyAndMissingMessages) {
+  auto a = BuildUpstreamCall(ProviderType::kOpenAI, json::array(), CallOptions{});
+  ASSERT_FALSE(a.has_value());
+  EXPECT_EQ(a.error().code, ErrorCode::kInvalidArgument);
+  auto b = BuildUpstreamCall(ProviderType::kOpenAI, json{{"model", "m"}}, CallOptions{});
+  ASSERT_FALSE(b.has_value());
+  EXPECT_NE(b.error().message.find("messages"), std::string::npos);
+}
+
+TEST(OpenAICompatResponseTest, MalformedJsonIsACorruptDataError) {
+  for (std::string_view body : {"", "{", "not json", "[1,2]", "{\"choices\":", "\xff\xfe"}) {
+    auto t = TranslateResponse(ProviderType::kOpenAI, body, CallOptions{});
+    ASSERT_FALSE(t.has_value()) << body;
+    EXPECT_EQ(t.error().code, ErrorCode::kCorruptData);
+  }
+  auto no_choices = TranslateResponse(ProviderType::kDeepSeek, R"({"id":"x"})", CallOptions{});
+  ASSERT_FALSE(no_choices.has_value());
+  EXPECT_NE(no_choices.error().message.find("choices"), std::string::npos);
+}
+
+TEST(OpenAICompatResponseTest, ErrorObjectInA200IsReported) {
+  auto t = TranslateResponse(ProviderType::kOpenRouter,
+                             R"({"error":{"message":"Provider returned error","code":502}})", CallOptions{});
+  ASSERT_FALSE(t.has_value());
+  EXPECT_EQ(t.error().code, ErrorCode::kUnavailable);
+  EXPECT_NE(t.error().message.find("Provider returned error"), std::string::npos);
+}
+
+TEST(OpenAICompatResponseTest, MissingUsageIsUnknown) {
+  auto t = TranslateResponse(ProviderType::kVllm, R"({"choices":[{"index":0,"finish_reason":"stop"}]})",
+                             CallOptions{});
+  ASSERT_TRUE(t.has_value());
+  EXPECT_FALSE(t->usage.output.has_value());
+  EXPECT_FALSE(t->usage.cache_read.has_value());
+  EXPECT_EQ(t->finish_reason, "stop");
+}
+
+constexpr std::string_view kChunkHi =
+    "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"},\"finish_reason\":null}]}\n\n";
+
+TEST(OpenAICompatStreamTest, CutBeforeDoneGivesErrorEventFromFinish) {
+  auto t = NewStreamTranslator(ProviderType::kOpenAI, StreamOptions(false));
+  auto out = t->Feed(kChunkHi);
+  EXPECT_EQ(out.bytes, kChunkHi);
+  EXPECT_TRUE(out.has_content);
+  EXPECT_EQ(t->Finish(true),
+            "data: {\"error\":{\"code\":\"stream_incomplete\",\"message\":\"upstream stream ended before "
+            "[DONE]\",\"param\":null,\"type\":\"upstream_error\"}}\n\n");
+  EXPECT_FALSE(t->completed());
+  EXPECT_EQ(t->client_error(), "upstream stream ended before [DONE]");
+  EXPECT_FALSE(t->upstream_error().has_value());
+  EXPECT_EQ(t->Finish(true), "");
+}
+
+TEST(OpenAICompatStreamTest, UpstreamReadFailureGivesErrorEvent) {
+  auto t = NewStreamTranslator(ProviderType::kSglang, StreamOptions(true));
+  t->Feed("data: {\"choices\":[{\"index\":0,\"del");  // cut mid-event
+  const std::string tail = t->Finish(false, "connection reset by peer");
+  EXPECT_NE(tail.find("upstream stream failed: connection reset by peer"), std::string::npos);
+  EXPECT_NE(tail.find("\"code\":\"stream_failed\""), std::string::npos);
+  EXPECT_TRUE(tail.starts_with("data: {\"error\":"));
+  EXPECT_TRUE(tail.ends_with("}}\n\n"));
+}
+
+TEST(OpenAICompatStreamTest, TrailingDoneWithoutBlankLineCompletes) {
+  auto t = NewStreamTranslator(ProviderType::kLlamaCpp, StreamOptions(false));
+  std::string bytes = t->Feed(std::string(kChunkHi) + "data: [DONE]").bytes;
+  bytes += t->Finish(true);
+  EXPECT_EQ(bytes, std::string(kChunkHi) + "data: [DONE]\n\n");
+  EXPECT_TRUE(t->completed());
+  EXPECT_FALSE(t->client_error().has_value());
+}
+
+TEST(OpenAICompatStreamTest, MalformedJsonChunkBecomesOneErrorEvent) {
+  for (std::string_view bad : {"data: {\"choices\":[{\"delta\":{\"content\":\"x\"}\n\n",  // fast path
+                               "data: {\"usage\":{\"prompt_tokens\":1,}\n\n"}) {        // parsed path
+    auto t = NewStreamTranslator(ProviderType::kOpenAI, StreamOptions(false));
+    auto out = t->Feed(std::string(kChunkHi) + std::string(bad) + std::string(kChunkHi));
+    EXPECT_TRUE(out.bytes.starts_with(kChunkHi));
+    const std::string rest = out.bytes.substr(kChunkHi.size());
+    EXPECT_TRUE(rest.starts_with("data: {\"error\":{\"code\":\"malformed_upstream_stream\"")) << rest;
+    EXPECT_EQ(rest.find("\n\n"), rest.size() - 2) << "exactly one event after the good chunk";
+    EXPECT_TRUE(t->client_error().has_value());
+    EXPECT_EQ(t->Feed(kChunkHi).bytes, "");
+    EXPECT_EQ(t->Finish(true), "");
+  }
+}
+
+TEST(OpenAICompatStreamTest, UpstreamErrorEventForwardedAndRecorded) {
+  auto t = NewStreamTranslator(ProviderType::kOpenAI, StreamOptions(false));
+  const std::string error = "data: {\"error\":{\"message\":\"The server had an error\",\"type\":\"server_error\"}}\n\n";
+  auto out = t->Feed(std::string(kChunkHi) + error + "data: [DONE]\n\n");
+  EXPECT_EQ(out.bytes, std::string(kChunkHi) + error);
+  EXPECT_EQ(t->upstream_error(), "The server had an error");
+  EXPECT_FALSE(t->completed());
+  EXPECT_EQ(t->Finish(true), "");
+}
+
+TEST(OpenAICompatStreamTest, NamedErrorEventWithBareMessage) {
+  auto t = NewStreamTranslator(ProviderType::kVllm, StreamOptions(false));
+  auto out = t->Feed("event: error\ndata: {\"message\":\"engine died\"}\n\n");
+  EXPECT_TRUE(out.bytes.starts_with("data: {\"error\":{"));
+  ASSERT_TRUE(t->upstream_error().has_value());
+  EXPECT_NE(t->upstream_error()->find("engine died"), std::string::npos);
+}
+
+TEST(OpenAICompatStreamTest, LastUsageWinsAndEveryUsageStrippedFromChoicesChunks) {
+  // vLLM with continuous usage stats: usage on every chunk, cumulative.
+  const std::string c1 =
+      "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}],\"usage\":{\"prompt_tokens\":100,"
+      "\"completion_tokens\":1,\"prompt_tokens_details\":{\"cached_tokens\":64}}}\n\n";
+  const std::string c2 =
+      "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"b\"},\"finish_reason\":\"length\"}],"
+      "\"usage\":{\"prompt_tokens\":100,\"completion_tokens\":2,\"prompt_tokens_details\":{\"cached_tokens\":64}}}\n\n";
+  auto t = NewStreamTranslator(ProviderType::kVllm, StreamOptions(false));
+  auto r = RunStream(*t, c1 + c2 + "data: [DONE]\n\n");
+  EXPECT_EQ(r.bytes,
+            "data: {\"choices\":[{\"delta\":{\"content\":\"a\"},\"index\":0}]}\n\n"
+            "data: {\"choices\":[{\"delta\":{\"content\":\"b\"},\"finish_reason\":\"length\",\"index\":0}]}\n\n"
+            "data: [DONE]\n\n");
+  EXPECT_EQ(t->usage().output, 2);
+  EXPECT_EQ(t->usage().cache_read, 64);
+  EXPECT_EQ(t->usage().uncached, 36);
+  EXPECT_EQ(t->finish_reason(), "length");
+}
+
+TEST(OpenAICompatStreamTest, RoleOnlyChunkIsNotContentToolCallIs) {
+  auto t = NewStreamTranslator(ProviderType::kOpenAI, StreamOptions(true));
+  EXPECT_FALSE(t->Feed("data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n")
+                   .has_content);
+  EXPECT_FALSE(t->Feed("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":null}}]}\n\n").has_content);
+  EXPECT_TRUE(t->Feed("data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"c\","
+                      "\"function\":{\"name\":\"f\",\"arguments\":\"\"}}]}}]}\n\n")
+                  .has_content);
+  EXPECT_TRUE(t->Feed("data: {\"choices\":[{\"index\":0,\"text\":\"x\",\"finish_reason\":null}]}\n\n").has_content);
+}
+
+TEST(OpenAICompatStreamTest, BytesAfterDoneAreIgnored) {
+  auto t = NewStreamTranslator(ProviderType::kOpenAI, StreamOptions(true));
+  EXPECT_EQ(t->Feed("data: [DONE]\n\ndata: {\"x\":1}\n\n").bytes, "data: [DONE]\n\n");
+  EXPECT_TRUE(t->completed());
+  EXPECT_EQ(t->Feed("data: {\"x\":2}\n\n").bytes, "");
+  EXPECT_EQ(t->Finish(true), "");
+}
+
+}  // namespace
+}  // namespace kvgate::providers

@@ -305,6 +305,10 @@ Result<CachingRule> ParseCachingRule(const json& obj) {
   auto max_ttl = ReadCount(obj, "max_ttl_seconds", false);
   if (!max_ttl) return std::unexpected(max_ttl.error());
   rule.max_ttl_seconds = *max_ttl;
+  if (auto automatic = obj.find("automatic"); automatic != obj.end() && !automatic->is_null()) {
+    if (!automatic->is_boolean()) return MakeError(ErrorCode::kInvalidArgument, "\"automatic\" must be a boolean");
+    rule.automatic = automatic->get<bool>();
+  }
   auto models = obj.find("model_min_cacheable_tokens");
   if (models != obj.end() && !models->is_null()) {
     if (!models->is_object()) {

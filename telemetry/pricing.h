@@ -82,6 +82,9 @@ struct CachingRule {
   std::optional<int64_t> ttl_seconds;
   // The longest retention the provider offers on request (Anthropic's 1h TTL, OpenAI's 1h bound).
   std::optional<int64_t> max_ttl_seconds;
+  // True when the provider caches every prompt prefix by itself (OpenAI, DeepSeek, Gemini implicit,
+  // vLLM, kvgate's engine); false when only marked prefixes are cached (Anthropic cache_control).
+  bool automatic = true;
   // Per-model minimum, looked up like PriceCatalog::Find (exact, then dated-suffix prefix).
   std::map<std::string, int64_t, std::less<>> model_min_cacheable_tokens;
 
@@ -119,7 +122,8 @@ class PriceCatalog {
   size_t size() const { return prices_.size(); }
 
   // Adds or replaces caching rules from {provider_type: {"min_cacheable_tokens", "granularity_tokens",
-  // "ttl_seconds" (null: none), "max_ttl_seconds", "model_min_cacheable_tokens": {model: n}}}.
+  // "ttl_seconds" (null: none), "max_ttl_seconds", "automatic" (default true),
+  // "model_min_cacheable_tokens": {model: n}}}; min_cacheable_tokens is required.
   // All-or-nothing.
   Status MergeCachingRules(const nlohmann::json& rules);
   // The rule for a provider type ("openai", "azure", "anthropic", "bedrock", "gemini", "deepseek",

@@ -93,6 +93,8 @@ Result<std::unique_ptr<Stmt>> Db::Prepare(const std::string& sql) {
   return std::make_unique<Stmt>(it->second);
 }
 
+int64_t Db::Changes() const { return sqlite3_changes64(db_); }
+
 std::string Db::LastError() const { return sqlite3_errmsg(db_); }
 
 bool Db::InTransaction() const { return sqlite3_get_autocommit(db_) == 0; }

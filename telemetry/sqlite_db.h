@@ -58,6 +58,8 @@ class Db {
   Status Exec(std::string_view sql);
   // A cached prepared statement for `sql` (prepared on first use). Borrow one at a time per SQL.
   Result<std::unique_ptr<Stmt>> Prepare(const std::string& sql);
+  // Rows changed by the last INSERT/UPDATE/DELETE on this connection.
+  int64_t Changes() const;
   // The connection's last error message.
   std::string LastError() const;
   // True while inside a transaction (SQLite may roll back on its own after I/O errors).

@@ -283,6 +283,8 @@ TEST(TelemetryPricingTest, CachingRules) {
   EXPECT_EQ(anthropic->MinCacheableTokensFor("claude-sonnet-4-5"), 1024);
   EXPECT_EQ(anthropic->MinCacheableTokensFor("claude-unknown"), 1024);
   EXPECT_EQ(anthropic->max_ttl_seconds, 3600);
+  EXPECT_FALSE(anthropic->automatic);
+  EXPECT_TRUE(openai->automatic);
   std::optional<CachingRule> deepseek = catalog.FindCachingRule("deepseek");
   ASSERT_TRUE(deepseek.has_value());
   EXPECT_EQ(deepseek->granularity_tokens, 64);
@@ -297,6 +299,7 @@ TEST(TelemetryPricingTest, CachingRules) {
   EXPECT_EQ(catalog.FindCachingRule("vllm")->granularity_tokens, 32);
   EXPECT_FALSE(catalog.MergeCachingRules(json::parse(R"({"x": {"granularity_tokens": 2}})")).has_value());
   EXPECT_FALSE(catalog.MergeCachingRules(json::parse(R"({"x": {"min_cacheable_tokens": -1}})")).has_value());
+  EXPECT_FALSE(catalog.MergeCachingRules(json::parse(R"({"x": {"min_cacheable_tokens": 1, "automatic": 1}})")).has_value());
   EXPECT_FALSE(catalog.FindCachingRule("x").has_value());
 }
 

@@ -1,0 +1,145 @@
+// The alert engine: evaluates monitors over sliding windows of request records, raises alert
+// events (one per incident per scope key within the cooldown, a resolve notice when the condition
+// clears) and delivers them to Slack, signed webhooks and email with retries, persisting every
+// event and delivery so that pending deliveries survive a restart.
+//
+// Off the request path: Submit() only appends to a bounded queue. All evaluation and every network
+// call happen in RunOnce(), which Start() runs on the engine's own thread every tick (and promptly
+// after Submit/TestFire). Tests drive RunOnce() directly with a FakeClock.
+//
+// Windows: per monitor and scope key (the record's model, provider, thread id or api key id; ""
+// for global) the samples of the last `window` seconds, stamped with the clock at Submit. A monitor
+// fires when its value is computable, the window holds >= min_requests requests and the condition
+// holds, unless it fired for that key less than `cooldown` ago. A firing incident resolves when the
+// condition no longer holds over >= min_requests requests, or when its window is empty. Incident
+// state lives in memory: after a restart, open incidents are forgotten (their deliveries are not).
+//
+// Deliveries: 2xx (Slack: 200) is delivered; transport errors, 408, 429 and 5xx are retried after
+// Retry-After when given, else after exponential backoff with jitter; other answers fail at once.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/clock.h"
+#include "telemetry/alerts/channels.h"
+#include "telemetry/alerts/rules.h"
+#include "telemetry/alerts/store.h"
+#include "telemetry/metrics.h"
+#include "telemetry/record.h"
+
+namespace kvgate::telemetry::alerts {
+
+struct AlertEngineOptions {
+  size_t queue_capacity = 65'536;        // records waiting for RunOnce; beyond this Submit drops
+  size_t max_keys_per_monitor = 10'000;  // scope keys tracked per monitor (thread scope grows)
+  int max_attempts = 8;                  // per delivery, then "failed"
+  int64_t base_backoff_ms = 1'000;       // first retry after ~this, doubling per attempt
+  int64_t max_backoff_ms = 3'600'000;
+  int64_t tick_ms = 1'000;   // Start(): evaluation period
+  uint64_t jitter_seed = 0;  // 0: from std::random_device
+};
+
+class AlertEngine {
+ public:
+  // All references must outlive the engine. `metrics` may be null.
+  AlertEngine(const Clock& clock, AlertStore& store, HttpSender& http, SmtpSender& smtp,
+              std::vector<ChannelConfig> channels, AlertEngineOptions options = {},
+              GatewayMetrics* metrics = nullptr);
+  ~AlertEngine();  // Stop()s
+  AlertEngine(const AlertEngine&) = delete;
+  AlertEngine& operator=(const AlertEngine&) = delete;
+
+  // Loads pending deliveries (and their events) from the store. Call once before RunOnce/Start.
+  Status Init();
+
+  // Thread safe, never blocks on I/O. Returns false (and counts a drop) when the queue is full.
+  bool Submit(const RequestRecord& record);
+  // Replaces the monitor set (thread safe; applied at the next RunOnce). Windows and incident state
+  // are kept for monitors whose definition did not change.
+  void SetRules(std::vector<AlertRule> rules);
+  // Raises a "test" event for one channel and queues its delivery; returns the event id.
+  // kNotFound when no such channel. Thread safe.
+  Result<std::string> TestFire(const std::string& channel_name);
+
+  // Drains the queue, evaluates every monitor at the clock's now, and attempts due deliveries.
+  // REQUIRES: not called concurrently with itself (nor while Start()ed).
+  void RunOnce();
+  void Start();
+  void Stop();
+
+  const std::vector<ChannelConfig>& channels() const { return channels_; }
+  const ChannelConfig* FindChannel(const std::string& name) const;
+  uint64_t dropped_records() const;
+  // Deliveries not yet delivered or failed, as known to the engine thread.
+  size_t PendingDeliveries() const;
+
+ private:
+  struct Sample {
+    int64_t at_us = 0;
+    double cost_usd = 0;
+    std::optional<double> latency_s, ttft_s;
+    bool error = false;
+    std::optional<int64_t> cache_read, total_input;
+    bool cache_drop = false;
+  };
+  struct KeyState {
+    std::deque<Sample> samples;
+    bool firing = false;
+    std::string incident_id;
+    std::optional<int64_t> last_fired_us;
+  };
+  struct MonitorState {
+    AlertRule rule;
+    std::map<std::string, KeyState> keys;
+  };
+  struct Queued {
+    int64_t at_us;
+    RequestRecord record;
+  };
+
+  void ApplyRules();                                // engine thread
+  void Ingest(const Queued& q);                     // engine thread
+  void Evaluate(MonitorState& m, int64_t now_us);   // engine thread
+  void Raise(AlertEvent event);                     // persists + schedules; engine thread
+  void DeliverDue(int64_t now_us);                  // engine thread
+  void Attempt(DeliveryRecord& d, int64_t now_us);  // engine thread
+  int64_t BackoffMs(int attempts);
+
+  // Constant after construction.
+  const Clock& clock_;
+  AlertStore& store_;
+  HttpSender& http_;
+  SmtpSender& smtp_;
+  const std::vector<ChannelConfig> channels_;
+  const AlertEngineOptions options_;
+  GatewayMetrics* const metrics_;
+
+  // Shared with other threads.
+  mutable std::mutex mu_;
+  std::condition_variable wake_;
+  std::deque<Queued> queue_;                                  // GUARDED_BY(mu_)
+  std::optional<std::vector<AlertRule>> new_rules_;           // GUARDED_BY(mu_)
+  std::vector<std::pair<AlertEvent, DeliveryRecord>> inbox_;  // GUARDED_BY(mu_): test fires
+  uint64_t dropped_ = 0;                                      // GUARDED_BY(mu_)
+  size_t pending_count_ = 0;  // GUARDED_BY(mu_): mirror of pending_.size()
+  bool stop_ = false;         // GUARDED_BY(mu_)
+
+  // Engine thread only.
+  std::vector<MonitorState> monitors_;
+  std::vector<DeliveryRecord> pending_;
+  std::map<std::string, AlertEvent> events_;  // events with pending deliveries
+  std::mt19937_64 rng_;
+  std::thread thread_;
+};
+
+}  // namespace kvgate::telemetry::alerts

@@ -1,0 +1,128 @@
+#include "telemetry/alerts/monitors.h"
+
+#include <algorithm>
+
+#include "common/ids.h"
+
+namespace kvgate::telemetry::alerts {
+
+Status MonitorService::Init() {
+  auto stored = store_.LoadMonitors();
+  if (!stored) return std::unexpected(stored.error());
+  std::lock_guard lock(mu_);
+  rules_ = std::move(*stored);
+  engine_.SetRules(rules_);
+  return {};
+}
+
+std::vector<AlertRule> MonitorService::List() const {
+  std::lock_guard lock(mu_);
+  return rules_;
+}
+
+Result<AlertRule> MonitorService::Get(const std::string& id) const {
+  std::lock_guard lock(mu_);
+  for (const AlertRule& r : rules_) {
+    if (r.id == id) return r;
+  }
+  return MakeError(ErrorCode::kNotFound, "no monitor with id '" + id + "'");
+}
+
+Result<AlertRule> MonitorService::Validate(const nlohmann::json& body) const {
+  auto rule = ParseRule(body);
+  if (!rule) return rule;
+  for (const std::string& channel : rule->channels) {
+    if (!engine_.FindChannel(channel)) {
+      std::string known;
+      for (const ChannelConfig& c : engine_.channels())
+        known += (known.empty() ? "" : ", ") + c.name;
+      return MakeError(ErrorCode::kInvalidArgument,
+                       "monitor.channels: no alert channel named '" + channel +
+                           "' (configured: " + (known.empty() ? "none" : known) + ")");
+    }
+  }
+  return rule;
+}
+
+Status MonitorService::Store(AlertRule rule) {
+  if (Status s = store_.SaveMonitor(rule); !s) return s;
+  auto it = std::find_if(rules_.begin(), rules_.end(),
+                         [&](const AlertRule& r) { return r.id == rule.id; });
+  if (it != rules_.end()) {
+    *it = std::move(rule);
+  } else {
+    rules_.push_back(std::move(rule));
+  }
+  engine_.SetRules(rules_);
+  return {};
+}
+
+Result<AlertRule> MonitorService::Create(const nlohmann::json& body) {
+  auto rule = Validate(body);
+  if (!rule) return rule;
+  std::lock_guard lock(mu_);
+  if (rule->id.empty()) {
+    rule->id = NewId("mon");
+  } else if (std::any_of(rules_.begin(), rules_.end(),
+                         [&](const AlertRule& r) { return r.id == rule->id; })) {
+    return MakeError(ErrorCode::kInvalidArgument, "monitor.id: '" + rule->id + "' already exists");
+  }
+  if (Status s = Store(*rule); !s) return std::unexpected(s.error());
+  return rule;
+}
+
+Result<AlertRule> MonitorService::Update(const std::string& id, const nlohmann::json& body) {
+  auto rule = Validate(body);
+  if (!rule) return rule;
+  if (!rule->id.empty() && rule->id != id) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "monitor.id: '" + rule->id + "' does not match the monitor being updated");
+  }
+  rule->id = id;
+  std::lock_guard lock(mu_);
+  if (std::none_of(rules_.begin(), rules_.end(), [&](const AlertRule& r) { return r.id == id; })) {
+    return MakeError(ErrorCode::kNotFound, "no monitor with id '" + id + "'");
+  }
+  if (Status s = Store(*rule); !s) return std::unexpected(s.error());
+  return rule;
+}
+
+Status MonitorService::Delete(const std::string& id) {
+  std::lock_guard lock(mu_);
+  auto deleted = store_.DeleteMonitor(id);
+  if (!deleted) return std::unexpected(deleted.error());
+  const size_t before = rules_.size();
+  std::erase_if(rules_, [&](const AlertRule& r) { return r.id == id; });
+  if (!*deleted && before == rules_.size()) {
+    return MakeError(ErrorCode::kNotFound, "no monitor with id '" + id + "'");
+  }
+  engine_.SetRules(rules_);
+  return {};
+}
+
+Status MonitorService::Upsert(const std::vector<nlohmann::json>& bodies) {
+  std::vector<AlertRule> parsed;
+  for (const nlohmann::json& body : bodies) {
+    auto rule = Validate(body);
+    if (!rule) return std::unexpected(rule.error());
+    if (rule->id.empty()) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       "monitor '" + rule->name + "': monitors from the config need an id");
+    }
+    parsed.push_back(std::move(*rule));
+  }
+  std::lock_guard lock(mu_);
+  for (AlertRule& rule : parsed) {
+    if (Status s = Store(std::move(rule)); !s) return s;
+  }
+  return {};
+}
+
+Result<std::vector<AlertEvent>> MonitorService::ListAlerts(int limit) const {
+  if (limit < 1 || limit > 1000) {
+    return MakeError(ErrorCode::kInvalidArgument, "limit: must be between 1 and 1000");
+  }
+  return store_.ListEvents(limit);
+}
+
+}  // namespace kvgate::telemetry::alerts

@@ -1,0 +1,56 @@
+// Monitor CRUD for the admin API (/api/monitors, /api/alerts): validates, persists through the
+// AlertStore and pushes the resulting rule set to the AlertEngine.
+//
+// Thread safety: all methods are safe to call from any thread (one mutex around the rule list;
+// store and engine calls are themselves thread safe).
+#pragma once
+
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "telemetry/alerts/engine.h"
+#include "telemetry/alerts/rules.h"
+#include "telemetry/alerts/store.h"
+
+namespace kvgate::telemetry::alerts {
+
+class MonitorService {
+ public:
+  // `store` and `engine` must outlive this object.
+  MonitorService(AlertStore& store, AlertEngine& engine) : store_(store), engine_(engine) {}
+
+  // Loads stored monitors and hands them to the engine. Call once at start.
+  Status Init();
+
+  std::vector<AlertRule> List() const;
+  Result<AlertRule> Get(const std::string& id) const;  // kNotFound
+  // Validates (ParseRule, then: every channel exists) and stores. An "id" in the body is kept if
+  // unused (kInvalidArgument if taken), else one is minted ("mon_...").
+  Result<AlertRule> Create(const nlohmann::json& body);
+  // Replaces the monitor `id` with `body` (an "id" in the body must match or be absent).
+  Result<AlertRule> Update(const std::string& id, const nlohmann::json& body);
+  Status Delete(const std::string& id);  // kNotFound
+  // Config-defined monitors: created or replaced by id (each must carry one), others untouched.
+  Status Upsert(const std::vector<nlohmann::json>& bodies);
+
+  // A test notification to one configured channel; the alert event id.
+  Result<std::string> TestFire(const std::string& channel_name) {
+    return engine_.TestFire(channel_name);
+  }
+  // Newest alert events first (firing, resolved, test), at most `limit` (1..1000).
+  Result<std::vector<AlertEvent>> ListAlerts(int limit) const;
+
+ private:
+  Result<AlertRule> Validate(const nlohmann::json& body) const;
+  Status Store(AlertRule rule);  // REQUIRES: mu_ held
+
+  AlertStore& store_;
+  AlertEngine& engine_;
+  mutable std::mutex mu_;
+  std::vector<AlertRule> rules_;  // GUARDED_BY(mu_), in creation order
+};
+
+}  // namespace kvgate::telemetry::alerts

@@ -1,0 +1,412 @@
+// Monitor evaluation with a FakeClock, delivered to a real signed-webhook receiver; persistence
+// across a restart; monitor CRUD.
+#include "telemetry/alerts/engine.h"
+
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+
+#include "telemetry/alerts/monitors.h"
+#include "tests/alerts/http_receiver.h"
+#include "tests/alerts/test_support.h"
+
+namespace kvgate::telemetry::alerts {
+namespace {
+
+using kvgate::testing::CannedResponse;
+using kvgate::testing::HttpReceiver;
+using kvgate::testing::ReceivedRequest;
+using kvgate::testing::TempDir;
+using nlohmann::json;
+
+constexpr char kSecret[] = "whsec_c2VjcmV0LWtleS1mb3ItdGVzdHM=";
+
+class EngineTest : public ::testing::Test {
+ protected:
+  EngineTest()
+      : hook_([this](const ReceivedRequest& r) {
+          const int64_t now = clock_.NowUnixMicros() / 1'000'000;
+          if (!kvgate::testing::ReceiverVerifies(kSecret, r.headers, r.body, now)) {
+            return CannedResponse{401, {}, "bad signature"};
+          }
+          return CannedResponse{status_.load(), {}, ""};
+        }) {
+    OpenEngine();
+  }
+
+  void OpenEngine() {
+    engine_.reset();
+    store_.reset();
+    auto store = SqliteAlertStore::Open(dir_.File("kvgate.db"));
+    ASSERT_TRUE(store.has_value()) << store.error().ToString();
+    store_ = std::move(*store);
+    ChannelConfig hook{.name = "hook",
+                       .type = ChannelConfig::Type::kWebhook,
+                       .url = hook_.Url(),
+                       .secret = kSecret};
+    engine_ = std::make_unique<AlertEngine>(clock_, *store_, http_, smtp_,
+                                            std::vector<ChannelConfig>{hook},
+                                            AlertEngineOptions{.jitter_seed = 1});
+    ASSERT_TRUE(engine_->Init().has_value());
+  }
+
+  AlertRule Rule(const std::string& json_text) {
+    auto rule = ParseRule(json::parse(json_text));
+    EXPECT_TRUE(rule.has_value()) << rule.error().ToString();
+    rule->id = "mon_" + rule->name;
+    rule->channels = {"hook"};
+    return *rule;
+  }
+
+  static RequestRecord Record(const std::string& model = "gpt-4o") {
+    RequestRecord r;
+    r.model = model;
+    r.provider = "openai";
+    r.status = "ok";
+    r.latency_us = 500'000;
+    r.ttft_us = 100'000;
+    r.usage.cache_read = 0;
+    r.usage.cache_write_5m = 0;
+    r.usage.cache_write_1h = 0;
+    r.usage.uncached = 1000;
+    r.usage.output = 10;
+    return r;
+  }
+
+  // Alert events received so far, as the webhook's "data" objects.
+  std::vector<json> Received() const {
+    std::vector<json> out;
+    for (const auto& r : hook_.Requests()) out.push_back(json::parse(r.body)["data"]);
+    return out;
+  }
+
+  TempDir dir_;
+  FakeClock clock_{int64_t(::time(nullptr)) * 1'000'000};
+  std::atomic<int> status_{200};
+  HttpReceiver hook_;
+  CurlHttpSender http_;
+  CurlSmtpSender smtp_;
+  std::unique_ptr<SqliteAlertStore> store_;
+  std::unique_ptr<AlertEngine> engine_;
+};
+
+TEST_F(EngineTest, CostFiresOncePerIncidentThenResolves) {
+  engine_->SetRules({Rule(R"({"name":"spend","metric":"cost","condition":"above",
+      "threshold":0.01,"window":"5m","cooldown":"10m"})")});
+  RequestRecord r = Record();
+  r.cost.priced = true;
+  r.cost.total = 6'000'000'000;  // 0.006 USD
+  engine_->Submit(r);
+  engine_->RunOnce();
+  EXPECT_TRUE(Received().empty());  // 0.006 is not above 0.01
+  clock_.AdvanceSeconds(10);
+  engine_->Submit(r);
+  engine_->RunOnce();
+  auto got = Received();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0]["kind"], "firing");
+  EXPECT_NEAR(got[0]["value"].get<double>(), 0.012, 1e-12);
+  EXPECT_EQ(got[0]["requests"], 2);
+  // Still above: no second alert for the same incident.
+  for (int i = 0; i < 3; ++i) {
+    clock_.AdvanceSeconds(10);
+    engine_->Submit(r);
+    engine_->RunOnce();
+  }
+  EXPECT_EQ(Received().size(), 1u);
+  // The window empties: resolved, same incident.
+  clock_.AdvanceSeconds(301);
+  engine_->RunOnce();
+  got = Received();
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[1]["kind"], "resolved");
+  EXPECT_EQ(got[1]["incident_id"], got[0]["id"]);
+  EXPECT_NE(got[1]["id"], got[0]["id"]);
+  // Persisted too, newest first.
+  auto events = store_->ListEvents(10).value();
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].kind, "resolved");
+}
+
+TEST_F(EngineTest, CooldownSuppressesRefiringThenAllowsIt) {
+  engine_->SetRules({Rule(R"({"name":"errors","metric":"error_rate","condition":"above",
+      "threshold":0.5,"window":"1m","cooldown":"10m"})")});
+  RequestRecord bad = Record();
+  bad.status = "upstream_error";
+  auto burst = [&](const RequestRecord& r) {
+    engine_->Submit(r);
+    engine_->RunOnce();
+  };
+  burst(bad);
+  ASSERT_EQ(Received().size(), 1u);  // firing
+  clock_.AdvanceSeconds(61);
+  burst(Record());  // only an ok request in the window: resolved
+  ASSERT_EQ(Received().size(), 2u);
+  clock_.AdvanceSeconds(61);
+  burst(bad);  // fires again 2 minutes after the first: within cooldown
+  EXPECT_EQ(Received().size(), 2u);
+  clock_.AdvanceSeconds(8 * 60);  // 10 minutes after the first alert, still failing
+  burst(bad);
+  auto got = Received();
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[2]["kind"], "firing");
+}
+
+TEST_F(EngineTest, ErrorRateNeedsMinRequests) {
+  engine_->SetRules({Rule(R"({"name":"errors","metric":"error_rate","condition":"above",
+      "threshold":0.2,"min_requests":10})")});
+  RequestRecord bad = Record();
+  bad.status = "timeout";
+  for (int i = 0; i < 5; ++i) engine_->Submit(bad);
+  engine_->RunOnce();
+  EXPECT_TRUE(Received().empty());  // 100% errors but only 5 requests
+  RequestRecord disconnected = Record();
+  disconnected.status = "client_disconnected";  // not an error of the gateway's
+  for (int i = 0; i < 4; ++i) engine_->Submit(Record());
+  for (int i = 0; i < 11; ++i) engine_->Submit(disconnected);
+  engine_->RunOnce();
+  auto got = Received();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_NEAR(got[0]["value"].get<double>(), 0.25, 1e-9);  // 5 of 20
+}
+
+TEST_F(EngineTest, LatencyP95IsNearestRank) {
+  engine_->SetRules({Rule(R"({"name":"slow","metric":"latency_p95","condition":"above",
+      "threshold":2})")});
+  RequestRecord fast = Record(), slow = Record();
+  slow.latency_us = 5'000'000;
+  for (int i = 0; i < 19; ++i) engine_->Submit(fast);
+  engine_->Submit(slow);  // 1 slow of 20: p95 is the 19th value, fast
+  engine_->RunOnce();
+  EXPECT_TRUE(Received().empty());
+  engine_->Submit(slow);  // 2 slow of 21: the 20th value is slow
+  engine_->RunOnce();
+  auto got = Received();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_DOUBLE_EQ(got[0]["value"].get<double>(), 5.0);
+}
+
+TEST_F(EngineTest, TtftP95PerModelNamesTheScopeKey) {
+  engine_->SetRules({Rule(R"({"name":"ttft","metric":"ttft_p95","scope":"model",
+      "condition":"above","threshold":1})")});
+  RequestRecord quick = Record("gpt-4o"), sluggish = Record("claude-sonnet-4-5"),
+                no_ttft = Record("gpt-4o");
+  sluggish.ttft_us = 3'000'000;
+  no_ttft.ttft_us.reset();
+  no_ttft.latency_us = 9'000'000;
+  engine_->Submit(quick);
+  engine_->Submit(no_ttft);
+  engine_->Submit(sluggish);
+  engine_->RunOnce();
+  auto got = Received();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0]["scope"], "model");
+  EXPECT_EQ(got[0]["scope_key"], "claude-sonnet-4-5");
+}
+
+TEST_F(EngineTest, CacheHitRateBelowPerProviderIgnoresUnknownUsage) {
+  engine_->SetRules({Rule(R"({"name":"hits","metric":"cache_hit_rate","scope":"provider",
+      "condition":"below","threshold":0.5,"min_requests":2})")});
+  RequestRecord good = Record();
+  good.usage.cache_read = 900;
+  good.usage.uncached = 100;
+  RequestRecord unknown = Record();
+  unknown.usage.cache_read.reset();  // e.g. vLLM without cache reporting
+  engine_->Submit(good);
+  engine_->Submit(unknown);
+  engine_->RunOnce();
+  EXPECT_TRUE(Received().empty());  // 0.9, unknown ignored
+  RequestRecord miss = Record();    // 0 of 1000
+  for (int i = 0; i < 2; ++i) engine_->Submit(miss);
+  engine_->RunOnce();
+  auto got = Received();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_NEAR(got[0]["value"].get<double>(), 0.3, 1e-9);  // 900 / 3000
+  EXPECT_EQ(got[0]["scope_key"], "openai");
+}
+
+TEST_F(EngineTest, CacheDropCountsDiagnosedTurnsPerThread) {
+  engine_->SetRules({Rule(R"({"name":"drops","metric":"cache_drop","scope":"thread",
+      "condition":"above","threshold":1})")});
+  RequestRecord dropped = Record();
+  dropped.thread_id = "thr_a";
+  dropped.cache_diagnosis = {{"cause", "expired"}};
+  RequestRecord fine = dropped;
+  fine.cache_diagnosis = nullptr;
+  RequestRecord anonymous = dropped;
+  anonymous.thread_id.clear();  // no thread: not part of a thread-scoped monitor
+  engine_->Submit(dropped);
+  engine_->Submit(fine);
+  for (int i = 0; i < 3; ++i) engine_->Submit(anonymous);
+  engine_->RunOnce();
+  EXPECT_TRUE(Received().empty());
+  engine_->Submit(dropped);
+  engine_->RunOnce();
+  auto got = Received();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0]["scope_key"], "thr_a");
+  EXPECT_EQ(got[0]["value"], 2.0);
+}
+
+TEST_F(EngineTest, DisabledAndReplacedRules) {
+  AlertRule rule = Rule(R"({"name":"spend","metric":"cost","condition":"above","threshold":0})");
+  rule.enabled = false;
+  engine_->SetRules({rule});
+  RequestRecord r = Record();
+  r.cost.priced = true;
+  r.cost.total = 1;
+  engine_->Submit(r);
+  engine_->RunOnce();
+  EXPECT_TRUE(Received().empty());
+  rule.enabled = true;
+  engine_->SetRules({rule});
+  engine_->Submit(r);
+  engine_->RunOnce();
+  EXPECT_EQ(Received().size(), 1u);
+}
+
+TEST_F(EngineTest, PendingDeliveryIsResumedAfterRestart) {
+  engine_->SetRules({Rule(R"({"name":"spend","metric":"cost","condition":"above",
+      "threshold":0})")});
+  status_ = 503;  // the receiver is down
+  RequestRecord r = Record();
+  r.cost.priced = true;
+  r.cost.total = 1'000;
+  engine_->Submit(r);
+  engine_->RunOnce();
+  ASSERT_EQ(hook_.Count(), 1u);
+  ASSERT_EQ(engine_->PendingDeliveries(), 1u);
+  const std::string webhook_id = hook_.Requests()[0].headers.at("webhook-id");
+
+  OpenEngine();  // "restart": a new store connection and engine on the same file
+  EXPECT_EQ(engine_->PendingDeliveries(), 1u);
+  status_ = 200;
+  clock_.AdvanceSeconds(3600);
+  engine_->RunOnce();
+  ASSERT_EQ(hook_.Count(), 2u);
+  EXPECT_EQ(hook_.Requests()[1].headers.at("webhook-id"), webhook_id);  // idempotency key kept
+  EXPECT_EQ(engine_->PendingDeliveries(), 0u);
+  auto attempts = store_->ListAttempts(webhook_id).value();
+  ASSERT_EQ(attempts.size(), 2u);
+  EXPECT_EQ(attempts[0].outcome, "retry");
+  EXPECT_EQ(attempts[0].http_status, 503);
+  EXPECT_EQ(attempts[1].outcome, "delivered");
+  // And after another restart nothing is sent twice.
+  OpenEngine();
+  EXPECT_EQ(engine_->PendingDeliveries(), 0u);
+  engine_->RunOnce();
+  EXPECT_EQ(hook_.Count(), 2u);
+}
+
+TEST_F(EngineTest, QueueIsBoundedAndDropsAreCounted) {
+  AlertEngine small(clock_, *store_, http_, smtp_, {}, AlertEngineOptions{.queue_capacity = 2});
+  EXPECT_TRUE(small.Submit(Record()));
+  EXPECT_TRUE(small.Submit(Record()));
+  EXPECT_FALSE(small.Submit(Record()));
+  EXPECT_EQ(small.dropped_records(), 1u);
+}
+
+TEST_F(EngineTest, BackgroundThreadDeliversTestFire) {
+  SystemClock real;
+  AlertEngine engine(real, *store_, http_, smtp_,
+                     {ChannelConfig{.name = "hook",
+                                    .type = ChannelConfig::Type::kWebhook,
+                                    .url = hook_.Url(),
+                                    .secret = kSecret}},
+                     AlertEngineOptions{.tick_ms = 50});
+  ASSERT_TRUE(engine.Init().has_value());
+  engine.Start();
+  auto id = engine.TestFire("hook");
+  ASSERT_TRUE(id.has_value());
+  for (int i = 0; i < 200 && hook_.Count() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  engine.Stop();
+  ASSERT_EQ(hook_.Count(), 1u);
+  EXPECT_EQ(json::parse(hook_.Requests()[0].body)["data"]["id"], *id);
+  EXPECT_FALSE(engine.TestFire("nope").has_value());
+}
+
+TEST_F(EngineTest, MonitorServiceCrudValidatesAndPersists) {
+  MonitorService monitors(*store_, *engine_);
+  ASSERT_TRUE(monitors.Init().has_value());
+  auto bad = monitors.Create(json::parse(
+      R"({"name":"x","metric":"cost","condition":"above","threshold":1,"channels":["pager"]})"));
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_NE(bad.error().message.find("no alert channel named 'pager' (configured: hook)"),
+            std::string::npos)
+      << bad.error().message;
+  auto created = monitors.Create(json::parse(
+      R"({"name":"spend","metric":"cost","condition":"above","threshold":0,"channels":["hook"]})"));
+  ASSERT_TRUE(created.has_value()) << created.error().ToString();
+  EXPECT_TRUE(created->id.starts_with("mon_"));
+  auto dup = monitors.Create(ToJson(*created));
+  EXPECT_FALSE(dup.has_value());
+
+  // The engine uses it.
+  RequestRecord r = Record();
+  r.cost.priced = true;
+  r.cost.total = 5;
+  engine_->Submit(r);
+  engine_->RunOnce();
+  ASSERT_EQ(Received().size(), 1u);
+  EXPECT_EQ(Received()[0]["rule_id"], created->id);
+
+  json changed = ToJson(*created);
+  changed["threshold"] = 100;
+  changed.erase("id");
+  auto updated = monitors.Update(created->id, changed);
+  ASSERT_TRUE(updated.has_value());
+  EXPECT_DOUBLE_EQ(monitors.Get(created->id)->threshold, 100);
+  EXPECT_EQ(monitors.Update("mon_missing", changed).error().code, ErrorCode::kNotFound);
+  changed["id"] = "mon_other";
+  EXPECT_EQ(monitors.Update(created->id, changed).error().code, ErrorCode::kInvalidArgument);
+
+  // Persisted: a new service on a reopened store sees it.
+  OpenEngine();
+  MonitorService reloaded(*store_, *engine_);
+  ASSERT_TRUE(reloaded.Init().has_value());
+  ASSERT_EQ(reloaded.List().size(), 1u);
+  EXPECT_DOUBLE_EQ(reloaded.List()[0].threshold, 100);
+  ASSERT_TRUE(reloaded.Delete(created->id).has_value());
+  EXPECT_EQ(reloaded.Delete(created->id).error().code, ErrorCode::kNotFound);
+  EXPECT_TRUE(reloaded.List().empty());
+
+  // Config monitors need ids; alerts list validates its limit.
+  EXPECT_FALSE(reloaded
+                   .Upsert({json::parse(R"({"name":"a","metric":"cost",
+      "condition":"above","threshold":1})")})
+                   .has_value());
+  ASSERT_TRUE(reloaded
+                  .Upsert({json::parse(R"({"id":"cfg_1","name":"a","metric":"cost",
+      "condition":"above","threshold":1})")})
+                  .has_value());
+  EXPECT_EQ(reloaded.Get("cfg_1")->name, "a");
+  EXPECT_FALSE(reloaded.ListAlerts(0).has_value());
+  auto alerts = reloaded.ListAlerts(10);
+  ASSERT_TRUE(alerts.has_value());
+  EXPECT_EQ(alerts->size(), 1u);
+  auto fired = reloaded.TestFire("hook");
+  ASSERT_TRUE(fired.has_value());
+  EXPECT_EQ(reloaded.TestFire("missing").error().code, ErrorCode::kNotFound);
+}
+
+TEST(AlertStoreTest, SchemaVersionIsRecordedAndNewerIsRefused) {
+  TempDir dir;
+  const std::string path = dir.File("k.db");
+  ASSERT_TRUE(SqliteAlertStore::Open(path).has_value());
+  ASSERT_TRUE(SqliteAlertStore::Open(path).has_value());  // idempotent
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, "INSERT INTO alerts_schema_version VALUES (99)", nullptr, nullptr,
+                           nullptr),
+              SQLITE_OK);
+    sqlite3_close(db);
+  }
+  auto newer = SqliteAlertStore::Open(path);
+  ASSERT_FALSE(newer.has_value());
+  EXPECT_EQ(newer.error().code, ErrorCode::kCorruptData);
+}
+
+}  // namespace
+}  // namespace kvgate::telemetry::alerts

@@ -1,0 +1,143 @@
+#include "telemetry/alerts/rules.h"
+
+#include <gtest/gtest.h>
+
+namespace kvgate::telemetry::alerts {
+namespace {
+
+using nlohmann::json;
+
+TEST(DurationTest, ParsesUnitsAndRejectsGarbage) {
+  EXPECT_EQ(ParseDurationSeconds(json("45s")).value(), 45);
+  EXPECT_EQ(ParseDurationSeconds(json("5m")).value(), 300);
+  EXPECT_EQ(ParseDurationSeconds(json("2h")).value(), 7200);
+  EXPECT_EQ(ParseDurationSeconds(json("1d")).value(), 86400);
+  EXPECT_EQ(ParseDurationSeconds(json("90")).value(), 90);
+  EXPECT_EQ(ParseDurationSeconds(json(30)).value(), 30);
+  for (json bad : {json("5x"), json("m"), json(""), json("0s"), json(-3), json(1.5), json(nullptr),
+                   json("-5m"), json("99999999999999h")}) {
+    EXPECT_FALSE(ParseDurationSeconds(bad).has_value()) << bad.dump();
+  }
+}
+
+TEST(RuleTest, ParsesAFullRule) {
+  auto rule = ParseRule(json::parse(R"({"name":"hit rate low","metric":"cache_hit_rate",
+      "scope":"model","condition":"below","threshold":0.5,"window":"10m","min_requests":20,
+      "cooldown":"1h","channels":["slack","ops-email"],"enabled":false})"));
+  ASSERT_TRUE(rule.has_value()) << rule.error().ToString();
+  EXPECT_EQ(rule->metric, Metric::kCacheHitRate);
+  EXPECT_EQ(rule->scope, Scope::kModel);
+  EXPECT_EQ(rule->condition, Condition::kBelow);
+  EXPECT_DOUBLE_EQ(rule->threshold, 0.5);
+  EXPECT_EQ(rule->window_seconds, 600);
+  EXPECT_EQ(rule->min_requests, 20);
+  EXPECT_EQ(rule->cooldown_seconds, 3600);
+  EXPECT_EQ(rule->channels, (std::vector<std::string>{"slack", "ops-email"}));
+  EXPECT_FALSE(rule->enabled);
+  // ToJson -> ParseRule is the identity.
+  auto again = ParseRule(ToJson(*rule));
+  ASSERT_TRUE(again.has_value()) << again.error().ToString();
+  EXPECT_EQ(ToJson(*again), ToJson(*rule));
+}
+
+TEST(RuleTest, DefaultsApply) {
+  auto rule = ParseRule(
+      json::parse(R"({"name":"spend","metric":"cost","condition":"above","threshold":10})"));
+  ASSERT_TRUE(rule.has_value());
+  EXPECT_EQ(rule->scope, Scope::kGlobal);
+  EXPECT_EQ(rule->window_seconds, 300);
+  EXPECT_EQ(rule->min_requests, 1);
+  EXPECT_TRUE(rule->enabled);
+}
+
+TEST(RuleTest, ErrorsNameTheField) {
+  struct Case {
+    const char* body;
+    const char* field;
+  };
+  const Case cases[] = {
+      {R"({"metric":"cost","condition":"above","threshold":1})", "monitor.name"},
+      {R"({"name":"x","metric":"latency","condition":"above","threshold":1})", "monitor.metric"},
+      {R"({"name":"x","metric":"cost","condition":"over","threshold":1})", "monitor.condition"},
+      {R"({"name":"x","metric":"cost","condition":"above"})", "monitor.threshold"},
+      {R"({"name":"x","metric":"cost","condition":"above","threshold":"1"})", "monitor.threshold"},
+      {R"({"name":"x","metric":"error_rate","condition":"above","threshold":5})",
+       "monitor.threshold"},
+      {R"({"name":"x","metric":"cost","condition":"above","threshold":1,"scope":"user"})",
+       "monitor.scope"},
+      {R"({"name":"x","metric":"cost","condition":"above","threshold":1,"window":"5 min"})",
+       "monitor.window"},
+      {R"({"name":"x","metric":"cost","condition":"above","threshold":1,"min_requests":0})",
+       "monitor.min_requests"},
+      {R"({"name":"x","metric":"cost","condition":"above","threshold":1,"channels":"slack"})",
+       "monitor.channels"},
+      {R"({"name":"x","metric":"cost","condition":"above","threshold":1,"treshold":2})",
+       "monitor.treshold"},
+  };
+  for (const Case& c : cases) {
+    auto rule = ParseRule(json::parse(c.body));
+    ASSERT_FALSE(rule.has_value()) << c.body;
+    EXPECT_EQ(rule.error().code, ErrorCode::kInvalidArgument);
+    EXPECT_NE(rule.error().message.find(c.field), std::string::npos)
+        << c.body << " -> " << rule.error().message;
+  }
+  EXPECT_FALSE(ParseRule(json::array()).has_value());
+}
+
+TEST(ChannelTest, ParsesEachTypeAndRedactsSecrets) {
+  auto slack = ParseChannel(json::parse(
+      R"({"name":"slack","type":"slack","url":"https://hooks.slack.com/services/T/B/secret"})"));
+  ASSERT_TRUE(slack.has_value()) << slack.error().ToString();
+  EXPECT_EQ(ToJson(*slack)["url"], "https://hooks.slack.com/***");
+  auto hook = ParseChannel(json::parse(
+      R"({"name":"ops","type":"webhook","url":"https://example.com/h","secret":"whsec_YWJj"})"));
+  ASSERT_TRUE(hook.has_value());
+  EXPECT_EQ(ToJson(*hook)["secret"], "***");
+  auto mail = ParseChannel(json::parse(R"({"name":"mail","type":"email",
+      "url":"smtp://mail.example.com:587","username":"u","password":"p",
+      "from":"kvgate@example.com","to":["a@example.com"]})"));
+  ASSERT_TRUE(mail.has_value());
+  EXPECT_FALSE(ToJson(*mail).contains("password"));
+}
+
+TEST(ChannelTest, RejectsBadChannels) {
+  const char* bad[] = {
+      R"({"type":"slack","url":"https://x"})",
+      R"({"name":"a","type":"pager","url":"https://x"})",
+      R"({"name":"a","type":"webhook","url":"https://x"})",
+      R"({"name":"a","type":"webhook","url":"https://x","secret":"plain"})",
+      R"({"name":"a","type":"slack","url":"ftp://x"})",
+      R"({"name":"a","type":"email","url":"http://x","from":"a@b","to":["c@d"]})",
+      R"({"name":"a","type":"email","url":"smtp://x:587","to":["c@d"]})",
+  };
+  for (const char* body : bad) {
+    EXPECT_FALSE(ParseChannel(json::parse(body)).has_value()) << body;
+  }
+}
+
+TEST(AlertEventTest, JsonRoundTrip) {
+  AlertEvent e;
+  e.id = "alrt_1";
+  e.incident_id = "alrt_1";
+  e.kind = "firing";
+  e.rule_id = "mon_1";
+  e.rule_name = "n";
+  e.metric = "cost";
+  e.scope = "model";
+  e.scope_key = "gpt-4o";
+  e.condition = "above";
+  e.value = 1.25;
+  e.threshold = 1;
+  e.requests = 3;
+  e.window_seconds = 300;
+  e.at_us = 42;
+  e.channels = {"a"};
+  e.summary = "s";
+  auto back = AlertEvent::FromJson(e.ToJson());
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->ToJson(), e.ToJson());
+  EXPECT_FALSE(AlertEvent::FromJson(json::object()).has_value());
+}
+
+}  // namespace
+}  // namespace kvgate::telemetry::alerts

@@ -1,0 +1,297 @@
+// Device checks of paged decode and prefill attention against ref::AttendOne (double precision over
+// the same cache contents), on random pools with shuffled block tables and NaN-poisoned unused slots.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <numeric>
+#include <string>
+
+#include "kernels/bench/checks.h"
+#include "kernels/bench/reference.h"
+#include "kernels/cuda/bf16_host.h"
+#include "kernels/cuda/geometry.h"
+#include "kernels/cuda/kernels.h"
+
+namespace kvgate::cuda::bench {
+namespace {
+
+// A random paged cache holding `ctx[s]` tokens for each sequence s, device and host copies.
+struct Pool {
+  DeviceBuffer k, v, ks, vs, table;
+  ref::HostPagedKv host;
+  std::vector<int32_t> table_host;  // [S][max_blocks]
+  int max_blocks = 0;
+  PagedKv view;
+};
+
+bool BuildPool(CheckContext& c, std::mt19937_64& rng, const std::vector<int>& ctx, int hkv, int d, bool fp8,
+               Pool* p) {
+  std::vector<std::vector<int32_t>> seq_blocks;
+  int total = 0;
+  for (int n : ctx) {
+    p->max_blocks = std::max(p->max_blocks, (n + kBlockTokens - 1) / kBlockTokens);
+    total += (n + kBlockTokens - 1) / kBlockTokens;
+  }
+  const int nb = total + 3;  // a few blocks nobody uses
+  std::vector<int32_t> perm(static_cast<size_t>(nb));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  size_t next = 0;
+  for (int n : ctx) {
+    seq_blocks.emplace_back();
+    for (int b = 0; b < (n + kBlockTokens - 1) / kBlockTokens; ++b) seq_blocks.back().push_back(perm[next++]);
+  }
+  if (!Ok(BuildBlockTable(seq_blocks, p->max_blocks, &p->table_host), "BuildBlockTable")) return false;
+  const int64_t row = static_cast<int64_t>(hkv) * d;
+  const size_t elems = static_cast<size_t>(nb) * kBlockTokens * static_cast<size_t>(row);
+  const size_t elem_bytes = fp8 ? 1 : 2;
+  if (!p->k.Alloc(elems * elem_bytes) || !p->v.Alloc(elems * elem_bytes) || !p->table.Alloc(p->table_host.size() * 4) ||
+      !p->table.Upload(p->table_host))
+    return false;
+  p->host = {};
+  p->host.num_blocks = nb;
+  p->host.num_kv_heads = hkv;
+  p->host.head_dim = d;
+  p->host.fp8 = fp8;
+  if (fp8) {
+    auto codes = [&] {
+      std::vector<uint8_t> v(elems);
+      for (auto& x : v) {
+        x = static_cast<uint8_t>(rng());
+        if ((x & 0x7f) == 0x7f) x = static_cast<uint8_t>(x - 1);  // no NaN codes in used data
+      }
+      return v;
+    };
+    auto scales = [&] {
+      std::vector<float> v(static_cast<size_t>(nb) * hkv);
+      std::uniform_real_distribution<float> u(0.5f / 448.0f, 2.0f / 448.0f);
+      for (auto& x : v) x = u(rng);
+      return v;
+    };
+    p->host.k8 = codes();
+    p->host.v8 = codes();
+    p->host.k_scale = scales();
+    p->host.v_scale = scales();
+    if (!p->ks.Alloc(p->host.k_scale.size() * 4) || !p->vs.Alloc(p->host.v_scale.size() * 4) ||
+        !p->k.Upload(p->host.k8) || !p->v.Upload(p->host.v8) || !p->ks.Upload(p->host.k_scale) ||
+        !p->vs.Upload(p->host.v_scale))
+      return false;
+  } else {
+    KV_TRY(FillUniformBf16(p->k.as<bf16>(), static_cast<int64_t>(elems), rng(), 1.0f, c.stream));
+    KV_TRY(FillUniformBf16(p->v.as<bf16>(), static_cast<int64_t>(elems), rng(), 1.0f, c.stream));
+  }
+  // Slots past each context in its last block are unwritten in a real cache: poison them (NaN).
+  for (size_t s = 0; s < ctx.size(); ++s) {
+    const int n = ctx[s], end = (n + kBlockTokens - 1) / kBlockTokens * kBlockTokens;
+    for (int pos = n; pos < end; ++pos) {
+      const size_t slot = static_cast<size_t>(seq_blocks[s][static_cast<size_t>(pos / kBlockTokens)]) * kBlockTokens +
+                          pos % kBlockTokens;
+      const size_t off = slot * static_cast<size_t>(row) * elem_bytes;
+      KV_TRY(cudaMemsetAsync(p->k.as<char>() + off, 0xff, static_cast<size_t>(row) * elem_bytes, c.stream));
+      KV_TRY(cudaMemsetAsync(p->v.as<char>() + off, 0xff, static_cast<size_t>(row) * elem_bytes, c.stream));
+    }
+  }
+  KV_TRY(cudaStreamSynchronize(c.stream));
+  if (!fp8 && (!p->k.Download(&p->host.k16, elems) || !p->v.Download(&p->host.v16, elems))) return false;
+  p->view = {p->k.get(), p->v.get(), fp8 ? p->ks.as<float>() : nullptr, fp8 ? p->vs.as<float>() : nullptr, nb, hkv,
+             d, fp8 ? KvDtype::kFp8E4M3 : KvDtype::kBf16};
+  return true;
+}
+
+struct DecodeSpec {
+  std::string name;
+  int hq, hkv, d;
+  std::vector<int> ctx;
+  bool fp8;
+  int ref_seqs;  // sequences compared with the reference (the first ones)
+  int q_pad;     // extra elements per q row (tests the stride)
+};
+
+bool RunDecode(CheckContext& c, const DecodeSpec& sp) {
+  auto rng = Rng(c, 100 + sp.ctx.size() * 7 + static_cast<uint64_t>(sp.hq));
+  const int s = static_cast<int>(sp.ctx.size());
+  Pool pool;
+  if (!BuildPool(c, rng, sp.ctx, sp.hkv, sp.d, sp.fp8, &pool)) return false;
+  const int64_t q_stride = static_cast<int64_t>(sp.hq) * sp.d + sp.q_pad;
+  const auto q = RandomBf16(static_cast<size_t>(s * q_stride), rng, 1.0f);
+  DecodeGeometry geo;
+  const int max_ctx = *std::max_element(sp.ctx.begin(), sp.ctx.end());
+  if (!Ok(ChooseDecodeGeometry({s, sp.hq, sp.hkv, sp.d, max_ctx}, c.num_sms, &geo), "geometry")) return false;
+  DeviceBuffer dq, dout, dctx, ws;
+  const size_t out_elems = static_cast<size_t>(s) * sp.hq * sp.d;
+  if (!dq.Alloc(q.size() * 2) || !dout.Alloc(out_elems * 2) || !dctx.Alloc(sp.ctx.size() * 4) ||
+      !ws.Alloc(geo.workspace_floats * 4) || !dq.Upload(q) || !dctx.Upload(sp.ctx) || !dout.Poison() || !ws.Poison())
+    return false;
+  DecodeAttentionArgs a;
+  a.q = dq.as<bf16>();
+  a.q_stride = q_stride;
+  a.out = dout.as<bf16>();
+  a.kv = pool.view;
+  a.block_tables = pool.table.as<int32_t>();
+  a.block_table_stride = pool.max_blocks;
+  a.context_lens = dctx.as<int32_t>();
+  a.num_q_heads = sp.hq;
+  a.softmax_scale = 1.0f / std::sqrt(static_cast<float>(sp.d));
+  a.geo = geo;
+  a.workspace = geo.workspace_floats ? ws.as<float>() : nullptr;
+  if (!Ok(DecodeAttention(a, c.stream), "DecodeAttention") || !Ok(cudaStreamSynchronize(c.stream), "decode"))
+    return false;
+  std::vector<uint16_t> out;
+  if (!dout.Download(&out, out_elems)) return false;
+  const int checked = std::min(s, sp.ref_seqs), g = sp.hq / sp.hkv;
+  std::vector<double> ref(static_cast<size_t>(checked) * sp.hq * sp.d);
+  ref::ParallelFor(static_cast<int64_t>(checked) * sp.hq, [&](int64_t i) {
+    const int seq = static_cast<int>(i / sp.hq), h = static_cast<int>(i % sp.hq);
+    std::vector<float> qf(static_cast<size_t>(sp.d));
+    for (int j = 0; j < sp.d; ++j) qf[static_cast<size_t>(j)] = Bf16ToFloat(q[static_cast<size_t>(seq * q_stride + h * sp.d + j)]);
+    ref::AttendOne(pool.host, &pool.table_host[static_cast<size_t>(seq) * pool.max_blocks], sp.ctx[static_cast<size_t>(seq)],
+                   h / g, qf.data(), 1.0 / std::sqrt(static_cast<double>(sp.d)), &ref[static_cast<size_t>(i) * sp.d]);
+  });
+  std::vector<float> got(ref.size());
+  for (size_t i = 0; i < got.size(); ++i) got[i] = Bf16ToFloat(out[i]);
+  // Every output element must be written (poison check), not only the compared ones.
+  bool all_written = true;
+  for (uint16_t x : out) all_written &= !std::isnan(Bf16ToFloat(x));
+  const double err = ref::RelError(got, ref);
+  const double ms = TimeMs(c.stream, 3, 20, [&] { return DecodeAttention(a, c.stream).ok(); });
+  double bytes = 2.0 * static_cast<double>(out_elems) * 2;
+  for (int n : sp.ctx) bytes += 2.0 * n * sp.hkv * sp.d * (sp.fp8 ? 1 : 2);
+  const std::string size = "S=" + std::to_string(s) + " ctx<=" + std::to_string(max_ctx) + " " +
+                           std::to_string(sp.hq) + "/" + std::to_string(sp.hkv) + "x" + std::to_string(sp.d);
+  c.rows->push_back({sp.name, size, err, 1e-2, err <= 1e-2 && all_written, ms, bytes / ms / 1e6, "GB/s", c.copy_gbps,
+                     "splits=" + std::to_string(geo.splits) + (all_written ? "" : " UNWRITTEN OUTPUT")});
+  return true;
+}
+
+struct PrefillSpec {
+  std::string name;
+  int hq, hkv, d;
+  std::vector<int> q_lens, ctx;
+  bool fp8;
+  int samples;  // 0: compare every (row, head); else this many random ones plus each sequence's last row
+};
+
+bool RunPrefill(CheckContext& c, const PrefillSpec& sp) {
+  auto rng = Rng(c, 200 + sp.q_lens.size() * 13 + static_cast<uint64_t>(sp.ctx.back()));
+  Pool pool;
+  if (!BuildPool(c, rng, sp.ctx, sp.hkv, sp.d, sp.fp8, &pool)) return false;
+  std::vector<int32_t> q_start = {0};
+  for (int n : sp.q_lens) q_start.push_back(q_start.back() + n);
+  const int t = q_start.back(), s = static_cast<int>(sp.q_lens.size());
+  const int64_t q_stride = static_cast<int64_t>(sp.hq + 2 * sp.hkv) * sp.d;  // fused QKV rows
+  const auto q = RandomBf16(static_cast<size_t>(t * q_stride), rng, 1.0f);
+  std::vector<int32_t> tiles;
+  if (!Ok(BuildPrefillTiles(sp.q_lens, &tiles), "tiles")) return false;
+  PrefillGeometry geo;
+  const int max_ctx = *std::max_element(sp.ctx.begin(), sp.ctx.end());
+  if (!Ok(ChoosePrefillGeometry({s, t, sp.hq, sp.hkv, sp.d, max_ctx}, static_cast<int>(tiles.size() / 2),
+                                c.num_sms, &geo), "geometry"))
+    return false;
+  DeviceBuffer dq, dout, dctx, dstart, dtiles, ws;
+  const size_t out_elems = static_cast<size_t>(t) * sp.hq * sp.d;
+  if (!dq.Alloc(q.size() * 2) || !dout.Alloc(out_elems * 2) || !dctx.Alloc(sp.ctx.size() * 4) ||
+      !dstart.Alloc(q_start.size() * 4) || !dtiles.Alloc(tiles.size() * 4) || !ws.Alloc(geo.workspace_floats * 4) ||
+      !dq.Upload(q) || !dctx.Upload(sp.ctx) || !dstart.Upload(q_start) || !dtiles.Upload(tiles) || !dout.Poison() ||
+      !ws.Poison())
+    return false;
+  PrefillAttentionArgs a;
+  a.q = dq.as<bf16>();
+  a.q_stride = q_stride;
+  a.out = dout.as<bf16>();
+  a.kv = pool.view;
+  a.block_tables = pool.table.as<int32_t>();
+  a.block_table_stride = pool.max_blocks;
+  a.q_start = dstart.as<int32_t>();
+  a.context_lens = dctx.as<int32_t>();
+  a.tiles = dtiles.as<int32_t>();
+  a.num_q_heads = sp.hq;
+  a.softmax_scale = 1.0f / std::sqrt(static_cast<float>(sp.d));
+  a.geo = geo;
+  a.workspace = geo.workspace_floats ? ws.as<float>() : nullptr;
+  if (!Ok(PrefillAttention(a, c.stream), "PrefillAttention") || !Ok(cudaStreamSynchronize(c.stream), "prefill"))
+    return false;
+  std::vector<uint16_t> out;
+  if (!dout.Download(&out, out_elems)) return false;
+  // (sequence, row within sequence, head) triples to compare.
+  std::vector<std::array<int, 3>> picks;
+  for (int seq = 0; seq < s; ++seq)
+    for (int i = 0; i < sp.q_lens[static_cast<size_t>(seq)]; ++i)
+      for (int h = 0; h < sp.hq; ++h)
+        if (sp.samples == 0 || i == sp.q_lens[static_cast<size_t>(seq)] - 1 || i == 0 ||
+            rng() % static_cast<uint64_t>(std::max<int64_t>(1, static_cast<int64_t>(t) * sp.hq / sp.samples)) == 0)
+          picks.push_back({seq, i, h});
+  const int g = sp.hq / sp.hkv;
+  std::vector<double> ref(picks.size() * static_cast<size_t>(sp.d));
+  std::vector<float> got(ref.size());
+  ref::ParallelFor(static_cast<int64_t>(picks.size()), [&](int64_t k) {
+    const auto [seq, i, h] = picks[static_cast<size_t>(k)];
+    const int64_t tok = q_start[static_cast<size_t>(seq)] + i;
+    std::vector<float> qf(static_cast<size_t>(sp.d));
+    for (int j = 0; j < sp.d; ++j) qf[static_cast<size_t>(j)] = Bf16ToFloat(q[static_cast<size_t>(tok * q_stride + h * sp.d + j)]);
+    const int visible = sp.ctx[static_cast<size_t>(seq)] - sp.q_lens[static_cast<size_t>(seq)] + i + 1;
+    ref::AttendOne(pool.host, &pool.table_host[static_cast<size_t>(seq) * pool.max_blocks], visible, h / g, qf.data(),
+                   1.0 / std::sqrt(static_cast<double>(sp.d)), &ref[static_cast<size_t>(k) * sp.d]);
+    for (int j = 0; j < sp.d; ++j)
+      got[static_cast<size_t>(k) * sp.d + j] = Bf16ToFloat(out[static_cast<size_t>((tok * sp.hq + h) * sp.d + j)]);
+  });
+  bool all_written = true;
+  for (uint16_t x : out) all_written &= !std::isnan(Bf16ToFloat(x));
+  const double err = ref::RelError(got, ref);
+  const double ms = TimeMs(c.stream, 2, 10, [&] { return PrefillAttention(a, c.stream).ok(); });
+  double flops = 0;
+  for (int seq = 0; seq < s; ++seq)
+    for (int i = 0; i < sp.q_lens[static_cast<size_t>(seq)]; ++i)
+      flops += 4.0 * sp.d * sp.hq * (sp.ctx[static_cast<size_t>(seq)] - sp.q_lens[static_cast<size_t>(seq)] + i + 1);
+  std::string size = "q=" + std::to_string(t) + " ctx<=" + std::to_string(max_ctx) + " " + std::to_string(sp.hq) +
+                     "/" + std::to_string(sp.hkv) + "x" + std::to_string(sp.d);
+  c.rows->push_back({sp.name, size, err, 1e-2, err <= 1e-2 && all_written, ms, flops / ms / 1e9, "TFLOP/s",
+                     c.gemm_tflops,
+                     "splits=" + std::to_string(geo.splits) + " rows=" + std::to_string(picks.size()) +
+                         (all_written ? "" : " UNWRITTEN OUTPUT")});
+  return true;
+}
+
+std::vector<int> RandomCtx(std::mt19937_64& rng, int n, int lo, int hi) {
+  std::vector<int> v(static_cast<size_t>(n));
+  for (auto& x : v) x = lo + static_cast<int>(rng() % static_cast<uint64_t>(hi - lo + 1));
+  return v;
+}
+
+}  // namespace
+
+bool CheckDecodeAttention(CheckContext& c) {
+  auto rng = Rng(c, 99);
+  const int big = c.quick ? 8 : 64, long_ctx = c.quick ? 20000 : 100000;
+  auto small = RandomCtx(rng, 16, 1, 2000);
+  small[0] = 1;
+  small[1] = 17;
+  const std::vector<DecodeSpec> specs = {
+      {"decode attn bf16", 32, 8, 128, RandomCtx(rng, big, 3584, 4096), false, 4, 0},
+      {"decode attn bf16 split-K", 32, 8, 128, {long_ctx}, false, 1, 0},
+      {"decode attn fp8", 32, 8, 128, RandomCtx(rng, big, 3584, 4096), true, 4, 0},
+      {"decode attn bf16 G=3 D=64", 9, 3, 64, small, false, 16, 64},
+      {"decode attn bf16 G=8", 64, 8, 128, RandomCtx(rng, 8, 1000, 2048), false, 8, 3 * 128},
+  };
+  for (const auto& sp : specs)
+    if (!RunDecode(c, sp)) return false;
+  return true;
+}
+
+bool CheckPrefillAttention(CheckContext& c) {
+  const int chunk = c.quick ? 2048 : 8192, prefix_ctx = c.quick ? 16384 : 65536, long_ctx = c.quick ? 20000 : 100000;
+  const std::vector<PrefillSpec> specs = {
+      {"prefill attn bf16 varlen", 32, 8, 128, {300, 200, 1, 64}, {300, 1000, 77, 64}, false, 0},
+      {"prefill attn fp8 varlen", 32, 8, 128, {300, 200, 1, 64}, {300, 1000, 77, 64}, true, 0},
+      {"prefill attn bf16 G=3 D=64", 9, 3, 64, {130, 50}, {130, 500}, false, 0},
+      {"prefill attn chunk", 32, 8, 128, {chunk}, {chunk}, false, 64},
+      {"prefill attn chunk+prefix", 32, 8, 128, {chunk}, {prefix_ctx}, false, 64},
+      {"prefill attn warm tail (split)", 32, 8, 128, {16}, {long_ctx}, false, 32},
+  };
+  for (const auto& sp : specs)
+    if (!RunPrefill(c, sp)) return false;
+  return true;
+}
+
+}  // namespace kvgate::cuda::bench

@@ -1,0 +1,49 @@
+// The device checks, split by file: check_kernels.cc (ceilings, GEMM, elementwise, cache, copy,
+// FP8, dequant), check_attention.cc (decode and prefill attention), e2e_model.cc (Qwen3-8B-shaped
+// model). Each check appends rows to the table; it returns false only when a CUDA call fails.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "kernels/bench/bench_util.h"
+#include "kernels/cuda/gemm.h"
+
+namespace kvgate::cuda::bench {
+
+struct CheckContext {
+  cudaStream_t stream = nullptr;
+  uint64_t seed = 0;
+  int num_sms = 0;
+  double copy_gbps = 0.0;     // measured device copy bandwidth (bytes read + written)
+  double gemm_tflops = 0.0;   // measured bf16 GEMM rate
+  GemmBf16* gemm = nullptr;
+  std::vector<Row>* rows = nullptr;
+  bool quick = false;         // smaller sizes (for a smoke run)
+};
+
+// Fresh generator per check: seed mixed with a per-check tag.
+inline std::mt19937_64 Rng(const CheckContext& c, uint64_t tag) {
+  return std::mt19937_64(c.seed * 0x9e3779b97f4a7c15ull + tag);
+}
+std::vector<uint16_t> RandomBf16(size_t n, std::mt19937_64& rng, float scale);
+std::vector<float> Bf16ToFloatVec(const std::vector<uint16_t>& v);
+
+bool MeasureCeilings(CheckContext& c);
+bool CheckGemm(CheckContext& c);
+bool CheckFp8Encode(CheckContext& c);
+bool CheckDequant(CheckContext& c);
+bool CheckRmsNorm(CheckContext& c);
+bool CheckRope(CheckContext& c);
+bool CheckSiluMul(CheckContext& c);
+bool CheckCacheWriteBf16(CheckContext& c);
+bool CheckCacheWriteFp8(CheckContext& c);
+bool CheckCopyBlocks(CheckContext& c);
+bool CheckDecodeAttention(CheckContext& c);
+bool CheckPrefillAttention(CheckContext& c);
+bool RunEndToEnd(CheckContext& c);
+
+}  // namespace kvgate::cuda::bench

@@ -1,0 +1,318 @@
+// Prefill (chunked, with a cached prefix) attention over the paged KV cache: FlashAttention-2 style.
+//
+// v1 design: CTA = (query head, 64-row query tile, split), 4 warps, each warp owns 16 query rows and
+// keeps its Q fragments, running max / sum and the O accumulator [16][D] in registers. Keys come in
+// 64-token tiles (4 KV blocks) gathered through the block table into shared memory (FP8 caches are
+// dequantized with their block scale, f16 caches rounded to bf16, on the way in), then S = Q K^T and O += P V run on tensor
+// cores with mma.sync.m16n8k16 (bf16 in, f32 accumulate); softmax is online in the log2 domain.
+// Causal: a tile stops at the last key its last row can see; masking only touches the diagonal
+// tiles. A short chunk over a long prefix (few tiles) is split over the key range and merged by
+// LaunchSplitReduce. Known v1 limits (see kernels/NOTES.md): no cp.async double buffering, V
+// fragments read with 16-bit shared loads (no ldmatrix.trans), mma.sync rather than wgmma, K/V
+// read once per query head (L2 absorbs most of the G-fold re-read).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/cuda/attention_internal.cuh"
+#include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/kernels.h"
+
+namespace kvgate::cuda {
+namespace {
+
+struct PrefillParams {
+  const __nv_bfloat16* q;  // [T][q_stride] holding [Hq][D]
+  int64_t q_stride;
+  __nv_bfloat16* out;      // [T][Hq][D]
+  const void* k;           // [NB][B][Hkv][D]
+  const void* v;
+  const float* k_scale;    // [NB][Hkv]
+  const float* v_scale;
+  const int32_t* block_tables;  // [S][bt_stride]
+  int bt_stride;
+  const int32_t* q_start;       // [S + 1]
+  const int32_t* context_lens;  // [S]
+  const int32_t* tiles;         // [num_tiles][2]
+  int num_q_heads, num_kv_heads, group, splits, num_q_tokens;
+  float scale_log2;
+  float* workspace;
+};
+
+__device__ __forceinline__ void Mma16816(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x = lo (low 16 bits)
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+__device__ __forceinline__ uint32_t PackRaw(__nv_bfloat16 lo, __nv_bfloat16 hi) {
+  return static_cast<uint32_t>(__bfloat16_as_ushort(lo)) |
+         (static_cast<uint32_t>(__bfloat16_as_ushort(hi)) << 16);
+}
+
+// Gathers keys [kbase, kbase + 64) of `cache` for kv head kvh into tile [64][D + 8]; keys at or
+// past ctx are zero (their slots may be unwritten).
+template <typename CacheT, int D>
+__device__ __forceinline__ void LoadKvTile(const PrefillParams& p, const CacheT* cache,
+                                           const float* scales, int seq, int kvh, int kbase,
+                                           int ctx, __nv_bfloat16 (*tile)[D + 8]) {
+  constexpr int kChunksPerRow = D / 8;
+  const int64_t row = static_cast<int64_t>(p.num_kv_heads) * D;
+#pragma unroll
+  for (int c = threadIdx.x; c < kPrefillKvTile * kChunksPerRow; c += kAttnThreads) {
+    const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
+    const int key = kbase + r;
+    uint4 packed = make_uint4(0u, 0u, 0u, 0u);
+    if (key < ctx) {
+      const int64_t phys = p.block_tables[static_cast<int64_t>(seq) * p.bt_stride + key / kBlockTokens];
+      const int64_t off = (phys * kBlockTokens + key % kBlockTokens) * row + kvh * D + col;
+      if constexpr (std::is_same_v<CacheT, __nv_bfloat16>) {
+        packed = *reinterpret_cast<const uint4*>(cache + off);
+      } else if constexpr (std::is_same_v<CacheT, __half>) {  // f16 cache: rounded to bf16 for mma
+        float f[8];
+        F16x8ToFloat(*reinterpret_cast<const uint4*>(cache + off), f);
+        packed.x = PackBf16(f[0], f[1]);
+        packed.y = PackBf16(f[2], f[3]);
+        packed.z = PackBf16(f[4], f[5]);
+        packed.w = PackBf16(f[6], f[7]);
+      } else {
+        float f[8];
+        Fp8x8ToFloat(*reinterpret_cast<const uint2*>(cache + off), f);
+        const float s = scales[phys * p.num_kv_heads + kvh];
+        packed.x = PackBf16(f[0] * s, f[1] * s);
+        packed.y = PackBf16(f[2] * s, f[3] * s);
+        packed.z = PackBf16(f[4] * s, f[5] * s);
+        packed.w = PackBf16(f[6] * s, f[7] * s);
+      }
+    }
+    *reinterpret_cast<uint4*>(&tile[r][col]) = packed;
+  }
+}
+
+template <typename CacheT, int D>
+__global__ void __launch_bounds__(kAttnThreads) PrefillKernel(const PrefillParams p) {
+  constexpr int kNT = kPrefillKvTile / 8;  // 8-key column tiles of S
+  constexpr int kDT = D / 8;               // 8-wide column tiles of O
+  constexpr int kKS = D / 16;              // k-steps of Q K^T
+  __shared__ __align__(16) __nv_bfloat16 sk[kPrefillKvTile][D + 8];
+  __shared__ __align__(16) __nv_bfloat16 sv[kPrefillKvTile][D + 8];
+
+  const int h = blockIdx.x, tile = blockIdx.y, split = blockIdx.z;
+  const int seq = p.tiles[2 * tile], q0 = p.tiles[2 * tile + 1];
+  const int qs = p.q_start[seq], q_len = p.q_start[seq + 1] - qs, ctx = p.context_lens[seq];
+  const int kvh = h / p.group;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+  const int row_a = q0 + warp * 16 + g, row_b = row_a + 8;  // rows within the sequence
+  const int pos_a = ctx - q_len + row_a, pos_b = ctx - q_len + row_b;
+  const int last_row = min(q_len, q0 + kPrefillQTile) - 1;
+  const int kv_end = ctx - q_len + last_row + 1;
+  const int n_kv_tiles = (kv_end + kPrefillKvTile - 1) / kPrefillKvTile;
+  const int per_split = (n_kv_tiles + p.splits - 1) / p.splits;
+  const int t_begin = split * per_split, t_end = min(n_kv_tiles, t_begin + per_split);
+
+  uint32_t qf[kKS][4];
+  {
+    const __nv_bfloat16* qa = p.q + static_cast<int64_t>(qs + row_a) * p.q_stride + h * D;
+    const __nv_bfloat16* qb = p.q + static_cast<int64_t>(qs + row_b) * p.q_stride + h * D;
+    const bool va = row_a < q_len, vb = row_b < q_len;
+#pragma unroll
+    for (int kk = 0; kk < kKS; ++kk) {
+      const int c = kk * 16 + 2 * t;
+      qf[kk][0] = va ? *reinterpret_cast<const uint32_t*>(qa + c) : 0u;
+      qf[kk][1] = vb ? *reinterpret_cast<const uint32_t*>(qb + c) : 0u;
+      qf[kk][2] = va ? *reinterpret_cast<const uint32_t*>(qa + c + 8) : 0u;
+      qf[kk][3] = vb ? *reinterpret_cast<const uint32_t*>(qb + c + 8) : 0u;
+    }
+  }
+  float o[kDT][4];
+#pragma unroll
+  for (int n = 0; n < kDT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
+
+  const CacheT* kc = static_cast<const CacheT*>(p.k);
+  const CacheT* vc = static_cast<const CacheT*>(p.v);
+  for (int jt = t_begin; jt < t_end; ++jt) {
+    const int kbase = jt * kPrefillKvTile;
+    __syncthreads();  // the previous tile is no longer read
+    LoadKvTile<CacheT, D>(p, kc, p.k_scale, seq, kvh, kbase, ctx, sk);
+    LoadKvTile<CacheT, D>(p, vc, p.v_scale, seq, kvh, kbase, ctx, sv);
+    __syncthreads();
+
+    float s[kNT][4];
+#pragma unroll
+    for (int n = 0; n < kNT; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < kKS; ++kk) {
+#pragma unroll
+      for (int n = 0; n < kNT; ++n) {
+        const uint32_t b0 = *reinterpret_cast<const uint32_t*>(&sk[n * 8 + g][kk * 16 + 2 * t]);
+        const uint32_t b1 = *reinterpret_cast<const uint32_t*>(&sk[n * 8 + g][kk * 16 + 8 + 2 * t]);
+        Mma16816(s[n], qf[kk], b0, b1);
+      }
+    }
+    float mx_a = -INFINITY, mx_b = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < kNT; ++n) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int key = kbase + n * 8 + 2 * t + (c & 1);
+        const int pos = c < 2 ? pos_a : pos_b;
+        s[n][c] = key <= pos ? s[n][c] * p.scale_log2 : -INFINITY;
+      }
+      mx_a = fmaxf(mx_a, fmaxf(s[n][0], s[n][1]));
+      mx_b = fmaxf(mx_b, fmaxf(s[n][2], s[n][3]));
+    }
+#pragma unroll
+    for (int off = 1; off < 4; off <<= 1) {
+      mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, off));
+      mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, off));
+    }
+    const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
+    // A row with no visible key yet keeps m = -inf; use 0 as the reference so exp2 gives 0, not NaN.
+    const float ref_a = mn_a == -INFINITY ? 0.0f : mn_a, ref_b = mn_b == -INFINITY ? 0.0f : mn_b;
+    const float alpha_a = exp2f(m_a - ref_a), alpha_b = exp2f(m_b - ref_b);
+    m_a = mn_a;
+    m_b = mn_b;
+    l_a *= alpha_a;
+    l_b *= alpha_b;
+#pragma unroll
+    for (int n = 0; n < kNT; ++n) {
+      s[n][0] = exp2f(s[n][0] - ref_a);
+      s[n][1] = exp2f(s[n][1] - ref_a);
+      s[n][2] = exp2f(s[n][2] - ref_b);
+      s[n][3] = exp2f(s[n][3] - ref_b);
+      l_a += s[n][0] + s[n][1];
+      l_b += s[n][2] + s[n][3];
+    }
+#pragma unroll
+    for (int n = 0; n < kDT; ++n) {
+      o[n][0] *= alpha_a;
+      o[n][1] *= alpha_a;
+      o[n][2] *= alpha_b;
+      o[n][3] *= alpha_b;
+    }
+#pragma unroll
+    for (int k2 = 0; k2 < kPrefillKvTile / 16; ++k2) {
+      uint32_t a[4];
+      a[0] = PackBf16(s[2 * k2][0], s[2 * k2][1]);
+      a[1] = PackBf16(s[2 * k2][2], s[2 * k2][3]);
+      a[2] = PackBf16(s[2 * k2 + 1][0], s[2 * k2 + 1][1]);
+      a[3] = PackBf16(s[2 * k2 + 1][2], s[2 * k2 + 1][3]);
+      const int r0 = k2 * 16 + 2 * t;
+#pragma unroll
+      for (int n = 0; n < kDT; ++n) {
+        const int col = n * 8 + g;
+        const uint32_t b0 = PackRaw(sv[r0][col], sv[r0 + 1][col]);
+        const uint32_t b1 = PackRaw(sv[r0 + 8][col], sv[r0 + 9][col]);
+        Mma16816(o[n], a, b0, b1);
+      }
+    }
+  }
+#pragma unroll
+  for (int off = 1; off < 4; off <<= 1) {
+    l_a += __shfl_xor_sync(0xffffffffu, l_a, off);
+    l_b += __shfl_xor_sync(0xffffffffu, l_b, off);
+  }
+  const float inv_a = l_a > 0.0f ? 1.0f / l_a : 0.0f, inv_b = l_b > 0.0f ? 1.0f / l_b : 0.0f;
+  if (p.splits == 1) {
+#pragma unroll
+    for (int n = 0; n < kDT; ++n) {
+      const int col = h * D + n * 8 + 2 * t;
+      const int64_t hd = static_cast<int64_t>(p.num_q_heads) * D;
+      if (row_a < q_len)
+        *reinterpret_cast<uint32_t*>(p.out + (qs + row_a) * hd + col) =
+            PackBf16(o[n][0] * inv_a, o[n][1] * inv_a);
+      if (row_b < q_len)
+        *reinterpret_cast<uint32_t*>(p.out + (qs + row_b) * hd + col) =
+            PackBf16(o[n][2] * inv_b, o[n][3] * inv_b);
+    }
+  } else {
+    const int64_t n_rows = static_cast<int64_t>(p.num_q_tokens) * p.num_q_heads * p.splits;
+    const int rows[2] = {row_a, row_b};
+    const float invs[2] = {inv_a, inv_b}, ls[2] = {l_a, l_b}, ms[2] = {m_a, m_b};
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      if (rows[half] >= q_len) continue;
+      const int64_t r = ((static_cast<int64_t>(qs) + rows[half]) * p.num_q_heads + h) * p.splits + split;
+#pragma unroll
+      for (int n = 0; n < kDT; ++n) {
+        p.workspace[r * D + n * 8 + 2 * t] = o[n][2 * half] * invs[half];
+        p.workspace[r * D + n * 8 + 2 * t + 1] = o[n][2 * half + 1] * invs[half];
+      }
+      if (t == 0) p.workspace[n_rows * D + r] = ls[half] > 0.0f ? ms[half] + log2f(ls[half]) : -INFINITY;
+    }
+  }
+}
+
+template <typename CacheT, int D>
+void LaunchPrefill(const PrefillParams& p, dim3 grid, cudaStream_t stream) {
+  PrefillKernel<CacheT, D><<<grid, kAttnThreads, 0, stream>>>(p);
+}
+
+}  // namespace
+
+CudaStatus PrefillAttention(const PrefillAttentionArgs& a, cudaStream_t stream) {
+  if (CudaStatus st = CheckPagedKv(a.kv); !st.ok()) return st;
+  const int hkv = a.kv.num_kv_heads, d = a.kv.head_dim;
+  if (a.num_q_heads <= 0 || a.num_q_heads % hkv != 0)
+    return CudaStatus::Invalid("query heads must be a multiple of kv heads");
+  if (!a.q || !a.out || !a.block_tables || !a.q_start || !a.context_lens || !a.tiles)
+    return CudaStatus::Invalid("prefill attention pointer is null");
+  if (a.q_stride < static_cast<int64_t>(a.num_q_heads) * d || a.q_stride % 2 != 0)
+    return CudaStatus::Invalid("q stride must cover Hq*D and be even");
+  if (a.geo.grid_x != a.num_q_heads || a.geo.num_tiles <= 0 || a.geo.grid_y != a.geo.num_tiles ||
+      a.geo.splits < 1 || a.geo.grid_z != a.geo.splits)
+    return CudaStatus::Invalid("prefill geometry does not match the arguments");
+  if (a.geo.splits > 1 && !a.workspace) return CudaStatus::Invalid("split prefill needs a workspace");
+  if (a.geo.num_q_tokens <= 0) return CudaStatus::Invalid("prefill geometry has no tokens");
+  PrefillParams p{};
+  p.q = a.q;
+  p.q_stride = a.q_stride;
+  p.out = a.out;
+  p.k = a.kv.k;
+  p.v = a.kv.v;
+  p.k_scale = a.kv.k_scale;
+  p.v_scale = a.kv.v_scale;
+  p.block_tables = a.block_tables;
+  p.bt_stride = a.block_table_stride;
+  p.q_start = a.q_start;
+  p.context_lens = a.context_lens;
+  p.tiles = a.tiles;
+  p.num_q_heads = a.num_q_heads;
+  p.num_kv_heads = hkv;
+  p.group = a.num_q_heads / hkv;
+  p.splits = a.geo.splits;
+  p.num_q_tokens = a.geo.num_q_tokens;
+  p.scale_log2 = a.softmax_scale * kLog2e;
+  p.workspace = a.workspace;
+  const dim3 grid(static_cast<unsigned>(a.geo.grid_x), static_cast<unsigned>(a.geo.grid_y),
+                  static_cast<unsigned>(a.geo.grid_z));
+  switch (a.kv.dtype) {
+    case KvDtype::kBf16:
+      d == 128 ? LaunchPrefill<__nv_bfloat16, 128>(p, grid, stream) : LaunchPrefill<__nv_bfloat16, 64>(p, grid, stream);
+      break;
+    case KvDtype::kF16:
+      d == 128 ? LaunchPrefill<__half, 128>(p, grid, stream) : LaunchPrefill<__half, 64>(p, grid, stream);
+      break;
+    case KvDtype::kFp8E4M3:
+      d == 128 ? LaunchPrefill<uint8_t, 128>(p, grid, stream) : LaunchPrefill<uint8_t, 64>(p, grid, stream);
+      break;
+  }
+  if (CudaStatus st = LaunchStatus("PrefillKernel"); !st.ok()) return st;
+  if (a.geo.splits > 1)
+    return LaunchSplitReduce(a.workspace, p.num_q_tokens, a.num_q_heads, a.geo.splits, d, a.out, stream);
+  return CudaStatus::Ok();
+}
+
+}  // namespace kvgate::cuda

@@ -1,0 +1,40 @@
+// The CUDA implementation of the engine's Backend interface (local_engine/backend.h): f32
+// activations and the f16 paged KV cache of that interface, quantized GGUF weights dequantized once
+// to bf16 on first use and multiplied through cuBLASLt, attention through the paged decode/prefill
+// kernels of kernels.h. `device: cuda` selection is wired by the engine's integrator.
+//
+// Errors: creation fails with kUnavailable "no CUDA device found" when cudaGetDeviceCount reports
+// none. The interface's ops return void, so an op that fails records the first error, every later
+// op becomes a no-op, and status() reports it (the engine should check it after Synchronize()).
+// Not implemented yet: CUDA graphs for decode (the op-by-op interface hands each op fresh host
+// spans; capturing a step needs a whole-step hook in backend.h).
+// Thread safety: one thread at a time, like every Backend.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "common/error.h"
+#include "local_engine/backend.h"
+
+namespace kvgate::cuda {
+
+struct CudaBackendOptions {
+  int device = 0;
+  size_t gemm_workspace_bytes = size_t{32} << 20;
+};
+
+class CudaBackend : public engine::Backend {
+ public:
+  // The first error an op met, or ok.
+  virtual Status status() const = 0;
+};
+
+Result<std::unique_ptr<CudaBackend>> MakeCudaBackend(const CudaBackendOptions& options = {});
+
+// KV pool size in tokens that fits in `fraction` (0, 1] of the device's currently free memory, at
+// `kv_bytes_per_token` (2 x layers x Hkv x Dh x bytes per value), rounded down to 16-token blocks.
+Result<int64_t> KvCacheTokensForMemoryFraction(double fraction, int64_t kv_bytes_per_token, int device = 0);
+
+}  // namespace kvgate::cuda

@@ -1,0 +1,45 @@
+// bf16 GEMM through cuBLASLt. One GemmBf16 owns a cuBLASLt handle and a device workspace and
+// caches the chosen algorithm per shape. Not thread-safe: one object per stream / thread.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <tuple>
+
+#include "kernels/cuda/cuda_status.h"
+
+namespace kvgate::cuda {
+
+class GemmBf16 {
+ public:
+  // Creates the handle and a `workspace_bytes` device workspace. Errors: no device, OOM, cuBLAS.
+  static CudaStatus Create(size_t workspace_bytes, std::unique_ptr<GemmBf16>* out);
+  ~GemmBf16();
+  GemmBf16(const GemmBf16&) = delete;
+  GemmBf16& operator=(const GemmBf16&) = delete;
+
+  // y [M][N] = alpha * x [M][K] . w [N][K]^T + beta * y   (row-major; w is a weight stored
+  // [out features][in features] like GGUF / PyTorch). beta = 1 adds the product to y in place
+  // (the residual add). Leading dimensions: ldx >= K, ldw >= K, ldy >= N, all multiples of 8.
+  CudaStatus Run(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t ldw,
+                 __nv_bfloat16* y, int64_t ldy, int64_t m, int64_t n, int64_t k, float alpha,
+                 float beta, cudaStream_t stream);
+
+ private:
+  struct Plan;
+  GemmBf16() = default;
+  void* handle_ = nullptr;      // cublasLtHandle_t
+  void* workspace_ = nullptr;   // device memory
+  size_t workspace_bytes_ = 0;
+  // (m, n, k, ldx, ldw, ldy, beta != 0) -> descriptors and algorithm, created on first use.
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool>,
+           std::unique_ptr<Plan>>
+      plans_;
+};
+
+}  // namespace kvgate::cuda

@@ -1,0 +1,149 @@
+#include "kernels/cuda/geometry.h"
+
+#include <algorithm>
+
+namespace kvgate::cuda {
+namespace {
+
+constexpr int kCtasPerSmTarget = 4;
+constexpr int kMinBlocksPerSplit = kAttnWarps;  // one KV block per warp at least
+
+int CeilDiv(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
+
+CudaStatus CheckHeads(int hq, int hkv, int d) {
+  if (hq <= 0 || hkv <= 0) return CudaStatus::Invalid("head counts must be positive");
+  if (hq % hkv != 0) return CudaStatus::Invalid("query heads must be a multiple of kv heads");
+  if (hq / hkv > 8) return CudaStatus::Invalid("more than 8 query heads per kv head");
+  if (d != 64 && d != 128) return CudaStatus::Invalid("head_dim must be 64 or 128");
+  return CudaStatus::Ok();
+}
+
+}  // namespace
+
+size_t SplitWorkspaceFloats(size_t rows, int num_q_heads, int splits, int head_dim) {
+  if (splits <= 1) return 0;
+  return rows * static_cast<size_t>(num_q_heads) * static_cast<size_t>(splits) *
+         (static_cast<size_t>(head_dim) + 1);
+}
+
+CudaStatus ChooseDecodeGeometry(const DecodeShape& s, int num_sms, DecodeGeometry* out) {
+  if (CudaStatus st = CheckHeads(s.num_q_heads, s.num_kv_heads, s.head_dim); !st.ok()) return st;
+  if (s.num_seqs <= 0) return CudaStatus::Invalid("decode needs at least one sequence");
+  if (s.max_context_tokens <= 0) return CudaStatus::Invalid("context must hold the new token");
+  if (num_sms <= 0) return CudaStatus::Invalid("num_sms must be positive");
+  const int max_blocks = CeilDiv(s.max_context_tokens, kBlockTokens);
+  const int64_t base_ctas = static_cast<int64_t>(s.num_seqs) * s.num_kv_heads;
+  const int64_t target = static_cast<int64_t>(num_sms) * kCtasPerSmTarget;
+  int splits = base_ctas >= target ? 1 : CeilDiv(target, base_ctas);
+  splits = std::min({splits, std::max(1, max_blocks / kMinBlocksPerSplit), kMaxSplits});
+  const int per_split = CeilDiv(max_blocks, splits);
+  splits = CeilDiv(max_blocks, per_split);  // drop splits that would get no block at all
+  out->splits = splits;
+  out->blocks_per_split = per_split;
+  out->grid_x = s.num_kv_heads;
+  out->grid_y = s.num_seqs;
+  out->grid_z = splits;
+  out->threads = kAttnThreads;
+  out->workspace_floats = SplitWorkspaceFloats(static_cast<size_t>(s.num_seqs), s.num_q_heads,
+                                               splits, s.head_dim);
+  return CudaStatus::Ok();
+}
+
+CudaStatus ChoosePrefillGeometry(const PrefillShape& s, int num_tiles, int num_sms,
+                                 PrefillGeometry* out) {
+  if (CudaStatus st = CheckHeads(s.num_q_heads, s.num_kv_heads, s.head_dim); !st.ok()) return st;
+  if (s.num_seqs <= 0 || s.num_q_tokens <= 0 || num_tiles <= 0)
+    return CudaStatus::Invalid("prefill needs at least one query token");
+  if (s.max_context_tokens <= 0) return CudaStatus::Invalid("context must be positive");
+  if (num_sms <= 0) return CudaStatus::Invalid("num_sms must be positive");
+  if (num_tiles > 65535) return CudaStatus::Invalid("too many query tiles for one launch");
+  const int64_t base_ctas = static_cast<int64_t>(num_tiles) * s.num_q_heads;
+  const int64_t target = static_cast<int64_t>(num_sms) * kCtasPerSmTarget;
+  const int kv_tiles = CeilDiv(s.max_context_tokens, kPrefillKvTile);
+  int splits = 1;
+  if (base_ctas < target) {
+    splits = std::min({CeilDiv(target, base_ctas), std::max(1, kv_tiles / 4), kMaxSplits});
+  }
+  out->num_tiles = num_tiles;
+  out->num_q_tokens = s.num_q_tokens;
+  out->splits = splits;
+  out->grid_x = s.num_q_heads;
+  out->grid_y = num_tiles;
+  out->grid_z = splits;
+  out->threads = kAttnThreads;
+  out->workspace_floats = SplitWorkspaceFloats(static_cast<size_t>(s.num_q_tokens), s.num_q_heads,
+                                               splits, s.head_dim);
+  return CudaStatus::Ok();
+}
+
+CudaStatus BuildPrefillTiles(std::span<const int32_t> q_lens, std::vector<int32_t>* tiles) {
+  tiles->clear();
+  for (size_t seq = 0; seq < q_lens.size(); ++seq) {
+    if (q_lens[seq] < 0) return CudaStatus::Invalid("negative query length");
+    for (int32_t start = 0; start < q_lens[seq]; start += kPrefillQTile) {
+      tiles->push_back(static_cast<int32_t>(seq));
+      tiles->push_back(start);
+    }
+  }
+  return CudaStatus::Ok();
+}
+
+CudaStatus AppendSlotMapping(std::span<const int32_t> blocks, int64_t start_pos, int64_t n,
+                             int32_t num_pool_blocks, std::vector<int32_t>* slots) {
+  if (start_pos < 0 || n < 0) return CudaStatus::Invalid("negative position or count");
+  if (start_pos + n > static_cast<int64_t>(blocks.size()) * kBlockTokens)
+    return CudaStatus::Invalid("positions past the sequence's blocks");
+  for (int64_t pos = start_pos; pos < start_pos + n; ++pos) {
+    const int32_t block = blocks[static_cast<size_t>(pos / kBlockTokens)];
+    if (block < 0 || block >= num_pool_blocks) return CudaStatus::Invalid("block id out of range");
+    slots->push_back(block * kBlockTokens + static_cast<int32_t>(pos % kBlockTokens));
+  }
+  return CudaStatus::Ok();
+}
+
+CudaStatus BuildBlockTable(std::span<const std::vector<int32_t>> seq_blocks, int max_blocks,
+                           std::vector<int32_t>* table) {
+  if (max_blocks <= 0) return CudaStatus::Invalid("max_blocks must be positive");
+  table->assign(seq_blocks.size() * static_cast<size_t>(max_blocks), -1);
+  for (size_t s = 0; s < seq_blocks.size(); ++s) {
+    if (seq_blocks[s].size() > static_cast<size_t>(max_blocks))
+      return CudaStatus::Invalid("sequence has more blocks than the table holds");
+    std::copy(seq_blocks[s].begin(), seq_blocks[s].end(),
+              table->begin() + static_cast<std::ptrdiff_t>(s * static_cast<size_t>(max_blocks)));
+  }
+  return CudaStatus::Ok();
+}
+
+CudaStatus BuildCacheSegments(std::span<const int32_t> slots, std::vector<CacheSegment>* segments) {
+  segments->clear();
+  std::vector<int32_t> seen;  // blocks that already have a segment
+  for (size_t t = 0; t < slots.size(); ++t) {
+    if (slots[t] < 0) continue;
+    const int32_t block = slots[t] / kBlockTokens, offset = slots[t] % kBlockTokens;
+    if (!segments->empty()) {
+      CacheSegment& last = segments->back();
+      if (last.block == block && static_cast<size_t>(last.token_begin + last.count) == t) {
+        if (offset != last.first_offset + last.count)
+          return CudaStatus::Invalid("tokens of one block not at consecutive offsets");
+        ++last.count;
+        continue;
+      }
+    }
+    seen.push_back(block);
+    segments->push_back({block, offset, static_cast<int32_t>(t), 1});
+  }
+  std::sort(seen.begin(), seen.end());
+  if (std::adjacent_find(seen.begin(), seen.end()) != seen.end())
+    return CudaStatus::Invalid("two segments write one KV block in one launch");
+  return CudaStatus::Ok();
+}
+
+Grid1D ElementwiseGrid(int64_t n, int num_sms) {
+  Grid1D g;
+  const int64_t needed = (n + g.threads - 1) / g.threads;
+  const int64_t cap = static_cast<int64_t>(std::max(num_sms, 1)) * 32;
+  g.blocks = static_cast<int>(std::clamp<int64_t>(needed, 1, cap));
+  return g;
+}
+
+}  // namespace kvgate::cuda

@@ -1,0 +1,125 @@
+// CudaBackend (engine Backend interface). Without a GPU only the creation errors are checked; with
+// one, attention (decode and prefill paths, f16 cache) and the Q8_0 matmul are compared with the
+// CPU references.
+#include "kernels/cuda/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/bench/reference.h"
+#include "kernels/cuda/bf16_host.h"
+
+namespace kvgate::cuda {
+namespace {
+
+bool HaveDevice() {
+  int n = 0;
+  const bool ok = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+  cudaGetLastError();
+  return ok;
+}
+
+uint16_t ToHalf(float f) {  // exact for the small values used here (multiples of 1/1024 in [-2, 2])
+  for (uint32_t h = 0; h < 65536; ++h)
+    if (HalfToFloat(static_cast<uint16_t>(h)) == f) return static_cast<uint16_t>(h);
+  return 0x7e00;
+}
+
+TEST(CudaBackendTest, CreationWithoutDeviceIsAClearError) {
+  EXPECT_EQ(KvCacheTokensForMemoryFraction(1.5, 1000).error().code, ErrorCode::kInvalidArgument);
+  if (HaveDevice()) GTEST_SKIP() << "a CUDA device is present";
+  auto b = MakeCudaBackend();
+  ASSERT_FALSE(b.has_value());
+  EXPECT_EQ(b.error().code, ErrorCode::kUnavailable);
+  EXPECT_EQ(b.error().message, "no CUDA device found");
+  EXPECT_EQ(KvCacheTokensForMemoryFraction(0.5, 1000).error().code, ErrorCode::kUnavailable);
+}
+
+TEST(CudaBackendTest, AttentionAndMatMulMatchReferences) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device found: run on a GPU machine";
+  auto created = MakeCudaBackend();
+  ASSERT_TRUE(created.has_value()) << created.error().ToString();
+  engine::Backend& be = **created;
+  const int h = 9, hkv = 3, d = 64, nb = 12, kv_dim = hkv * d;
+  std::mt19937 rng(4);
+  // Values on a 1/1024 grid in [-1, 1): exact in f16.
+  auto val = [&] { return static_cast<float>(static_cast<int>(rng() % 2048) - 1024) / 1024.0f; };
+  ref::HostPagedKv kv;
+  kv.num_blocks = nb;
+  kv.num_kv_heads = hkv;
+  kv.head_dim = d;
+  kv.f16 = true;
+  for (int i = 0; i < nb * 16 * kv_dim; ++i) {
+    kv.k16.push_back(ToHalf(val()));
+    kv.v16.push_back(ToHalf(val()));
+  }
+  auto kbuf = be.Allocate(kv.k16.size() * 2), vbuf = be.Allocate(kv.v16.size() * 2);
+  ASSERT_TRUE(kbuf && vbuf);
+  cudaMemcpy(kbuf->data(), kv.k16.data(), kv.k16.size() * 2, cudaMemcpyHostToDevice);
+  cudaMemcpy(vbuf->data(), kv.v16.data(), kv.v16.size() * 2, cudaMemcpyHostToDevice);
+  const engine::KvCacheLayer cache{static_cast<uint16_t*>(kbuf->data()), static_cast<uint16_t*>(vbuf->data())};
+  const std::vector<int32_t> tables = {3, 7, 1, -1, 10, 0, 5, 2};  // [2][4]
+  for (const bool decode : {true, false}) {
+    const std::vector<int32_t> q_start = decode ? std::vector<int32_t>{0, 1, 2} : std::vector<int32_t>{0, 20, 61};
+    const std::vector<int32_t> ctx = decode ? std::vector<int32_t>{40, 64} : std::vector<int32_t>{45, 41};
+    const int t = q_start.back();
+    std::vector<int32_t> ids(static_cast<size_t>(t), 0), pos(static_cast<size_t>(t), 0);
+    std::vector<int64_t> slots(static_cast<size_t>(t), -1);
+    engine::BatchMetadata batch{ids, pos, slots, q_start, ctx, tables, 4, 16};
+    std::vector<float> q(static_cast<size_t>(t) * h * d);
+    for (auto& x : q) x = val();
+    auto dq = be.Allocate(q.size() * 4), dout = be.Allocate(q.size() * 4);
+    ASSERT_TRUE(dq && dout);
+    cudaMemcpy(dq->data(), q.data(), q.size() * 4, cudaMemcpyHostToDevice);
+    be.Attention(dq->f32(), cache, {h, hkv, d, 0.125f}, batch, dout->f32());
+    std::vector<float> got(q.size());
+    be.CopyToHost(dout->data(), got.data(), got.size() * 4);
+    ASSERT_TRUE((*created)->status().has_value()) << (*created)->status().error().ToString();
+    std::vector<double> want(q.size());
+    for (int s = 0; s < 2; ++s)
+      for (int row = q_start[s]; row < q_start[s + 1]; ++row)
+        for (int hh = 0; hh < h; ++hh)
+          ref::AttendOne(kv, &tables[s * 4], ctx[s] - (q_start[s + 1] - row) + 1, hh / 3,
+                         &q[(static_cast<size_t>(row) * h + hh) * d], 0.125,
+                         &want[(static_cast<size_t>(row) * h + hh) * d]);
+    EXPECT_LT(ref::RelError(got, want), 1e-2) << (decode ? "decode" : "prefill");
+  }
+  // MatMul against a Q8_0 weight [N = 64][K = 64]: the backend uses bf16 activations and weights.
+  const int n = 64, k = 64, tt = 3;
+  std::vector<uint8_t> w(static_cast<size_t>(n) * (k / 32) * 34);
+  for (size_t b = 0; b < w.size() / 34; ++b) {
+    const uint16_t dh = 0x2000;  // 2^-7
+    std::memcpy(&w[b * 34], &dh, 2);
+    for (int j = 0; j < 32; ++j) w[b * 34 + 2 + j] = static_cast<uint8_t>(rng());
+  }
+  auto dw = be.UploadWeights(w.data(), w.size());
+  ASSERT_TRUE(dw.has_value());
+  const engine::WeightMatrix wm{engine::GgmlType::kQ8_0, *dw, n, k};
+  std::vector<float> x(static_cast<size_t>(tt) * k);
+  for (auto& v : x) v = val();
+  auto dx = be.Allocate(x.size() * 4), dy = be.Allocate(static_cast<size_t>(tt) * n * 4);
+  ASSERT_TRUE(dx && dy);
+  cudaMemcpy(dx->data(), x.data(), x.size() * 4, cudaMemcpyHostToDevice);
+  const engine::MatMulOutput mo{&wm, dy->f32()};
+  be.MatMul(dx->f32(), tt, k, std::span(&mo, 1));
+  std::vector<float> y(static_cast<size_t>(tt) * n);
+  be.CopyToHost(dy->data(), y.data(), y.size() * 4);
+  std::vector<double> yref(y.size());
+  for (int r = 0; r < tt; ++r)
+    for (int c = 0; c < n; ++c) {
+      double acc = 0;
+      for (int j = 0; j < k; ++j)
+        acc += x[static_cast<size_t>(r) * k + j] * static_cast<int8_t>(w[(static_cast<size_t>(c) * 2 + j / 32) * 34 + 2 + j % 32]) / 128.0;
+      yref[static_cast<size_t>(r) * n + c] = acc;
+    }
+  EXPECT_LT(ref::RelError(y, yref), 1e-2);
+  EXPECT_TRUE((*created)->status().has_value());
+}
+
+}  // namespace
+}  // namespace kvgate::cuda

@@ -1,0 +1,147 @@
+// Tests of the CUDA library that need its runtime: argument checks of the launchers and the
+// no-device error run on any machine; kernel smoke tests GTEST_SKIP without a GPU (the full
+// checks are kvgate_cuda_checks, run by kernels/bench/run_device_checks.sh).
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "kernels/bench/reference.h"
+#include "kernels/cuda/bf16_host.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/kernels.h"
+#include "kernels/cuda/status.h"
+
+namespace kvgate::cuda {
+namespace {
+
+bool HaveDevice() {
+  int n = 0;
+  const bool ok = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+  cudaGetLastError();
+  return ok;
+}
+
+TEST(CudaDeviceTest, NoDeviceIsAClearError) {
+  if (HaveDevice()) GTEST_SKIP() << "a CUDA device is present";
+  const CudaStatus st = RequireDevice();
+  EXPECT_EQ(st.kind, CudaStatusKind::kNoDevice);
+  const Status s = ToStatus(st);
+  ASSERT_FALSE(s.has_value());
+  EXPECT_EQ(s.error().code, ErrorCode::kUnavailable);
+  EXPECT_EQ(s.error().message, "no CUDA device found");
+  std::unique_ptr<GemmBf16> gemm;
+  EXPECT_EQ(GemmBf16::Create(1 << 20, &gemm).kind, CudaStatusKind::kNoDevice);
+  EXPECT_EQ(gemm, nullptr);
+}
+
+TEST(CudaDeviceTest, LaunchersRejectBadArgumentsBeforeLaunching) {
+  DecodeAttentionArgs d;
+  EXPECT_EQ(DecodeAttention(d, nullptr).kind, CudaStatusKind::kInvalidArgument);  // null cache
+  alignas(16) static char fake[64];
+  d.kv = {fake, fake, nullptr, nullptr, 1, 8, 128, KvDtype::kBf16};
+  d.num_q_heads = 30;  // not a multiple of 8
+  EXPECT_EQ(DecodeAttention(d, nullptr).kind, CudaStatusKind::kInvalidArgument);
+  d.num_q_heads = 32;
+  d.q = reinterpret_cast<const bf16*>(fake);
+  d.out = reinterpret_cast<bf16*>(fake);
+  d.block_tables = reinterpret_cast<const int32_t*>(fake);
+  d.context_lens = reinterpret_cast<const int32_t*>(fake);
+  d.q_stride = 32 * 128;
+  d.geo.grid_x = 4;  // geometry for another cache
+  EXPECT_EQ(DecodeAttention(d, nullptr).kind, CudaStatusKind::kInvalidArgument);
+  d.kv.dtype = KvDtype::kFp8E4M3;  // FP8 without scales
+  EXPECT_EQ(DecodeAttention(d, nullptr).kind, CudaStatusKind::kInvalidArgument);
+  const Status s = ToStatus(DecodeAttention(d, nullptr));
+  ASSERT_FALSE(s.has_value());
+  EXPECT_EQ(s.error().code, ErrorCode::kInvalidArgument);
+
+  PrefillAttentionArgs p;
+  EXPECT_EQ(PrefillAttention(p, nullptr).kind, CudaStatusKind::kInvalidArgument);
+  auto* b = reinterpret_cast<bf16*>(fake);
+  EXPECT_EQ(RmsNorm(b, 12, b, b, 12, 1, 12, 1e-6f, nullptr).kind, CudaStatusKind::kInvalidArgument);
+  EXPECT_EQ(SiluMul(b, b, 1, 12, nullptr).kind, CudaStatusKind::kInvalidArgument);
+  EXPECT_EQ(DequantQ4_1(reinterpret_cast<uint8_t*>(fake), 33, b, nullptr).kind, CudaStatusKind::kInvalidArgument);
+  EXPECT_EQ(RopeInterleaved(b, 4, 4, nullptr, 0, 0, 3, nullptr, 1, 1e4f, nullptr).kind,
+            CudaStatusKind::kInvalidArgument);
+  CacheWriteArgs c;
+  c.k = c.v = b;
+  c.slots = reinterpret_cast<const int32_t*>(fake);
+  c.num_tokens = 1;
+  c.kv = {fake, fake, reinterpret_cast<float*>(fake), reinterpret_cast<float*>(fake), 1, 1, 8, KvDtype::kFp8E4M3};
+  c.k_stride = c.v_stride = 8;
+  EXPECT_EQ(ReshapeAndCache(c, nullptr).kind, CudaStatusKind::kInvalidArgument);  // FP8 needs segments
+}
+
+// Small decode attention (GQA 4, split-K) against the CPU reference.
+TEST(CudaDeviceTest, DecodeAttentionSmoke) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device found: run kernels/bench/run_device_checks.sh on a GPU machine";
+  const int hq = 8, hkv = 2, d = 64, nb = 40;
+  const std::vector<int32_t> ctx = {5, 600};
+  std::vector<std::vector<int32_t>> blocks = {{39}, {}};
+  for (int i = 0; i < 38; ++i) blocks[1].push_back(i);
+  std::vector<int32_t> table;
+  ASSERT_TRUE(BuildBlockTable(blocks, 38, &table).ok());
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(-1, 1);
+  ref::HostPagedKv kv;
+  kv.num_blocks = nb;
+  kv.num_kv_heads = hkv;
+  kv.head_dim = d;
+  for (int i = 0; i < nb * 16 * hkv * d; ++i) {
+    kv.k16.push_back(FloatToBf16(u(rng)));
+    kv.v16.push_back(FloatToBf16(u(rng)));
+  }
+  std::vector<uint16_t> q(2 * hq * d);
+  for (auto& x : q) x = FloatToBf16(u(rng));
+  DecodeGeometry geo;
+  ASSERT_TRUE(ChooseDecodeGeometry({2, hq, hkv, d, 600}, 132, &geo).ok());
+  ASSERT_GT(geo.splits, 1);
+  void *dk, *dv, *dq, *dout, *dtab, *dctx, *ws;
+  ASSERT_EQ(cudaMalloc(&dk, kv.k16.size() * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dv, kv.v16.size() * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dq, q.size() * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dout, q.size() * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dtab, table.size() * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dctx, 8), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&ws, geo.workspace_floats * 4), cudaSuccess);
+  cudaMemcpy(dk, kv.k16.data(), kv.k16.size() * 2, cudaMemcpyHostToDevice);
+  cudaMemcpy(dv, kv.v16.data(), kv.v16.size() * 2, cudaMemcpyHostToDevice);
+  cudaMemcpy(dq, q.data(), q.size() * 2, cudaMemcpyHostToDevice);
+  cudaMemcpy(dtab, table.data(), table.size() * 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(dctx, ctx.data(), 8, cudaMemcpyHostToDevice);
+  cudaMemset(dout, 0xff, q.size() * 2);
+  DecodeAttentionArgs a;
+  a.q = static_cast<bf16*>(dq);
+  a.q_stride = hq * d;
+  a.out = static_cast<bf16*>(dout);
+  a.kv = {dk, dv, nullptr, nullptr, nb, hkv, d, KvDtype::kBf16};
+  a.block_tables = static_cast<int32_t*>(dtab);
+  a.block_table_stride = 38;
+  a.context_lens = static_cast<int32_t*>(dctx);
+  a.num_q_heads = hq;
+  a.softmax_scale = 0.125f;
+  a.geo = geo;
+  a.workspace = static_cast<float*>(ws);
+  ASSERT_TRUE(DecodeAttention(a, nullptr).ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<uint16_t> out(q.size());
+  cudaMemcpy(out.data(), dout, out.size() * 2, cudaMemcpyDeviceToHost);
+  std::vector<float> got;
+  std::vector<double> want(out.size());
+  for (int s = 0; s < 2; ++s)
+    for (int h = 0; h < hq; ++h) {
+      std::vector<float> qf(d);
+      for (int i = 0; i < d; ++i) qf[i] = Bf16ToFloat(q[(s * hq + h) * d + i]);
+      ref::AttendOne(kv, &table[s * 38], ctx[s], h / 4, qf.data(), 0.125, &want[(s * hq + h) * d]);
+    }
+  for (uint16_t x : out) got.push_back(Bf16ToFloat(x));
+  EXPECT_LT(ref::RelError(got, want), 1e-2);
+  for (void* p : {dk, dv, dq, dout, dtab, dctx, ws}) cudaFree(p);
+}
+
+}  // namespace
+}  // namespace kvgate::cuda

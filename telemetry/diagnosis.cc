@@ -352,21 +352,21 @@ std::optional<Diagnosis> DiagnoseTurn(const TurnSummary& prev, const TurnSummary
     }
     return d;
   }
-  const int64_t ttl =
-      prev.wrote_1h ? std::max<int64_t>(rules.ttl_seconds, 3600) : rules.ttl_seconds;
+  std::optional<int64_t> ttl = rules.ttl_seconds;
+  if (ttl && prev.wrote_1h) ttl = std::max<int64_t>(*ttl, 3600);
   const bool reads_gone =
       cached < std::max<int64_t>(std::max<int64_t>(1, rules.granularity), full / 20);
-  if (reads_gone && d.idle_seconds >= double(ttl)) {
+  if (reads_gone && ttl && d.idle_seconds >= double(*ttl)) {
     d.cause = "expired";
     std::snprintf(buf, sizeof(buf), "%.0f s idle, at or above the cache TTL of %lld s",
-                  d.idle_seconds, static_cast<long long>(ttl));
+                  d.idle_seconds, static_cast<long long>(*ttl));
     d.detail = std::string("the prompt prefix was unchanged but the cache had expired: ") + buf;
     return d;
   }
   d.cause = "partial_eviction";
   d.detail = "the prompt prefix was unchanged but only " + std::to_string(cached) + " of " +
              std::to_string(full) + " expected tokens were read from the cache";
-  if (reads_gone) d.detail += " (evicted before the TTL)";
+  if (reads_gone) d.detail += ttl ? " (evicted before the TTL)" : " (evicted)";
   return d;
 }
 

@@ -76,7 +76,9 @@ PrefixComparison ComparePrefixes(const PromptFingerprint& previous,
 struct CacheRules {
   int64_t min_tokens = 1024;  // shorter prompts are never cached
   int64_t granularity = 128;  // cache hits come in multiples of this many tokens
-  int64_t ttl_seconds = 300;  // idle time after which the cache is assumed gone
+  // Idle time after which the cache is assumed gone; nullopt when entries only go under memory
+  // pressure (vLLM, SGLang, llama.cpp, kvgate's engine): then a drop is never "expired".
+  std::optional<int64_t> ttl_seconds = 300;
   // True when the provider caches every prompt prefix by itself (OpenAI, DeepSeek, Gemini implicit,
   // vLLM, kvgate's engine). False when only marked prefixes are cached (Anthropic cache_control):
   // then the tracker expects back only what the previous turn read or wrote.
@@ -122,7 +124,8 @@ struct TurnSummary {
 // Decision order: model_switch (reads dropped and the model or provider changed), below_minimum
 // (no reads, the prompt shares a prefix with the previous turn but is shorter than min_tokens),
 // prompt_changed (reads dropped and the shared prefix ended before the end of the previous prompt),
-// expired (intact prefix, reads ~0, idle >= ttl; 1 h when the previous turn wrote 1h entries),
+// expired (intact prefix, reads ~0, idle >= ttl; at least 1 h when the previous turn wrote 1h
+// entries),
 // partial_eviction (intact prefix, reads dropped otherwise, including ~0 before the TTL).
 std::optional<Diagnosis> DiagnoseTurn(const TurnSummary& previous, const TurnSummary& current,
                                       const CacheRules& rules);

@@ -165,6 +165,17 @@ TEST(ThreadTrackerTest, ZeroReadsBeforeTtlIsEviction) {
   EXPECT_EQ(d->cause, "partial_eviction");
 }
 
+TEST(ThreadTrackerTest, NoTtlMeansNeverExpired) {
+  // Self-hosted engines evict under memory pressure only.
+  CacheRules engine{.min_tokens = 0, .granularity = 16, .ttl_seconds = std::nullopt};
+  ThreadTracker tracker;
+  ASSERT_FALSE(tracker.Diagnose(Turn(0, 0, 2000), Fingerprint(Body(kSystem, 1)), engine));
+  auto d = tracker.Diagnose(Turn(86'400, 0, 2100), Fingerprint(Body(kSystem, 2)), engine);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->cause, "partial_eviction");
+  EXPECT_EQ(d->expected_cached, 2000);
+}
+
 TEST(ThreadTrackerTest, PartialEviction) {
   ThreadTracker tracker;
   ASSERT_FALSE(tracker.Diagnose(Turn(0, 0, 4000), Fingerprint(Body(kSystem, 1)), kOpenAI));

@@ -112,23 +112,40 @@ class TelemetryStore {
   // Flushes and stops the writer; further queries return kUnavailable. Idempotent.
   virtual void Close() = 0;
 
-  // JSON shapes: see the report in the module's tests (store_test.cc) and the comments in
-  // store_queries.cc. Unknown token counts are JSON null; money is given both as USD numbers
-  // ("cost_usd") and exact integer pico-USD ("cost_pico_usd"); times are RFC 3339 UTC with
-  // microseconds. Errors: kInvalidArgument for a bad cursor, kUnavailable after Close() or on a
-  // database error.
+  // Queries. They see what has been committed (call Flush() first to see your own records). Unknown
+  // token counts are JSON null, never 0; money is given both as USD numbers ("cost_usd", for
+  // display) and exact integer pico-USD ("cost_pico_usd"); times are RFC 3339 UTC with microseconds.
+  // Errors: kInvalidArgument for a bad cursor, kUnavailable after Close() or on a database error.
+  //
+  // A turn:
+  //   {"request_id", "created_at", "model", "provider", "status", "stream",
+  //    "latency_ms", "ttft_ms" (fractional ms, null when unknown),
+  //    "usage": {"cache_read", "cache_write_5m", "cache_write_1h", "uncached", "output", "reasoning"},
+  //    "cost_usd": {"total", "cache_read", "cache_write", "uncached", "output", "saved"},
+  //    "cost_pico_usd": {same keys, integers}, "cost_complete" (false: the total is a lower bound),
+  //    "error" (null when none), "http_status", "cache_diagnosis" (null or the tracker's object),
+  //    "usage_clamped"}
+  //
+  // Thread aggregates ("tokens", "cost", "hit_ratio") sum the known counts; "hit_ratio" is
+  // cache_read / total input over the turns whose every input component is known, null if none.
   //
   // {"threads": [{"thread_id", "turns", "first_seen", "last_seen", "models": [...],
   //   "tokens": {"cache_read", "cache_write", "uncached", "output"}, "cost_usd", "cost_pico_usd",
   //   "hit_ratio"}], "next_cursor": string | null}
   virtual Result<nlohmann::json> ListThreads(const ThreadQuery& query) const = 0;
-  // {"thread_id", "turns": [turn...], "summary": {...}} ordered by created_at then insertion;
-  // kNotFound when the thread has no requests.
+  // {"thread_id", "turns": [turn...] ordered by created_at then insertion order,
+  //  "summary": {"turns", "first_seen", "last_seen", "models" (in order of first use),
+  //              "tokens": {"cache_read", "cache_write_5m", "cache_write_1h", "uncached", "output",
+  //                         "reasoning"}, "cost_usd": {...}, "cost_pico_usd": {...},
+  //              "cost_complete", "hit_ratio"}};
+  // kNotFound when the thread has no requests (or thread_id is empty).
   virtual Result<nlohmann::json> GetThread(std::string_view thread_id) const = 0;
   // {"requests": [turn + "thread_id", "endpoint", "upstream_status", "upstream_model"],
   //  "next_cursor": string | null}, newest first.
   virtual Result<nlohmann::json> ListRequests(const RequestQuery& query) const = 0;
-  // One request with every stored field; kNotFound when there is none.
+  // One request with every stored field: the listed turn plus "provider_type", "api_key_id",
+  // "upstream_request_id", "finish_reason", "prompt_fingerprint" (text as recorded), "usage_raw"
+  // (the provider's usage JSON), "reported_input", "cost_priced". kNotFound when there is none.
   virtual Result<nlohmann::json> GetRequest(std::string_view request_id) const = 0;
 
   virtual Stats stats() const = 0;

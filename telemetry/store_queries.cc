@@ -1,15 +1,7 @@
 // The store's read side: the dashboard / admin queries and the JSON they return. Every query runs on
 // a read-only connection from the pool, as one statement (one consistent WAL snapshot).
 //
-// A turn (GetThread's "turns", ListRequests' "requests", GetRequest):
-//   {"request_id", "created_at", "model", "provider", "status", "stream", "latency_ms", "ttft_ms",
-//    "usage": {"cache_read", "cache_write_5m", "cache_write_1h", "uncached", "output", "reasoning"},
-//    "cost_usd": {"total", "cache_read", "cache_write", "uncached", "output", "saved"},
-//    "cost_pico_usd": {same keys, integers}, "cost_complete", "error", "http_status",
-//    "cache_diagnosis", "usage_clamped"}
-// ListRequests adds "thread_id", "endpoint", "upstream_status", "upstream_model"; GetRequest adds
-// "provider_type", "api_key_id", "upstream_request_id", "finish_reason", "prompt_fingerprint",
-// "usage_raw" (the provider's usage JSON), "reported_input", "cost_priced".
+// Shapes: see store.h.
 #include <charconv>
 #include <chrono>
 #include <cstdio>

@@ -314,5 +314,38 @@ TEST(TelemetryStoreTest, DuplicateRequestIdIsRejectedAlone) {
   EXPECT_DOUBLE_EQ(t["hit_ratio"].get<double>(), 0.5);
 }
 
+// Record() returns while the database is locked by someone else: nothing on the caller's path waits
+// on disk. The writer commits once the lock is gone, and nothing is lost.
+TEST(TelemetryStoreTest, RecordDoesNotWaitForTheDatabase) {
+  TempDir dir;
+  FakeClock clock;
+  const std::string path = dir.File("t.db");
+  auto store = OpenOrDie(path, clock);
+  ASSERT_NE(store, nullptr);
+  sqlite3* other = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &other), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(other, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+  for (int i = 0; i < 100; ++i) {
+    store->Record(MakeRecord("req_" + std::to_string(i), "th", kT0 + i, "gpt-4.1", UsageFlavor::kOpenAIChat,
+                             R"({"prompt_tokens": 10, "completion_tokens": 1})"));
+  }
+  TelemetryStore::Stats held = store->stats();
+  EXPECT_EQ(held.recorded, 100u);
+  EXPECT_EQ(held.written, 0u);
+  EXPECT_EQ(held.queue_depth, 100u);
+  // Readers are not blocked by a writer either (WAL).
+  EXPECT_TRUE(store->ListRequests({}).has_value());
+  ASSERT_EQ(sqlite3_exec(other, "COMMIT", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(other);
+  ASSERT_TRUE(store->Flush().has_value());
+  TelemetryStore::Stats after = store->stats();
+  EXPECT_EQ(after.written, 100u);
+  EXPECT_EQ(after.queue_depth, 0u);
+  EXPECT_EQ(after.write_errors, 0u);
+  Result<json> thread = store->GetThread("th");
+  ASSERT_TRUE(thread.has_value());
+  EXPECT_EQ((*thread)["turns"].size(), 100u);
+}
+
 }  // namespace
 }  // namespace kvgate::telemetry

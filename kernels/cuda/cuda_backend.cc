@@ -71,14 +71,18 @@ class CudaBackendImpl final : public CudaBackend {
       return MakeError(ErrorCode::kResourceExhausted, "cuda backend: cannot allocate " + std::to_string(bytes) + " bytes");
     }
     engine::DeviceBuffer b{std::shared_ptr<void>(p, [](void* q) { cudaFree(q); }), bytes};
-    if (!Check(CudaCall(cudaMemset(p, 0, std::max<size_t>(bytes, 64)), "cudaMemset(Allocate)"))) return ToStatusError();
+    // Zeroed on the backend's stream and waited for: the buffer is ready for any stream or copy.
+    if (!Check(CudaCall(cudaMemsetAsync(p, 0, std::max<size_t>(bytes, 64), stream_), "cudaMemset(Allocate)")) ||
+        !Check(CudaCall(cudaStreamSynchronize(stream_), "Allocate sync")))
+      return ToStatusError();
     return b;
   }
 
   Result<const void*> UploadWeights(const void* host, size_t bytes) override {
     auto buf = Allocate(bytes);
     if (!buf) return std::unexpected(buf.error());
-    if (!Check(CudaCall(cudaMemcpy(buf->data(), host, bytes, cudaMemcpyHostToDevice), "upload weights")))
+    if (!Check(CudaCall(cudaMemcpyAsync(buf->data(), host, bytes, cudaMemcpyHostToDevice, stream_), "upload weights")) ||
+        !Check(CudaCall(cudaStreamSynchronize(stream_), "upload weights sync")))
       return ToStatusError();
     uploaded_.push_back(*buf);
     return static_cast<const void*>(buf->data());

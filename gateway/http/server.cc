@@ -110,6 +110,24 @@ Status OpenAcceptor(tcp::acceptor& acceptor, const tcp::endpoint& endpoint) {
   return {};
 }
 
+// SO_REUSEPORT would let this server silently share a port with another process of the same
+// user that also set it (say, a second kvgate). A probe bind without it fails if anyone listens.
+Status CheckPortFree(const tcp::endpoint& endpoint) {
+  if (endpoint.port() == 0) return {};
+  asio::io_context probe_ctx(1);
+  tcp::acceptor probe(probe_ctx);
+  boost::system::error_code ec;
+  probe.open(endpoint.protocol(), ec);
+  if (!ec) probe.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) probe.bind(endpoint, ec);
+  if (ec) {
+    return MakeError(ErrorCode::kUnavailable, "cannot listen on " + endpoint.address().to_string() +
+                                                  ":" + std::to_string(endpoint.port()) + ": " +
+                                                  ec.message());
+  }
+  return {};
+}
+
 asio::awaitable<void> AcceptLoop(Worker& worker) {
   for (;;) {
     auto [ec, socket] = co_await worker.acceptor.async_accept(asio::as_tuple(asio::use_awaitable));
@@ -148,6 +166,7 @@ class ServerImpl final : public Server {
     size_t threads = options_.threads > 0 ? static_cast<size_t>(options_.threads)
                                           : std::max(1u, std::thread::hardware_concurrency());
     tcp::endpoint endpoint(address, options_.port);
+    if (Status s = CheckPortFree(endpoint); !s) return s;
     for (size_t i = 0; i < threads; ++i) {
       auto worker = std::make_unique<Worker>(options_, handler_, i);
       if (Status s = OpenAcceptor(worker->acceptor, endpoint); !s) return s;

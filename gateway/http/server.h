@@ -67,43 +67,67 @@ struct Request {
   std::string query_param(std::string_view name) const;
 };
 
-// How a handler answers. Exactly one of Send() or BeginStream()..EndStream() per request.
-// Not thread-safe: use only from the handler's coroutine.
+// How a handler answers. Exactly one of Send() or BeginStream()..EndStream() per request; a second
+// start returns kInternal. Header names/values with CR, LF or NUL are refused (kInvalidArgument,
+// nothing written). A handler that returns without answering gets a 500 written for it; one that
+// returns mid-stream gets its stream ended. Not thread-safe: use only from the handler's coroutine,
+// and only until the handler returns.
 class ResponseWriter {
  public:
   virtual ~ResponseWriter() = default;
-  // A complete response with Content-Length.
+  // A complete response with Content-Length (none, and no body, for 1xx/204/304; body omitted
+  // for HEAD). Keep-alive follows the request, except while the server is draining.
   virtual boost::asio::awaitable<Status> Send(int status, std::string_view content_type,
                                               std::string body,
                                               std::vector<Header> extra_headers = {}) = 0;
   // Starts a chunked response (e.g. text/event-stream). Headers are flushed immediately.
+  // To an HTTP/1.0 client the body is sent raw and the connection closes after it.
   virtual boost::asio::awaitable<Status> BeginStream(int status, std::string_view content_type,
                                                      std::vector<Header> extra_headers = {}) = 0;
-  // Writes one chunk and flushes it. An error means the client is gone; stop writing.
+  // Writes one chunk and flushes it (empty data writes nothing). An error (kUnavailable) means
+  // the client is gone or the write deadline passed; stop writing. No allocation per chunk.
   virtual boost::asio::awaitable<Status> WriteChunk(std::string_view data) = 0;
   virtual boost::asio::awaitable<Status> EndStream() = 0;
-  // True once a write failed or the peer closed the connection.
+  // True once a write failed or the peer closed the connection. Cheap (one non-blocking peek
+  // syscall), so a handler waiting on an upstream can poll it between pieces.
   virtual bool client_gone() const = 0;
 };
 
-// Called once per request on the connection's executor. Exceptions escaping a handler become a
-// 500 with an OpenAI-format error body (if nothing was sent yet) and close the connection.
+// Called once per request on the connection's executor (`co_await this_coro::executor`; it is the
+// executor on_thread_start saw for Request::worker_index). Requests of one connection are handled
+// one at a time, in order. Exceptions escaping a handler become a 500 with an OpenAI-format error
+// body (if nothing was sent yet; the exception text is not disclosed) and close the connection.
 using Handler = std::function<boost::asio::awaitable<void>(Request&, ResponseWriter&)>;
 
+// Errors the server answers by itself, as OpenAI-format JSON bodies, then closing the connection:
+// 400 malformed HTTP, 413 body over body_limit, 431 headers over header_limit (type
+// "invalid_request_error"); 500 handler failure (type "server_error"). A deadline passing while
+// reading a request closes the connection without an answer.
+//
+// Thread safety: all methods may be called from any thread. Stop() may be called from a handler
+// (it then returns at once and shuts down on a helper thread); Wait() and the destructor must not
+// be called from a handler. Lifetime of per-loop state created in on_thread_start (e.g. upstream
+// Clients): destroy it after Stop()/Wait() returned (the loops are stopped and joined then, but
+// their io_contexts live until the Server is destroyed) and before destroying the Server.
 class Server {
  public:
-  // Binds, starts `threads` event-loop threads and accepts. Errors: kUnavailable (bind failed),
-  // kInvalidArgument (bad host).
+  // Binds, starts `threads` event-loop threads and accepts. Errors: kUnavailable (bind failed,
+  // including a port some other socket listens on), kInvalidArgument (host not an IP literal or
+  // "localhost", or no handler). Each loop has its own SO_REUSEPORT listening socket on the same
+  // port (with port 0, the port the first bind got); the kernel spreads connections over them.
   static Result<std::unique_ptr<Server>> Start(ServerOptions options, Handler handler);
   virtual ~Server() = default;
 
   virtual uint16_t port() const = 0;
-  // Stops accepting, closes idle keep-alive connections, waits up to drain_timeout for in-flight
-  // requests to finish (streams included), then stops the loops and joins the threads. Idempotent.
+  // Stops accepting (on every loop, before anything else), closes idle keep-alive connections
+  // (and those still reading a request), waits up to drain_timeout for in-flight requests to
+  // finish (streams included; their connections close afterwards), then closes the remaining
+  // connections, stops the loops and joins the threads. Returns when done. Idempotent.
   virtual void Stop() = 0;
   // Blocks until Stop() has completed.
   virtual void Wait() = 0;
-  // Number of requests being handled right now (for drain checks and tests).
+  // Number of requests being handled right now, from the end of reading a request to the end of
+  // writing its response (for drain checks and tests).
   virtual size_t in_flight() const = 0;
 };
 

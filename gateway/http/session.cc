@@ -119,9 +119,14 @@ class Writer final : public ResponseWriter {
   asio::awaitable<Status> Send(int status, std::string_view content_type, std::string body,
                                std::vector<Header> extra_headers) override {
     if (Status s = StartHead(status, content_type, extra_headers); !s) co_return s;
-    head_.append("Content-Length: ");
-    AppendNumber(head_, body.size());
-    head_.append("\r\n\r\n");
+    if (status == 204 || status == 304 || status < 200) {
+      body.clear();  // these never carry a body (RFC 9110 6.4.1)
+    } else {
+      head_.append("Content-Length: ");
+      AppendNumber(head_, body.size());
+      head_.append("\r\n");
+    }
+    head_.append("\r\n");
     finished_ = true;
     const std::array<asio::const_buffer, 2> buffers{
         asio::buffer(head_), head_only_ ? asio::const_buffer{} : asio::buffer(body)};
@@ -130,9 +135,10 @@ class Writer final : public ResponseWriter {
 
   asio::awaitable<Status> BeginStream(int status, std::string_view content_type,
                                       std::vector<Header> extra_headers) override {
+    // HTTP/1.0 has no chunked encoding: the body ends when the connection closes.
+    if (version_ < 11 && !started_) keep_alive_ = false;
     if (Status s = StartHead(status, content_type, extra_headers); !s) co_return s;
     streaming_ = true;
-    // HTTP/1.0 has no chunked encoding: the body ends when the connection closes.
     chunked_ = version_ >= 11;
     if (chunked_) head_.append("Transfer-Encoding: chunked\r\n");
     head_.append("\r\n");

@@ -100,12 +100,16 @@ void RopeInterleaved(float* x, int64_t t, int64_t h, int64_t dh, std::span<const
                      float theta) {
   float cs[kMaxHeadDim / 2], sn[kMaxHeadDim / 2];
   const int64_t half = std::min(dh, kMaxHeadDim) / 2;
+  // The angle follows ggml's float recurrence (theta_j = pos * base^(-2j/Dh), built by repeated
+  // multiplication) rather than an exact pow: at long positions the two differ by ~1e-4 rad,
+  // enough to flip near-tie greedy choices against llama.cpp.
+  const float step = std::pow(theta, -2.0f / static_cast<float>(dh));
   for (int64_t i = 0; i < t; ++i) {
+    float angle = static_cast<float>(positions[i]);
     for (int64_t j = 0; j < half; ++j) {
-      const double inv_freq = std::pow(static_cast<double>(theta), -2.0 * j / static_cast<double>(dh));
-      const double angle = static_cast<double>(positions[i]) * inv_freq;
-      cs[j] = static_cast<float>(std::cos(angle));
-      sn[j] = static_cast<float>(std::sin(angle));
+      cs[j] = std::cos(angle);
+      sn[j] = std::sin(angle);
+      angle *= step;
     }
     for (int64_t head = 0; head < h; ++head) {
       float* v = x + (i * h + head) * dh;
@@ -158,7 +162,11 @@ void PagedAttention(const CpuContext& ctx, const PagedAttentionArgs& a) {
       const int64_t qlen = a.query_start[s + 1] - a.query_start[s];
       const int64_t pos = a.context_lens[s] - qlen + (tok - a.query_start[s]);  // last visible
       const int32_t* table = a.block_tables.data() + s * a.max_blocks;
-      const float* q = a.q + (tok * a.heads + head) * a.head_dim;
+      // q rounded to f16, as llama.cpp does when multiplying it with the f16 K cache.
+      float q[kMaxHeadDim];
+      uint16_t qh[kMaxHeadDim];
+      kern.f32_to_f16(a.q + (tok * a.heads + head) * a.head_dim, qh, a.head_dim);
+      kern.f16_to_f32(qh, q, a.head_dim);
       const int64_t kv_off = (head / group) * a.head_dim;
       float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
       std::fill(acc, acc + a.head_dim, 0.0f);

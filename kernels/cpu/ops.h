@@ -45,7 +45,8 @@ void RmsNorm(const CpuContext& ctx, const float* x, const float* w, int64_t t, i
              float* out);
 
 // In place on x [T, H, Dh]: rotates each interleaved pair (2i, 2i+1) of every head by the angle
-// positions[t] * theta^(-2i / Dh) (GGUF "llama" / ggml rope mode 0).
+// positions[t] * theta^(-2i / Dh) (GGUF "llama" / ggml rope mode 0), computed in float the way
+// ggml does.
 void RopeInterleaved(float* x, int64_t t, int64_t h, int64_t dh, std::span<const int32_t> positions,
                      float theta);
 
@@ -64,7 +65,7 @@ void WriteKv(const CpuContext& ctx, const float* k, const float* v, int64_t t, i
 // [query_start[s], query_start[s+1]) of q, which are its last (query_start[s+1] - query_start[s])
 // tokens out of context_lens[s]; query i of s sees cache positions 0 .. context_lens[s] - qlen + i,
 // found through block_tables[s * max_blocks + pos / block_size]. The chunk's own K/V must already
-// be written. out [T, H, Dh].
+// be written. Queries are rounded to f16 before Q.K (as llama.cpp does). out [T, H, Dh].
 struct PagedAttentionArgs {
   const float* q;  // [T, H, Dh]
   const uint16_t* k_cache;  // [P, Hkv, Dh] f16

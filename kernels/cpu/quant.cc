@@ -93,8 +93,9 @@ void QuantizeRowQ8AScalar(const float* x, size_t k, BlockQ8A* out) {
       out[b].qs[j] = static_cast<int8_t>(q);
       sum += q;
     }
-    out[b].d = d;
-    out[b].s = d * static_cast<float>(sum);
+    // Scale and sum go through f16, like ggml's q8_1 blocks, so results track llama.cpp's.
+    out[b].d = F16ToF32(F32ToF16(d));
+    out[b].s = F16ToF32(F32ToF16(d * static_cast<float>(sum)));
   }
 }
 

@@ -25,8 +25,9 @@ struct BlockQ8_0 {
 };
 static_assert(sizeof(BlockQ8_0) == 34);
 
-// Activation block (kvgate-internal, like ggml's q8_1 but with f32 scale and sum): value = q * d and
-// s = d * sum(q), which lets a Q4_1 dot add m * s once per block instead of m * sum(x).
+// Activation block (kvgate-internal, like ggml's q8_1): value = q * d and s = d * sum(q), which lets
+// a Q4_1 dot add m * s once per block instead of m * sum(x). d and s are f32 fields holding values
+// rounded to f16 (as ggml stores them), so kvgate's greedy output tracks llama.cpp's.
 struct BlockQ8A {
   float d;
   float s;
@@ -46,8 +47,8 @@ void DequantizeQ4_1(const BlockQ4_1* blocks, size_t n, float* out);
 void DequantizeQ8_0(const BlockQ8_0* blocks, size_t n, float* out);
 void DequantizeQ8A(const BlockQ8A* blocks, size_t n, float* out);
 
-// Scalar reference quantizer of one activation row x [K] into K / 32 blocks (round to nearest,
-// d = max|x| / 127 per block).
+// Scalar reference quantizer of one activation row x [K] into K / 32 blocks (round half to even
+// with 127 / max|x|; d = max|x| / 127 and s then rounded to f16).
 void QuantizeRowQ8AScalar(const float* x, size_t k, BlockQ8A* out);
 // Reference quantizers for weights (tests and tools only; the model ships quantized).
 void QuantizeRowQ4_1(const float* x, size_t k, BlockQ4_1* out);

@@ -11,6 +11,8 @@ inline void CpuRelax() {
 
 // About 50-100 microseconds of spinning before a worker sleeps.
 constexpr int kSpinIterations = 20000;
+constexpr uint64_t kClosed = uint64_t{1} << 31;
+constexpr uint64_t kCountMask = kClosed - 1;
 
 }  // namespace
 
@@ -26,18 +28,24 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::RunImpl(JobFn fn, void* ctx) {
+void ThreadPool::RunImpl(JobFn fn, void* ctx, bool every_thread) {
   if (num_threads_ == 1) {
     fn(ctx, 0, 1);
     return;
   }
   fn_ = fn;
   ctx_ = ctx;
-  pending_.store(num_threads_ - 1, std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_seq_cst);
+  finished_.store(0, std::memory_order_relaxed);
+  const uint64_t gen = generation_.load(std::memory_order_relaxed) + 1;
+  admit_.store((gen & 0xffffffffu) << 32, std::memory_order_release);
+  generation_.store(gen, std::memory_order_seq_cst);
   if (sleepers_.load(std::memory_order_seq_cst) > 0) generation_.notify_all();
   fn(ctx, 0, num_threads_);
-  for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
+  const int joined = every_thread
+                         ? num_threads_ - 1
+                         : static_cast<int>(admit_.fetch_or(kClosed, std::memory_order_acq_rel) &
+                                            kCountMask);
+  for (int spins = 0; finished_.load(std::memory_order_acquire) != joined; ++spins) {
     if (spins < kSpinIterations) {
       CpuRelax();
     } else {
@@ -62,8 +70,18 @@ void ThreadPool::WorkerLoop(int index) {
     }
     seen = now;
     if (stop_.load(std::memory_order_acquire)) return;
+    // Join the job of generation `now` unless it is closed or already superseded.
+    uint64_t v = admit_.load(std::memory_order_acquire);
+    bool joined = false;
+    while ((v >> 32) == (now & 0xffffffffu) && !(v & kClosed)) {
+      if (admit_.compare_exchange_weak(v, v + 1, std::memory_order_acq_rel)) {
+        joined = true;
+        break;
+      }
+    }
+    if (!joined) continue;
     fn_(ctx_, index, num_threads_);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    finished_.fetch_add(1, std::memory_order_acq_rel);
   }
 }
 

@@ -3,6 +3,10 @@
 // nothing. Workers spin briefly after each job (ops follow each other within microseconds during a
 // forward pass) and then sleep on a futex, so an idle engine costs no CPU.
 //
+// On a loaded machine a worker may not get a core for milliseconds; ParallelFor therefore never
+// waits for workers that have not started yet: once the caller has drained the work it closes the
+// job, and only workers that already joined are waited for.
+//
 // Thread safety: Run / ParallelFor may be called from one thread at a time (the engine thread);
 // they are not reentrant (a job must not call Run on the same pool).
 #pragma once
@@ -28,7 +32,7 @@ class ThreadPool {
   // Runs f(thread_index, num_threads) once on every thread and returns when all have returned.
   template <class F>
   void Run(F&& f) {
-    RunImpl(&Invoke<std::remove_reference_t<F>>, &f);
+    RunImpl(&Invoke<std::remove_reference_t<F>>, &f, /*every_thread=*/true);
   }
 
   // Calls f(begin, end) over [0, n) in chunks of `grain` items, handed out dynamically (an atomic
@@ -41,13 +45,14 @@ class ThreadPool {
       return;
     }
     std::atomic<size_t> next{0};
-    Run([&](int, int) {
+    auto body = [&](int, int) {
       for (;;) {
         const size_t begin = next.fetch_add(grain, std::memory_order_relaxed);
         if (begin >= n) break;
         f(begin, begin + grain < n ? begin + grain : n);
       }
-    });
+    };
+    RunImpl(&Invoke<decltype(body)>, &body, /*every_thread=*/false);
   }
 
  private:
@@ -56,7 +61,9 @@ class ThreadPool {
   static void Invoke(void* ctx, int i, int n) {
     (*static_cast<F*>(ctx))(i, n);
   }
-  void RunImpl(JobFn fn, void* ctx);
+  // every_thread: wait until every worker ran fn; otherwise only for those that joined before the
+  // caller finished its own call.
+  void RunImpl(JobFn fn, void* ctx, bool every_thread);
   void WorkerLoop(int index);
 
   // Constant after construction.
@@ -68,7 +75,9 @@ class ThreadPool {
   JobFn fn_ = nullptr;
   void* ctx_ = nullptr;
   std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};   // workers still running the current job
+  // Admission to the current job: (generation & 0xffffffff) << 32 | kClosed? | workers joined.
+  std::atomic<uint64_t> admit_{0};
+  std::atomic<int> finished_{0};  // workers that joined and returned
   std::atomic<int> sleepers_{0};  // workers blocked in generation_.wait()
   std::atomic<bool> stop_{false};
 };

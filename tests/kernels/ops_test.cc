@@ -22,7 +22,8 @@ struct Env {
   Env(Isa isa, int threads) : pool(threads), ctx{&KernelsFor(isa), &pool, &scratch} {}
 };
 
-// out [T, N] = x [T, K] * dequant(w)^T in double, with x optionally rounded through Q8A first.
+// out [T, N] = x [T, K] * dequant(w)^T in double, with x optionally rounded through Q8A first
+// (then the Q4_1 min term uses the block's f16-rounded sum, as the kernels do).
 std::vector<double> RefMatMul(const std::vector<float>& x, int64_t t, const std::vector<float>& wf,
                               int64_t n, int64_t k, bool quantize_x) {
   std::vector<float> xr(x);
@@ -43,6 +44,28 @@ std::vector<double> RefMatMul(const std::vector<float>& x, int64_t t, const std:
   return out;
 }
 
+// The Q4_1 x Q8A math in double over the blocks themselves (min term from the stored sum).
+std::vector<double> RefMatMulQ4_1Blocks(const std::vector<float>& x, int64_t t,
+                                        const std::vector<BlockQ4_1>& w, int64_t n, int64_t k) {
+  const int64_t nb = k / 32;
+  std::vector<BlockQ8A> q(nb);
+  std::vector<double> out(t * n);
+  for (int64_t i = 0; i < t; ++i) {
+    QuantizeRowQ8AScalar(x.data() + i * k, k, q.data());
+    for (int64_t r = 0; r < n; ++r) {
+      double acc = 0;
+      for (int64_t b = 0; b < nb; ++b) {
+        const BlockQ4_1& wb = w[r * nb + b];
+        long isum = 0;
+        for (int j = 0; j < 16; ++j) isum += (wb.qs[j] & 0x0f) * q[b].qs[j] + (wb.qs[j] >> 4) * q[b].qs[j + 16];
+        acc += double(F16ToF32(wb.d)) * q[b].d * isum + double(F16ToF32(wb.m)) * q[b].s;
+      }
+      out[i * n + r] = acc;
+    }
+  }
+  return out;
+}
+
 TEST(OpsTest, MatMulQ4_1AndQ8_0SeveralMatricesMatchReference) {
   std::mt19937_64 rng(21);
   const int64_t k = 192, n1 = 70, n2 = 33;
@@ -57,7 +80,7 @@ TEST(OpsTest, MatMulQ4_1AndQ8_0SeveralMatricesMatchReference) {
   const QMatrix m1{WeightType::kQ4_1, w1.data(), n1, k}, m2{WeightType::kQ8_0, w2.data(), n2, k};
   for (int64_t t : {1, 3, 9}) {
     const auto x = RandomFloats(rng, t * k);
-    const auto ref1 = RefMatMul(x, t, w1d, n1, k, true), ref2 = RefMatMul(x, t, w2d, n2, k, true);
+    const auto ref1 = RefMatMulQ4_1Blocks(x, t, w1, n1, k), ref2 = RefMatMul(x, t, w2d, n2, k, true);
     const auto exact1 = RefMatMul(x, t, w1d, n1, k, false);
     for (Isa isa : TestedIsas()) {
       for (int threads : {1, 2}) {
@@ -125,8 +148,9 @@ TEST(OpsTest, RopeRotatesInterleavedPairs) {
         const double ang = pos[i] * std::pow(double(theta), -2.0 * j / dh);
         const int64_t base = (i * h + hh) * dh + 2 * j;
         const double a = orig[base], b = orig[base + 1];
-        EXPECT_NEAR(x[base], a * std::cos(ang) - b * std::sin(ang), 1e-5);
-        EXPECT_NEAR(x[base + 1], a * std::sin(ang) + b * std::cos(ang), 1e-5);
+        // 1e-4: the angle is built in float by repeated multiplication, as ggml does.
+        EXPECT_NEAR(x[base], a * std::cos(ang) - b * std::sin(ang), 1e-4);
+        EXPECT_NEAR(x[base + 1], a * std::sin(ang) + b * std::cos(ang), 1e-4);
       }
   for (int64_t j = 0; j < h * dh; ++j) EXPECT_EQ(x[j], orig[j]);  // position 0 is the identity
 }
@@ -173,6 +197,8 @@ TEST(OpsTest, PagedAttentionMatchesDenseCausalReference) {
     for (float& x : vd[i]) x = F16ToF32(F32ToF16(x));
   }
   const auto q = RandomFloats(rng, t * h * dh);
+  std::vector<float> qr(q);  // the kernel rounds queries to f16 before Q.K
+  for (float& x : qr) x = F16ToF32(F32ToF16(x));
   const float scale = 1.0f / 8.0f;
   std::vector<double> ref(t * h * dh);
   for (int64_t i = 0; i < s; ++i)
@@ -183,7 +209,7 @@ TEST(OpsTest, PagedAttentionMatchesDenseCausalReference) {
         double mx = -1e30, sum = 0;
         for (int64_t p = 0; p <= last; ++p) {
           double d = 0;
-          for (int64_t j = 0; j < dh; ++j) d += double(q[(tok * h + hh) * dh + j]) * kd[i][p * kv_dim + g * dh + j];
+          for (int64_t j = 0; j < dh; ++j) d += double(qr[(tok * h + hh) * dh + j]) * kd[i][p * kv_dim + g * dh + j];
           sc[p] = d * scale;
           mx = std::max(mx, sc[p]);
         }

@@ -38,15 +38,27 @@ Operands MakeOperands(uint64_t seed) {
   return o;
 }
 
-// Returns (exact dot, sum of |products|) from dequantized values.
-template <class Block>
-std::pair<double, double> RefDot(const Block* w, void (*deq)(const Block*, size_t, float*),
-                                 const BlockQ8A* a) {
-  std::vector<float> wf(kNb * 32), af(kNb * 32);
-  deq(w, wf.size(), wf.data());
-  DequantizeQ8A(a, af.size(), af.data());
+// Returns (the dot in double, sum of |terms|). For Q4_1 the min term uses the block's stored s
+// (d * sum(q), rounded to f16 like ggml's q8_1), exactly what the kernels are specified to use.
+std::pair<double, double> RefDotQ4_1(const BlockQ4_1* w, const BlockQ8A* a) {
   double s = 0, mag = 0;
-  for (size_t i = 0; i < wf.size(); ++i) s += double(wf[i]) * af[i], mag += std::fabs(double(wf[i]) * af[i]);
+  for (int b = 0; b < kNb; ++b) {
+    const double d = double(F16ToF32(w[b].d)) * a[b].d, m = F16ToF32(w[b].m);
+    for (int j = 0; j < 16; ++j) {
+      const double p0 = d * (w[b].qs[j] & 0x0f) * a[b].qs[j], p1 = d * (w[b].qs[j] >> 4) * a[b].qs[j + 16];
+      s += p0 + p1, mag += std::fabs(p0) + std::fabs(p1);
+    }
+    s += m * a[b].s, mag += std::fabs(m * a[b].s);
+  }
+  return {s, mag};
+}
+
+std::pair<double, double> RefDotQ8_0(const BlockQ8_0* w, const BlockQ8A* a) {
+  double s = 0, mag = 0;
+  for (int b = 0; b < kNb; ++b) {
+    const double d = double(F16ToF32(w[b].d)) * a[b].d;
+    for (int j = 0; j < 32; ++j) s += d * w[b].qs[j] * a[b].qs[j], mag += std::fabs(d * w[b].qs[j] * a[b].qs[j]);
+  }
   return {s, mag};
 }
 
@@ -68,8 +80,8 @@ TEST(VecTest, DotTilesMatchReference) {
       k.dot_q4_1_tile(o.w4.data(), o.a.data(), kNb, ntok, kNb, out4, 2);
       k.dot_q8_0_tile(o.w8.data(), o.a.data(), kNb, ntok, kNb, out8, 2);
       for (int t = 0; t < ntok; ++t) {
-        auto [r4, m4] = RefDot(o.w4.data(), DequantizeQ4_1, o.a.data() + t * kNb);
-        auto [r8, m8] = RefDot(o.w8.data(), DequantizeQ8_0, o.a.data() + t * kNb);
+        auto [r4, m4] = RefDotQ4_1(o.w4.data(), o.a.data() + t * kNb);
+        auto [r8, m8] = RefDotQ8_0(o.w8.data(), o.a.data() + t * kNb);
         // f32 accumulation over 768 terms: 1e-5 of the sum of magnitudes.
         EXPECT_NEAR(out4[2 * t], r4, 1e-5 * m4) << IsaName(isa) << " ntok=" << ntok << " t=" << t;
         EXPECT_NEAR(out8[2 * t], r8, 1e-5 * m8) << IsaName(isa) << " ntok=" << ntok << " t=" << t;

@@ -72,7 +72,8 @@ class RequestBuilder {
     out["model"] = options_.upstream_model.empty() ? std::string(StringMember(in, "model"))
                                                    : options_.upstream_model;
 
-    if (const json* n = Member(in, "n"); n != nullptr && n->is_number_integer() && n->get<int64_t>() > 1) {
+    if (const json* n = Member(in, "n");
+        n != nullptr && n->is_number_integer() && n->get<int64_t>() > 1) {
       return Invalid("'n' > 1 is not supported by Anthropic providers");
     }
 
@@ -108,7 +109,8 @@ class RequestBuilder {
         auto status = AppendToolResult(message, where, blocks);
         if (!status) return std::unexpected(status.error());
       } else {
-        return Invalid(where + ": role '" + std::string(role) + "' is not supported by Anthropic providers");
+        return Invalid(where + ": role '" + std::string(role) +
+                       "' is not supported by Anthropic providers");
       }
       if (blocks.empty()) continue;
       if (!messages.empty() && StringMember(messages.back(), "role") == anthropic_role) {
@@ -125,9 +127,10 @@ class RequestBuilder {
     if (!status) return std::unexpected(status.error());
 
     if (breakpoints_ > kMaxCacheBreakpoints) {
-      return Invalid("at most " + std::to_string(kMaxCacheBreakpoints) +
-                     " cache_control breakpoints are allowed per request by Anthropic; this request has " +
-                     std::to_string(breakpoints_));
+      return Invalid(
+          "at most " + std::to_string(kMaxCacheBreakpoints) +
+          " cache_control breakpoints are allowed per request by Anthropic; this request has " +
+          std::to_string(breakpoints_));
     }
 
     if (const json* stop = Member(in, "stop"); stop != nullptr && !stop->is_null()) {
@@ -148,7 +151,8 @@ class RequestBuilder {
     if (std::string_view user = StringMember(in, "user"); !user.empty()) {
       out["metadata"] = {{"user_id", std::string(user)}};
     }
-    if (const json* thinking = Member(in, "thinking"); thinking != nullptr && thinking->is_object()) {
+    if (const json* thinking = Member(in, "thinking");
+        thinking != nullptr && thinking->is_object()) {
       out["thinking"] = *thinking;
     }
     if (options_.stream) out["stream"] = true;
@@ -183,7 +187,8 @@ class RequestBuilder {
     }
   }
 
-  Status AppendParts(const json& content, const std::string& where, bool allow_images, json& blocks) {
+  Status AppendParts(const json& content, const std::string& where, bool allow_images,
+                     json& blocks) {
     if (content.is_null()) return {};
     if (content.is_string()) {
       if (!content.get_ref<const std::string&>().empty()) {
@@ -191,7 +196,8 @@ class RequestBuilder {
       }
       return {};
     }
-    if (!content.is_array()) return Invalid(where + ": content must be a string or an array of parts");
+    if (!content.is_array())
+      return Invalid(where + ": content must be a string or an array of parts");
     for (size_t j = 0; j < content.size(); ++j) {
       const json& part = content[j];
       const std::string part_where = where + ".content[" + std::to_string(j) + "]";
@@ -199,8 +205,10 @@ class RequestBuilder {
       json block;
       if (type == "text" || type == "refusal") {
         const json* text = Member(part, type == "text" ? "text" : "refusal");
-        if (text == nullptr || !text->is_string()) return Invalid(part_where + ": text part has no text");
-        if (text->get_ref<const std::string&>().empty() && !part.contains("cache_control")) continue;
+        if (text == nullptr || !text->is_string())
+          return Invalid(part_where + ": text part has no text");
+        if (text->get_ref<const std::string&>().empty() && !part.contains("cache_control"))
+          continue;
         block = {{"type", "text"}, {"text", *text}};
       } else if (type == "image_url" && allow_images) {
         auto image = ImageBlock(part, part_where);
@@ -216,7 +224,8 @@ class RequestBuilder {
     return {};
   }
 
-  Status AppendContent(const json& message, const std::string& where, bool allow_images, json& blocks) {
+  Status AppendContent(const json& message, const std::string& where, bool allow_images,
+                       json& blocks) {
     const size_t first_new = blocks.size();
     const json* content = Member(message, "content");
     if (content != nullptr) {
@@ -314,17 +323,23 @@ class RequestBuilder {
     if (const json* tc = Member(in, "tool_choice"); tc != nullptr && !tc->is_null()) {
       if (tc->is_string()) {
         const auto& s = tc->get_ref<const std::string&>();
-        if (s == "auto") choice = {{"type", "auto"}};
-        else if (s == "none") choice = {{"type", "none"}};
-        else if (s == "required") choice = {{"type", "any"}};
-        else return Invalid("'tool_choice' must be auto, none, required or a function");
-      } else if (const json* f = Member(*tc, "function"); f != nullptr && !StringMember(*f, "name").empty()) {
+        if (s == "auto")
+          choice = {{"type", "auto"}};
+        else if (s == "none")
+          choice = {{"type", "none"}};
+        else if (s == "required")
+          choice = {{"type", "any"}};
+        else
+          return Invalid("'tool_choice' must be auto, none, required or a function");
+      } else if (const json* f = Member(*tc, "function");
+                 f != nullptr && !StringMember(*f, "name").empty()) {
         choice = {{"type", "tool"}, {"name", std::string(StringMember(*f, "name"))}};
       } else {
         return Invalid("'tool_choice' must be auto, none, required or a function");
       }
     }
-    if (const json* p = Member(in, "parallel_tool_calls"); p != nullptr && p->is_boolean() && !p->get<bool>()) {
+    if (const json* p = Member(in, "parallel_tool_calls");
+        p != nullptr && p->is_boolean() && !p->get<bool>()) {
       if (choice.is_null()) choice = {{"type", "auto"}};
       if (choice["type"] != "none") choice["disable_parallel_tool_use"] = true;
     }
@@ -340,10 +355,12 @@ class RequestBuilder {
 
 Result<UpstreamCall> BuildAnthropicCall(const json& client_body, const CallOptions& options) {
   if (options.endpoint == Endpoint::kCompletions) {
-    return Invalid("the /v1/completions endpoint is not supported for Anthropic providers; use /v1/chat/completions");
+    return Invalid(
+        "the /v1/completions endpoint is not supported for Anthropic providers; use "
+        "/v1/chat/completions");
   }
-  // kvgate's own fields (thread_identifier, metadata.thread_id) are never read by the builder, which
-  // copies only the fields it maps, so they cannot reach Anthropic.
+  // kvgate's own fields (thread_identifier, metadata.thread_id) are never read by the builder,
+  // which copies only the fields it maps, so they cannot reach Anthropic.
   RequestBuilder builder(options);
   auto out = builder.Build(client_body);
   if (!out) return std::unexpected(out.error());

@@ -59,17 +59,19 @@ void MergeUsage(json& into, const json& from) {
   }
 }
 
-Result<Translated> TranslateAnthropicResponse(std::string_view upstream_body, const CallOptions& options) {
+Result<Translated> TranslateAnthropicResponse(std::string_view upstream_body,
+                                              const CallOptions& options) {
   const json message = ParseJson(upstream_body);
   if (message.is_discarded() || !message.is_object()) {
-    return MakeError(ErrorCode::kCorruptData,
-                     "upstream returned a response that is not a JSON object: " + Snippet(upstream_body));
+    return MakeError(
+        ErrorCode::kCorruptData,
+        "upstream returned a response that is not a JSON object: " + Snippet(upstream_body));
   }
   if (StringMember(message, "type") == "error") {
     const json* error = Member(message, "error");
     std::string text = error != nullptr ? std::string(StringMember(*error, "message")) : "";
-    return MakeError(ErrorCode::kUnavailable,
-                     "upstream returned an error: " + (text.empty() ? Snippet(upstream_body) : text));
+    return MakeError(ErrorCode::kUnavailable, "upstream returned an error: " +
+                                                  (text.empty() ? Snippet(upstream_body) : text));
   }
   const json* content = Member(message, "content");
   if (StringMember(message, "type") != "message" || content == nullptr || !content->is_array()) {

@@ -93,13 +93,15 @@ class AnthropicStream final : public StreamTranslator {
   // `data: {"id":...,"object":"chat.completion.chunk","created":...,"model":...,"choices":[` —
   // built once per message so content deltas cost one string escape, not a JSON document.
   void BuildChunkPrefix(const std::string& id, const std::string& model) {
-    chunk_prefix_ = "data: {\"id\":" + Dump(json(id)) +
-                    ",\"object\":\"chat.completion.chunk\",\"created\":" + std::to_string(created_) +
-                    ",\"model\":" + Dump(json(model)) + ",\"choices\":[";
+    chunk_prefix_ =
+        "data: {\"id\":" + Dump(json(id)) +
+        ",\"object\":\"chat.completion.chunk\",\"created\":" + std::to_string(created_) +
+        ",\"model\":" + Dump(json(model)) + ",\"choices\":[";
   }
 
   // One chunk with a single choice; `delta` and `finish_reason` are serialized JSON.
-  void EmitChunk(std::string& out, std::string_view delta, std::string_view finish_reason = "null") {
+  void EmitChunk(std::string& out, std::string_view delta,
+                 std::string_view finish_reason = "null") {
     out += chunk_prefix_;
     out += "{\"index\":0,\"delta\":";
     out += delta;
@@ -135,7 +137,8 @@ class AnthropicStream final : public StreamTranslator {
     if (type == "message_start") {
       const json* message = Member(data, "message");
       if (message == nullptr) return;
-      BuildChunkPrefix(std::string(StringMember(*message, "id")), std::string(StringMember(*message, "model")));
+      BuildChunkPrefix(std::string(StringMember(*message, "id")),
+                       std::string(StringMember(*message, "model")));
       if (const json* usage = Member(*message, "usage")) UpdateUsage(*usage);
       EmitChunk(out.bytes, R"({"role":"assistant","content":""})");
     } else if (type == "content_block_start") {
@@ -225,7 +228,8 @@ class AnthropicStream final : public StreamTranslator {
 
   SseParser parser_;
   std::string chunk_prefix_;
-  std::map<int64_t, int> tool_index_by_block_;  // Anthropic content block index -> OpenAI tool index
+  std::map<int64_t, int>
+      tool_index_by_block_;  // Anthropic content block index -> OpenAI tool index
   int next_tool_index_ = 0;
   json usage_raw_;  // merged Anthropic usage
   telemetry::Usage usage_;

@@ -15,13 +15,18 @@ namespace {
 int ClientStatusFor(int upstream_status) {
   switch (upstream_status) {
     case 401:
-    case 403: return 502;
-    case 408: return 504;
+    case 403:
+      return 502;
+    case 408:
+      return 504;
     case 502:
     case 503:
-    case 504: return upstream_status;
-    case 529: return 503;
-    default: break;
+    case 504:
+      return upstream_status;
+    case 529:
+      return 503;
+    default:
+      break;
   }
   if (upstream_status >= 400 && upstream_status < 500) return upstream_status;
   return 502;
@@ -32,12 +37,18 @@ std::string DefaultTypeFor(int upstream_status) {
     case 400:
     case 409:
     case 413:
-    case 422: return "invalid_request_error";
-    case 401: return "authentication_error";
-    case 403: return "permission_error";
-    case 404: return "not_found_error";
-    case 429: return "rate_limit_error";
-    default: break;
+    case 422:
+      return "invalid_request_error";
+    case 401:
+      return "authentication_error";
+    case 403:
+      return "permission_error";
+    case 404:
+      return "not_found_error";
+    case 429:
+      return "rate_limit_error";
+    default:
+      break;
   }
   return upstream_status >= 400 && upstream_status < 500 ? "invalid_request_error" : "server_error";
 }
@@ -127,7 +138,8 @@ ClientError MakeOpenAIError(int status, std::string message, std::string type, s
   return out;
 }
 
-ClientError TranslateUpstreamError(ProviderType type, int upstream_status, std::string_view upstream_body) {
+ClientError TranslateUpstreamError(ProviderType type, int upstream_status,
+                                   std::string_view upstream_body) {
   (void)type;  // every shape is recognized from the body itself
   try {
     const json body = internal::ParseJson(upstream_body);
@@ -140,10 +152,11 @@ ClientError TranslateUpstreamError(ProviderType type, int upstream_status, std::
       p.message = "the upstream provider rejected the gateway's credentials: " + p.message;
     }
     if (p.type.empty()) p.type = DefaultTypeFor(upstream_status);
-    return MakeOpenAIError(ClientStatusFor(upstream_status), std::move(p.message), std::move(p.type),
-                           std::move(p.code), std::move(p.param));
+    return MakeOpenAIError(ClientStatusFor(upstream_status), std::move(p.message),
+                           std::move(p.type), std::move(p.code), std::move(p.param));
   } catch (const std::exception&) {
-    return MakeOpenAIError(502, "upstream returned HTTP " + std::to_string(upstream_status), "server_error");
+    return MakeOpenAIError(502, "upstream returned HTTP " + std::to_string(upstream_status),
+                           "server_error");
   }
 }
 

@@ -1,12 +1,11 @@
-// Private to gateway/providers: helpers shared by the adapters, and the per-wire-format entry points
-// that provider.cc dispatches to. Not part of the module's API.
+// Private to gateway/providers: helpers shared by the adapters, and the per-wire-format entry
+// points that provider.cc dispatches to. Not part of the module's API.
 #pragma once
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 #include "gateway/providers/provider.h"
 
@@ -41,8 +40,8 @@ std::string ErrorEventBytes(const ClientError& error);
 void AppendRawEvent(std::string& out, std::string_view raw);
 
 // Cheap scans of serialized JSON (an SSE data payload) that avoid parsing chunks that need no
-// change. A quote cannot appear unescaped inside a JSON string, so `"key"` followed by `:` is a key.
-// True when some member named `key` has a value other than null.
+// change. A quote cannot appear unescaped inside a JSON string, so `"key"` followed by `:` is a
+// key. True when some member named `key` has a value other than null.
 bool HasNonNullKey(std::string_view json_text, std::string_view key);
 // True when some member named `key` has a value other than null and "".
 bool HasNonEmptyKey(std::string_view json_text, std::string_view key);
@@ -64,7 +63,8 @@ Result<UpstreamCall> BuildOpenAICompatCall(ProviderType type, const json& client
                                            const CallOptions& options);
 Result<Translated> TranslateOpenAICompatResponse(ProviderType type, std::string_view upstream_body,
                                                  const CallOptions& options);
-std::unique_ptr<StreamTranslator> NewOpenAICompatStream(ProviderType type, const CallOptions& options);
+std::unique_ptr<StreamTranslator> NewOpenAICompatStream(ProviderType type,
+                                                        const CallOptions& options);
 
 Result<UpstreamCall> BuildAnthropicCall(const json& client_body, const CallOptions& options);
 Result<Translated> TranslateAnthropicResponse(std::string_view upstream_body,

@@ -57,8 +57,8 @@ bool ChunkHasContent(const json& chunk) {
     if (NonEmpty(Member(choice, "text"))) return true;  // completions
     const json* delta = Member(choice, "delta");
     if (delta == nullptr) continue;
-    for (const char* key : {"content", "reasoning_content", "reasoning", "refusal", "tool_calls",
-                            "function_call"}) {
+    for (const char* key :
+         {"content", "reasoning_content", "reasoning", "refusal", "tool_calls", "function_call"}) {
       if (NonEmpty(Member(*delta, key))) return true;
     }
   }
@@ -76,7 +76,8 @@ bool TextHasContent(std::string_view data) {
 
 std::string_view TrimSpace(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
+    s.remove_suffix(1);
   return s;
 }
 
@@ -107,8 +108,9 @@ class OpenAICompatStream final : public StreamTranslator {
         Drain(out);
       }
       if (!done()) {
-        Fail(out.bytes, upstream_eof ? std::string("upstream stream ended before [DONE]")
-                                     : "upstream stream failed: " + std::string(failure_message),
+        Fail(out.bytes,
+             upstream_eof ? std::string("upstream stream ended before [DONE]")
+                          : "upstream stream failed: " + std::string(failure_message),
              upstream_eof ? "stream_incomplete" : "stream_failed");
       }
     } catch (const std::exception& e) {
@@ -191,16 +193,19 @@ class OpenAICompatStream final : public StreamTranslator {
       }
       return;
     }
-    if (std::string reason = FinishReasonOf(chunk); !reason.empty()) finish_reason_ = std::move(reason);
+    if (std::string reason = FinishReasonOf(chunk); !reason.empty())
+      finish_reason_ = std::move(reason);
     const bool content = ChunkHasContent(chunk);
     const json* usage = Member(chunk, "usage");
     const bool usage_present = usage != nullptr && !usage->is_null();
-    if (usage_present || (type_ == ProviderType::kLlamaCpp && Member(chunk, "timings") != nullptr)) {
+    if (usage_present ||
+        (type_ == ProviderType::kLlamaCpp && Member(chunk, "timings") != nullptr)) {
       usage_ = NormalizeFrom(type_, chunk);
     }
     if (usage_present && strip_usage_) {
       const json* choices = Member(chunk, "choices");
-      if (choices == nullptr || (choices->is_array() && choices->empty())) return;  // the extra chunk
+      if (choices == nullptr || (choices->is_array() && choices->empty()))
+        return;  // the extra chunk
       chunk.erase("usage");
       out.bytes += "data: ";
       out.bytes += Dump(chunk);
@@ -247,7 +252,8 @@ Result<UpstreamCall> BuildOpenAICompatCall(ProviderType type, const json& client
   UpstreamCall call;
   call.path = options.endpoint == Endpoint::kCompletions ? "/completions" : "/chat/completions";
   call.headers.emplace_back("content-type", "application/json");
-  if (!options.api_key.empty()) call.headers.emplace_back("authorization", "Bearer " + options.api_key);
+  if (!options.api_key.empty())
+    call.headers.emplace_back("authorization", "Bearer " + options.api_key);
   if (options.stream) call.headers.emplace_back("accept", "text/event-stream");
   call.body = Dump(body);
   return call;
@@ -258,8 +264,9 @@ Result<Translated> TranslateOpenAICompatResponse(ProviderType type, std::string_
   (void)options;
   json response = ParseJson(upstream_body);
   if (response.is_discarded() || !response.is_object()) {
-    return MakeError(ErrorCode::kCorruptData,
-                     "upstream returned a response that is not a JSON object: " + Snippet(upstream_body));
+    return MakeError(
+        ErrorCode::kCorruptData,
+        "upstream returned a response that is not a JSON object: " + Snippet(upstream_body));
   }
   if (std::optional<std::string> message = ErrorMessageOf(response); message.has_value()) {
     return MakeError(ErrorCode::kUnavailable, "upstream returned an error: " + *message);
@@ -276,7 +283,8 @@ Result<Translated> TranslateOpenAICompatResponse(ProviderType type, std::string_
   return out;
 }
 
-std::unique_ptr<StreamTranslator> NewOpenAICompatStream(ProviderType type, const CallOptions& options) {
+std::unique_ptr<StreamTranslator> NewOpenAICompatStream(ProviderType type,
+                                                        const CallOptions& options) {
   return std::make_unique<OpenAICompatStream>(type, options);
 }
 

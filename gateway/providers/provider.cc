@@ -1,12 +1,13 @@
 // Provider types, kvgate's own request fields, the shared helpers, and the dispatch from the public
 // API to each wire format, with the catch-all that keeps exceptions inside the module.
+#include "gateway/providers/provider.h"
+
 #include <array>
 #include <chrono>
 #include <exception>
 #include <utility>
 
 #include "gateway/providers/internal.h"
-#include "gateway/providers/provider.h"
 
 namespace kvgate::providers {
 
@@ -56,15 +57,24 @@ std::string_view ProviderTypeName(ProviderType type) {
 telemetry::UsageFlavor UsageFlavorFor(ProviderType type) {
   using telemetry::UsageFlavor;
   switch (type) {
-    case ProviderType::kOpenAI: return UsageFlavor::kOpenAIChat;
-    case ProviderType::kAnthropic: return UsageFlavor::kAnthropic;
-    case ProviderType::kDeepSeek: return UsageFlavor::kDeepSeek;
-    case ProviderType::kVllm: return UsageFlavor::kVllm;
-    case ProviderType::kSglang: return UsageFlavor::kSglang;
-    case ProviderType::kLlamaCpp: return UsageFlavor::kLlamaCpp;
-    case ProviderType::kOpenRouter: return UsageFlavor::kOpenRouter;
-    case ProviderType::kGeminiOpenAI: return UsageFlavor::kGeminiOpenAI;
-    case ProviderType::kLocal: return UsageFlavor::kKvgateEngine;
+    case ProviderType::kOpenAI:
+      return UsageFlavor::kOpenAIChat;
+    case ProviderType::kAnthropic:
+      return UsageFlavor::kAnthropic;
+    case ProviderType::kDeepSeek:
+      return UsageFlavor::kDeepSeek;
+    case ProviderType::kVllm:
+      return UsageFlavor::kVllm;
+    case ProviderType::kSglang:
+      return UsageFlavor::kSglang;
+    case ProviderType::kLlamaCpp:
+      return UsageFlavor::kLlamaCpp;
+    case ProviderType::kOpenRouter:
+      return UsageFlavor::kOpenRouter;
+    case ProviderType::kGeminiOpenAI:
+      return UsageFlavor::kGeminiOpenAI;
+    case ProviderType::kLocal:
+      return UsageFlavor::kKvgateEngine;
   }
   return UsageFlavor::kOpenAICompatible;
 }
@@ -110,21 +120,25 @@ Result<UpstreamCall> BuildUpstreamCall(ProviderType type, const json& client_bod
     if (type == ProviderType::kAnthropic) return internal::BuildAnthropicCall(client_body, options);
     return internal::BuildOpenAICompatCall(type, client_body, options);
   } catch (const std::exception& e) {
-    return MakeError(ErrorCode::kInternal, std::string("building the upstream request failed: ") + e.what());
+    return MakeError(ErrorCode::kInternal,
+                     std::string("building the upstream request failed: ") + e.what());
   }
 }
 
 Result<Translated> TranslateResponse(ProviderType type, std::string_view upstream_body,
                                      const CallOptions& options) {
   try {
-    if (type == ProviderType::kAnthropic) return internal::TranslateAnthropicResponse(upstream_body, options);
+    if (type == ProviderType::kAnthropic)
+      return internal::TranslateAnthropicResponse(upstream_body, options);
     return internal::TranslateOpenAICompatResponse(type, upstream_body, options);
   } catch (const std::exception& e) {
-    return MakeError(ErrorCode::kInternal, std::string("translating the upstream response failed: ") + e.what());
+    return MakeError(ErrorCode::kInternal,
+                     std::string("translating the upstream response failed: ") + e.what());
   }
 }
 
-std::unique_ptr<StreamTranslator> NewStreamTranslator(ProviderType type, const CallOptions& options) {
+std::unique_ptr<StreamTranslator> NewStreamTranslator(ProviderType type,
+                                                      const CallOptions& options) {
   if (type == ProviderType::kAnthropic) return internal::NewAnthropicStream(options);
   return internal::NewOpenAICompatStream(type, options);
 }

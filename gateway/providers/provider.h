@@ -1,5 +1,5 @@
-// Provider adapters: pure translation between the OpenAI wire format that kvgate's clients speak and
-// each provider's wire format. No sockets, no I/O, no clock reads unless a caller leaves
+// Provider adapters: pure translation between the OpenAI wire format that kvgate's clients speak
+// and each provider's wire format. No sockets, no I/O, no clock reads unless a caller leaves
 // CallOptions::created at 0. See shared/docs/PROVIDERS.md for the formats.
 //
 // The request path for one client request:
@@ -10,19 +10,18 @@
 //   3c. non-2xx (streaming or not): TranslateUpstreamError(type, status, upstream_body)
 //
 // Every function here is non-throwing: nlohmann::json exceptions (and bad_alloc) are caught inside
-// the module and turned into an Error / error event. Thread safety: free functions are pure and may be
-// called from any thread; a StreamTranslator is single-threaded (one per upstream stream).
+// the module and turned into an Error / error event. Thread safety: free functions are pure and may
+// be called from any thread; a StreamTranslator is single-threaded (one per upstream stream).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 #include "telemetry/usage.h"
@@ -31,7 +30,7 @@ namespace kvgate::providers {
 
 enum class ProviderType {
   kOpenAI,
-  kAnthropic,     // Anthropic Messages API; every other type speaks OpenAI Chat/Completions
+  kAnthropic,  // Anthropic Messages API; every other type speaks OpenAI Chat/Completions
   kDeepSeek,
   kVllm,
   kSglang,
@@ -101,7 +100,9 @@ std::optional<std::string> TakeKvgateFields(nlohmann::json& body);
 //
 // OpenAI-compatible types: the body passes through with unknown fields preserved; `model` becomes
 // options.upstream_model; `stream` follows options.stream; when streaming, stream_options.
-// include_usage is forced to true (other stream_options keys kept). Headers: content-type,
+// include_usage is forced to true (other stream_options keys kept); when not streaming,
+// stream_options is removed (upstreams reject it without stream). Chunks the upstream then sends
+// with `"usage":null` reach the client unchanged. Headers: content-type,
 // authorization "Bearer <key>" (when the key is non-empty), accept "text/event-stream" when
 // streaming.
 //
@@ -109,7 +110,8 @@ std::optional<std::string> TakeKvgateFields(nlohmann::json& body);
 // field-by-field rules). Errors (kInvalidArgument, message fit to show the client as a 400):
 // the completions endpoint; more than 4 cache_control breakpoints; n > 1; content part types or
 // roles that Messages cannot express; tool-call arguments that are not a JSON object.
-// Headers: content-type, x-api-key (when non-empty), anthropic-version "2023-06-01".
+// Headers: content-type, x-api-key (when non-empty), anthropic-version "2023-06-01", accept
+// "text/event-stream" when streaming.
 //
 // Errors common to all types: kInvalidArgument when the body is not a JSON object or (chat)
 // `messages` is not an array.
@@ -117,9 +119,10 @@ Result<UpstreamCall> BuildUpstreamCall(ProviderType type, const nlohmann::json& 
                                        const CallOptions& options);
 
 struct Translated {
-  std::string body;           // OpenAI-format JSON for the client
-  telemetry::Usage usage;     // normalized; all-unknown when the upstream sent no usage
-  std::string finish_reason;  // OpenAI vocabulary: stop, length, tool_calls, content_filter; "" if none
+  std::string body;        // OpenAI-format JSON for the client
+  telemetry::Usage usage;  // normalized; all-unknown when the upstream sent no usage
+  std::string
+      finish_reason;  // OpenAI vocabulary: stop, length, tool_calls, content_filter; "" if none
 };
 
 // A 2xx non-streaming upstream body -> the client's body and the normalized usage.
@@ -152,8 +155,8 @@ ClientError MakeOpenAIError(int status, std::string message, std::string type,
 //   400, 404, 409, 413, 422, 429 and other 4xx -> same status (the client's request is at fault, or
 //                                                 rate-limited: SDKs retry 429 themselves)
 //   401, 403 -> 502 (the provider rejected the gateway's own credentials; the client's are fine)
-//   408 -> 504;  500 and other 5xx -> 502;  502, 503, 504 -> same;  529 (Anthropic overloaded) -> 503
-//   anything else (1xx-3xx passed here by mistake) -> 502
+//   408 -> 504;  500 and other 5xx -> 502;  502, 503, 504 -> same;  529 (Anthropic overloaded) ->
+//   503 anything else (1xx-3xx passed here by mistake) -> 502
 // Anthropic error types map to OpenAI types: invalid_request_error, request_too_large ->
 // invalid_request_error; authentication_error, permission_error -> (kept); not_found_error ->
 // not_found_error; rate_limit_error -> rate_limit_error; api_error, overloaded_error ->
@@ -204,6 +207,7 @@ class StreamTranslator {
 
 // A translator for one streaming call; `options` must be the ones given to BuildUpstreamCall.
 // Never null.
-std::unique_ptr<StreamTranslator> NewStreamTranslator(ProviderType type, const CallOptions& options);
+std::unique_ptr<StreamTranslator> NewStreamTranslator(ProviderType type,
+                                                      const CallOptions& options);
 
 }  // namespace kvgate::providers

@@ -89,7 +89,8 @@ Result<std::optional<SseEvent>> SseParser::Next() {
       }
       SseEvent event;
       event.raw = buf.substr(event_start_, scan_ - event_start_);
-      if (has_event_name_) event.event = buf.substr(event_start_ + event_name_offset_, event_name_size_);
+      if (has_event_name_)
+        event.event = buf.substr(event_start_ + event_name_offset_, event_name_size_);
       event.has_data = data_lines_ > 0;
       if (data_lines_ == 1) {
         event.data = buf.substr(event_start_ + data_offset_, data_size_);
@@ -120,7 +121,8 @@ Result<std::optional<SseEvent>> SseParser::Next() {
         data_offset_ = value_start - event_start_;
         data_size_ = value.size();
       } else {
-        if (data_lines_ == 1) data_joined_.assign(buf.substr(event_start_ + data_offset_, data_size_));
+        if (data_lines_ == 1)
+          data_joined_.assign(buf.substr(event_start_ + data_offset_, data_size_));
         data_joined_.push_back('\n');
         data_joined_.append(value);
       }
@@ -133,9 +135,9 @@ Result<std::optional<SseEvent>> SseParser::Next() {
   }
 
   if (buffer_.size() - event_start_ > max_event_bytes_) {
-    error_ = Error{ErrorCode::kResourceExhausted,
-                   "SSE event exceeds " + std::to_string(max_event_bytes_) +
-                       " bytes without its terminating blank line"};
+    error_ = Error{ErrorCode::kResourceExhausted, "SSE event exceeds " +
+                                                      std::to_string(max_event_bytes_) +
+                                                      " bytes without its terminating blank line"};
     return std::unexpected(*error_);
   }
   return std::nullopt;

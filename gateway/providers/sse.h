@@ -54,9 +54,9 @@ class SseParser {
   // Constant after construction.
   const size_t max_event_bytes_;
 
-  std::string buffer_;       // bytes not yet returned as part of an event
-  size_t event_start_ = 0;   // offset in buffer_ of the current event's first byte
-  size_t scan_ = 0;          // offset in buffer_ of the first line not yet processed
+  std::string buffer_;      // bytes not yet returned as part of an event
+  size_t event_start_ = 0;  // offset in buffer_ of the current event's first byte
+  size_t scan_ = 0;         // offset in buffer_ of the first line not yet processed
   bool at_stream_start_ = true;
   bool end_of_input_ = false;
   bool pending_reset_ = false;  // the last Next returned an event; clear its fields first
@@ -69,7 +69,7 @@ class SseParser {
   size_t event_name_size_ = 0;
   bool has_event_name_ = false;
   int data_lines_ = 0;
-  size_t data_offset_ = 0;   // first data line, while data_lines_ == 1
+  size_t data_offset_ = 0;  // first data line, while data_lines_ == 1
   size_t data_size_ = 0;
   std::string data_joined_;  // used once data_lines_ >= 2
 };

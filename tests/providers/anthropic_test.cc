@@ -1,7 +1,7 @@
 // OpenAI chat -> Anthropic Messages requests, and Anthropic responses/streams beyond the goldens.
-#include <string>
-
 #include <gtest/gtest.h>
+
+#include <string>
 
 #include "gateway/providers/provider.h"
 #include "tests/providers/test_util.h"
@@ -34,7 +34,9 @@ Result<json> Translate(const json& client, const CallOptions& o = Options()) {
   return json::parse(call->body);
 }
 
-json Msg(std::string role, json content) { return {{"role", std::move(role)}, {"content", std::move(content)}}; }
+json Msg(std::string role, json content) {
+  return {{"role", std::move(role)}, {"content", std::move(content)}};
+}
 
 TEST(AnthropicRequestTest, FullTranslation) {
   const json client = R"({
@@ -116,11 +118,12 @@ TEST(AnthropicRequestTest, MaxTokensDefaultAndFallback) {
 
 TEST(AnthropicRequestTest, ConsecutiveSameRoleMessagesMergeSoRolesAlternate) {
   auto out = Translate({{"messages",
-                         {Msg("user", "a"), Msg("user", "b"), Msg("assistant", "c"), Msg("assistant", "d"),
-                          Msg("tool", "r") /* no id -> error below */}}});
+                         {Msg("user", "a"), Msg("user", "b"), Msg("assistant", "c"),
+                          Msg("assistant", "d"), Msg("tool", "r") /* no id -> error below */}}});
   ASSERT_FALSE(out.has_value());  // tool message without tool_call_id
-  auto ok = Translate({{"messages", {Msg("user", "a"), Msg("user", "b"), Msg("assistant", "c"),
-                                     Msg("assistant", "d"), Msg("user", ""), Msg("user", "e")}}});
+  auto ok = Translate({{"messages",
+                        {Msg("user", "a"), Msg("user", "b"), Msg("assistant", "c"),
+                         Msg("assistant", "d"), Msg("user", ""), Msg("user", "e")}}});
   ASSERT_TRUE(ok.has_value()) << ok.error().ToString();
   const json expected = R"([
     {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
@@ -131,13 +134,18 @@ TEST(AnthropicRequestTest, ConsecutiveSameRoleMessagesMergeSoRolesAlternate) {
 }
 
 TEST(AnthropicRequestTest, ParallelToolResultsMergeIntoOneUserMessage) {
-  json assistant = {{"role", "assistant"}, {"content", nullptr},
-                    {"tool_calls", {{{"id", "c1"}, {"type", "function"}, {"function", {{"name", "f"}, {"arguments", ""}}}},
-                                    {{"id", "c2"}, {"type", "function"}, {"function", {{"name", "g"}, {"arguments", "{}"}}}}}}};
+  json assistant = {
+      {"role", "assistant"},
+      {"content", nullptr},
+      {"tool_calls",
+       {{{"id", "c1"}, {"type", "function"}, {"function", {{"name", "f"}, {"arguments", ""}}}},
+        {{"id", "c2"}, {"type", "function"}, {"function", {{"name", "g"}, {"arguments", "{}"}}}}}}};
   auto out = Translate({{"messages",
-                         {Msg("user", "go"), assistant,
+                         {Msg("user", "go"),
+                          assistant,
                           {{"role", "tool"}, {"tool_call_id", "c1"}, {"content", "one"}},
-                          {{"role", "tool"}, {"tool_call_id", "c2"},
+                          {{"role", "tool"},
+                           {"tool_call_id", "c2"},
                            {"content", {{{"type", "text"}, {"text", "two"}}}}}}}});
   ASSERT_TRUE(out.has_value()) << out.error().ToString();
   const json expected = R"([
@@ -155,39 +163,52 @@ json CachedPart(std::string text) {
 }
 
 TEST(AnthropicRequestTest, FourBreakpointsAcceptedFifthRejected) {
-  json tool = {{"type", "function"}, {"function", {{"name", "f"}}}, {"cache_control", {{"type", "ephemeral"}}}};
-  json four = {{"tools", {tool}},
-               {"messages", {Msg("system", {CachedPart("s")}), Msg("user", {CachedPart("a"), CachedPart("b")})}}};
+  json tool = {{"type", "function"},
+               {"function", {{"name", "f"}}},
+               {"cache_control", {{"type", "ephemeral"}}}};
+  json four = {
+      {"tools", {tool}},
+      {"messages",
+       {Msg("system", {CachedPart("s")}), Msg("user", {CachedPart("a"), CachedPart("b")})}}};
   auto ok = Translate(four);
   ASSERT_TRUE(ok.has_value()) << ok.error().ToString();
   EXPECT_EQ((*ok)["tools"][0]["cache_control"], (json{{"type", "ephemeral"}}));
-  EXPECT_EQ((*ok)["tools"][0]["input_schema"], (json{{"type", "object"}, {"properties", json::object()}}));
+  EXPECT_EQ((*ok)["tools"][0]["input_schema"],
+            (json{{"type", "object"}, {"properties", json::object()}}));
 
   json five = four;
-  five["messages"].push_back({{"role", "assistant"}, {"content", "c"}, {"cache_control", {{"type", "ephemeral"}}}});
+  five["messages"].push_back(
+      {{"role", "assistant"}, {"content", "c"}, {"cache_control", {{"type", "ephemeral"}}}});
   auto rejected = Translate(five);
   ASSERT_FALSE(rejected.has_value());
   EXPECT_EQ(rejected.error().code, ErrorCode::kInvalidArgument);
-  EXPECT_NE(rejected.error().message.find("at most 4 cache_control breakpoints"), std::string::npos);
+  EXPECT_NE(rejected.error().message.find("at most 4 cache_control breakpoints"),
+            std::string::npos);
   EXPECT_NE(rejected.error().message.find("has 5"), std::string::npos);
 }
 
 TEST(AnthropicRequestTest, MessageLevelCacheControlMarksLastBlock) {
-  json message = {{"role", "user"}, {"content", "long prompt"}, {"cache_control", {{"type", "ephemeral"}, {"ttl", "1h"}}}};
+  json message = {{"role", "user"},
+                  {"content", "long prompt"},
+                  {"cache_control", {{"type", "ephemeral"}, {"ttl", "1h"}}}};
   auto out = Translate({{"messages", {message}}});
   ASSERT_TRUE(out.has_value());
   EXPECT_EQ((*out)["messages"][0]["content"],
-            (json::array({{{"type", "text"}, {"text", "long prompt"},
+            (json::array({{{"type", "text"},
+                           {"text", "long prompt"},
                            {"cache_control", {{"type", "ephemeral"}, {"ttl", "1h"}}}}})));
 }
 
 TEST(AnthropicRequestTest, ToolChoiceFunctionAndParallelCallsOff) {
-  json tools = {{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", {{"type", "object"}}}}}}};
-  auto a = Translate({{"messages", {Msg("user", "x")}}, {"tools", tools},
+  json tools = {
+      {{"type", "function"}, {"function", {{"name", "f"}, {"parameters", {{"type", "object"}}}}}}};
+  auto a = Translate({{"messages", {Msg("user", "x")}},
+                      {"tools", tools},
                       {"tool_choice", {{"type", "function"}, {"function", {{"name", "f"}}}}},
                       {"parallel_tool_calls", false}});
   ASSERT_TRUE(a.has_value());
-  EXPECT_EQ((*a)["tool_choice"], (json{{"type", "tool"}, {"name", "f"}, {"disable_parallel_tool_use", true}}));
+  EXPECT_EQ((*a)["tool_choice"],
+            (json{{"type", "tool"}, {"name", "f"}, {"disable_parallel_tool_use", true}}));
   auto b = Translate({{"messages", {Msg("user", "x")}}, {"tools", tools}, {"tool_choice", "none"}});
   ASSERT_TRUE(b.has_value());
   EXPECT_EQ((*b)["tool_choice"], (json{{"type", "none"}}));
@@ -203,12 +224,22 @@ TEST(AnthropicRequestTest, UnsupportedInputsAreClearErrors) {
   };
   const Case cases[] = {
       {{{"messages", {Msg("user", "x")}}, {"n", 2}}, "'n'"},
-      {{{"messages", {Msg("user", {{{"type", "input_audio"}, {"input_audio", {{"data", "x"}}}}})}}}, "input_audio"},
+      {{{"messages", {Msg("user", {{{"type", "input_audio"}, {"input_audio", {{"data", "x"}}}}})}}},
+       "input_audio"},
       {{{"messages", {Msg("function", "x")}}}, "role 'function'"},
-      {{{"messages", {Msg("user", {{{"type", "image_url"}, {"image_url", {{"url", "ftp://x"}}}}})}}}, "image URL"},
-      {{{"messages", {Msg("user", {{{"type", "image_url"}, {"image_url", {{"url", "data:image/png,raw"}}}}})}}}, "base64"},
-      {{{"messages", {Msg("system", {{{"type", "image_url"}, {"image_url", {{"url", "https://x/y.png"}}}}})}}}, "image_url"},
-      {{{"messages", {{{"role", "assistant"}, {"tool_calls", {{{"id", "c"}, {"function", {{"name", "f"}, {"arguments", "[1]"}}}}}}}}}}, "arguments"},
+      {{{"messages",
+         {Msg("user", {{{"type", "image_url"}, {"image_url", {{"url", "ftp://x"}}}}})}}},
+       "image URL"},
+      {{{"messages",
+         {Msg("user", {{{"type", "image_url"}, {"image_url", {{"url", "data:image/png,raw"}}}}})}}},
+       "base64"},
+      {{{"messages",
+         {Msg("system", {{{"type", "image_url"}, {"image_url", {{"url", "https://x/y.png"}}}}})}}},
+       "image_url"},
+      {{{"messages",
+         {{{"role", "assistant"},
+           {"tool_calls", {{{"id", "c"}, {"function", {{"name", "f"}, {"arguments", "[1]"}}}}}}}}}},
+       "arguments"},
       {{{"messages", {Msg("user", "x")}}, {"tools", {{{"type", "web_search"}}}}}, "function tools"},
       {{{"messages", {Msg("user", 42)}}}, "content"},
       {{{"messages", {Msg("user", "x")}}, {"stop", 3}}, "stop"},
@@ -231,31 +262,40 @@ TEST(AnthropicRequestTest, CompletionsEndpointRejected) {
 }
 
 TEST(AnthropicRequestTest, EmptyKeySendsNoApiKeyHeader) {
-  auto call = BuildUpstreamCall(ProviderType::kAnthropic, json{{"messages", {Msg("user", "x")}}}, Options(""));
+  auto call = BuildUpstreamCall(ProviderType::kAnthropic, json{{"messages", {Msg("user", "x")}}},
+                                Options(""));
   ASSERT_TRUE(call.has_value());
   EXPECT_EQ(HeaderValue(*call, "x-api-key"), "<absent>");
 }
 
 TEST(AnthropicResponseTest, MalformedAndErrorBodies) {
-  for (std::string_view body : {"", "nope", "[]", R"({"type":"message"})", R"({"type":"completion","content":[]})"}) {
+  for (std::string_view body :
+       {"", "nope", "[]", R"({"type":"message"})", R"({"type":"completion","content":[]})"}) {
     auto t = TranslateResponse(ProviderType::kAnthropic, body, Options());
     ASSERT_FALSE(t.has_value()) << body;
     EXPECT_EQ(t.error().code, ErrorCode::kCorruptData);
   }
-  auto e = TranslateResponse(ProviderType::kAnthropic,
-                             R"({"type":"error","error":{"type":"api_error","message":"Internal server error"}})",
-                             Options());
+  auto e = TranslateResponse(
+      ProviderType::kAnthropic,
+      R"({"type":"error","error":{"type":"api_error","message":"Internal server error"}})",
+      Options());
   ASSERT_FALSE(e.has_value());
   EXPECT_EQ(e.error().code, ErrorCode::kUnavailable);
   EXPECT_NE(e.error().message.find("Internal server error"), std::string::npos);
 }
 
 TEST(AnthropicResponseTest, StopReasonMapping) {
-  const std::pair<const char*, const char*> cases[] = {
-      {"end_turn", "stop"}, {"stop_sequence", "stop"}, {"max_tokens", "length"}, {"tool_use", "tool_calls"}};
+  const std::pair<const char*, const char*> cases[] = {{"end_turn", "stop"},
+                                                       {"stop_sequence", "stop"},
+                                                       {"max_tokens", "length"},
+                                                       {"tool_use", "tool_calls"}};
   for (const auto& [anthropic, openai] : cases) {
-    json m = {{"type", "message"}, {"id", "m"}, {"model", "c"}, {"content", {{{"type", "text"}, {"text", "x"}}}},
-              {"stop_reason", anthropic}, {"usage", {{"input_tokens", 1}, {"output_tokens", 1}}}};
+    json m = {{"type", "message"},
+              {"id", "m"},
+              {"model", "c"},
+              {"content", {{{"type", "text"}, {"text", "x"}}}},
+              {"stop_reason", anthropic},
+              {"usage", {{"input_tokens", 1}, {"output_tokens", 1}}}};
     auto t = TranslateResponse(ProviderType::kAnthropic, m.dump(), Options());
     ASSERT_TRUE(t.has_value());
     EXPECT_EQ(t->finish_reason, openai);
@@ -277,23 +317,30 @@ TEST(AnthropicStreamTest, CumulativeUsageTakesTheLastValueNeverTheSum) {
   auto t = NewStreamTranslator(ProviderType::kAnthropic, StreamOptions(true));
   const std::string stream =
       kStart +
-      Event("content_block_delta", R"({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"a"}})") +
-      Event("message_delta", R"({"type":"message_delta","delta":{"stop_reason":null},"usage":{"output_tokens":10}})") +
-      Event("message_delta",
-            R"({"type":"message_delta","delta":{"stop_reason":"max_tokens"},"usage":{"output_tokens":25,)"
-            R"("input_tokens":12,"cache_read_input_tokens":null}})") +
+      Event(
+          "content_block_delta",
+          R"({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"a"}})") +
+      Event(
+          "message_delta",
+          R"({"type":"message_delta","delta":{"stop_reason":null},"usage":{"output_tokens":10}})") +
+      Event(
+          "message_delta",
+          R"({"type":"message_delta","delta":{"stop_reason":"max_tokens"},"usage":{"output_tokens":25,)"
+          R"("input_tokens":12,"cache_read_input_tokens":null}})") +
       Event("message_stop", R"({"type":"message_stop"})");
   auto r = RunStream(*t, stream);
   EXPECT_EQ(t->usage().output, 25);
-  EXPECT_EQ(t->usage().uncached, 12);        // newer API: message_delta repeats input counts; last wins
-  EXPECT_EQ(t->usage().cache_read, 1000);    // a null never erases a known value
+  EXPECT_EQ(t->usage().uncached, 12);  // newer API: message_delta repeats input counts; last wins
+  EXPECT_EQ(t->usage().cache_read, 1000);  // a null never erases a known value
   EXPECT_EQ(t->usage().cache_write_5m, 100);
   EXPECT_EQ(t->usage().cache_write_1h, 0);
   EXPECT_EQ(t->finish_reason(), "length");
   EXPECT_NE(r.bytes.find(R"("finish_reason":"length"}]})"), std::string::npos);
-  EXPECT_NE(r.bytes.find(R"("choices":[],"usage":{"prompt_tokens":1112,"completion_tokens":25,"total_tokens":1137,)"
-                         R"("prompt_tokens_details":{"cached_tokens":1000,"cache_write_tokens":100}}})"),
-            std::string::npos)
+  EXPECT_NE(
+      r.bytes.find(
+          R"("choices":[],"usage":{"prompt_tokens":1112,"completion_tokens":25,"total_tokens":1137,)"
+          R"("prompt_tokens_details":{"cached_tokens":1000,"cache_write_tokens":100}}})"),
+      std::string::npos)
       << r.bytes;
   EXPECT_TRUE(r.bytes.ends_with("data: [DONE]\n\n"));
 }
@@ -302,16 +349,18 @@ TEST(AnthropicStreamTest, CutBeforeMessageStopGivesErrorEvent) {
   auto t = NewStreamTranslator(ProviderType::kAnthropic, StreamOptions(false));
   auto out = t->Feed(kStart);
   EXPECT_FALSE(out.has_content);
-  EXPECT_EQ(t->Finish(true),
-            "data: {\"error\":{\"code\":\"stream_incomplete\",\"message\":\"upstream stream ended before "
-            "message_stop\",\"param\":null,\"type\":\"upstream_error\"}}\n\n");
+  EXPECT_EQ(
+      t->Finish(true),
+      "data: {\"error\":{\"code\":\"stream_incomplete\",\"message\":\"upstream stream ended before "
+      "message_stop\",\"param\":null,\"type\":\"upstream_error\"}}\n\n");
   EXPECT_FALSE(t->completed());
   EXPECT_EQ(t->usage().uncached, 10);  // what was seen is kept for telemetry
 }
 
 TEST(AnthropicStreamTest, MalformedEventBecomesOneErrorEvent) {
   auto t = NewStreamTranslator(ProviderType::kAnthropic, StreamOptions(false));
-  auto out = t->Feed(kStart + "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\n\n" + kStart);
+  auto out = t->Feed(
+      kStart + "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\n\n" + kStart);
   const size_t error_at = out.bytes.find("data: {\"error\":");
   ASSERT_NE(error_at, std::string::npos);
   EXPECT_NE(out.bytes.find("malformed JSON", error_at), std::string::npos);
@@ -324,13 +373,18 @@ TEST(AnthropicStreamTest, MalformedEventBecomesOneErrorEvent) {
 TEST(AnthropicStreamTest, ThinkingDeltaBecomesReasoningContent) {
   auto t = NewStreamTranslator(ProviderType::kAnthropic, StreamOptions(false));
   t->Feed(kStart);
-  auto out = t->Feed(Event("content_block_delta",
-                           R"({"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"hmm"}})") +
-                     Event("ping", R"({"type":"ping"})"));
+  auto out = t->Feed(
+      Event(
+          "content_block_delta",
+          R"({"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"hmm"}})") +
+      Event("ping", R"({"type":"ping"})"));
   EXPECT_TRUE(out.has_content);
   EXPECT_EQ(out.bytes,
-            "data: {\"id\":\"msg_1\",\"object\":\"chat.completion.chunk\",\"created\":1754000000,\"model\":\"claude-x\","
-            "\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"hmm\"},\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+            "data: "
+            "{\"id\":\"msg_1\",\"object\":\"chat.completion.chunk\",\"created\":1754000000,"
+            "\"model\":\"claude-x\","
+            "\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"hmm\"},\"logprobs\":null,"
+            "\"finish_reason\":null}]}\n\n");
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
 // Every golden sample through the translators: exact normalized usage and exact client bytes.
+#include <gtest/gtest.h>
+
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "gateway/providers/provider.h"
 #include "tests/providers/test_util.h"
@@ -77,14 +77,16 @@ TEST(GoldenResponseTest, LlamaCppReadsTimingsFromTheWholeResponse) {
 }
 
 TEST(GoldenResponseTest, AnthropicMessageWithCacheWriteSplit) {
-  auto t = TranslateResponse(ProviderType::kAnthropic, ReadGolden("anthropic_message.json"), Plain());
+  auto t =
+      TranslateResponse(ProviderType::kAnthropic, ReadGolden("anthropic_message.json"), Plain());
   ASSERT_TRUE(t.has_value()) << t.error().ToString();
-  EXPECT_EQ(t->body,
-            R"({"id":"msg_01XFDUDYJgAACzvnptvVoYEL","object":"chat.completion","created":1754000000,)"
-            R"("model":"claude-sonnet-4-5-20250929","choices":[{"index":0,"message":{"role":"assistant",)"
-            R"("content":"Based on the contract, the notice period is 30 days."},"logprobs":null,)"
-            R"("finish_reason":"stop"}],"usage":{"prompt_tokens":13821,"completion_tokens":87,)"
-            R"("total_tokens":13908,"prompt_tokens_details":{"cached_tokens":12000,"cache_write_tokens":1800}}})");
+  EXPECT_EQ(
+      t->body,
+      R"({"id":"msg_01XFDUDYJgAACzvnptvVoYEL","object":"chat.completion","created":1754000000,)"
+      R"("model":"claude-sonnet-4-5-20250929","choices":[{"index":0,"message":{"role":"assistant",)"
+      R"("content":"Based on the contract, the notice period is 30 days."},"logprobs":null,)"
+      R"("finish_reason":"stop"}],"usage":{"prompt_tokens":13821,"completion_tokens":87,)"
+      R"("total_tokens":13908,"prompt_tokens_details":{"cached_tokens":12000,"cache_write_tokens":1800}}})");
   EXPECT_EQ(t->finish_reason, "stop");
   ExpectUsage(t->usage, {12000, 600, 1200, 21, 87, std::nullopt});
   // Never double counted: the normalized total equals the client's prompt_tokens.
@@ -92,17 +94,19 @@ TEST(GoldenResponseTest, AnthropicMessageWithCacheWriteSplit) {
 }
 
 TEST(GoldenResponseTest, AnthropicToolUseBecomesToolCalls) {
-  auto t = TranslateResponse(ProviderType::kAnthropic, ReadGolden("anthropic_message_tool_use.json"), Plain());
+  auto t = TranslateResponse(ProviderType::kAnthropic,
+                             ReadGolden("anthropic_message_tool_use.json"), Plain());
   ASSERT_TRUE(t.has_value()) << t.error().ToString();
-  EXPECT_EQ(t->body,
-            R"({"id":"msg_01Aq9w938a90dw8q","object":"chat.completion","created":1754000000,)"
-            R"("model":"claude-haiku-4-5-20251001","choices":[{"index":0,"message":{"role":"assistant",)"
-            R"("content":"I'll check the weather.","tool_calls":[{"id":"toolu_01A09q90qw90lq917835lq9",)"
-            R"("type":"function","function":{"name":"get_weather",)"
-            R"("arguments":"{\"location\":\"San Francisco, CA\",\"unit\":\"celsius\"}"}}]},)"
-            R"("logprobs":null,"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":472,)"
-            R"("completion_tokens":91,"total_tokens":563,"prompt_tokens_details":{"cached_tokens":0,)"
-            R"("cache_write_tokens":0}}})");
+  EXPECT_EQ(
+      t->body,
+      R"({"id":"msg_01Aq9w938a90dw8q","object":"chat.completion","created":1754000000,)"
+      R"("model":"claude-haiku-4-5-20251001","choices":[{"index":0,"message":{"role":"assistant",)"
+      R"("content":"I'll check the weather.","tool_calls":[{"id":"toolu_01A09q90qw90lq917835lq9",)"
+      R"("type":"function","function":{"name":"get_weather",)"
+      R"("arguments":"{\"location\":\"San Francisco, CA\",\"unit\":\"celsius\"}"}}]},)"
+      R"("logprobs":null,"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":472,)"
+      R"("completion_tokens":91,"total_tokens":563,"prompt_tokens_details":{"cached_tokens":0,)"
+      R"("cache_write_tokens":0}}})");
   EXPECT_EQ(t->finish_reason, "tool_calls");
   ExpectUsage(t->usage, {0, 0, 0, 472, 91, std::nullopt});
 }
@@ -204,9 +208,10 @@ TEST(GoldenStreamTest, OpenRouterCommentsPassAndUsageChunkDropped) {
   const std::string stream = ReadGolden("openrouter_stream.sse");
   auto t = NewStreamTranslator(ProviderType::kOpenRouter, StreamOptions(false));
   auto r = RunStream(*t, stream);
-  const size_t start = stream.find("data: {\"id\":\"gen-1754000000-AbCdEfGhIjKlMnOp\",\"provider\":\"OpenAI\","
-                                   "\"model\":\"openai/gpt-4o-mini\",\"object\":\"chat.completion.chunk\","
-                                   "\"created\":1754000000,\"choices\":[],");
+  const size_t start = stream.find(
+      "data: {\"id\":\"gen-1754000000-AbCdEfGhIjKlMnOp\",\"provider\":\"OpenAI\","
+      "\"model\":\"openai/gpt-4o-mini\",\"object\":\"chat.completion.chunk\","
+      "\"created\":1754000000,\"choices\":[],");
   ASSERT_NE(start, std::string::npos);
   const size_t end = stream.find("\n\n", start) + 2;
   std::string expected = stream;
@@ -252,7 +257,8 @@ TEST(GoldenStreamTest, AnthropicErrorEventMidStream) {
   ExpectUsage(t->usage(), {0, 2048, 0, 12, 1, std::nullopt});
 }
 
-// ---- Every stream, split at every byte -----------------------------------------------------------
+// ---- Every stream, split at every byte
+// -----------------------------------------------------------
 
 struct StreamCase {
   ProviderType type;

@@ -1,7 +1,7 @@
 // Provider types, kvgate's fields, and the OpenAI-compatible request/response/stream rules.
-#include <string>
-
 #include <gtest/gtest.h>
+
+#include <string>
 
 #include "gateway/providers/provider.h"
 #include "tests/providers/test_util.h"
@@ -21,8 +21,8 @@ std::string HeaderValue(const UpstreamCall& call, std::string_view name) {
 }
 
 TEST(ProviderTypeTest, NamesRoundTripAndFlavors) {
-  for (const char* name : {"openai", "anthropic", "deepseek", "vllm", "sglang", "llamacpp", "openrouter",
-                           "gemini-openai", "local"}) {
+  for (const char* name : {"openai", "anthropic", "deepseek", "vllm", "sglang", "llamacpp",
+                           "openrouter", "gemini-openai", "local"}) {
     auto type = ProviderTypeFromName(name);
     ASSERT_TRUE(type.has_value()) << name;
     EXPECT_EQ(ProviderTypeName(*type), name);
@@ -68,12 +68,10 @@ TEST(KvgateFieldsTest, PrecedenceAndBadTypes) {
 }
 
 TEST(OpenAICompatRequestTest, UnknownFieldsPassModelReplacedKvgateFieldsNeverForwarded) {
-  const json client = {{"model", "my-alias"},
-                       {"messages", {{{"role", "user"}, {"content", "hi"}}}},
-                       {"prompt_cache_key", "k1"},
-                       {"vendor_extension", {{"nested", {1, 2, 3}}}},
-                       {"thread_identifier", "t-1"},
-                       {"metadata", {{"thread_id", "t-2"}, {"keep", "yes"}}}};
+  const json client = {
+      {"model", "my-alias"},        {"messages", {{{"role", "user"}, {"content", "hi"}}}},
+      {"prompt_cache_key", "k1"},   {"vendor_extension", {{"nested", {1, 2, 3}}}},
+      {"thread_identifier", "t-1"}, {"metadata", {{"thread_id", "t-2"}, {"keep", "yes"}}}};
   CallOptions o;
   o.upstream_model = "gpt-4.1";
   o.api_key = "sk-test";
@@ -114,12 +112,15 @@ TEST(OpenAICompatRequestTest, StreamingInjectsIncludeUsageKeepingOtherStreamOpti
   ASSERT_TRUE(call.has_value());
   const json sent = json::parse(call->body);
   EXPECT_EQ(sent["stream"], true);
-  EXPECT_EQ(sent["stream_options"], (json{{"continuous_usage_stats", false}, {"include_usage", true}}));
+  EXPECT_EQ(sent["stream_options"],
+            (json{{"continuous_usage_stats", false}, {"include_usage", true}}));
   EXPECT_EQ(HeaderValue(*call, "accept"), "text/event-stream");
 }
 
 TEST(OpenAICompatRequestTest, NonStreamingDropsStreamOptions) {
-  const json client = {{"model", "m"}, {"messages", json::array()}, {"stream", false},
+  const json client = {{"model", "m"},
+                       {"messages", json::array()},
+                       {"stream", false},
                        {"stream_options", {{"include_usage", true}}}};
   EXPECT_TRUE(ClientWantsStreamUsage(client));
   auto call = BuildUpstreamCall(ProviderType::kOpenAI, client, CallOptions{});
@@ -151,15 +152,16 @@ TEST(OpenAICompatResponseTest, MalformedJsonIsACorruptDataError) {
 
 TEST(OpenAICompatResponseTest, ErrorObjectInA200IsReported) {
   auto t = TranslateResponse(ProviderType::kOpenRouter,
-                             R"({"error":{"message":"Provider returned error","code":502}})", CallOptions{});
+                             R"({"error":{"message":"Provider returned error","code":502}})",
+                             CallOptions{});
   ASSERT_FALSE(t.has_value());
   EXPECT_EQ(t.error().code, ErrorCode::kUnavailable);
   EXPECT_NE(t.error().message.find("Provider returned error"), std::string::npos);
 }
 
 TEST(OpenAICompatResponseTest, MissingUsageIsUnknown) {
-  auto t = TranslateResponse(ProviderType::kVllm, R"({"choices":[{"index":0,"finish_reason":"stop"}]})",
-                             CallOptions{});
+  auto t = TranslateResponse(ProviderType::kVllm,
+                             R"({"choices":[{"index":0,"finish_reason":"stop"}]})", CallOptions{});
   ASSERT_TRUE(t.has_value());
   EXPECT_FALSE(t->usage.output.has_value());
   EXPECT_FALSE(t->usage.cache_read.has_value());
@@ -174,9 +176,10 @@ TEST(OpenAICompatStreamTest, CutBeforeDoneGivesErrorEventFromFinish) {
   auto out = t->Feed(kChunkHi);
   EXPECT_EQ(out.bytes, kChunkHi);
   EXPECT_TRUE(out.has_content);
-  EXPECT_EQ(t->Finish(true),
-            "data: {\"error\":{\"code\":\"stream_incomplete\",\"message\":\"upstream stream ended before "
-            "[DONE]\",\"param\":null,\"type\":\"upstream_error\"}}\n\n");
+  EXPECT_EQ(
+      t->Finish(true),
+      "data: {\"error\":{\"code\":\"stream_incomplete\",\"message\":\"upstream stream ended before "
+      "[DONE]\",\"param\":null,\"type\":\"upstream_error\"}}\n\n");
   EXPECT_FALSE(t->completed());
   EXPECT_EQ(t->client_error(), "upstream stream ended before [DONE]");
   EXPECT_FALSE(t->upstream_error().has_value());
@@ -203,13 +206,15 @@ TEST(OpenAICompatStreamTest, TrailingDoneWithoutBlankLineCompletes) {
 }
 
 TEST(OpenAICompatStreamTest, MalformedJsonChunkBecomesOneErrorEvent) {
-  for (std::string_view bad : {"data: {\"choices\":[{\"delta\":{\"content\":\"x\"}\n\n",  // fast path
-                               "data: {\"usage\":{\"prompt_tokens\":1,}\n\n"}) {        // parsed path
+  for (std::string_view bad :
+       {"data: {\"choices\":[{\"delta\":{\"content\":\"x\"}\n\n",  // fast path
+        "data: {\"usage\":{\"prompt_tokens\":1,}\n\n"}) {          // parsed path
     auto t = NewStreamTranslator(ProviderType::kOpenAI, StreamOptions(false));
     auto out = t->Feed(std::string(kChunkHi) + std::string(bad) + std::string(kChunkHi));
     EXPECT_TRUE(out.bytes.starts_with(kChunkHi));
     const std::string rest = out.bytes.substr(kChunkHi.size());
-    EXPECT_TRUE(rest.starts_with("data: {\"error\":{\"code\":\"malformed_upstream_stream\"")) << rest;
+    EXPECT_TRUE(rest.starts_with("data: {\"error\":{\"code\":\"malformed_upstream_stream\""))
+        << rest;
     EXPECT_EQ(rest.find("\n\n"), rest.size() - 2) << "exactly one event after the good chunk";
     EXPECT_TRUE(t->client_error().has_value());
     EXPECT_EQ(t->Feed(kChunkHi).bytes, "");
@@ -219,7 +224,8 @@ TEST(OpenAICompatStreamTest, MalformedJsonChunkBecomesOneErrorEvent) {
 
 TEST(OpenAICompatStreamTest, UpstreamErrorEventForwardedAndRecorded) {
   auto t = NewStreamTranslator(ProviderType::kOpenAI, StreamOptions(false));
-  const std::string error = "data: {\"error\":{\"message\":\"The server had an error\",\"type\":\"server_error\"}}\n\n";
+  const std::string error =
+      "data: {\"error\":{\"message\":\"The server had an error\",\"type\":\"server_error\"}}\n\n";
   auto out = t->Feed(std::string(kChunkHi) + error + "data: [DONE]\n\n");
   EXPECT_EQ(out.bytes, std::string(kChunkHi) + error);
   EXPECT_EQ(t->upstream_error(), "The server had an error");
@@ -238,17 +244,22 @@ TEST(OpenAICompatStreamTest, NamedErrorEventWithBareMessage) {
 TEST(OpenAICompatStreamTest, LastUsageWinsAndEveryUsageStrippedFromChoicesChunks) {
   // vLLM with continuous usage stats: usage on every chunk, cumulative.
   const std::string c1 =
-      "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}],\"usage\":{\"prompt_tokens\":100,"
+      "data: "
+      "{\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}],\"usage\":{\"prompt_tokens\":100,"
       "\"completion_tokens\":1,\"prompt_tokens_details\":{\"cached_tokens\":64}}}\n\n";
   const std::string c2 =
-      "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"b\"},\"finish_reason\":\"length\"}],"
-      "\"usage\":{\"prompt_tokens\":100,\"completion_tokens\":2,\"prompt_tokens_details\":{\"cached_tokens\":64}}}\n\n";
+      "data: "
+      "{\"choices\":[{\"index\":0,\"delta\":{\"content\":\"b\"},\"finish_reason\":\"length\"}],"
+      "\"usage\":{\"prompt_tokens\":100,\"completion_tokens\":2,\"prompt_tokens_details\":{"
+      "\"cached_tokens\":64}}}\n\n";
   auto t = NewStreamTranslator(ProviderType::kVllm, StreamOptions(false));
   auto r = RunStream(*t, c1 + c2 + "data: [DONE]\n\n");
-  EXPECT_EQ(r.bytes,
-            "data: {\"choices\":[{\"delta\":{\"content\":\"a\"},\"index\":0}]}\n\n"
-            "data: {\"choices\":[{\"delta\":{\"content\":\"b\"},\"finish_reason\":\"length\",\"index\":0}]}\n\n"
-            "data: [DONE]\n\n");
+  EXPECT_EQ(
+      r.bytes,
+      "data: {\"choices\":[{\"delta\":{\"content\":\"a\"},\"index\":0}]}\n\n"
+      "data: "
+      "{\"choices\":[{\"delta\":{\"content\":\"b\"},\"finish_reason\":\"length\",\"index\":0}]}\n\n"
+      "data: [DONE]\n\n");
   EXPECT_EQ(t->usage().output, 2);
   EXPECT_EQ(t->usage().cache_read, 64);
   EXPECT_EQ(t->usage().uncached, 36);
@@ -257,13 +268,21 @@ TEST(OpenAICompatStreamTest, LastUsageWinsAndEveryUsageStrippedFromChoicesChunks
 
 TEST(OpenAICompatStreamTest, RoleOnlyChunkIsNotContentToolCallIs) {
   auto t = NewStreamTranslator(ProviderType::kOpenAI, StreamOptions(true));
-  EXPECT_FALSE(t->Feed("data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n")
-                   .has_content);
-  EXPECT_FALSE(t->Feed("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":null}}]}\n\n").has_content);
-  EXPECT_TRUE(t->Feed("data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"c\","
-                      "\"function\":{\"name\":\"f\",\"arguments\":\"\"}}]}}]}\n\n")
-                  .has_content);
-  EXPECT_TRUE(t->Feed("data: {\"choices\":[{\"index\":0,\"text\":\"x\",\"finish_reason\":null}]}\n\n").has_content);
+  EXPECT_FALSE(
+      t->Feed(
+           "data: "
+           "{\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n")
+          .has_content);
+  EXPECT_FALSE(
+      t->Feed("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":null}}]}\n\n").has_content);
+  EXPECT_TRUE(
+      t->Feed(
+           "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"c\","
+           "\"function\":{\"name\":\"f\",\"arguments\":\"\"}}]}}]}\n\n")
+          .has_content);
+  EXPECT_TRUE(
+      t->Feed("data: {\"choices\":[{\"index\":0,\"text\":\"x\",\"finish_reason\":null}]}\n\n")
+          .has_content);
 }
 
 TEST(OpenAICompatStreamTest, BytesAfterDoneAreIgnored) {

@@ -1,9 +1,9 @@
 #include "gateway/providers/sse.h"
 
+#include <gtest/gtest.h>
+
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace kvgate::providers {
 namespace {
@@ -95,7 +95,9 @@ TEST(SseParserTest, EmptyDataLineCountsAsData) {
 }
 
 TEST(SseParserTest, BomSkippedEvenWhenSplit) {
-  auto events = ParseAll({"\xEF", "\xBB", "\xBF" "data: a\n\n"});
+  auto events = ParseAll({"\xEF", "\xBB",
+                          "\xBF"
+                          "data: a\n\n"});
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].raw, "data: a\n\n");
 }

@@ -1,6 +1,8 @@
 // Helpers shared by the provider tests.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <fstream>
 #include <optional>
@@ -8,14 +10,13 @@
 #include <string>
 #include <string_view>
 
-#include <gtest/gtest.h>
-
 #include "gateway/providers/provider.h"
 
 namespace kvgate::providers::testing_util {
 
 inline std::string ReadGolden(std::string_view name) {
-  const std::string path = std::string(KVGATE_SOURCE_DIR) + "/tests/providers/golden/" + std::string(name);
+  const std::string path =
+      std::string(KVGATE_SOURCE_DIR) + "/tests/providers/golden/" + std::string(name);
   std::ifstream in(path, std::ios::binary);
   EXPECT_TRUE(in.good()) << "cannot open " << path;
   std::stringstream ss;

@@ -130,8 +130,12 @@ Result<HttpResponse> CurlHttpSender::Post(const HttpRequest& request) {
   char errbuf[CURL_ERROR_SIZE] = {0};
   HttpResponse response;
   SlistPtr headers;
-  for (const auto& [name, value] : request.headers) {
-    const std::string line = name + ": " + value;
+  Headers lines = request.headers;
+  // No "Expect: 100-continue" round trip (libcurl adds it to larger POSTs): alert bodies are small
+  // and a receiver that ignores Expect would cost a one-second stall per delivery.
+  lines.emplace_back("Expect", "");
+  for (const auto& [name, value] : lines) {
+    const std::string line = value.empty() ? name + ":" : name + ": " + value;
     curl_slist* next = curl_slist_append(headers.get(), line.c_str());
     if (!next) return MakeError(ErrorCode::kInternal, "curl_slist_append failed");
     (void)headers.release();

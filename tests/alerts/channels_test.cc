@@ -256,6 +256,21 @@ TEST(HttpSenderTest, TransportErrorIsAnError) {
   EXPECT_EQ(r.error().code, ErrorCode::kUnavailable);
 }
 
+TEST(HttpSenderTest, LargeBodyIsSentWithoutExpectContinue) {
+  HttpReceiver receiver([](const ReceivedRequest&) { return CannedResponse{200, {}, "ok"}; });
+  CurlHttpSender http;
+  const std::string body(2 << 20, 'x');  // above libcurl's Expect threshold
+  auto r = http.Post(HttpRequest{receiver.Url(), {{"Content-Type", "text/plain"}}, body, 5000});
+  ASSERT_TRUE(r.has_value()) << r.error().ToString();
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body, "ok");
+  ASSERT_EQ(receiver.Count(), 1u);
+  const ReceivedRequest req = receiver.Requests()[0];
+  EXPECT_EQ(req.body, body);
+  EXPECT_FALSE(req.headers.contains("expect"));
+  EXPECT_EQ(req.headers.at("content-type"), "text/plain");
+}
+
 ChannelConfig MailChannel(const kvgate::testing::SmtpServer& server, const std::string& scheme) {
   return ChannelConfig{.name = "mail",
                        .type = ChannelConfig::Type::kEmail,

@@ -1,0 +1,445 @@
+#include "gateway/config.h"
+
+#include <openssl/evp.h>
+
+#include <array>
+#include <cctype>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <yaml-cpp/yaml.h>
+
+namespace kvgate::gateway {
+namespace {
+
+using nlohmann::json;
+
+// YAML -> JSON. Plain scalars become bool/int/float when they read as such (YAML 1.2 core
+// schema); quoted scalars stay strings.
+json YamlToJson(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Null:
+    case YAML::NodeType::Undefined:
+      return nullptr;
+    case YAML::NodeType::Sequence: {
+      json out = json::array();
+      for (const auto& item : node) out.push_back(YamlToJson(item));
+      return out;
+    }
+    case YAML::NodeType::Map: {
+      json out = json::object();
+      for (const auto& kv : node) out[kv.first.as<std::string>()] = YamlToJson(kv.second);
+      return out;
+    }
+    case YAML::NodeType::Scalar: {
+      const std::string& text = node.Scalar();
+      if (node.Tag() == "!") return text;  // quoted
+      if (text == "true" || text == "True" || text == "TRUE") return true;
+      if (text == "false" || text == "False" || text == "FALSE") return false;
+      if (text == "null" || text == "~" || text.empty()) return nullptr;
+      char* end = nullptr;
+      errno = 0;
+      long long as_int = std::strtoll(text.c_str(), &end, 10);
+      if (errno == 0 && end && *end == '\0') return as_int;
+      // Keep decimals as strings so prices parse exactly ("0.075" must not become 0.0749999...).
+      return text;
+    }
+  }
+  return nullptr;
+}
+
+struct Reader {
+  const json& object;
+  std::string path;  // e.g. "providers[1]"
+
+  Result<std::string> String(const char* key, std::string fallback = "") const {
+    auto it = object.find(key);
+    if (it == object.end() || it->is_null()) return fallback;
+    if (it->is_string()) return it->get<std::string>();
+    if (it->is_number_integer()) return std::to_string(it->get<int64_t>());
+    return MakeError(ErrorCode::kInvalidArgument, path + "." + key + " must be a string");
+  }
+  Result<int64_t> Int(const char* key, int64_t fallback) const {
+    auto it = object.find(key);
+    if (it == object.end() || it->is_null()) return fallback;
+    if (it->is_number_integer()) return it->get<int64_t>();
+    return MakeError(ErrorCode::kInvalidArgument, path + "." + key + " must be an integer");
+  }
+};
+
+Result<std::chrono::milliseconds> Millis(const Reader& r, const char* key,
+                                         std::chrono::milliseconds fallback) {
+  auto v = r.Int(key, fallback.count());
+  if (!v) return std::unexpected(v.error());
+  if (*v <= 0) return MakeError(ErrorCode::kInvalidArgument, r.path + "." + key + " must be > 0");
+  return std::chrono::milliseconds(*v);
+}
+
+Status ParseListen(const std::string& listen, GatewayConfig& config) {
+  auto colon = listen.rfind(':');
+  if (colon == std::string::npos || colon + 1 == listen.size()) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "server.listen must be HOST:PORT, got \"" + listen + "\"");
+  }
+  std::string host = listen.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  char* end = nullptr;
+  long port = std::strtol(listen.c_str() + colon + 1, &end, 10);
+  if (*end != '\0' || port < 0 || port > 65535 || host.empty()) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "server.listen must be HOST:PORT with a port 0-65535, got \"" + listen + "\"");
+  }
+  config.listen_host = host;
+  config.listen_port = static_cast<uint16_t>(port);
+  return {};
+}
+
+Result<telemetry::Price> ParsePricing(const json& pricing, const std::string& path) {
+  if (!pricing.is_object()) {
+    return MakeError(ErrorCode::kInvalidArgument, path + " must be a mapping");
+  }
+  telemetry::Price price;
+  struct Field {
+    const char* key;
+    int64_t* slot;
+  };
+  const Field fields[] = {{"input", &price.base.input},
+                          {"cached_input", &price.base.cached_input},
+                          {"cache_write_5m", &price.base.cache_write_5m},
+                          {"cache_write_1h", &price.base.cache_write_1h},
+                          {"output", &price.base.output}};
+  for (const auto& [key, value] : pricing.items()) {
+    bool known = false;
+    for (const Field& f : fields) {
+      if (key != f.key) continue;
+      known = true;
+      auto parsed = telemetry::ParseMicroUsdPerMillion(value);
+      if (!parsed) {
+        return MakeError(ErrorCode::kInvalidArgument,
+                         path + "." + key + ": " + parsed.error().message);
+      }
+      *f.slot = *parsed;
+    }
+    if (!known) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       path + ": unknown price field \"" + key +
+                           "\" (expected input, cached_input, cache_write_5m, cache_write_1h, "
+                           "output; USD per 1M tokens)");
+    }
+  }
+  return price;
+}
+
+Result<GatewayConfig> FromJson(const json& root, std::string source) {
+  GatewayConfig config;
+  config.source = std::move(source);
+  if (root.is_null()) return config;
+  if (!root.is_object()) {
+    return MakeError(ErrorCode::kInvalidArgument, config.source + ": top level must be a mapping");
+  }
+  static const std::set<std::string> kTopLevel = {"server", "storage", "providers", "models",
+                                                  "alerts", "pricing", "router", "engine"};
+  for (const auto& [key, _] : root.items()) {
+    if (!kTopLevel.contains(key)) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       config.source + ": unknown top-level section \"" + key + "\"");
+    }
+  }
+  if (auto it = root.find("server"); it != root.end() && !it->is_null()) {
+    Reader r{*it, "server"};
+    if (!it->is_object()) return MakeError(ErrorCode::kInvalidArgument, "server must be a mapping");
+    auto listen = r.String("listen", "127.0.0.1:8080");
+    if (!listen) return std::unexpected(listen.error());
+    if (auto s = ParseListen(*listen, config); !s) return std::unexpected(s.error());
+    auto admin = r.String("admin_token");
+    if (!admin) return std::unexpected(admin.error());
+    config.admin_token = *admin;
+    auto threads = r.Int("threads", 0);
+    if (!threads) return std::unexpected(threads.error());
+    config.threads = static_cast<int>(*threads);
+    auto body = r.Int("body_limit_bytes", static_cast<int64_t>(config.body_limit));
+    if (!body) return std::unexpected(body.error());
+    config.body_limit = static_cast<size_t>(*body);
+    auto up = Millis(r, "upstream_timeout_ms", config.upstream_timeout);
+    if (!up) return std::unexpected(up.error());
+    config.upstream_timeout = *up;
+    auto conn = Millis(r, "upstream_connect_timeout_ms", config.upstream_connect_timeout);
+    if (!conn) return std::unexpected(conn.error());
+    config.upstream_connect_timeout = *conn;
+    auto drain = Millis(r, "drain_timeout_ms", config.drain_timeout);
+    if (!drain) return std::unexpected(drain.error());
+    config.drain_timeout = *drain;
+    if (auto keys = it->find("api_keys"); keys != it->end() && !keys->is_null()) {
+      if (!keys->is_array()) {
+        return MakeError(ErrorCode::kInvalidArgument, "server.api_keys must be a list");
+      }
+      for (const auto& key : *keys) {
+        if (!key.is_string() || key.get<std::string>().empty()) {
+          return MakeError(ErrorCode::kInvalidArgument,
+                           "server.api_keys entries must be non-empty strings");
+        }
+        config.api_key_hashes.push_back(HashApiKey(key.get<std::string>()));
+      }
+    }
+  }
+  if (auto it = root.find("storage"); it != root.end() && !it->is_null()) {
+    Reader r{*it, "storage"};
+    auto path = r.String("sqlite", config.sqlite_path);
+    if (!path) return std::unexpected(path.error());
+    config.sqlite_path = *path;
+  }
+  if (auto it = root.find("pricing"); it != root.end() && !it->is_null()) {
+    Reader r{*it, "pricing"};
+    auto path = r.String("catalog");
+    if (!path) return std::unexpected(path.error());
+    config.price_catalog_path = *path;
+  }
+  if (auto it = root.find("providers"); it != root.end() && !it->is_null()) {
+    if (!it->is_array()) return MakeError(ErrorCode::kInvalidArgument, "providers must be a list");
+    for (size_t i = 0; i < it->size(); ++i) {
+      const json& p = (*it)[i];
+      Reader r{p, "providers[" + std::to_string(i) + "]"};
+      if (!p.is_object()) return MakeError(ErrorCode::kInvalidArgument, r.path + " must be a mapping");
+      ProviderConfig pc;
+      for (auto [slot, key] : {std::pair{&pc.name, "name"}, {&pc.type, "type"},
+                               {&pc.base_url, "base_url"}, {&pc.api_key, "api_key"},
+                               {&pc.model_path, "model_path"}, {&pc.device, "device"}}) {
+        auto v = r.String(key, *slot);
+        if (!v) return std::unexpected(v.error());
+        *slot = *v;
+      }
+      auto kv = r.Int("kv_cache_tokens", 0);
+      if (!kv) return std::unexpected(kv.error());
+      pc.kv_cache_tokens = *kv;
+      auto threads = r.Int("threads", 0);
+      if (!threads) return std::unexpected(threads.error());
+      pc.threads = static_cast<int>(*threads);
+      while (!pc.base_url.empty() && pc.base_url.back() == '/') pc.base_url.pop_back();
+      config.providers.push_back(std::move(pc));
+    }
+  }
+  if (auto it = root.find("models"); it != root.end() && !it->is_null()) {
+    if (!it->is_array()) return MakeError(ErrorCode::kInvalidArgument, "models must be a list");
+    for (size_t i = 0; i < it->size(); ++i) {
+      const json& m = (*it)[i];
+      Reader r{m, "models[" + std::to_string(i) + "]"};
+      if (!m.is_object()) return MakeError(ErrorCode::kInvalidArgument, r.path + " must be a mapping");
+      ModelConfig mc;
+      auto name = r.String("name");
+      auto provider = r.String("provider");
+      if (!name) return std::unexpected(name.error());
+      if (!provider) return std::unexpected(provider.error());
+      mc.name = *name;
+      mc.provider = *provider;
+      auto upstream = r.String("upstream_model", mc.name);
+      if (!upstream) return std::unexpected(upstream.error());
+      mc.upstream_model = upstream->empty() ? mc.name : *upstream;
+      if (auto pr = m.find("pricing"); pr != m.end() && !pr->is_null()) {
+        auto price = ParsePricing(*pr, r.path + ".pricing");
+        if (!price) return std::unexpected(price.error());
+        mc.pricing = *price;
+      }
+      config.models.push_back(std::move(mc));
+    }
+  }
+  if (auto it = root.find("alerts"); it != root.end()) config.alerts = *it;
+  return config;
+}
+
+bool IsNameChar(char c, bool first) {
+  return c == '_' || std::isalpha(static_cast<unsigned char>(c)) ||
+         (!first && std::isdigit(static_cast<unsigned char>(c)));
+}
+
+}  // namespace
+
+EnvLookup ProcessEnv() {
+  return [](const std::string& name) -> std::optional<std::string> {
+    const char* value = std::getenv(name.c_str());
+    if (value == nullptr) return std::nullopt;
+    return std::string(value);
+  };
+}
+
+Result<std::string> InterpolateEnv(const std::string& text, const EnvLookup& env,
+                                   std::vector<std::string>* unset) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '$' || i + 1 >= text.size() || text[i + 1] != '{') {
+      out.push_back(text[i]);
+      continue;
+    }
+    size_t close = text.find('}', i + 2);
+    if (close == std::string::npos) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       "unterminated ${...} at offset " + std::to_string(i));
+    }
+    std::string inner = text.substr(i + 2, close - i - 2);
+    std::string name = inner;
+    std::optional<std::string> fallback;
+    if (auto dash = inner.find(":-"); dash != std::string::npos) {
+      name = inner.substr(0, dash);
+      fallback = inner.substr(dash + 2);
+    }
+    bool valid = !name.empty();
+    for (size_t k = 0; k < name.size() && valid; ++k) valid = IsNameChar(name[k], k == 0);
+    if (!valid) {
+      return MakeError(ErrorCode::kInvalidArgument, "bad variable reference ${" + inner + "}");
+    }
+    auto value = env(name);
+    if (value && !value->empty()) {
+      out += *value;
+    } else if (fallback) {
+      out += *fallback;
+    } else if (unset) {
+      unset->push_back(name);
+    }
+    i = close;
+  }
+  return out;
+}
+
+Result<GatewayConfig> ParseConfig(const std::string& yaml_text, const EnvLookup& env,
+                                  std::string source) {
+  std::vector<std::string> unset;
+  auto text = InterpolateEnv(yaml_text, env, &unset);
+  if (!text) {
+    return MakeError(ErrorCode::kInvalidArgument, source + ": " + text.error().message);
+  }
+  json root;
+  try {
+    root = YamlToJson(YAML::Load(*text));
+  } catch (const YAML::Exception& e) {
+    return MakeError(ErrorCode::kInvalidArgument, source + ": invalid YAML: " + e.what());
+  }
+  auto config = FromJson(root, source);
+  if (!config) return config;
+  for (const auto& name : unset) {
+    config->warnings.push_back("environment variable " + name + " is not set; using \"\"");
+  }
+  if (auto s = ValidateConfig(*config); !s) {
+    return MakeError(s.error().code, source + ": " + s.error().message);
+  }
+  return config;
+}
+
+Result<GatewayConfig> LoadConfigFile(const std::string& path, const EnvLookup& env) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return MakeError(ErrorCode::kNotFound, "cannot open config file " + path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return ParseConfig(buffer.str(), env, path);
+}
+
+GatewayConfig DefaultConfig(const EnvLookup& env, const std::string& bundled_model_path) {
+  GatewayConfig config;
+  struct Known {
+    const char* env;
+    const char* name;
+    const char* type;
+    const char* base_url;
+    std::vector<const char*> models;
+  };
+  const Known known[] = {
+      {"OPENAI_API_KEY", "openai", "openai", "https://api.openai.com/v1",
+       {"gpt-4.1", "gpt-4.1-mini", "gpt-4o", "gpt-4o-mini", "gpt-5", "gpt-5-mini", "o3", "o4-mini"}},
+      {"ANTHROPIC_API_KEY", "anthropic", "anthropic", "https://api.anthropic.com",
+       {"claude-opus-4-1", "claude-opus-4-5", "claude-sonnet-4-5", "claude-haiku-4-5"}},
+      {"DEEPSEEK_API_KEY", "deepseek", "deepseek", "https://api.deepseek.com/v1",
+       {"deepseek-chat"}},
+      {"GEMINI_API_KEY", "gemini", "gemini-openai",
+       "https://generativelanguage.googleapis.com/v1beta/openai",
+       {"gemini-2.5-pro", "gemini-2.5-flash"}},
+      {"OPENROUTER_API_KEY", "openrouter", "openrouter", "https://openrouter.ai/api/v1", {}},
+  };
+  for (const Known& k : known) {
+    auto key = env(k.env);
+    if (!key || key->empty()) continue;
+    config.providers.push_back({.name = k.name, .type = k.type, .base_url = k.base_url,
+                                .api_key = *key});
+    for (const char* model : k.models) {
+      config.models.push_back({.name = model, .provider = k.name, .upstream_model = model});
+    }
+  }
+  std::error_code ec;
+  if (!bundled_model_path.empty() && std::filesystem::exists(bundled_model_path, ec)) {
+    config.providers.push_back({.name = "local", .type = "local", .model_path = bundled_model_path,
+                                .kv_cache_tokens = 65536});
+    config.models.push_back({.name = "smollm2", .provider = "local", .upstream_model = "smollm2"});
+  } else {
+    config.warnings.push_back("bundled model not found at " + bundled_model_path +
+                              " (run scripts/fetch_model.sh); the built-in engine is off");
+  }
+  if (config.providers.empty()) {
+    config.warnings.push_back("no provider configured: set OPENAI_API_KEY, ANTHROPIC_API_KEY, "
+                              "DEEPSEEK_API_KEY, ... or pass --config FILE");
+  }
+  return config;
+}
+
+Status ValidateConfig(const GatewayConfig& config) {
+  static const std::set<std::string> kTypes = {"openai",   "anthropic",  "deepseek",
+                                               "vllm",     "sglang",     "llamacpp",
+                                               "openrouter", "gemini-openai", "local"};
+  std::set<std::string> providers;
+  for (size_t i = 0; i < config.providers.size(); ++i) {
+    const auto& p = config.providers[i];
+    std::string where = "providers[" + std::to_string(i) + "]";
+    if (p.name.empty()) return MakeError(ErrorCode::kInvalidArgument, where + ".name is required");
+    if (!providers.insert(p.name).second) {
+      return MakeError(ErrorCode::kInvalidArgument, "duplicate provider name \"" + p.name + "\"");
+    }
+    if (!kTypes.contains(p.type)) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       where + ".type \"" + p.type +
+                           "\" is not one of openai, anthropic, deepseek, vllm, sglang, llamacpp, "
+                           "openrouter, gemini-openai, local");
+    }
+    if (p.type == "local") {
+      if (p.model_path.empty()) {
+        return MakeError(ErrorCode::kInvalidArgument, where + ".model_path is required for local");
+      }
+      if (p.device != "cpu" && p.device != "cuda") {
+        return MakeError(ErrorCode::kInvalidArgument, where + ".device must be cpu or cuda");
+      }
+    } else if (p.base_url.rfind("http://", 0) != 0 && p.base_url.rfind("https://", 0) != 0) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       where + ".base_url must start with http:// or https://");
+    }
+  }
+  std::set<std::string> models;
+  for (size_t i = 0; i < config.models.size(); ++i) {
+    const auto& m = config.models[i];
+    std::string where = "models[" + std::to_string(i) + "]";
+    if (m.name.empty()) return MakeError(ErrorCode::kInvalidArgument, where + ".name is required");
+    if (!models.insert(m.name).second) {
+      return MakeError(ErrorCode::kInvalidArgument, "duplicate model name \"" + m.name + "\"");
+    }
+    if (!providers.contains(m.provider)) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       where + ".provider \"" + m.provider + "\" is not a configured provider");
+    }
+  }
+  return {};
+}
+
+std::string HashApiKey(std::string_view key) {
+  std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
+  unsigned int length = 0;
+  EVP_Digest(key.data(), key.size(), digest.data(), &length, EVP_sha256(), nullptr);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < length; ++i) {
+    out.push_back(kHex[digest[i] >> 4]);
+    out.push_back(kHex[digest[i] & 0xf]);
+  }
+  return out;
+}
+
+}  // namespace kvgate::gateway

@@ -1,0 +1,90 @@
+// kvgate's configuration: the YAML file of `kvgate serve --config FILE`, or defaults from the
+// environment when no file is given. Loading is pure: it reads the file and the environment it is
+// handed and returns a value or a precise error; nothing is started here.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "telemetry/pricing.h"
+
+namespace kvgate::gateway {
+
+struct ProviderConfig {
+  std::string name;      // unique, referenced by models
+  std::string type;      // openai | anthropic | deepseek | vllm | sglang | llamacpp | openrouter |
+                         // gemini-openai | local
+  std::string base_url;  // e.g. https://api.openai.com/v1 (empty for local)
+  std::string api_key;   // may be empty (local servers)
+  // Only for type local: the GGUF model file and the KV pool size in tokens.
+  std::string model_path;
+  int64_t kv_cache_tokens = 0;
+  std::string device = "cpu";
+  int threads = 0;
+};
+
+struct ModelConfig {
+  std::string name;            // what clients send as "model"
+  std::string provider;        // a ProviderConfig::name
+  std::string upstream_model;  // what is sent upstream (defaults to name)
+  std::optional<telemetry::Price> pricing;  // overrides the catalog
+};
+
+struct GatewayConfig {
+  // server
+  std::string listen_host = "127.0.0.1";
+  uint16_t listen_port = 8080;
+  int threads = 0;                        // 0 = one per core
+  std::string admin_token;                // empty: /api/* is open (only safe on loopback)
+  std::vector<std::string> api_key_hashes;  // SHA-256 hex of gateway keys; empty: keys off
+  size_t body_limit = 8 * 1024 * 1024;
+  std::chrono::milliseconds upstream_timeout{600'000};   // request sent -> response headers
+  std::chrono::milliseconds upstream_connect_timeout{10'000};
+  std::chrono::milliseconds drain_timeout{30'000};
+  // storage
+  std::string sqlite_path = "./kvgate.db";
+  // catalog
+  std::string price_catalog_path;  // optional extra JSON catalog (kvgate or LiteLLM field names)
+  std::vector<ProviderConfig> providers;
+  std::vector<ModelConfig> models;
+  // The `alerts:` section as JSON, handed to the monitors module unchanged.
+  nlohmann::json alerts;
+  // Where the config came from, and what the operator should be told at startup.
+  std::string source = "<defaults>";
+  std::vector<std::string> warnings;
+};
+
+using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
+EnvLookup ProcessEnv();
+
+// Replaces ${NAME} and ${NAME:-default} in `text`. An unset variable without a default becomes ""
+// and its name is appended to `unset` (the caller warns: a config listing three providers should
+// still start when only one key is set). A malformed reference ("${", "${1X}") is an error.
+Result<std::string> InterpolateEnv(const std::string& text, const EnvLookup& env,
+                                   std::vector<std::string>* unset = nullptr);
+
+// Parses YAML text (after interpolation) into a config. Errors name the field path.
+Result<GatewayConfig> ParseConfig(const std::string& yaml_text, const EnvLookup& env,
+                                  std::string source = "<string>");
+Result<GatewayConfig> LoadConfigFile(const std::string& path, const EnvLookup& env);
+
+// No config file: listen on 127.0.0.1:8080, ./kvgate.db, a provider for each of OPENAI_API_KEY,
+// ANTHROPIC_API_KEY, DEEPSEEK_API_KEY, OPENROUTER_API_KEY, GEMINI_API_KEY that is set (with the
+// catalog's models of that provider), and the bundled model on the built-in engine when
+// `bundled_model_path` exists.
+GatewayConfig DefaultConfig(const EnvLookup& env, const std::string& bundled_model_path);
+
+// Validates cross references (models -> providers, unique names, known types, URLs).
+Status ValidateConfig(const GatewayConfig& config);
+
+// SHA-256 hex of a gateway API key, the form stored in memory and logged as key id prefix.
+std::string HashApiKey(std::string_view key);
+
+}  // namespace kvgate::gateway

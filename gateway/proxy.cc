@@ -1,0 +1,331 @@
+// The inference path: POST /v1/chat/completions and /v1/completions, streaming and not.
+// One data flow: parse -> route -> adapter builds the upstream call -> upstream client ->
+// adapter translates -> client; the RequestLog records what happened on every path.
+#include <openssl/crypto.h>
+
+#include <boost/asio/this_coro.hpp>
+
+#include "common/ids.h"
+#include "gateway/gateway.h"
+#include "gateway/local_provider.h"
+#include "gateway/request_log.h"
+
+namespace kvgate::gateway {
+namespace {
+
+using nlohmann::json;
+namespace asio = boost::asio;
+
+constexpr std::string_view kJson = "application/json";
+
+asio::awaitable<void> SendError(http::ResponseWriter& writer, RequestLog& log,
+                                const providers::ClientError& error, std::string status,
+                                std::vector<http::Header> headers) {
+  std::string message;
+  if (auto it = error.body.find("error"); it != error.body.end() && it->contains("message") &&
+                                          (*it)["message"].is_string()) {
+    message = (*it)["message"].get<std::string>();
+  }
+  log.SetError(error.status, std::move(status), message);
+  co_await writer.Send(error.status, kJson, error.body.dump(), std::move(headers));
+}
+
+// Rate-limit and retry headers a client SDK acts on; passed through from the upstream.
+void CopyUpstreamHeaders(const upstream::Response& head, std::vector<http::Header>& out) {
+  for (const auto& h : head.headers) {
+    std::string lower = h.name;
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (lower == "retry-after" || lower.rfind("x-ratelimit-", 0) == 0 ||
+        lower.rfind("anthropic-ratelimit-", 0) == 0) {
+      out.push_back(h);
+    }
+  }
+}
+
+std::string UpstreamRequestId(const upstream::Response& head) {
+  for (const char* name : {"x-request-id", "request-id", "x-amzn-requestid"}) {
+    if (auto v = head.header(name); !v.empty()) return std::string(v);
+  }
+  return "";
+}
+
+// Maps an upstream transport failure to the client-visible error.
+providers::ClientError TransportError(const Error& error, const std::string& provider) {
+  if (error.code == ErrorCode::kDeadlineExceeded) {
+    return providers::MakeOpenAIError(504, "upstream " + provider + " timed out: " + error.message,
+                                      "upstream_error", "upstream_timeout");
+  }
+  return providers::MakeOpenAIError(502, "upstream " + provider + " failed: " + error.message,
+                                    "upstream_error", "upstream_unavailable");
+}
+
+std::string ThreadIdFrom(const http::Request& request, json& body,
+                         std::optional<std::string> from_body) {
+  if (from_body && !from_body->empty()) return *from_body;
+  if (auto h = request.header("x-thread-id"); !h.empty()) return std::string(h);
+  if (auto meta = body.find("metadata"); meta != body.end() && meta->is_object()) {
+    if (auto t = meta->find("thread_id"); t != meta->end() && t->is_string()) {
+      return t->get<std::string>();
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+asio::awaitable<void> Gateway::HandleInference(http::Request& request,
+                                               http::ResponseWriter& writer,
+                                               providers::Endpoint endpoint) {
+  RequestLog log(*deps_.recorder, *deps_.clock, request.arrival_monotonic_ns);
+  auto& rec = log.record();
+  rec.request_id = NewId("req");
+  rec.endpoint = endpoint == providers::Endpoint::kChatCompletions ? "chat.completions"
+                                                                   : "completions";
+  std::vector<http::Header> headers{{"x-request-id", rec.request_id}};
+
+  // Authentication (gateway keys are optional).
+  if (!config_.api_key_hashes.empty()) {
+    std::string_view auth = request.header("authorization");
+    std::string_view key;
+    if (auth.size() > 7 && (auth.substr(0, 7) == "Bearer " || auth.substr(0, 7) == "bearer ")) {
+      key = auth.substr(7);
+    } else if (auto x = request.header("x-api-key"); !x.empty()) {
+      key = x;
+    }
+    std::string hash = key.empty() ? "" : HashApiKey(key);
+    bool ok = false;
+    for (const auto& h : config_.api_key_hashes) {
+      ok |= h.size() == hash.size() && CRYPTO_memcmp(h.data(), hash.data(), h.size()) == 0;
+    }
+    if (!ok) {
+      co_await SendError(writer, log,
+                         providers::MakeOpenAIError(
+                             401,
+                             key.empty() ? "Missing API key: send it as Authorization: Bearer <key>"
+                                         : "Incorrect API key provided",
+                             "invalid_request_error", "invalid_api_key"),
+                         "error", headers);
+      co_return;
+    }
+    rec.api_key_id = "key_" + hash.substr(0, 12);
+  }
+
+  // Parse.
+  json body = json::parse(request.body, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded() || !body.is_object()) {
+    co_await SendError(writer, log,
+                       providers::MakeOpenAIError(
+                           400,
+                           body.is_discarded()
+                               ? "We could not parse the JSON body of your request: it is not "
+                                 "valid JSON"
+                               : "The request body must be a JSON object",
+                           "invalid_request_error", "invalid_json"),
+                       "error", headers);
+    co_return;
+  }
+  std::optional<std::string> body_thread = providers::TakeKvgateFields(body);
+  rec.thread_id = ThreadIdFrom(request, body, body_thread);
+  auto model_it = body.find("model");
+  if (model_it == body.end() || !model_it->is_string() || model_it->get<std::string>().empty()) {
+    co_await SendError(writer, log,
+                       providers::MakeOpenAIError(400, "you must provide a model parameter",
+                                                  "invalid_request_error", "missing_model",
+                                                  "model"),
+                       "error", headers);
+    co_return;
+  }
+  rec.model = model_it->get<std::string>();
+  auto stream_it = body.find("stream");
+  if (stream_it != body.end() && !stream_it->is_boolean() && !stream_it->is_null()) {
+    co_await SendError(writer, log,
+                       providers::MakeOpenAIError(400, "stream must be a boolean",
+                                                  "invalid_request_error", "invalid_type",
+                                                  "stream"),
+                       "error", headers);
+    co_return;
+  }
+  rec.stream = stream_it != body.end() && stream_it->is_boolean() && stream_it->get<bool>();
+  bool wants_usage = false;
+  if (auto so = body.find("stream_options"); so != body.end() && so->is_object()) {
+    auto iu = so->find("include_usage");
+    wants_usage = iu != so->end() && iu->is_boolean() && iu->get<bool>();
+  }
+  if (!rec.thread_id.empty()) log.set_fingerprint(telemetry::Fingerprint(body));
+
+  const Route* route = FindRoute(rec.model);
+  if (route == nullptr) {
+    co_await SendError(writer, log,
+                       providers::MakeOpenAIError(
+                           404,
+                           "The model `" + rec.model +
+                               "` does not exist or is not configured in this kvgate "
+                               "(see GET /v1/models)",
+                           "invalid_request_error", "model_not_found", "model"),
+                       "error", headers);
+    co_return;
+  }
+  rec.provider = route->provider_name;
+  rec.provider_type = std::string(providers::ProviderTypeName(route->type));
+  rec.upstream_model = route->upstream_model;
+  log.set_price(route->price);
+
+  providers::CallOptions options{.endpoint = endpoint,
+                                 .upstream_model = route->upstream_model,
+                                 .api_key = route->api_key,
+                                 .stream = rec.stream,
+                                 .client_wants_usage = wants_usage};
+
+  if (route->type == providers::ProviderType::kLocal) {
+    if (deps_.engines == nullptr) {
+      co_await SendError(writer, log,
+                         providers::MakeOpenAIError(503, "the built-in engine is not running",
+                                                    "server_error", "engine_unavailable"),
+                         "error", headers);
+      co_return;
+    }
+    co_await deps_.engines->Serve(*route, body, options, writer, log, std::move(headers));
+    co_return;
+  }
+
+  auto call = providers::BuildUpstreamCall(route->type, body, options);
+  if (!call) {
+    co_await SendError(writer, log,
+                       providers::MakeOpenAIError(400, call.error().message,
+                                                  "invalid_request_error", "invalid_request"),
+                       "error", headers);
+    co_return;
+  }
+  upstream::OutgoingRequest out{.method = "POST", .path = call->path, .body = std::move(call->body)};
+  for (auto& [name, value] : call->headers) out.headers.push_back({name, value});
+
+  auto executor = co_await asio::this_coro::executor;
+  upstream::Client& client = ClientForThisThread(executor);
+
+  if (!rec.stream) {
+    auto response = co_await client.Send(route->url, std::move(out));
+    if (!response) {
+      co_await SendError(writer, log, TransportError(response.error(), route->provider_name),
+                         response.error().code == ErrorCode::kDeadlineExceeded ? "timeout"
+                                                                               : "upstream_error",
+                         headers);
+      co_return;
+    }
+    rec.upstream_status = response->status;
+    rec.upstream_request_id = UpstreamRequestId(*response);
+    CopyUpstreamHeaders(*response, headers);
+    if (response->status < 200 || response->status >= 300) {
+      co_await SendError(writer, log,
+                         providers::TranslateUpstreamError(route->type, response->status,
+                                                           response->body),
+                         "upstream_error", headers);
+      co_return;
+    }
+    auto translated =
+        providers::TranslateResponse(route->type, response->body, options);
+    if (!translated) {
+      co_await SendError(writer, log,
+                         providers::MakeOpenAIError(502,
+                                                    "upstream " + route->provider_name +
+                                                        " sent a response kvgate cannot read: " +
+                                                        translated.error().message,
+                                                    "upstream_error", "bad_upstream_response"),
+                         "upstream_error", headers);
+      co_return;
+    }
+    rec.usage = std::move(translated->usage);
+    rec.finish_reason = translated->finish_reason;
+    rec.http_status = 200;
+    auto sent = co_await writer.Send(200, kJson, std::move(translated->body), std::move(headers));
+    if (!sent) log.SetError(200, "client_disconnected", sent.error().message);
+    log.Commit();
+    co_return;
+  }
+
+  // Streaming: answer the client's head only once the upstream's head is known, so an upstream
+  // 4xx/5xx becomes a plain JSON error with the right status, not a broken stream.
+  auto translator = providers::NewStreamTranslator(route->type, options);
+  bool streaming_to_client = false;
+  bool client_gone = false;
+  std::string error_body;  // a non-2xx upstream body, buffered
+  int upstream_status = 0;
+
+  auto on_head = [&](const upstream::Response& head) -> asio::awaitable<bool> {
+    upstream_status = head.status;
+    rec.upstream_status = head.status;
+    rec.upstream_request_id = UpstreamRequestId(head);
+    CopyUpstreamHeaders(head, headers);
+    if (head.status < 200 || head.status >= 300) co_return true;  // buffer the error body
+    std::vector<http::Header> stream_headers = headers;
+    stream_headers.push_back({"cache-control", "no-cache"});
+    auto began = co_await writer.BeginStream(200, "text/event-stream", std::move(stream_headers));
+    if (!began) {
+      client_gone = true;
+      co_return false;
+    }
+    streaming_to_client = true;
+    co_return true;
+  };
+  upstream::BodySink sink = [&](std::string_view bytes) -> asio::awaitable<bool> {
+    if (!streaming_to_client) {
+      if (error_body.size() < 1 << 20) error_body.append(bytes);
+      co_return true;
+    }
+    auto piece = translator->Feed(bytes);
+    if (piece.has_content) log.MarkFirstToken();
+    if (!piece.bytes.empty()) {
+      auto wrote = co_await writer.WriteChunk(piece.bytes);
+      if (!wrote) {
+        client_gone = true;
+        co_return false;
+      }
+    }
+    co_return true;
+  };
+
+  auto result = co_await client.SendStreaming(route->url, std::move(out), on_head, sink);
+  if (!streaming_to_client) {
+    if (client_gone) {
+      log.SetError(200, "client_disconnected", "the client went away before the stream began");
+    } else if (!result) {
+      co_await SendError(writer, log, TransportError(result.error(), route->provider_name),
+                         result.error().code == ErrorCode::kDeadlineExceeded ? "timeout"
+                                                                             : "upstream_error",
+                         headers);
+    } else {
+      co_await SendError(writer, log,
+                         providers::TranslateUpstreamError(route->type, upstream_status,
+                                                           error_body),
+                         "upstream_error", headers);
+    }
+    log.Commit();
+    co_return;
+  }
+
+  rec.http_status = 200;
+  if (client_gone) {
+    log.SetError(200, "client_disconnected", "the client closed the connection mid-stream");
+  } else {
+    std::string tail = result ? translator->Finish(true)
+                              : translator->Finish(false, result.error().message);
+    if (!tail.empty() && !(co_await writer.WriteChunk(tail))) client_gone = true;
+    if (!client_gone) co_await writer.EndStream();
+    if (client_gone) {
+      log.SetError(200, "client_disconnected", "the client closed the connection mid-stream");
+    } else if (!result) {
+      log.SetError(200,
+                   result.error().code == ErrorCode::kDeadlineExceeded ? "timeout"
+                                                                       : "upstream_error",
+                   "upstream stream failed: " + result.error().message);
+    } else if (auto upstream_error = translator->upstream_error()) {
+      log.SetError(200, "upstream_error", *upstream_error);
+    } else if (!translator->completed()) {
+      log.SetError(200, "upstream_error", "upstream ended the stream before its final event");
+    }
+  }
+  rec.usage = translator->usage();
+  rec.finish_reason = std::string(translator->finish_reason());
+  log.Commit();
+}
+
+}  // namespace kvgate::gateway

@@ -1,0 +1,52 @@
+#include "gateway/recorder.h"
+
+#include <limits>
+
+namespace kvgate::gateway {
+
+Recorder::Recorder(telemetry::TelemetryStore& store, telemetry::GatewayMetrics& metrics,
+                   const telemetry::PriceCatalog& catalog)
+    : store_(store), metrics_(metrics), catalog_(catalog) {}
+
+void Recorder::AddListener(std::function<void(const telemetry::RequestRecord&)> listener) {
+  listeners_.push_back(std::move(listener));
+}
+
+telemetry::CacheRules Recorder::RulesFor(std::string_view provider_type,
+                                         std::string_view model) const {
+  // kvgate's provider types -> the catalog's caching-rule keys.
+  std::string_view key = provider_type;
+  if (provider_type == "gemini-openai") key = "gemini";
+  if (provider_type == "local") key = "kvgate";
+  if (provider_type == "openrouter") key = "openai";
+  telemetry::CacheRules rules;
+  rules.automatic = key != "anthropic" && key != "bedrock";
+  auto rule = catalog_.FindCachingRule(key);
+  if (!rule) return rules;
+  rules.min_tokens = rule->MinCacheableTokensFor(model);
+  rules.granularity = std::max<int64_t>(1, rule->granularity_tokens);
+  // No time-based expiry (self-hosted caches are evicted by memory pressure only): an idle gap
+  // never explains a miss, so it is never diagnosed as "expired".
+  rules.ttl_seconds = rule->ttl_seconds.value_or(std::numeric_limits<int64_t>::max() / 2);
+  return rules;
+}
+
+void Recorder::Record(telemetry::RequestRecord record,
+                      const std::optional<telemetry::Price>& price,
+                      const telemetry::PromptFingerprint* fingerprint) {
+  if (price) record.cost = telemetry::ComputeCost(record.usage, *price);
+  if (fingerprint != nullptr && !record.thread_id.empty() && record.status == "ok") {
+    auto diagnosis =
+        tracker_.Diagnose(record, *fingerprint, RulesFor(record.provider_type, record.upstream_model));
+    if (diagnosis) record.cache_diagnosis = diagnosis->ToJson();
+  }
+  metrics_.Observe(record);
+  if (listeners_.empty()) {
+    store_.Record(std::move(record));
+    return;
+  }
+  store_.Record(record);
+  for (const auto& listener : listeners_) listener(record);
+}
+
+}  // namespace kvgate::gateway

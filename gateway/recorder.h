@@ -1,0 +1,41 @@
+// Where every finished request goes: priced, diagnosed against its thread's previous turn, counted
+// in the metrics, and queued for the store (and the monitors). Never blocks on disk.
+// Thread safety: Record() may be called from any thread concurrently.
+#pragma once
+
+#include <functional>
+#include <optional>
+
+#include "telemetry/diagnosis.h"
+#include "telemetry/metrics.h"
+#include "telemetry/pricing.h"
+#include "telemetry/record.h"
+#include "telemetry/store.h"
+
+namespace kvgate::gateway {
+
+class Recorder {
+ public:
+  // `catalog` supplies the caching rules per provider type; all references must outlive this.
+  Recorder(telemetry::TelemetryStore& store, telemetry::GatewayMetrics& metrics,
+           const telemetry::PriceCatalog& catalog);
+
+  // Extra consumers of finished records (the monitors); called after the store got the record.
+  void AddListener(std::function<void(const telemetry::RequestRecord&)> listener);
+
+  // Fills record.cost (when `price` is known) and record.cache_diagnosis, then hands the record on.
+  void Record(telemetry::RequestRecord record, const std::optional<telemetry::Price>& price,
+              const telemetry::PromptFingerprint* fingerprint);
+
+  // The diagnosis rules for a provider type and model (exposed for tests).
+  telemetry::CacheRules RulesFor(std::string_view provider_type, std::string_view model) const;
+
+ private:
+  telemetry::TelemetryStore& store_;
+  telemetry::GatewayMetrics& metrics_;
+  const telemetry::PriceCatalog& catalog_;
+  telemetry::ThreadTracker tracker_;
+  std::vector<std::function<void(const telemetry::RequestRecord&)>> listeners_;  // set before use
+};
+
+}  // namespace kvgate::gateway

@@ -1,0 +1,44 @@
+#include "gateway/request_log.h"
+
+namespace kvgate::gateway {
+
+RequestLog::RequestLog(Recorder& recorder, const Clock& clock, int64_t arrival_monotonic_ns)
+    : recorder_(recorder), clock_(clock), arrival_ns_(arrival_monotonic_ns) {
+  // The wall-clock arrival time, back-dated by however long parsing took.
+  record_.created_at_us = clock_.NowUnixMicros() - ElapsedMicros();
+}
+
+RequestLog::~RequestLog() {
+  if (!committed_) {
+    if (record_.status.empty() || record_.status == "ok") {
+      record_.status = "client_disconnected";
+      if (record_.http_status == 0) record_.http_status = 499;
+      if (record_.error.empty()) record_.error = "the request ended before a response was complete";
+    }
+    Commit();
+  }
+}
+
+int64_t RequestLog::ElapsedMicros() const {
+  return (clock_.MonotonicNanos() - arrival_ns_) / 1000;
+}
+
+void RequestLog::MarkFirstToken() {
+  if (!record_.ttft_us) record_.ttft_us = ElapsedMicros();
+}
+
+void RequestLog::SetError(int http_status, std::string status, std::string message) {
+  record_.http_status = http_status;
+  record_.status = std::move(status);
+  record_.error = std::move(message);
+}
+
+void RequestLog::Commit() {
+  if (committed_) return;
+  committed_ = true;
+  record_.latency_us = ElapsedMicros();
+  if (record_.status.empty()) record_.status = "ok";
+  recorder_.Record(std::move(record_), price_, fingerprint_ ? &*fingerprint_ : nullptr);
+}
+
+}  // namespace kvgate::gateway

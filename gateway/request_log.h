@@ -1,0 +1,49 @@
+// One in-flight request's telemetry: filled in as the request moves along, recorded exactly once —
+// on every path, including errors, client disconnects and coroutine teardown at shutdown.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "common/clock.h"
+#include "gateway/recorder.h"
+#include "telemetry/diagnosis.h"
+#include "telemetry/pricing.h"
+#include "telemetry/record.h"
+
+namespace kvgate::gateway {
+
+class RequestLog {
+ public:
+  RequestLog(Recorder& recorder, const Clock& clock, int64_t arrival_monotonic_ns);
+  // Records with status "client_disconnected" if Commit() was never called (the coroutine was
+  // destroyed mid-request: the client went away or the server shut down).
+  ~RequestLog();
+  RequestLog(const RequestLog&) = delete;
+  RequestLog& operator=(const RequestLog&) = delete;
+
+  telemetry::RequestRecord& record() { return record_; }
+  void set_price(std::optional<telemetry::Price> price) { price_ = std::move(price); }
+  void set_fingerprint(telemetry::PromptFingerprint fingerprint) {
+    fingerprint_ = std::move(fingerprint);
+  }
+  // Marks the first content token sent to the client (streams); later calls are ignored.
+  void MarkFirstToken();
+  // Sets the outcome the client saw.
+  void SetError(int http_status, std::string status, std::string message);
+  // Computes latency, then hands the record to the recorder. Idempotent.
+  void Commit();
+
+ private:
+  int64_t ElapsedMicros() const;
+
+  Recorder& recorder_;
+  const Clock& clock_;
+  int64_t arrival_ns_;
+  std::optional<telemetry::Price> price_;
+  std::optional<telemetry::PromptFingerprint> fingerprint_;
+  telemetry::RequestRecord record_;
+  bool committed_ = false;
+};
+
+}  // namespace kvgate::gateway

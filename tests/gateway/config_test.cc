@@ -1,0 +1,119 @@
+#include "gateway/config.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+namespace kvgate::gateway {
+namespace {
+
+EnvLookup FakeEnv(std::map<std::string, std::string> vars) {
+  return [vars = std::move(vars)](const std::string& name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+constexpr char kIssueExample[] = R"(
+server:   {listen: 127.0.0.1:8080, admin_token: adm, api_keys: [sk-one, sk-two]}
+storage:  {sqlite: ./kvgate.db}
+providers:
+  - {name: openai, type: openai, base_url: https://api.openai.com/v1, api_key: ${OPENAI_API_KEY}}
+  - {name: claude, type: anthropic, base_url: https://api.anthropic.com, api_key: ${ANTHROPIC_API_KEY}}
+  - {name: ds, type: deepseek, base_url: https://api.deepseek.com/v1/, api_key: ${DEEPSEEK_API_KEY}}
+models:
+  - {name: gpt-4o-mini, provider: openai, upstream_model: gpt-4o-mini,
+     pricing: {input: 0.15, cached_input: 0.075, cache_write_5m: 0, cache_write_1h: 0, output: 0.60}}
+  - {name: sonnet, provider: claude, upstream_model: claude-sonnet-4-5}
+)";
+
+TEST(ConfigTest, ParsesTheDocumentedShape) {
+  auto config = ParseConfig(kIssueExample,
+                            FakeEnv({{"OPENAI_API_KEY", "sk-o"}, {"ANTHROPIC_API_KEY", "sk-a"}}));
+  ASSERT_TRUE(config.has_value()) << config.error().message;
+  EXPECT_EQ(config->listen_host, "127.0.0.1");
+  EXPECT_EQ(config->listen_port, 8080);
+  EXPECT_EQ(config->admin_token, "adm");
+  ASSERT_EQ(config->api_key_hashes.size(), 2u);
+  EXPECT_EQ(config->api_key_hashes[0], HashApiKey("sk-one"));
+  EXPECT_NE(config->api_key_hashes[0], "sk-one");  // stored hashed, never in clear
+  EXPECT_EQ(config->sqlite_path, "./kvgate.db");
+  ASSERT_EQ(config->providers.size(), 3u);
+  EXPECT_EQ(config->providers[0].api_key, "sk-o");
+  EXPECT_EQ(config->providers[1].type, "anthropic");
+  EXPECT_EQ(config->providers[2].base_url, "https://api.deepseek.com/v1");  // trailing / dropped
+  EXPECT_EQ(config->providers[2].api_key, "");  // unset variable -> "" plus a warning
+  ASSERT_EQ(config->warnings.size(), 1u);
+  EXPECT_NE(config->warnings[0].find("DEEPSEEK_API_KEY"), std::string::npos);
+  ASSERT_EQ(config->models.size(), 2u);
+  ASSERT_TRUE(config->models[0].pricing.has_value());
+  EXPECT_EQ(config->models[0].pricing->base.input, 150'000);        // 0.15 USD/1M exactly
+  EXPECT_EQ(config->models[0].pricing->base.cached_input, 75'000);  // 0.075
+  EXPECT_EQ(config->models[0].pricing->base.output, 600'000);
+  EXPECT_FALSE(config->models[1].pricing.has_value());
+  EXPECT_EQ(config->models[1].upstream_model, "claude-sonnet-4-5");
+}
+
+TEST(ConfigTest, InterpolationDefaultsAndErrors) {
+  auto env = FakeEnv({{"A", "1"}});
+  EXPECT_EQ(*InterpolateEnv("x${A}y", env), "x1y");
+  EXPECT_EQ(*InterpolateEnv("${B:-dflt}", env), "dflt");
+  EXPECT_EQ(*InterpolateEnv("$A ${A}", env), "$A 1");
+  std::vector<std::string> unset;
+  EXPECT_EQ(*InterpolateEnv("[${B}]", env, &unset), "[]");
+  EXPECT_EQ(unset, std::vector<std::string>{"B"});
+  EXPECT_FALSE(InterpolateEnv("${A", env).has_value());
+  EXPECT_FALSE(InterpolateEnv("${1A}", env).has_value());
+}
+
+TEST(ConfigTest, ErrorsNameTheField) {
+  auto env = FakeEnv({});
+  struct Case {
+    const char* yaml;
+    const char* expect;
+  };
+  const Case cases[] = {
+      {"server: {listen: nonsense}", "server.listen"},
+      {"server: {listen: '127.0.0.1:99999'}", "server.listen"},
+      {"providers: [{name: a, type: bogus, base_url: http://x}]", "providers[0].type"},
+      {"providers: [{name: a, type: openai, base_url: ftp://x}]", "providers[0].base_url"},
+      {"providers: [{name: a, type: openai, base_url: http://x}, {name: a, type: openai, "
+       "base_url: http://y}]",
+       "duplicate provider"},
+      {"models: [{name: m, provider: nope}]", "models[0].provider"},
+      {"providers: [{name: a, type: openai, base_url: http://x}]\nmodels: [{name: m, provider: a, "
+       "pricing: {input: abc}}]",
+       "models[0].pricing.input"},
+      {"providers: [{name: a, type: openai, base_url: http://x}]\nmodels: [{name: m, provider: a, "
+       "pricing: {inptu: 1}}]",
+       "inptu"},
+      {"providerz: []", "providerz"},
+      {"server: [1, 2", "invalid YAML"},
+      {"providers: [{name: l, type: local}]", "model_path"},
+  };
+  for (const Case& c : cases) {
+    auto config = ParseConfig(c.yaml, env, "test.yaml");
+    ASSERT_FALSE(config.has_value()) << c.yaml;
+    EXPECT_NE(config.error().message.find(c.expect), std::string::npos)
+        << c.yaml << " -> " << config.error().message;
+  }
+}
+
+TEST(ConfigTest, DefaultsFromEnvironment) {
+  auto config = DefaultConfig(FakeEnv({{"ANTHROPIC_API_KEY", "sk-a"}}), "/nonexistent/model.gguf");
+  EXPECT_EQ(config.listen_host, "127.0.0.1");
+  EXPECT_EQ(config.listen_port, 8080);
+  EXPECT_EQ(config.sqlite_path, "./kvgate.db");
+  ASSERT_EQ(config.providers.size(), 1u);
+  EXPECT_EQ(config.providers[0].type, "anthropic");
+  EXPECT_EQ(config.providers[0].api_key, "sk-a");
+  EXPECT_FALSE(config.models.empty());
+  EXPECT_TRUE(ValidateConfig(config).has_value());
+  bool warned_model = false;
+  for (const auto& w : config.warnings) warned_model |= w.find("bundled model") != std::string::npos;
+  EXPECT_TRUE(warned_model);
+}
+
+}  // namespace
+}  // namespace kvgate::gateway

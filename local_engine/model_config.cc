@@ -1,0 +1,258 @@
+#include "local_engine/model_config.h"
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace kvgate::engine {
+namespace {
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return out;
+}
+
+// An unsigned 32-bit field of a JSON object: nullopt when absent or null, an error when present but
+// not a non-negative integer that fits.
+Result<std::optional<uint32_t>> JsonU32(const nlohmann::json& obj, const char* key) {
+  const auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return std::optional<uint32_t>{};
+  if (!it->is_number_integer() || *it < 0 || *it > UINT32_MAX) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     std::string("config.json: ") + key + " must be a non-negative 32-bit integer");
+  }
+  return std::optional<uint32_t>{it->get<uint32_t>()};
+}
+
+Result<std::optional<double>> JsonNumber(const nlohmann::json& obj, const char* key) {
+  const auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return std::optional<double>{};
+  if (!it->is_number()) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     std::string("config.json: ") + key + " must be a number");
+  }
+  return std::optional<double>{it->get<double>()};
+}
+
+ModelConfig Builtin(std::string name, std::string arch, uint32_t layers, uint32_t hidden,
+                    uint32_t ffn, uint32_t heads, uint32_t kv_heads, uint32_t head_dim,
+                    uint32_t vocab, uint32_t context, double rope_base, double eps, bool tied,
+                    double weights_gib) {
+  ModelConfig c;
+  c.name = std::move(name);
+  c.architecture = std::move(arch);
+  c.n_layers = layers;
+  c.hidden = hidden;
+  c.ffn = ffn;
+  c.n_heads = heads;
+  c.n_kv_heads = kv_heads;
+  c.head_dim = head_dim;
+  c.rope_dim = head_dim;
+  c.vocab_size = vocab;
+  c.context_length = context;
+  c.rope_freq_base = rope_base;
+  c.rms_norm_eps = eps;
+  c.tied_embeddings = tied;
+  c.weights_gib = weights_gib;
+  return c;
+}
+
+}  // namespace
+
+Status ValidateModelConfig(const ModelConfig& c) {
+  auto bad = [](std::string_view what) {
+    return MakeError(ErrorCode::kInvalidArgument, "model config: " + std::string(what));
+  };
+  if (c.n_layers == 0) return bad("layer count is 0");
+  if (c.hidden == 0) return bad("hidden size is 0");
+  if (c.n_heads == 0) return bad("head count is 0");
+  if (c.vocab_size == 0) return bad("vocabulary size is 0");
+  if (c.uses_mla()) {
+    if (c.qk_rope_head_dim == 0) return bad("MLA without qk_rope_head_dim");
+    return {};
+  }
+  if (c.head_dim == 0) return bad("head dim is 0");
+  if (c.n_kv_heads == 0 || c.n_kv_heads > c.n_heads || c.n_heads % c.n_kv_heads != 0) {
+    return bad("KV head count must divide the head count");
+  }
+  return {};
+}
+
+Result<ModelConfig> ModelConfigFromGguf(const GgufFile& file) {
+  auto fail = [&](std::string_view what) {
+    return MakeError(ErrorCode::kCorruptData, file.path() + ": " + std::string(what));
+  };
+  ModelConfig c;
+  const auto arch = file.GetString("general.architecture");
+  if (!arch || arch->empty()) return fail("general.architecture is missing");
+  c.architecture = *arch;
+  c.name = file.GetString("general.name").value_or(*arch);
+  const std::string p = *arch + ".";
+  auto u32 = [&](std::string_view key, bool required, uint32_t fallback) -> Result<uint32_t> {
+    const std::string full = p + std::string(key);
+    const auto v = file.GetInt(full);
+    if (!v) {
+      if (!required && file.Find(full) == nullptr) return fallback;
+      return fail(full + (file.Find(full) ? " is not an integer" : " is missing"));
+    }
+    if (*v < 0 || *v > UINT32_MAX) return fail(full + " is out of range");
+    return static_cast<uint32_t>(*v);
+  };
+  struct Field {
+    const char* key;
+    uint32_t* dst;
+    bool required;
+  };
+  const Field fields[] = {
+      {"block_count", &c.n_layers, true},
+      {"embedding_length", &c.hidden, true},
+      {"feed_forward_length", &c.ffn, false},
+      {"attention.head_count", &c.n_heads, true},
+      {"context_length", &c.context_length, false},
+      {"attention.kv_lora_rank", &c.kv_lora_rank, false},
+  };
+  for (const Field& f : fields) {
+    auto v = u32(f.key, f.required, 0);
+    if (!v) return std::unexpected(v.error());
+    *f.dst = *v;
+  }
+  auto kv = u32("attention.head_count_kv", false, c.n_heads);
+  if (!kv) return std::unexpected(kv.error());
+  c.n_kv_heads = *kv;
+  const uint32_t default_head_dim = c.n_heads ? c.hidden / c.n_heads : 0;
+  auto hd = u32("attention.key_length", false, default_head_dim);
+  if (!hd) return std::unexpected(hd.error());
+  c.head_dim = *hd;
+  auto rd = u32("rope.dimension_count", false, c.head_dim);
+  if (!rd) return std::unexpected(rd.error());
+  c.rope_dim = *rd;
+  if (c.uses_mla()) c.qk_rope_head_dim = c.rope_dim;
+  if (const auto v = file.GetInt(p + "vocab_size"); v && *v > 0 && *v <= UINT32_MAX) {
+    c.vocab_size = static_cast<uint32_t>(*v);
+  } else if (const GgufArray* tokens = file.GetArray("tokenizer.ggml.tokens")) {
+    c.vocab_size = static_cast<uint32_t>(std::min<size_t>(tokens->size(), UINT32_MAX));
+  }
+  c.rope_freq_base = file.GetFloat(p + "rope.freq_base").value_or(10000.0);
+  c.rms_norm_eps = file.GetFloat(p + "attention.layer_norm_rms_epsilon").value_or(1e-5);
+  c.tied_embeddings = file.FindTensor("output.weight") == nullptr;
+  if (auto st = ValidateModelConfig(c); !st) return fail(st.error().message);
+  return c;
+}
+
+Result<ModelConfig> ModelConfigFromHfJson(std::string_view json_text) {
+  nlohmann::json doc = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object()) {
+    return MakeError(ErrorCode::kInvalidArgument, "config.json: not a JSON object");
+  }
+  if (const auto it = doc.find("text_config"); it != doc.end() && it->is_object()) {
+    nlohmann::json text = *it;
+    if (!text.contains("model_type") && doc.contains("model_type")) {
+      text["model_type"] = doc["model_type"];
+    }
+    doc = std::move(text);
+  }
+  ModelConfig c;
+  if (const auto it = doc.find("model_type"); it != doc.end() && it->is_string()) {
+    c.architecture = it->get<std::string>();
+    c.name = c.architecture;
+  }
+  struct Field {
+    const char* key;
+    uint32_t* dst;
+    bool required;
+  };
+  const Field fields[] = {
+      {"num_hidden_layers", &c.n_layers, true},
+      {"hidden_size", &c.hidden, true},
+      {"intermediate_size", &c.ffn, false},
+      {"num_attention_heads", &c.n_heads, true},
+      {"vocab_size", &c.vocab_size, true},
+      {"max_position_embeddings", &c.context_length, false},
+      {"kv_lora_rank", &c.kv_lora_rank, false},
+      {"qk_rope_head_dim", &c.qk_rope_head_dim, false},
+  };
+  for (const Field& f : fields) {
+    auto v = JsonU32(doc, f.key);
+    if (!v) return std::unexpected(v.error());
+    if (!*v && f.required) {
+      return MakeError(ErrorCode::kInvalidArgument, std::string("config.json: missing ") + f.key);
+    }
+    *f.dst = v->value_or(0);
+  }
+  auto kv = JsonU32(doc, "num_key_value_heads");
+  if (!kv) return std::unexpected(kv.error());
+  c.n_kv_heads = kv->value_or(c.n_heads);
+  auto hd = JsonU32(doc, "head_dim");
+  if (!hd) return std::unexpected(hd.error());
+  auto nope = JsonU32(doc, "qk_nope_head_dim");
+  if (!nope) return std::unexpected(nope.error());
+  if (*hd) {
+    c.head_dim = **hd;
+  } else if (c.uses_mla() && *nope) {
+    c.head_dim = **nope + c.qk_rope_head_dim;
+  } else {
+    c.head_dim = c.n_heads ? c.hidden / c.n_heads : 0;
+  }
+  c.rope_dim = c.uses_mla() ? c.qk_rope_head_dim : c.head_dim;
+  if (c.kv_lora_rank == 0) c.qk_rope_head_dim = 0;
+  auto theta = JsonNumber(doc, "rope_theta");
+  if (!theta) return std::unexpected(theta.error());
+  c.rope_freq_base = theta->value_or(10000.0);
+  auto eps = JsonNumber(doc, "rms_norm_eps");
+  if (!eps) return std::unexpected(eps.error());
+  c.rms_norm_eps = eps->value_or(1e-5);
+  if (const auto it = doc.find("tie_word_embeddings"); it != doc.end() && it->is_boolean()) {
+    c.tied_embeddings = it->get<bool>();
+  }
+  if (auto st = ValidateModelConfig(c); !st) {
+    return MakeError(ErrorCode::kInvalidArgument, "config.json: " + st.error().message);
+  }
+  return c;
+}
+
+Result<ModelConfig> ModelConfigFromHfConfigFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return MakeError(ErrorCode::kNotFound, path + ": cannot open");
+  std::ostringstream text;
+  text << in.rdbuf();
+  auto c = ModelConfigFromHfJson(text.str());
+  if (!c) return MakeError(c.error().code, path + ": " + c.error().message);
+  return c;
+}
+
+std::vector<ModelConfig> BuiltinModelConfigs() {
+  std::vector<ModelConfig> t;
+  // name, arch, layers, hidden, ffn, heads, kv heads, head dim, vocab, context, rope, eps, tied,
+  // weights GiB (BF16 except DeepSeek V3, published in FP8).
+  t.push_back(Builtin("llama-3.3-70b", "llama", 80, 8192, 28672, 64, 8, 128, 128256, 131072,
+                      500000.0, 1e-5, false, 131.4));
+  t.push_back(Builtin("llama-3.1-405b", "llama", 126, 16384, 53248, 128, 8, 128, 128256, 131072,
+                      500000.0, 1e-5, false, 756.0));
+  t.push_back(Builtin("qwen3-8b", "qwen3", 36, 4096, 12288, 32, 8, 128, 151936, 40960, 1e6, 1e-6,
+                      false, 15.3));
+  t.push_back(Builtin("qwen3-235b-a22b", "qwen3_moe", 94, 4096, 12288, 64, 4, 128, 151936, 40960,
+                      1e6, 1e-6, false, 437.9));
+  ModelConfig ds = Builtin("deepseek-v3", "deepseek_v3", 61, 7168, 18432, 128, 128, 192, 129280,
+                           163840, 10000.0, 1e-6, false, 625.0);
+  ds.kv_lora_rank = 512;
+  ds.qk_rope_head_dim = 64;
+  ds.rope_dim = 64;
+  t.push_back(std::move(ds));
+  t.push_back(Builtin("smollm2-135m", "llama", 30, 576, 1536, 9, 3, 64, 49152, 8192, 100000.0, 1e-5,
+                      true, 0.25));
+  return t;
+}
+
+std::optional<ModelConfig> FindBuiltinModelConfig(std::string_view name) {
+  const std::string key = Lower(name);
+  for (ModelConfig& c : BuiltinModelConfigs()) {
+    if (c.name == key) return std::move(c);
+  }
+  return std::nullopt;
+}
+
+}  // namespace kvgate::engine

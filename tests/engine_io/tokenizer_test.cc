@@ -263,6 +263,30 @@ TEST(TokenizerTest, RoundTripsRandomUtf8) {
   }
 }
 
+// Arbitrary bytes (invalid UTF-8 included) survive exactly, except the bytes the vocabulary has no
+// symbol for, which are dropped.
+TEST(TokenizerTest, RoundTripsArbitraryBytes) {
+  REQUIRE_MODEL(m);
+  bool has_symbol[256];
+  int missing = 0;
+  for (int b = 0; b < 256; ++b) {
+    has_symbol[b] = m->tok->FindToken(ByteSymbol(b)).has_value();
+    missing += has_symbol[b] ? 0 : 1;
+  }
+  EXPECT_EQ(missing, 21);
+  std::mt19937 rng(5);
+  for (int i = 0; i < 500; ++i) {
+    std::string bytes, kept;
+    const size_t n = 1 + rng() % 64;
+    for (size_t j = 0; j < n; ++j) {
+      const auto b = static_cast<uint8_t>(rng());
+      bytes += static_cast<char>(b);
+      if (has_symbol[b]) kept += static_cast<char>(b);
+    }
+    ASSERT_EQ(m->tok->Decode(m->tok->Encode(bytes, true)), kept);
+  }
+}
+
 TEST(TokenizerTest, StreamingDecoderEmitsOnlyCompleteUtf8) {
   REQUIRE_MODEL(m);
   std::mt19937 rng(11);

@@ -65,16 +65,28 @@ using BodySink = std::function<boost::asio::awaitable<bool>(std::string_view)>;
 //
 // Thread safety: none. One Client per event-loop executor; use it only from coroutines running on
 // that executor (any number of them at once: each exchange takes its own connection). Destroy it
-// on that executor's thread, before the executor's io_context.
+// on that executor's thread, or after its loop has stopped, and before the executor's io_context.
+// `url` and `sink` are taken by reference and must outlive the co_await.
 class Client {
  public:
   static std::unique_ptr<Client> Create(boost::asio::any_io_executor executor, ClientOptions options);
   virtual ~Client() = default;
 
   // Sends a request and buffers the whole response (up to max_response_body).
-  // A pooled connection that fails before any response byte is retried once on a fresh one.
-  // Errors: kUnavailable (connect/TLS/reset), kDeadlineExceeded, kCorruptData (bad HTTP),
-  // kResourceExhausted (body too large).
+  // A pooled connection that fails before any response byte is retried once on a fresh one
+  // (never a fresh connection, never after a deadline).
+  // The client sets Host (unless given), Content-Length (when there is a body, or for
+  // POST/PUT/PATCH) and drops the caller's Content-Length/Transfer-Encoding/Connection.
+  // Errors (messages name the origin and the phase):
+  //   kInvalidArgument   bad URL/method/path/header (CR/LF), unreadable ca_file
+  //   kUnavailable       DNS, connect, TLS handshake ("... certificate verification: <reason>"),
+  //                      closed before responding, "upstream <origin> reset the connection
+  //                      after N body bytes (...)"
+  //   kDeadlineExceeded  "upstream <origin>: <phase> deadline (N ms) exceeded", phases: connect,
+  //                      TLS handshake, writing the request, waiting for the response, reading
+  //                      the response header, body idle (with the bytes received so far)
+  //   kCorruptData       the upstream did not speak HTTP/1.1
+  //   kResourceExhausted body over max_response_body
   virtual boost::asio::awaitable<Result<Response>> Send(const Url& url, OutgoingRequest request) = 0;
 
   // Streams the response: `on_head` is called once with the status and headers (body empty)
@@ -82,6 +94,8 @@ class Client {
   // `sink` piece by piece as it arrives. Either callback returning false aborts (the connection is
   // closed, not pooled) and the result is the head with no error. A failure after the head (reset
   // mid-stream, idle deadline) is returned as an error after the sink saw the bytes before it.
+  // An empty on_head or sink means "go on" / "discard". Streaming bodies have no size limit.
+  // A HEAD request's response is read without a body. 1xx interim responses are skipped.
   virtual boost::asio::awaitable<Result<Response>> SendStreaming(
       const Url& url, OutgoingRequest request,
       std::function<boost::asio::awaitable<bool>(const Response& head)> on_head,

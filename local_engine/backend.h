@@ -1,0 +1,125 @@
+// The compute backend interface of the built-in engine. ModelRunner is its only caller: it describes
+// each step with an explicit BatchMetadata and calls these ops layer by layer. The CPU backend
+// (cpu_backend.h) implements it now; a CUDA backend will implement the same interface.
+//
+// Dimension letters: T tokens in the batch, S sequences, D hidden size, K input features, N output
+// features, H query heads, Hkv key/value heads, Dh head dim, V vocabulary, P cache slots.
+//
+// Memory: every `float*` / `uint16_t*` an op takes points into memory from Allocate() (or, for
+// weights, from UploadWeights()); host spans in BatchMetadata are small and read during the call.
+// Ops run in issue order; results are visible to the host after Synchronize().
+//
+// Thread safety: a Backend is used by one thread at a time (the engine thread).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "common/error.h"
+#include "local_engine/gguf.h"
+
+namespace kvgate::engine {
+
+// Where a batch's tokens come from, where their K/V go and what they attend to. Sequence s owns the
+// token rows [query_start[s], query_start[s+1]): its newest tokens (a prefill chunk, or one decode
+// token), which are the last ones of its context_lens[s] tokens. Token rows are grouped by sequence.
+struct BatchMetadata {
+  std::span<const int32_t> token_ids;     // [T]
+  std::span<const int32_t> positions;     // [T] position of each token within its sequence
+  std::span<const int64_t> slot_mapping;  // [T] cache slot = block * block_size + offset (-1: skip)
+  std::span<const int32_t> query_start;   // [S + 1], query_start[0] == 0, query_start[S] == T
+  std::span<const int32_t> context_lens;  // [S] cached prefix + this chunk
+  std::span<const int32_t> block_tables;  // [S, max_blocks_per_seq] physical block ids, -1 padded
+  int32_t max_blocks_per_seq = 0;
+  int32_t block_size = 16;
+
+  int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
+  int64_t num_seqs() const { return static_cast<int64_t>(context_lens.size()); }
+};
+
+// Checks the internal consistency of `b` against a cache of `num_blocks` blocks (sizes, ordering,
+// positions consistent with context lengths, slots and block ids in range, block tables long enough).
+Status ValidateBatch(const BatchMetadata& b, int64_t num_blocks);
+
+// A 2-D quantized weight [N rows = ne1, K cols = ne0] in GGUF block layout, in backend memory.
+struct WeightMatrix {
+  GgmlType type = GgmlType::kQ4_1;  // kQ4_1 or kQ8_0
+  const void* data = nullptr;
+  int64_t rows = 0;  // N
+  int64_t cols = 0;  // K, a multiple of 32
+};
+
+// One matmul target: out [T, w->rows] = x [T, K] * w^T.
+struct MatMulOutput {
+  const WeightMatrix* w;
+  float* out;
+};
+
+// One layer's paged KV cache, f16, laid out [num_blocks][block_size][Hkv][Dh] for K and for V.
+struct KvCacheLayer {
+  uint16_t* k = nullptr;
+  uint16_t* v = nullptr;
+};
+
+struct AttentionShape {
+  int64_t heads = 0;     // H
+  int64_t kv_heads = 0;  // Hkv, divides H
+  int64_t head_dim = 0;  // Dh
+  float scale = 0.0f;    // usually 1 / sqrt(Dh)
+};
+
+// Backend memory; freed when the last copy of the handle goes.
+struct DeviceBuffer {
+  std::shared_ptr<void> mem;
+  size_t bytes = 0;
+  void* data() const { return mem.get(); }
+  float* f32() const { return static_cast<float*>(mem.get()); }
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view Name() const = 0;
+
+  // Zero-initialised memory of `bytes`, 64-byte aligned. kResourceExhausted when it cannot.
+  virtual Result<DeviceBuffer> Allocate(size_t bytes) = 0;
+  // Makes host bytes (an mmap'd GGUF tensor that outlives the backend's use of it) usable by ops
+  // and returns their backend address. The CPU backend returns `host` itself (no copy).
+  virtual Result<const void*> UploadWeights(const void* host, size_t bytes) = 0;
+  virtual void CopyToHost(const void* src, void* dst, size_t bytes) = 0;
+  virtual void Synchronize() = 0;
+
+  // out [T, D] = rows batch.token_ids of table [V, D] (Q8_0 or Q4_1), dequantized.
+  // REQUIRES: every token id < table.rows (ModelRunner checks).
+  virtual void Embed(const WeightMatrix& table, const BatchMetadata& batch, float* out) = 0;
+  // out [T, D] = x / sqrt(mean(x^2) + eps) * weight [D]; out may alias x.
+  virtual void RmsNorm(const float* x, const float* weight, int64_t t, int64_t d, float eps,
+                       float* out) = 0;
+  // Quantized matmul of one activation x [T, K] against each target's weight (all with K columns).
+  // Grouping Q/K/V or gate/up in one call lets the backend quantize x once and dispatch once.
+  virtual void MatMul(const float* x, int64_t t, int64_t k, std::span<const MatMulOutput> outs) = 0;
+  // In place on x [T, heads, Dh]: interleaved-pair RoPE (pairs 2i, 2i+1; GGUF llama layout) at
+  // batch.positions with frequency base `theta`.
+  virtual void Rope(float* x, int64_t heads, int64_t head_dim, float theta,
+                    const BatchMetadata& batch) = 0;
+  // Stores k, v [T, Hkv * Dh] at batch.slot_mapping in the layer's cache.
+  virtual void WriteKv(const float* k, const float* v, int64_t kv_dim, const BatchMetadata& batch,
+                       const KvCacheLayer& cache) = 0;
+  // out [T, H, Dh] = causal GQA of q [T, H, Dh] over each sequence's cached prefix and itself, read
+  // through batch.block_tables. The batch's own K/V must already be written (WriteKv).
+  virtual void Attention(const float* q, const KvCacheLayer& cache, const AttentionShape& shape,
+                         const BatchMetadata& batch, float* out) = 0;
+  // out [n] = silu(gate) * up; out may alias either input.
+  virtual void SwiGlu(const float* gate, const float* up, int64_t n, float* out) = 0;
+  // x [n] += y [n].
+  virtual void Add(float* x, const float* y, int64_t n) = 0;
+  // out [R, D] = x [rows[r], :] for x [*, D] (picks each sequence's last token before the output
+  // head). out must not alias x.
+  virtual void GatherRows(const float* x, int64_t d, std::span<const int32_t> rows, float* out) = 0;
+  // The (tied) output head is MatMul against token_embd [V, D] (Q8_0): logits [S, V].
+};
+
+}  // namespace kvgate::engine

@@ -1,0 +1,306 @@
+#include "local_engine/engine.h"
+
+#include <algorithm>
+
+#include "local_engine/cpu_backend.h"
+
+namespace kvgate::engine {
+
+struct Engine::Sequence {
+  uint64_t id = 0;
+  std::vector<int32_t> tokens;  // prompt + generated
+  int32_t num_prompt = 0;
+  int64_t num_computed = 0;  // tokens whose K/V are in the cache
+  std::vector<int32_t> block_table;
+  SamplingParams params;
+  Sampler sampler;
+  std::unique_ptr<StreamingDecoder> decoder;
+  StopMatcher stop;
+  std::function<void(const TokenEvent&)> on_token;
+  int32_t completion = 0;
+  bool finished = false;
+
+  Sequence(uint64_t id_, EngineRequest&& r, const Tokenizer& tok)
+      : id(id_),
+        tokens(std::move(r.prompt)),
+        num_prompt(static_cast<int32_t>(tokens.size())),
+        params(std::move(r.sampling)),
+        sampler(params, tokens),
+        decoder(std::make_unique<StreamingDecoder>(tok, /*render_special=*/false)),
+        stop(params.stop),
+        on_token(std::move(r.on_token)) {}
+};
+
+std::string_view FinishReasonName(FinishReason r) {
+  switch (r) {
+    case FinishReason::kNone: return "none";
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kError: return "error";
+  }
+  return "unknown";
+}
+
+Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
+  std::unique_ptr<Engine> e(new Engine());
+  e->options_ = options;
+  if (options.num_kv_blocks <= 0 || options.max_batch_tokens <= 0 || options.max_running <= 0) {
+    return MakeError(ErrorCode::kInvalidArgument, "engine options must be positive");
+  }
+  auto file = GgufFile::Open(options.model_path);
+  if (!file) return std::unexpected(file.error());
+  e->file_ = std::move(*file);
+  e->pool_ = std::make_unique<kernels::cpu::ThreadPool>(options.threads);
+  e->backend_ = MakeCpuBackend(e->pool_.get(), options.force_scalar ? kernels::cpu::Isa::kScalar
+                                                                    : kernels::cpu::BestIsa());
+  auto weights = LoadWeights(*e->file_, *e->backend_);
+  if (!weights) return std::unexpected(weights.error());
+  e->weights_ = std::move(*weights);
+  auto runner = ModelRunner::Create(e->weights_, *e->backend_, KvCacheConfig{options.num_kv_blocks, 16});
+  if (!runner) return std::unexpected(runner.error());
+  e->runner_ = std::move(*runner);
+  auto tok = Tokenizer::FromGguf(*e->file_);
+  if (!tok) return std::unexpected(tok.error());
+  e->tokenizer_ = std::move(*tok);
+  // End of generation: the declared EOS plus the chat-format terminators llama.cpp also treats as
+  // end-of-generation when the vocabulary has them.
+  if (auto eos = e->tokenizer_->eos_id()) e->eog_tokens_.push_back(*eos);
+  for (std::string_view t : {"<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>"}) {
+    if (auto id = e->tokenizer_->FindToken(t)) e->eog_tokens_.push_back(*id);
+  }
+  std::sort(e->eog_tokens_.begin(), e->eog_tokens_.end());
+  e->eog_tokens_.erase(std::unique(e->eog_tokens_.begin(), e->eog_tokens_.end()),
+                       e->eog_tokens_.end());
+  e->blocks_ = std::make_unique<SimpleBlockAllocator>(options.num_kv_blocks);
+  return e;
+}
+
+Engine::~Engine() = default;
+
+Result<uint64_t> Engine::AddRequest(EngineRequest request) {
+  auto bad = [](const std::string& m) { return MakeError(ErrorCode::kInvalidArgument, m); };
+  if (request.prompt.empty()) return bad("empty prompt");
+  for (int32_t t : request.prompt) {
+    if (t < 0 || t >= weights_.dims.vocab) return bad("prompt token id out of range: " + std::to_string(t));
+  }
+  if (auto s = ValidateSamplingParams(request.sampling); !s) return std::unexpected(s.error());
+  const int64_t n = static_cast<int64_t>(request.prompt.size());
+  if (n >= weights_.dims.context_length) {
+    return bad("prompt of " + std::to_string(n) + " tokens does not fit the context length " +
+               std::to_string(weights_.dims.context_length));
+  }
+  if (n + 1 > static_cast<int64_t>(options_.num_kv_blocks) * 16) {
+    return MakeError(ErrorCode::kResourceExhausted, "prompt does not fit the KV cache");
+  }
+  std::lock_guard lock(inbox_mu_);
+  const uint64_t id = next_id_++;
+  inbox_.push_back(std::make_unique<Sequence>(id, std::move(request), *tokenizer_));
+  ++live_requests_;
+  return id;
+}
+
+void Engine::Cancel(uint64_t request_id) {
+  std::lock_guard lock(inbox_mu_);
+  cancels_.push_back(request_id);
+}
+
+bool Engine::HasWork() const {
+  std::lock_guard lock(inbox_mu_);
+  return live_requests_ > 0;
+}
+
+void Engine::DrainInbox() {
+  std::vector<std::unique_ptr<Sequence>> added;
+  std::vector<uint64_t> cancels;
+  {
+    std::lock_guard lock(inbox_mu_);
+    added.swap(inbox_);
+    cancels.swap(cancels_);
+  }
+  for (auto& s : added) waiting_.push_back(std::move(s));
+  for (uint64_t id : cancels) {
+    for (auto& s : waiting_) {
+      if (s->id == id && !s->finished) Finish(*s, FinishReason::kCancelled);
+    }
+    for (auto& s : running_) {
+      if (s->id == id && !s->finished) Finish(*s, FinishReason::kCancelled);
+    }
+  }
+  std::erase_if(waiting_, [](const auto& s) { return s->finished; });
+  std::erase_if(running_, [](const auto& s) { return s->finished; });
+}
+
+void Engine::Emit(Sequence& s, int32_t token, std::string_view text, FinishReason reason) {
+  TokenEvent ev;
+  ev.request_id = s.id;
+  ev.token_id = token;
+  ev.text = text;
+  ev.finished = reason != FinishReason::kNone;
+  ev.finish_reason = reason;
+  ev.usage = Usage{s.num_prompt, 0, s.completion};
+  if (s.on_token) s.on_token(ev);
+}
+
+void Engine::Finish(Sequence& s, FinishReason reason, std::string error) {
+  for (int32_t b : s.block_table) blocks_->Free(b);
+  s.block_table.clear();
+  s.finished = true;
+  TokenEvent ev;
+  ev.request_id = s.id;
+  ev.finished = true;
+  ev.finish_reason = reason;
+  ev.usage = Usage{s.num_prompt, 0, s.completion};
+  ev.error = std::move(error);
+  if (s.on_token) s.on_token(ev);
+  std::lock_guard lock(inbox_mu_);
+  --live_requests_;
+}
+
+void Engine::Preempt(Sequence& s) {
+  for (int32_t b : s.block_table) blocks_->Free(b);
+  s.block_table.clear();
+  s.num_computed = 0;  // recomputed from scratch when readmitted
+}
+
+bool Engine::EnsureBlocks(Sequence& s, int64_t num_tokens) {
+  const int64_t need = (num_tokens + 15) / 16;
+  while (static_cast<int64_t>(s.block_table.size()) < need) {
+    auto b = blocks_->Allocate();
+    if (!b) return false;
+    s.block_table.push_back(*b);
+  }
+  return true;
+}
+
+void Engine::OnSampled(Sequence& s, int32_t token) {
+  s.tokens.push_back(token);
+  ++s.completion;
+  const bool eog =
+      !s.params.ignore_eos && std::binary_search(eog_tokens_.begin(), eog_tokens_.end(), token);
+  std::string text;
+  FinishReason reason = eog ? FinishReason::kStop : FinishReason::kNone;
+  bool stop_string = false;
+  if (!eog) {
+    auto out = s.stop.Push(s.decoder->Push(token));
+    text = std::move(out.text);
+    stop_string = out.stopped;
+    if (out.stopped) reason = FinishReason::kStop;
+  }
+  if (reason == FinishReason::kNone &&
+      (s.completion >= s.params.max_tokens ||
+       static_cast<int64_t>(s.tokens.size()) >= weights_.dims.context_length)) {
+    reason = FinishReason::kLength;
+  }
+  if (reason != FinishReason::kNone && !stop_string) {
+    // Release what the decoder and the stop matcher still hold (a stop string may still appear).
+    auto tail = s.stop.Push(s.decoder->Finish());
+    text += tail.text;
+    if (tail.stopped) {
+      reason = FinishReason::kStop;
+    } else {
+      text += s.stop.Flush();
+    }
+  }
+  Emit(s, token, text, reason);
+  if (reason != FinishReason::kNone) {
+    for (int32_t b : s.block_table) blocks_->Free(b);
+    s.block_table.clear();
+    s.finished = true;
+    std::lock_guard lock(inbox_mu_);
+    --live_requests_;
+  }
+}
+
+Status Engine::Step() {
+  DrainInbox();
+  // Admission, FCFS: the head of the queue waits until its whole prompt fits.
+  while (static_cast<int32_t>(running_.size()) < options_.max_running && !waiting_.empty()) {
+    Sequence& s = *waiting_.front();
+    const int64_t need = (static_cast<int64_t>(s.tokens.size()) + 1 + 15) / 16;
+    if (need > blocks_->num_free()) break;
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+  if (running_.empty()) return {};
+
+  // Decodes need at most one new block each; preempt the youngest sequences until they fit.
+  for (;;) {
+    int64_t need = 0;
+    for (auto& s : running_) {
+      const int64_t len = static_cast<int64_t>(s->tokens.size());
+      if (len - s->num_computed == 1 && (len + 15) / 16 > static_cast<int64_t>(s->block_table.size())) {
+        ++need;
+      }
+    }
+    if (need <= blocks_->num_free()) break;
+    if (running_.size() == 1) {  // a lone sequence filled the whole cache
+      Finish(*running_.front(), FinishReason::kLength);
+      running_.clear();
+      return {};
+    }
+    Preempt(*running_.back());
+    waiting_.push_front(std::move(running_.back()));
+    running_.pop_back();
+  }
+
+  // Plan: every decode first, then prefill chunks in admission order within the token budget.
+  struct Planned {
+    Sequence* s;
+    int64_t n;
+  };
+  std::vector<Planned> plan;
+  int64_t budget = options_.max_batch_tokens;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (auto& sp : running_) {
+      Sequence& s = *sp;
+      const int64_t remaining = static_cast<int64_t>(s.tokens.size()) - s.num_computed;
+      if ((pass == 0) != (remaining == 1) || budget == 0) continue;
+      int64_t n = std::min(remaining, budget);
+      const int64_t capacity = static_cast<int64_t>(s.block_table.size() + blocks_->num_free()) * 16 -
+                               s.num_computed;
+      n = std::min(n, capacity);
+      if (n <= 0 || !EnsureBlocks(s, s.num_computed + n)) continue;
+      plan.push_back({&s, n});
+      budget -= n;
+    }
+  }
+  if (plan.empty()) return {};
+
+  std::vector<int32_t> ids, positions, qstart{0}, ctx, tables;
+  std::vector<int64_t> slots;
+  int32_t max_blocks = 1;
+  for (const auto& p : plan) max_blocks = std::max<int32_t>(max_blocks, p.s->block_table.size());
+  for (const auto& p : plan) {
+    Sequence& s = *p.s;
+    for (int64_t j = 0; j < p.n; ++j) {
+      const int64_t pos = s.num_computed + j;
+      ids.push_back(s.tokens[pos]);
+      positions.push_back(static_cast<int32_t>(pos));
+      slots.push_back(static_cast<int64_t>(s.block_table[pos / 16]) * 16 + pos % 16);
+    }
+    qstart.push_back(static_cast<int32_t>(ids.size()));
+    ctx.push_back(static_cast<int32_t>(s.num_computed + p.n));
+    tables.insert(tables.end(), s.block_table.begin(), s.block_table.end());
+    tables.resize(tables.size() + (max_blocks - s.block_table.size()), -1);
+  }
+  const BatchMetadata batch{ids, positions, slots, qstart, ctx, tables, max_blocks, 16};
+  if (auto st = runner_->Forward(batch, LogitsMode::kLastPerSequence, logits_); !st) {
+    for (const auto& p : plan) Finish(*p.s, FinishReason::kError, st.error().ToString());
+    std::erase_if(running_, [](const auto& s) { return s->finished; });
+    return {};
+  }
+  const int64_t vocab = weights_.dims.vocab;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    Sequence& s = *plan[i].s;
+    s.num_computed += plan[i].n;
+    if (s.num_computed == static_cast<int64_t>(s.tokens.size())) {
+      std::span<float> row(logits_.data() + i * vocab, vocab);
+      OnSampled(s, s.sampler.Sample(row));
+    }
+  }
+  std::erase_if(running_, [](const auto& s) { return s->finished; });
+  return {};
+}
+
+}  // namespace kvgate::engine

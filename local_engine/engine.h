@@ -1,0 +1,138 @@
+// The built-in inference engine: continuous batching of requests over one model on the CPU backend.
+//
+//   auto engine = Engine::Create({.model_path = "...", .threads = 2});
+//   auto id = (*engine)->AddRequest({prompt_ids, params, on_token});   // any thread
+//   while ((*engine)->HasWork()) (*engine)->Step();                     // the engine thread
+//
+// Scheduling (part 1): FCFS. Each Step runs one batch holding one decode token for every running
+// sequence plus prefill chunks of admitted prompts, up to max_batch_tokens. When the KV cache runs
+// out, the most recently admitted sequence is preempted and later recomputed.
+//
+// Thread safety: AddRequest, Cancel and HasWork may be called from any thread (they go through a
+// mutex-protected inbox). Step and the accessors must be called from one thread (the engine
+// thread); callbacks run on that thread, inside Step, and must not call Step.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.h"
+#include "kernels/cpu/thread_pool.h"
+#include "local_engine/backend.h"
+#include "local_engine/gguf.h"
+#include "local_engine/kv_blocks.h"
+#include "local_engine/model.h"
+#include "local_engine/sampler.h"
+#include "local_engine/tokenizer.h"
+#include "local_engine/weights.h"
+
+namespace kvgate::engine {
+
+enum class FinishReason {
+  kNone,       // not finished
+  kStop,       // end-of-generation token or a stop string
+  kLength,     // max_tokens reached, or the model's context length
+  kCancelled,  // Cancel() was called
+  kError,      // the forward pass failed (the message is in TokenEvent::error)
+};
+std::string_view FinishReasonName(FinishReason r);  // "stop", "length", "cancelled", "error"
+
+struct Usage {
+  int32_t prompt_tokens = 0;
+  int32_t cached_tokens = 0;  // prefix-cache hits; always 0 in part 1
+  int32_t completion_tokens = 0;
+};
+
+// One callback per generated token, plus a final one when the request ends without a token of its
+// own (cancel, stop string, error): then token_id is -1. `text` is the newly complete UTF-8 text,
+// with stop strings and end-of-generation tokens removed (possibly empty: bytes held back).
+struct TokenEvent {
+  uint64_t request_id = 0;
+  int32_t token_id = -1;
+  std::string_view text;
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::kNone;
+  Usage usage;        // so far; final when finished
+  std::string error;  // when finish_reason == kError
+};
+
+struct EngineRequest {
+  std::vector<int32_t> prompt;  // token ids (nothing is added)
+  SamplingParams sampling;
+  std::function<void(const TokenEvent&)> on_token;
+};
+
+struct EngineOptions {
+  std::string model_path;
+  int threads = 2;                 // CPU threads, the engine thread included
+  int32_t num_kv_blocks = 512;     // x 16 tokens (8192 tokens, ~180 MiB for SmolLM2-135M)
+  int32_t max_batch_tokens = 512;  // tokens per Step (prefill chunk budget)
+  int32_t max_running = 16;        // sequences in a batch
+  bool force_scalar = false;       // portable kernels even on AVX2 CPUs (tests)
+};
+
+class Engine {
+ public:
+  // Loads and checks the model and its tokenizer. Errors: the GGUF reader's, LoadWeights',
+  // Tokenizer's, or kResourceExhausted for the cache.
+  static Result<std::unique_ptr<Engine>> Create(const EngineOptions& options);
+  ~Engine();
+
+  // Queues a request; its id is unique within this engine. kInvalidArgument for an empty prompt,
+  // token ids outside the vocabulary, bad sampling parameters, or a prompt that cannot fit the
+  // context length or the KV cache.
+  Result<uint64_t> AddRequest(EngineRequest request);
+  // Ends the request at the next Step (a final event with kCancelled). Unknown ids are ignored.
+  void Cancel(uint64_t request_id);
+  bool HasWork() const;
+
+  // Runs one batch. Errors only for broken internal invariants; per-request failures finish that
+  // request with kError instead.
+  Status Step();
+
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const LlamaDims& dims() const { return weights_.dims; }
+  const GgufFile& gguf() const { return *file_; }
+  std::string_view backend_name() const { return backend_->Name(); }
+
+ private:
+  struct Sequence;
+  Engine() = default;
+  void DrainInbox();
+  void Finish(Sequence& s, FinishReason reason, std::string error = {});
+  void Preempt(Sequence& s);
+  bool EnsureBlocks(Sequence& s, int64_t num_tokens);
+  void OnSampled(Sequence& s, int32_t token);
+  void Emit(Sequence& s, int32_t token, std::string_view text, FinishReason reason);
+
+  // Constant after Create.
+  EngineOptions options_;
+  std::unique_ptr<GgufFile> file_;
+  std::unique_ptr<kernels::cpu::ThreadPool> pool_;
+  std::unique_ptr<Backend> backend_;
+  ModelWeights weights_;
+  std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::vector<int32_t> eog_tokens_;  // end-of-generation ids, sorted
+
+  // Protected by inbox_mu_.
+  mutable std::mutex inbox_mu_;
+  uint64_t next_id_ = 1;
+  std::vector<std::unique_ptr<Sequence>> inbox_;
+  std::vector<uint64_t> cancels_;
+  int64_t live_requests_ = 0;  // added and not yet finished
+
+  // Engine thread only.
+  std::unique_ptr<KvBlockAllocator> blocks_;
+  std::deque<std::unique_ptr<Sequence>> waiting_;
+  std::vector<std::unique_ptr<Sequence>> running_;  // admission order
+  std::vector<float> logits_;
+};
+
+}  // namespace kvgate::engine

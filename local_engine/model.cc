@@ -1,0 +1,126 @@
+#include "local_engine/model.h"
+
+#include <cmath>
+#include <string>
+
+namespace kvgate::engine {
+
+Result<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelWeights& weights,
+                                                         Backend& backend, KvCacheConfig config) {
+  if (config.num_blocks <= 0 || config.block_size <= 0 || config.block_size > 64) {
+    return MakeError(ErrorCode::kInvalidArgument, "kv cache: bad block configuration");
+  }
+  std::unique_ptr<ModelRunner> r(new ModelRunner(weights, backend, config));
+  const LlamaDims& d = weights.dims;
+  const size_t layer_bytes = static_cast<size_t>(config.num_blocks) * config.block_size *
+                             d.kv_heads * d.head_dim * sizeof(uint16_t);
+  for (int64_t l = 0; l < d.n_layers; ++l) {
+    auto k = backend.Allocate(layer_bytes);
+    if (!k) return std::unexpected(k.error());
+    auto v = backend.Allocate(layer_bytes);
+    if (!v) return std::unexpected(v.error());
+    r->k_cache_.push_back(std::move(*k));
+    r->v_cache_.push_back(std::move(*v));
+  }
+  return r;
+}
+
+int64_t ModelRunner::KvBytesPerToken() const {
+  const LlamaDims& d = weights_.dims;
+  return 2 * d.n_layers * d.kv_heads * d.head_dim * static_cast<int64_t>(sizeof(uint16_t));
+}
+
+Status ModelRunner::EnsureActivations(int64_t t, int64_t rows_out) {
+  const LlamaDims& d = weights_.dims;
+  auto alloc = [&](DeviceBuffer& b, int64_t floats) -> Status {
+    auto r = backend_.Allocate(static_cast<size_t>(floats) * sizeof(float));
+    if (!r) return std::unexpected(r.error());
+    b = std::move(*r);
+    return {};
+  };
+  if (t > capacity_tokens_) {
+    const int64_t qd = d.heads * d.head_dim, kvd = d.kv_heads * d.head_dim;
+    for (auto [buf, width] : {std::pair{&x_, d.hidden}, {&xn_, d.hidden}, {&q_, qd}, {&k_, kvd},
+                              {&v_, kvd}, {&attn_, qd}, {&tmp_, d.hidden}, {&gate_, d.ffn},
+                              {&up_, d.ffn}}) {
+      if (auto s = alloc(*buf, t * width); !s) return s;
+    }
+    capacity_tokens_ = t;
+  }
+  if (rows_out > capacity_rows_) {
+    if (auto s = alloc(last_, rows_out * d.hidden); !s) return s;
+    if (auto s = alloc(logits_, rows_out * d.vocab); !s) return s;
+    capacity_rows_ = rows_out;
+  }
+  return {};
+}
+
+Status ModelRunner::Forward(const BatchMetadata& batch, LogitsMode mode,
+                            std::vector<float>& logits) {
+  if (auto s = ValidateBatch(batch, config_.num_blocks); !s) return s;
+  if (batch.block_size != config_.block_size) {
+    return MakeError(ErrorCode::kInvalidArgument, "batch block size differs from the cache's");
+  }
+  const LlamaDims& d = weights_.dims;
+  for (int32_t id : batch.token_ids) {
+    if (id < 0 || id >= d.vocab) {
+      return MakeError(ErrorCode::kInvalidArgument, "token id out of range: " + std::to_string(id));
+    }
+  }
+  for (int32_t p : batch.positions) {
+    if (p >= d.context_length) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       "position " + std::to_string(p) + " exceeds the model's context length " +
+                           std::to_string(d.context_length));
+    }
+  }
+  const int64_t t = batch.num_tokens(), s = batch.num_seqs();
+  const int64_t rows_out = mode == LogitsMode::kAllTokens ? t : s;
+  if (auto st = EnsureActivations(t, rows_out); !st) return st;
+
+  const int64_t dm = d.hidden, qd = d.heads * d.head_dim, kvd = d.kv_heads * d.head_dim;
+  const AttentionShape shape{d.heads, d.kv_heads, d.head_dim,
+                             1.0f / std::sqrt(static_cast<float>(d.head_dim))};
+  Backend& be = backend_;
+  float *x = x_.f32(), *xn = xn_.f32(), *q = q_.f32(), *k = k_.f32(), *v = v_.f32();
+  float *attn = attn_.f32(), *tmp = tmp_.f32(), *gate = gate_.f32(), *up = up_.f32();
+
+  be.Embed(weights_.token_embd, batch, x);  // x [T, D]
+  for (int64_t l = 0; l < d.n_layers; ++l) {
+    const LayerWeights& w = weights_.layers[l];
+    const KvCacheLayer cache{static_cast<uint16_t*>(k_cache_[l].data()),
+                             static_cast<uint16_t*>(v_cache_[l].data())};
+    be.RmsNorm(x, w.attn_norm, t, dm, d.rms_eps, xn);
+    const MatMulOutput qkv[] = {{&w.q, q}, {&w.k, k}, {&w.v, v}};  // [T, H*Dh], [T, Hkv*Dh] x2
+    be.MatMul(xn, t, dm, qkv);
+    be.Rope(q, d.heads, d.head_dim, d.rope_theta, batch);
+    be.Rope(k, d.kv_heads, d.head_dim, d.rope_theta, batch);
+    be.WriteKv(k, v, kvd, batch, cache);
+    be.Attention(q, cache, shape, batch, attn);  // attn [T, H*Dh]
+    const MatMulOutput o[] = {{&w.o, tmp}};       // tmp [T, D]
+    be.MatMul(attn, t, qd, o);
+    be.Add(x, tmp, t * dm);
+    be.RmsNorm(x, w.ffn_norm, t, dm, d.rms_eps, xn);
+    const MatMulOutput gu[] = {{&w.gate, gate}, {&w.up, up}};  // [T, F] x2
+    be.MatMul(xn, t, dm, gu);
+    be.SwiGlu(gate, up, t * d.ffn, gate);
+    const MatMulOutput down[] = {{&w.down, tmp}};  // tmp [T, D]
+    be.MatMul(gate, t, d.ffn, down);
+    be.Add(x, tmp, t * dm);
+  }
+  rows_.resize(rows_out);
+  for (int64_t r = 0; r < rows_out; ++r) {
+    rows_[r] = mode == LogitsMode::kAllTokens ? static_cast<int32_t>(r) : batch.query_start[r + 1] - 1;
+  }
+  float* last = last_.f32();
+  be.GatherRows(x, dm, rows_, last);                              // [R, D]
+  be.RmsNorm(last, weights_.output_norm, rows_out, dm, d.rms_eps, last);
+  const MatMulOutput head[] = {{&weights_.output, logits_.f32()}};  // [R, V]
+  be.MatMul(last, rows_out, dm, head);
+  be.Synchronize();
+  logits.resize(static_cast<size_t>(rows_out * d.vocab));
+  be.CopyToHost(logits_.f32(), logits.data(), logits.size() * sizeof(float));
+  return {};
+}
+
+}  // namespace kvgate::engine

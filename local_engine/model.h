@@ -1,0 +1,63 @@
+// ModelRunner: the only engine code that touches tensors. It owns the paged KV cache and the
+// activation buffers and runs a Llama forward pass for a batch described by BatchMetadata through
+// a Backend. Which blocks belong to which sequence is the caller's business (block tables in the
+// batch); the runner only checks that they are in range.
+//
+// Letters: T tokens, S sequences, D hidden, F FFN, H heads, Hkv KV heads, Dh head dim, V vocab.
+// Thread safety: single-threaded (the engine thread).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "common/error.h"
+#include "local_engine/backend.h"
+#include "local_engine/weights.h"
+
+namespace kvgate::engine {
+
+struct KvCacheConfig {
+  int32_t num_blocks = 256;  // 16-token blocks shared by all sequences
+  int32_t block_size = 16;
+};
+
+enum class LogitsMode {
+  kLastPerSequence,  // logits [S, V] for each sequence's last token in the batch
+  kAllTokens,        // logits [T, V] (tests)
+};
+
+class ModelRunner {
+ public:
+  // `weights` and `backend` must outlive the runner. Allocates the KV cache: per layer K and V of
+  // [num_blocks, block_size, Hkv, Dh] f16.
+  static Result<std::unique_ptr<ModelRunner>> Create(const ModelWeights& weights, Backend& backend,
+                                                     KvCacheConfig config);
+
+  // Runs one step. Errors (kInvalidArgument) for inconsistent metadata or token ids >= V; the
+  // cache is left untouched then.
+  Status Forward(const BatchMetadata& batch, LogitsMode mode, std::vector<float>& logits);
+
+  const LlamaDims& dims() const { return weights_.dims; }
+  const KvCacheConfig& kv_config() const { return config_; }
+  // KV bytes per token across all layers (K and V, f16).
+  int64_t KvBytesPerToken() const;
+
+ private:
+  ModelRunner(const ModelWeights& weights, Backend& backend, KvCacheConfig config)
+      : weights_(weights), backend_(backend), config_(config) {}
+  Status EnsureActivations(int64_t t, int64_t rows_out);
+
+  // Constant after construction.
+  const ModelWeights& weights_;
+  Backend& backend_;
+  const KvCacheConfig config_;
+  std::vector<DeviceBuffer> k_cache_, v_cache_;  // per layer
+
+  // Activations, grown to the largest batch seen.
+  int64_t capacity_tokens_ = 0, capacity_rows_ = 0;
+  DeviceBuffer x_, xn_, q_, k_, v_, attn_, tmp_, gate_, up_;  // [T, *]
+  DeviceBuffer last_, logits_;                                // [R, D], [R, V]
+  std::vector<int32_t> rows_;
+};
+
+}  // namespace kvgate::engine

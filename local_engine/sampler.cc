@@ -1,0 +1,163 @@
+#include "local_engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace kvgate::engine {
+
+Status ValidateSamplingParams(const SamplingParams& p) {
+  auto bad = [](const std::string& m) { return MakeError(ErrorCode::kInvalidArgument, m); };
+  if (!(p.temperature >= 0.0f) || !std::isfinite(p.temperature)) return bad("temperature must be >= 0");
+  if (p.top_k < 0) return bad("top_k must be >= 0");
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) return bad("top_p must be in (0, 1]");
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) return bad("min_p must be in [0, 1]");
+  if (!(p.repetition_penalty > 0.0f) || !std::isfinite(p.repetition_penalty)) {
+    return bad("repetition_penalty must be > 0");
+  }
+  if (!std::isfinite(p.presence_penalty) || !std::isfinite(p.frequency_penalty)) {
+    return bad("penalties must be finite");
+  }
+  if (p.max_tokens <= 0) return bad("max_tokens must be > 0");
+  return {};
+}
+
+Sampler::Sampler(const SamplingParams& params, std::span<const int32_t> prompt)
+    : params_(params),
+      prompt_tokens_(prompt.begin(), prompt.end()),
+      rng_(params.seed ? *params.seed : std::random_device{}()) {
+  std::sort(prompt_tokens_.begin(), prompt_tokens_.end());
+  prompt_tokens_.erase(std::unique(prompt_tokens_.begin(), prompt_tokens_.end()),
+                       prompt_tokens_.end());
+}
+
+void Sampler::ApplyPenalties(std::span<float> logits) const {
+  const int64_t v = static_cast<int64_t>(logits.size());
+  auto in_range = [v](int32_t t) { return t >= 0 && t < v; };
+  if (params_.repetition_penalty != 1.0f) {
+    auto penalize = [&](int32_t t) {
+      float& l = logits[t];
+      l = l > 0.0f ? l / params_.repetition_penalty : l * params_.repetition_penalty;
+    };
+    for (int32_t t : prompt_tokens_) {
+      if (in_range(t)) penalize(t);
+    }
+    for (const auto& [t, n] : output_counts_) {
+      if (in_range(t) && !std::binary_search(prompt_tokens_.begin(), prompt_tokens_.end(), t)) {
+        penalize(t);
+      }
+    }
+  }
+  if (params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f) {
+    for (const auto& [t, n] : output_counts_) {
+      if (in_range(t)) {
+        logits[t] -= params_.presence_penalty + params_.frequency_penalty * static_cast<float>(n);
+      }
+    }
+  }
+}
+
+int32_t Sampler::Sample(std::span<float> logits) {
+  ApplyPenalties(logits);
+  int32_t chosen = 0;
+  if (params_.temperature == 0.0f) {
+    chosen = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  } else {
+    const float inv_t = 1.0f / params_.temperature;
+    candidates_.clear();
+    candidates_.reserve(logits.size());
+    for (size_t i = 0; i < logits.size(); ++i) {
+      candidates_.emplace_back(logits[i] * inv_t, static_cast<int32_t>(i));
+    }
+    auto by_logit = [](const auto& a, const auto& b) {
+      return a.first > b.first || (a.first == b.first && a.second < b.second);
+    };
+    size_t n = candidates_.size();
+    if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < n) n = params_.top_k;
+    const bool need_sorted = params_.top_p < 1.0f || n < candidates_.size();
+    if (need_sorted) {
+      std::partial_sort(candidates_.begin(), candidates_.begin() + n, candidates_.end(), by_logit);
+      candidates_.resize(n);
+    } else {
+      std::swap(*candidates_.begin(),
+                *std::max_element(candidates_.begin(), candidates_.end(),
+                                  [&](const auto& a, const auto& b) { return by_logit(b, a); }));
+    }
+    // Softmax over the survivors (candidates_[0] holds the maximum either way).
+    const float mx = candidates_[0].first;
+    double total = 0.0;
+    for (auto& c : candidates_) total += (c.first = std::exp(c.first - mx));
+    for (auto& c : candidates_) c.first = static_cast<float>(c.first / total);
+    if (params_.top_p < 1.0f) {  // candidates_ is sorted here
+      double cum = 0.0;
+      size_t keep = 0;
+      while (keep < candidates_.size()) {
+        cum += candidates_[keep++].first;
+        if (cum >= params_.top_p) break;
+      }
+      candidates_.resize(keep);
+    }
+    if (params_.min_p > 0.0f) {
+      const float floor = params_.min_p * candidates_[0].first;
+      std::erase_if(candidates_, [&](const auto& c) { return c.first < floor; });
+    }
+    double mass = 0.0;
+    for (const auto& c : candidates_) mass += c.first;
+    std::uniform_real_distribution<double> u(0.0, mass);
+    double r = u(rng_);
+    chosen = candidates_.back().second;
+    for (const auto& c : candidates_) {
+      if (r < c.first) {
+        chosen = c.second;
+        break;
+      }
+      r -= c.first;
+    }
+  }
+  ++output_counts_[chosen];
+  return chosen;
+}
+
+StopMatcher::StopMatcher(std::vector<std::string> stops) {
+  for (auto& s : stops) {
+    if (!s.empty()) stops_.push_back(std::move(s));
+  }
+}
+
+StopMatcher::Output StopMatcher::Push(std::string_view piece) {
+  Output out;
+  if (stopped_) {
+    out.stopped = true;
+    return out;
+  }
+  pending_.append(piece);
+  size_t first = std::string::npos;
+  for (const auto& s : stops_) first = std::min(first, pending_.find(s));
+  if (first != std::string::npos) {
+    out.text = pending_.substr(0, first);
+    out.stopped = stopped_ = true;
+    pending_.clear();
+    return out;
+  }
+  // Hold back the longest suffix of pending_ that is a proper prefix of some stop string.
+  size_t hold = 0;
+  for (const auto& s : stops_) {
+    for (size_t len = std::min(s.size() - 1, pending_.size()); len > hold; --len) {
+      if (pending_.compare(pending_.size() - len, len, s, 0, len) == 0) {
+        hold = len;
+        break;
+      }
+    }
+  }
+  out.text = pending_.substr(0, pending_.size() - hold);
+  pending_.erase(0, pending_.size() - hold);
+  return out;
+}
+
+std::string StopMatcher::Flush() {
+  std::string s;
+  s.swap(pending_);
+  return stopped_ ? std::string() : s;
+}
+
+}  // namespace kvgate::engine

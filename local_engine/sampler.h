@@ -1,0 +1,78 @@
+// Token sampling for one request, and stop-string matching on the decoded text stream.
+//
+// Sampling order (as in vLLM / llama.cpp): penalties -> (greedy when temperature == 0) ->
+// temperature -> top-k -> top-p -> min-p -> draw with the request's own std::mt19937_64.
+// Thread safety: a Sampler / StopMatcher belongs to one request and is used by one thread.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "common/error.h"
+
+namespace kvgate::engine {
+
+struct SamplingParams {
+  float temperature = 0.0f;         // 0: greedy (argmax after penalties)
+  int32_t top_k = 0;                // 0: off
+  float top_p = 1.0f;               // 1: off; keep the smallest set with cumulative prob >= top_p
+  float min_p = 0.0f;               // 0: off; drop tokens with prob < min_p * max prob
+  float repetition_penalty = 1.0f;  // 1: off; tokens in prompt or output: logit / p if > 0 else * p
+  float presence_penalty = 0.0f;    // subtracted once from tokens present in the output
+  float frequency_penalty = 0.0f;   // subtracted per occurrence in the output
+  std::optional<uint64_t> seed;     // same seed + same logits = same tokens; none: random
+  int32_t max_tokens = 256;         // completion tokens at most
+  std::vector<std::string> stop;    // stop strings, matched on the decoded text
+  bool ignore_eos = false;
+};
+
+// kInvalidArgument naming the bad field (negative temperature, top_p outside (0, 1], ...).
+Status ValidateSamplingParams(const SamplingParams& p);
+
+class Sampler {
+ public:
+  // `prompt` feeds the repetition penalty.
+  Sampler(const SamplingParams& params, std::span<const int32_t> prompt);
+
+  // Picks the next token from logits [V] (modified in place) and records it as output.
+  int32_t Sample(std::span<float> logits);
+
+ private:
+  void ApplyPenalties(std::span<float> logits) const;
+
+  // Constant after construction.
+  SamplingParams params_;
+  std::vector<int32_t> prompt_tokens_;  // sorted, unique
+
+  std::mt19937_64 rng_;
+  std::unordered_map<int32_t, int32_t> output_counts_;
+  std::vector<std::pair<float, int32_t>> candidates_;  // scratch
+};
+
+// Finds stop strings in a stream of text pieces. Text that might be the start of a stop string is
+// held back until it is clear; text from the first stop string on is never released.
+class StopMatcher {
+ public:
+  explicit StopMatcher(std::vector<std::string> stops);
+
+  struct Output {
+    std::string text;      // safe to emit now
+    bool stopped = false;  // a stop string was found (text ends right before it)
+  };
+  Output Push(std::string_view piece);
+  // End of stream without a stop: everything held back.
+  std::string Flush();
+
+ private:
+  std::vector<std::string> stops_;  // non-empty strings only
+  std::string pending_;
+  bool stopped_ = false;
+};
+
+}  // namespace kvgate::engine

@@ -370,7 +370,7 @@ GatewayConfig DefaultConfig(const EnvLookup& env, const std::string& bundled_mod
   std::error_code ec;
   if (!bundled_model_path.empty() && std::filesystem::exists(bundled_model_path, ec)) {
     config.providers.push_back({.name = "local", .type = "local", .model_path = bundled_model_path,
-                                .kv_cache_tokens = 65536});
+                                .kv_cache_tokens = 16384});
     config.models.push_back({.name = "smollm2", .provider = "local", .upstream_model = "smollm2"});
   } else {
     config.warnings.push_back("bundled model not found at " + bundled_model_path +

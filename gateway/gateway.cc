@@ -7,6 +7,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include "gateway/alerting.h"
 #include "gateway/local_provider.h"
 
 namespace kvgate::gateway {
@@ -181,13 +182,8 @@ http::Handler Gateway::handler() {
   };
 }
 
-upstream::Client& Gateway::ClientForThisThread(const asio::any_io_executor& executor) {
-  // The server runs one event loop per thread, so one client (and connection pool) per thread
-  // per gateway needs no lock. Keyed by gateway so tests may run several gateways in a process.
-  thread_local std::unordered_map<const Gateway*, std::unique_ptr<upstream::Client>> clients;
-  auto& slot = clients[this];
-  if (!slot) slot = upstream::Client::Create(executor, client_options_);
-  return *slot;
+void Gateway::OnLoopStart(size_t index, asio::any_io_executor executor) {
+  clients_.at(index) = upstream::Client::Create(std::move(executor), client_options_);
 }
 
 asio::awaitable<void> Gateway::Handle(http::Request& request, http::ResponseWriter& writer) {
@@ -214,6 +210,96 @@ asio::awaitable<void> Gateway::Handle(http::Request& request, http::ResponseWrit
                          ErrorJson("no route for " + request.method + " " + path,
                                    "invalid_request_error", "not_found"));
   }
+}
+
+asio::awaitable<void> Gateway::HandleAlertsApi(http::Request& request,
+                                               http::ResponseWriter& writer) {
+  if (deps_.alerting == nullptr) {
+    co_await writer.Send(404, kJson,
+                         ErrorJson("alerting is not configured", "invalid_request_error",
+                                   "not_found"));
+    co_return;
+  }
+  Alerting& alerting = *deps_.alerting;
+  const std::string& path = request.path;
+  const std::string& method = request.method;
+  json body;
+  if ((method == "POST" || method == "PUT") && !request.body.empty()) {
+    body = json::parse(request.body, nullptr, false);
+    if (body.is_discarded() || !body.is_object()) {
+      co_await writer.Send(400, kJson,
+                           ErrorJson("the body must be a JSON object", "invalid_request_error",
+                                     "invalid_json"));
+      co_return;
+    }
+  }
+  auto run = [this](auto fn) { return RunBlocking(blocking_pool_, std::move(fn)); };
+  const std::string monitors_prefix = "/api/monitors/";
+  const std::string id = path.rfind(monitors_prefix, 0) == 0 ? path.substr(monitors_prefix.size())
+                                                             : std::string();
+  Result<json> result = MakeError(ErrorCode::kNotFound, "no route for " + method + " " + path);
+  int ok_status = 200;
+  bool allowed = true;
+  if (path == "/api/monitors") {
+    if (method == "GET") {
+      result = co_await run([&alerting] { return alerting.ListMonitors(); });
+    } else if (method == "POST") {
+      ok_status = 201;
+      result = co_await run([&alerting, &body] { return alerting.CreateMonitor(body); });
+    } else {
+      allowed = false;
+    }
+  } else if (!id.empty()) {
+    if (method == "GET") {
+      result = co_await run([&alerting, &id] { return alerting.GetMonitor(id); });
+    } else if (method == "PUT") {
+      result = co_await run([&alerting, &id, &body] { return alerting.UpdateMonitor(id, body); });
+    } else if (method == "DELETE") {
+      result = co_await run([&alerting, &id] { return alerting.DeleteMonitor(id); });
+    } else {
+      allowed = false;
+    }
+  } else if (path == "/api/alerts") {
+    auto limit = IntParam(request, "limit");
+    if (!limit) {
+      result = std::unexpected(limit.error());
+    } else if (method != "GET") {
+      allowed = false;
+    } else {
+      int n = static_cast<int>(std::clamp<int64_t>(limit->value_or(100), 1, 1000));
+      result = co_await run([&alerting, n] { return alerting.ListAlerts(n); });
+    }
+  } else if (path == "/api/channels") {
+    if (method == "GET") {
+      result = co_await run([&alerting] { return alerting.ListChannels(); });
+    } else {
+      allowed = false;
+    }
+  } else if (path.rfind("/api/channels/", 0) == 0 && path.size() > 19 &&
+             path.compare(path.size() - 5, 5, "/test") == 0) {
+    const std::string channel = path.substr(14, path.size() - 14 - 5);
+    if (method == "POST") {
+      ok_status = 202;
+      result = co_await run([&alerting, &channel] { return alerting.TestFire(channel); });
+    } else {
+      allowed = false;
+    }
+  }
+  if (!allowed) {
+    co_await writer.Send(405, kJson,
+                         ErrorJson("method " + method + " is not allowed on " + path,
+                                   "invalid_request_error", "method_not_allowed"));
+    co_return;
+  }
+  if (!result) {
+    int status = StatusFor(result.error().code);
+    co_await writer.Send(status, kJson,
+                         ErrorJson(result.error().message,
+                                   status < 500 ? "invalid_request_error" : "server_error",
+                                   std::string(ErrorCodeName(result.error().code))));
+    co_return;
+  }
+  co_await writer.Send(ok_status, kJson, result->dump());
 }
 
 std::string Gateway::ModelsJson() const {
@@ -248,6 +334,11 @@ asio::awaitable<void> Gateway::HandleReadApi(http::Request& request, http::Respo
                                      "invalid_request_error", "invalid_admin_token"));
       co_return;
     }
+  }
+  if (request.path.rfind("/api/monitors", 0) == 0 || request.path.rfind("/api/alerts", 0) == 0 ||
+      request.path.rfind("/api/channels", 0) == 0) {
+    co_await HandleAlertsApi(request, writer);
+    co_return;
   }
   if (request.method != "GET") {
     co_await writer.Send(405, kJson,

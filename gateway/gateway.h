@@ -24,6 +24,7 @@
 namespace kvgate::gateway {
 
 class LocalEngines;  // the built-in engine instances (local providers), see local_provider.h
+class Alerting;      // monitors and alert delivery, see alerting.h
 
 // Where one client-visible model name goes. Constant after construction.
 struct Route {
@@ -42,6 +43,7 @@ struct GatewayDeps {
   Recorder* recorder = nullptr;                    // required: where finished requests go
   const Clock* clock = nullptr;                    // required
   LocalEngines* engines = nullptr;                 // optional: serves routes of type local
+  Alerting* alerting = nullptr;                    // optional: /api/monitors, /api/alerts
 };
 
 class Gateway {
@@ -58,15 +60,24 @@ class Gateway {
 
   const Route* FindRoute(std::string_view model) const;
 
+  // Per event loop state: the server calls OnLoopStart (ServerOptions::on_thread_start) once on
+  // each of its `loops` threads before serving; ReleaseClients() after Server::Stop() and before
+  // the Server is destroyed (the clients' sockets belong to the loops' io_contexts).
+  void PrepareLoops(size_t loops) { clients_.resize(loops); }
+  void OnLoopStart(size_t index, boost::asio::any_io_executor executor);
+  void ReleaseClients() { clients_.clear(); }
+
  private:
   Gateway(const GatewayConfig& config, telemetry::PriceCatalog catalog, GatewayDeps deps);
 
   boost::asio::awaitable<void> HandleInference(http::Request& request, http::ResponseWriter& writer,
                                                providers::Endpoint endpoint);
   boost::asio::awaitable<void> HandleReadApi(http::Request& request, http::ResponseWriter& writer);
+  boost::asio::awaitable<void> HandleAlertsApi(http::Request& request,
+                                               http::ResponseWriter& writer);
   boost::asio::awaitable<void> HandleModels(http::ResponseWriter& writer);
   std::string ModelsJson() const;
-  upstream::Client& ClientForThisThread(const boost::asio::any_io_executor& executor);
+  upstream::Client& ClientFor(size_t worker_index) { return *clients_[worker_index]; }
 
   // Constant after construction.
   GatewayConfig config_;
@@ -74,6 +85,8 @@ class Gateway {
   GatewayDeps deps_;
   std::unordered_map<std::string, Route> routes_;
   upstream::ClientOptions client_options_;
+  // One upstream client (connection pool) per event loop, used only from that loop: no locks.
+  std::vector<std::unique_ptr<upstream::Client>> clients_;
   // Blocking work (SQLite reads for /api/*) runs here, never on the event loops.
   boost::asio::thread_pool blocking_pool_{2};
 };

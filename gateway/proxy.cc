@@ -190,17 +190,18 @@ asio::awaitable<void> Gateway::HandleInference(http::Request& request,
 
   auto call = providers::BuildUpstreamCall(route->type, body, options);
   if (!call) {
+    bool internal = call.error().code == ErrorCode::kInternal;
     co_await SendError(writer, log,
-                       providers::MakeOpenAIError(400, call.error().message,
-                                                  "invalid_request_error", "invalid_request"),
+                       providers::MakeOpenAIError(internal ? 500 : 400, call.error().message,
+                                                  internal ? "server_error" : "invalid_request_error",
+                                                  internal ? "internal_error" : "invalid_request"),
                        "error", headers);
     co_return;
   }
   upstream::OutgoingRequest out{.method = "POST", .path = call->path, .body = std::move(call->body)};
   for (auto& [name, value] : call->headers) out.headers.push_back({name, value});
 
-  auto executor = co_await asio::this_coro::executor;
-  upstream::Client& client = ClientForThisThread(executor);
+  upstream::Client& client = ClientFor(request.worker_index);
 
   if (!rec.stream) {
     auto response = co_await client.Send(route->url, std::move(out));
@@ -308,7 +309,11 @@ asio::awaitable<void> Gateway::HandleInference(http::Request& request,
   } else {
     std::string tail = result ? translator->Finish(true)
                               : translator->Finish(false, result.error().message);
-    if (!tail.empty() && !(co_await writer.WriteChunk(tail))) client_gone = true;
+    // No co_await inside && / || / ?: anywhere in this file: GCC 12 miscompiles those.
+    if (!tail.empty()) {
+      auto wrote = co_await writer.WriteChunk(tail);
+      if (!wrote) client_gone = true;
+    }
     if (!client_gone) co_await writer.EndStream();
     if (client_gone) {
       log.SetError(200, "client_disconnected", "the client closed the connection mid-stream");
@@ -317,8 +322,9 @@ asio::awaitable<void> Gateway::HandleInference(http::Request& request,
                    result.error().code == ErrorCode::kDeadlineExceeded ? "timeout"
                                                                        : "upstream_error",
                    "upstream stream failed: " + result.error().message);
-    } else if (auto upstream_error = translator->upstream_error()) {
-      log.SetError(200, "upstream_error", *upstream_error);
+    } else if (auto client_error = translator->client_error()) {
+      // An upstream error event, a malformed stream or an early end: the client got an error event.
+      log.SetError(200, "upstream_error", *client_error);
     } else if (!translator->completed()) {
       log.SetError(200, "upstream_error", "upstream ended the stream before its final event");
     }

@@ -1,0 +1,563 @@
+// The `local` provider: the built-in engine behind the OpenAI API, in-process.
+//
+// Threads: each engine runs Step() on its own thread. A request's coroutine hands the engine a
+// callback that pushes TokenEvents into a per-request Channel and pokes a timer on the coroutine's
+// executor; the coroutine drains the channel and writes to its client. Nothing blocks an event loop.
+#include "gateway/local_provider.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include "common/ids.h"
+#include "gateway/gateway.h"
+#include "gateway/request_log.h"
+#include "local_engine/chat_template.h"
+#include "local_engine/engine.h"
+
+namespace kvgate::gateway {
+namespace {
+
+using nlohmann::json;
+namespace asio = boost::asio;
+
+constexpr std::string_view kJson = "application/json";
+
+// One event as the coroutine sees it (TokenEvent's text is a view valid only in the callback).
+struct Event {
+  std::string text;
+  bool finished = false;
+  engine::FinishReason reason = engine::FinishReason::kNone;
+  engine::Usage usage;
+  std::string error;
+};
+
+// Engine thread -> request coroutine. Shared by the callback and the coroutine.
+struct Channel {
+  explicit Channel(asio::any_io_executor executor) : executor(executor), wakeup(executor) {
+    wakeup.expires_at(asio::steady_timer::time_point::max());
+  }
+  asio::any_io_executor executor;
+  asio::steady_timer wakeup;  // used on `executor` only
+  std::mutex mu;
+  std::deque<Event> events;   // GUARDED_BY(mu)
+};
+
+// One engine and the thread that steps it.
+class EngineHost {
+ public:
+  EngineHost(std::string name, std::unique_ptr<engine::Engine> engine, engine::ChatTemplate tmpl)
+      : name_(std::move(name)), engine_(std::move(engine)), template_(std::move(tmpl)),
+        thread_([this] { Loop(); }) {}
+  ~EngineHost() { Stop(); }
+
+  void Stop() {
+    {
+      std::lock_guard lock(mu_);
+      if (stopping_) return;
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  Result<uint64_t> Add(engine::EngineRequest request) {
+    auto id = engine_->AddRequest(std::move(request));
+    if (id) {
+      requests_total_.fetch_add(1);
+      cv_.notify_all();
+    }
+    return id;
+  }
+  void Cancel(uint64_t id) {
+    engine_->Cancel(id);
+    cv_.notify_all();
+  }
+
+  const std::string& name() const { return name_; }
+  engine::Engine& engine() { return *engine_; }
+  const engine::ChatTemplate& chat_template() const { return template_; }
+
+  json Describe() const {
+    return json{{"provider", name_},
+                {"backend", std::string(engine_->backend_name())},
+                {"requests_total", requests_total_.load()},
+                {"prompt_tokens_total", prompt_tokens_.load()},
+                {"generation_tokens_total", generation_tokens_.load()},
+                {"step_errors_total", step_errors_.load()}};
+  }
+  struct Counters {
+    uint64_t requests, prompt_tokens, generation_tokens;
+  };
+  Counters counters() const {
+    return {requests_total_.load(), prompt_tokens_.load(), generation_tokens_.load()};
+  }
+  void CountFinished(const engine::Usage& usage) {
+    prompt_tokens_.fetch_add(static_cast<uint64_t>(usage.prompt_tokens));
+    generation_tokens_.fetch_add(static_cast<uint64_t>(usage.completion_tokens));
+  }
+
+ private:
+  void Loop() {
+    while (true) {
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [this] { return stopping_ || engine_->HasWork(); });
+        if (stopping_) return;
+      }
+      if (auto status = engine_->Step(); !status) {
+        // A broken invariant in the engine: stop stepping it rather than spin on the error.
+        step_errors_.fetch_add(1);
+        std::fprintf(stderr, "kvgate: engine %s: %s\n", name_.c_str(),
+                     status.error().message.c_str());
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [this] { return stopping_; });
+        return;
+      }
+    }
+  }
+
+  // Constant after construction.
+  const std::string name_;
+  const std::unique_ptr<engine::Engine> engine_;
+  const engine::ChatTemplate template_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;  // GUARDED_BY(mu_)
+  std::atomic<uint64_t> requests_total_{0}, prompt_tokens_{0}, generation_tokens_{0},
+      step_errors_{0};
+  std::thread thread_;  // last: starts after everything above exists
+};
+
+// The text of an OpenAI message content: a string, or text parts joined.
+Result<std::string> ContentText(const json& content) {
+  if (content.is_string()) return content.get<std::string>();
+  if (content.is_null()) return std::string();
+  if (!content.is_array()) {
+    return MakeError(ErrorCode::kInvalidArgument, "message content must be a string or an array");
+  }
+  std::string text;
+  for (const auto& part : content) {
+    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+        !part["text"].is_string()) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       "the built-in engine accepts only text content parts");
+    }
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+Result<engine::SamplingParams> SamplingFrom(const json& body) {
+  engine::SamplingParams p;
+  p.temperature = 1.0f;  // OpenAI's default
+  auto number = [&](const char* key, float& slot) -> Status {
+    auto it = body.find(key);
+    if (it == body.end() || it->is_null()) return {};
+    if (!it->is_number()) {
+      return MakeError(ErrorCode::kInvalidArgument, std::string(key) + " must be a number");
+    }
+    slot = it->get<float>();
+    return {};
+  };
+  for (auto [key, slot] : {std::pair{"temperature", &p.temperature}, {"top_p", &p.top_p},
+                           {"min_p", &p.min_p}, {"presence_penalty", &p.presence_penalty},
+                           {"frequency_penalty", &p.frequency_penalty},
+                           {"repetition_penalty", &p.repetition_penalty}}) {
+    if (auto s = number(key, *slot); !s) return std::unexpected(s.error());
+  }
+  auto integer = [&](const char* key) -> Result<std::optional<int64_t>> {
+    auto it = body.find(key);
+    if (it == body.end() || it->is_null()) return std::optional<int64_t>{};
+    if (!it->is_number_integer()) {
+      return MakeError(ErrorCode::kInvalidArgument, std::string(key) + " must be an integer");
+    }
+    return std::optional<int64_t>{it->get<int64_t>()};
+  };
+  for (const char* key : {"max_completion_tokens", "max_tokens"}) {
+    auto v = integer(key);
+    if (!v) return std::unexpected(v.error());
+    if (*v) {
+      if (**v < 1) return MakeError(ErrorCode::kInvalidArgument, std::string(key) + " must be >= 1");
+      p.max_tokens = static_cast<int32_t>(std::min<int64_t>(**v, 1 << 20));
+      break;
+    }
+  }
+  auto top_k = integer("top_k");
+  if (!top_k) return std::unexpected(top_k.error());
+  if (*top_k) p.top_k = static_cast<int32_t>(**top_k);
+  auto seed = integer("seed");
+  if (!seed) return std::unexpected(seed.error());
+  if (*seed) p.seed = static_cast<uint64_t>(**seed);
+  if (auto n = integer("n"); !n || (*n && **n != 1)) {
+    return MakeError(ErrorCode::kInvalidArgument, "the built-in engine supports only n = 1");
+  }
+  if (auto stop = body.find("stop"); stop != body.end() && !stop->is_null()) {
+    if (stop->is_string()) {
+      p.stop.push_back(stop->get<std::string>());
+    } else if (stop->is_array() && stop->size() <= 4) {
+      for (const auto& s : *stop) {
+        if (!s.is_string()) return MakeError(ErrorCode::kInvalidArgument, "stop must be strings");
+        p.stop.push_back(s.get<std::string>());
+      }
+    } else {
+      return MakeError(ErrorCode::kInvalidArgument, "stop must be a string or up to 4 strings");
+    }
+  }
+  if (auto s = engine::ValidateSamplingParams(p); !s) return std::unexpected(s.error());
+  return p;
+}
+
+// The prompt text for the engine: the chat template over the messages, or the raw prompt.
+Result<std::string> PromptText(const EngineHost& host, const json& body,
+                               providers::Endpoint endpoint) {
+  if (endpoint == providers::Endpoint::kCompletions) {
+    auto prompt = body.find("prompt");
+    if (prompt == body.end() || !prompt->is_string()) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       "prompt must be a string for the built-in engine");
+    }
+    return prompt->get<std::string>();
+  }
+  auto messages = body.find("messages");
+  if (messages == body.end() || !messages->is_array() || messages->empty()) {
+    return MakeError(ErrorCode::kInvalidArgument, "messages must be a non-empty array");
+  }
+  std::vector<engine::ChatMessage> chat;
+  for (const auto& m : *messages) {
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
+      return MakeError(ErrorCode::kInvalidArgument, "each message needs a string role");
+    }
+    auto text = ContentText(m.value("content", json()));
+    if (!text) return std::unexpected(text.error());
+    std::string role = m["role"].get<std::string>();
+    if (role == "developer") role = "system";
+    chat.push_back({std::move(role), std::move(*text)});
+  }
+  return engine::ApplyChatTemplate(host.chat_template(), chat, /*add_generation_prompt=*/true);
+}
+
+json UsageJson(const engine::Usage& usage) {
+  return json{{"prompt_tokens", usage.prompt_tokens},
+              {"completion_tokens", usage.completion_tokens},
+              {"total_tokens", usage.prompt_tokens + usage.completion_tokens},
+              {"prompt_tokens_details", {{"cached_tokens", usage.cached_tokens}}}};
+}
+
+std::string FinishReasonFor(engine::FinishReason reason) {
+  return reason == engine::FinishReason::kLength ? "length" : "stop";
+}
+
+std::string Chunk(const std::string& id, int64_t created, const std::string& model,
+                  providers::Endpoint endpoint, const json& delta_or_text,
+                  const json& finish_reason) {
+  json chunk;
+  if (endpoint == providers::Endpoint::kChatCompletions) {
+    chunk = {{"id", id}, {"object", "chat.completion.chunk"}, {"created", created},
+             {"model", model},
+             {"choices", json::array({{{"index", 0}, {"delta", delta_or_text},
+                                       {"logprobs", nullptr}, {"finish_reason", finish_reason}}})}};
+  } else {
+    chunk = {{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model},
+             {"choices", json::array({{{"index", 0}, {"text", delta_or_text},
+                                       {"logprobs", nullptr}, {"finish_reason", finish_reason}}})}};
+  }
+  return "data: " + chunk.dump() + "\n\n";
+}
+
+std::string UsageChunk(const std::string& id, int64_t created, const std::string& model,
+                       providers::Endpoint endpoint, const engine::Usage& usage) {
+  json chunk = {{"id", id},
+                {"object", endpoint == providers::Endpoint::kChatCompletions
+                               ? "chat.completion.chunk"
+                               : "text_completion"},
+                {"created", created}, {"model", model}, {"choices", json::array()},
+                {"usage", UsageJson(usage)}};
+  return "data: " + chunk.dump() + "\n\n";
+}
+
+std::string FullResponse(const std::string& id, int64_t created, const std::string& model,
+                         providers::Endpoint endpoint, const std::string& text,
+                         const std::string& finish_reason, const engine::Usage& usage) {
+  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason}};
+  if (endpoint == providers::Endpoint::kChatCompletions) {
+    choice["message"] = {{"role", "assistant"}, {"content", text}};
+  } else {
+    choice["text"] = text;
+  }
+  return json{{"id", id},
+              {"object", endpoint == providers::Endpoint::kChatCompletions ? "chat.completion"
+                                                                           : "text_completion"},
+              {"created", created}, {"model", model}, {"choices", json::array({choice})},
+              {"usage", UsageJson(usage)}}
+      .dump();
+}
+
+std::string ErrorBody(const std::string& message, const char* type, const char* code) {
+  return json{{"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", code}}}}
+      .dump();
+}
+
+class LocalEnginesImpl final : public LocalEngines {
+ public:
+  explicit LocalEnginesImpl(std::map<std::string, std::unique_ptr<EngineHost>> hosts)
+      : hosts_(std::move(hosts)) {}
+
+  asio::awaitable<void> Serve(const Route& route, const json& body,
+                              const providers::CallOptions& options, http::ResponseWriter& writer,
+                              RequestLog& log, std::vector<http::Header> headers) override;
+
+  void Stop() override {
+    for (auto& [_, host] : hosts_) host->Stop();
+  }
+  json Describe() const override {
+    json engines = json::array();
+    for (const auto& [_, host] : hosts_) engines.push_back(host->Describe());
+    return json{{"engines", engines}};
+  }
+  void ExposeMetrics(std::string& out) const override {
+    struct Family {
+      const char* name;
+      const char* help;
+      uint64_t EngineHost::Counters::*field;
+    };
+    static constexpr Family kFamilies[] = {
+        {"kvgate_engine_requests_total", "Requests admitted by the built-in engine.",
+         &EngineHost::Counters::requests},
+        {"kvgate_engine_prompt_tokens_total", "Prompt tokens of finished engine requests.",
+         &EngineHost::Counters::prompt_tokens},
+        {"kvgate_engine_generation_tokens_total", "Tokens generated by the built-in engine.",
+         &EngineHost::Counters::generation_tokens},
+    };
+    if (hosts_.empty()) return;
+    for (const Family& f : kFamilies) {
+      out += std::string("# HELP ") + f.name + " " + f.help + "\n# TYPE " + f.name + " counter\n";
+      for (const auto& [name, host] : hosts_) {
+        out += std::string(f.name) + "{provider=\"" + name + "\"} " +
+               std::to_string(host->counters().*f.field) + "\n";
+      }
+    }
+  }
+
+ private:
+  std::map<std::string, std::unique_ptr<EngineHost>> hosts_;
+};
+
+asio::awaitable<void> LocalEnginesImpl::Serve(const Route& route, const json& body,
+                                              const providers::CallOptions& options,
+                                              http::ResponseWriter& writer, RequestLog& log,
+                                              std::vector<http::Header> headers) {
+  auto& rec = log.record();
+  auto host_it = hosts_.find(route.provider_name);
+  if (host_it == hosts_.end()) {
+    log.SetError(503, "error", "engine " + route.provider_name + " is not running");
+    co_await writer.Send(503, kJson, ErrorBody(rec.error, "server_error", "engine_unavailable"),
+                         std::move(headers));
+    co_return;
+  }
+  EngineHost& host = *host_it->second;
+  auto reject = [&](const Error& error) -> std::string {
+    log.SetError(400, "error", error.message);
+    return ErrorBody(error.message, "invalid_request_error", "invalid_request");
+  };
+  auto sampling = SamplingFrom(body);
+  if (!sampling) {
+    co_await writer.Send(400, kJson, reject(sampling.error()), std::move(headers));
+    co_return;
+  }
+  auto prompt_text = PromptText(host, body, options.endpoint);
+  if (!prompt_text) {
+    co_await writer.Send(400, kJson, reject(prompt_text.error()), std::move(headers));
+    co_return;
+  }
+  std::vector<int32_t> prompt = host.engine().tokenizer().Encode(*prompt_text, true);
+
+  auto executor = co_await asio::this_coro::executor;
+  auto channel = std::make_shared<Channel>(executor);
+  engine::EngineRequest request{
+      .prompt = std::move(prompt),
+      .sampling = std::move(*sampling),
+      .on_token = [channel](const engine::TokenEvent& e) {
+        {
+          std::lock_guard lock(channel->mu);
+          channel->events.push_back(
+              Event{std::string(e.text), e.finished, e.finish_reason, e.usage, e.error});
+        }
+        asio::post(channel->executor, [channel] { channel->wakeup.cancel(); });
+      }};
+  auto id = host.Add(std::move(request));
+  if (!id) {
+    co_await writer.Send(400, kJson, reject(id.error()), std::move(headers));
+    co_return;
+  }
+  // If this coroutine ends early (client gone, shutdown), the engine must stop working for it.
+  struct CancelGuard {
+    EngineHost& host;
+    uint64_t id;
+    bool done = false;
+    ~CancelGuard() {
+      if (!done) host.Cancel(id);
+    }
+  } guard{host, *id};
+
+  const std::string response_id = (options.endpoint == providers::Endpoint::kChatCompletions
+                                        ? NewId("chatcmpl")
+                                        : NewId("cmpl"));
+  const int64_t created = std::time(nullptr);
+  const std::string& model = rec.model;
+  bool streaming = options.stream;
+  if (streaming) {
+    std::vector<http::Header> stream_headers = headers;
+    stream_headers.push_back({"cache-control", "no-cache"});
+    // No co_await inside && / || / ?: in this file: GCC 12 miscompiles those.
+    auto began = co_await writer.BeginStream(200, "text/event-stream", std::move(stream_headers));
+    if (!began) {
+      log.SetError(200, "client_disconnected", "the client went away before the stream began");
+      log.Commit();
+      co_return;
+    }
+    if (options.endpoint == providers::Endpoint::kChatCompletions) {
+      json role = {{"role", "assistant"}, {"content", ""}};
+      auto wrote = co_await writer.WriteChunk(
+          Chunk(response_id, created, model, options.endpoint, role, nullptr));
+      if (!wrote) {
+        log.SetError(200, "client_disconnected", "the client closed the connection mid-stream");
+        log.Commit();
+        co_return;
+      }
+    }
+  }
+
+  std::string text;
+  Event last;
+  bool finished = false;
+  while (!finished) {
+    std::deque<Event> batch;
+    {
+      std::lock_guard lock(channel->mu);
+      batch.swap(channel->events);
+    }
+    if (batch.empty()) {
+      co_await channel->wakeup.async_wait(asio::as_tuple(asio::use_awaitable));
+      channel->wakeup.expires_at(asio::steady_timer::time_point::max());
+      continue;
+    }
+    std::string out;
+    for (Event& e : batch) {
+      if (!e.text.empty()) {
+        log.MarkFirstToken();
+        if (streaming) {
+          json delta = options.endpoint == providers::Endpoint::kChatCompletions
+                           ? json{{"content", e.text}}
+                           : json(e.text);
+          out += Chunk(response_id, created, model, options.endpoint, delta, nullptr);
+        } else {
+          text += e.text;
+        }
+      }
+      if (e.finished) {
+        finished = true;
+        last = std::move(e);
+        break;
+      }
+    }
+    if (streaming && !out.empty()) {
+      auto wrote = co_await writer.WriteChunk(out);
+      if (!wrote) {
+        log.SetError(200, "client_disconnected", "the client closed the connection mid-stream");
+        co_return;  // the guard cancels the engine request; the log records on destruction
+      }
+    }
+  }
+  guard.done = true;
+  host.CountFinished(last.usage);
+  rec.usage = telemetry::NormalizeUsage(telemetry::UsageFlavor::kKvgateEngine,
+                                        UsageJson(last.usage));
+  rec.finish_reason = last.reason == engine::FinishReason::kError
+                          ? "error"
+                          : FinishReasonFor(last.reason);
+
+  if (last.reason == engine::FinishReason::kError) {
+    std::string message = "the built-in engine failed: " + last.error;
+    log.SetError(streaming ? 200 : 500, "error", message);
+    if (streaming) {
+      json err = {{"error", {{"message", message}, {"type", "server_error"}, {"code", "engine_error"}}}};
+      co_await writer.WriteChunk("data: " + err.dump() + "\n\n");
+      co_await writer.EndStream();
+    } else {
+      co_await writer.Send(500, kJson, ErrorBody(message, "server_error", "engine_error"),
+                           std::move(headers));
+    }
+    log.Commit();
+    co_return;
+  }
+  rec.http_status = 200;
+  if (streaming) {
+    std::string tail =
+        Chunk(response_id, created, model, options.endpoint,
+              options.endpoint == providers::Endpoint::kChatCompletions ? json::object()
+                                                                        : json(""),
+              rec.finish_reason);
+    if (options.client_wants_usage) {
+      tail += UsageChunk(response_id, created, model, options.endpoint, last.usage);
+    }
+    tail += "data: [DONE]\n\n";
+    auto wrote = co_await writer.WriteChunk(tail);
+    if (wrote) wrote = co_await writer.EndStream();
+    if (!wrote) {
+      log.SetError(200, "client_disconnected", "the client closed the connection mid-stream");
+    }
+  } else {
+    auto sent = co_await writer.Send(200, kJson,
+                                     FullResponse(response_id, created, model, options.endpoint,
+                                                  text, rec.finish_reason, last.usage),
+                                     std::move(headers));
+    if (!sent) log.SetError(200, "client_disconnected", sent.error().message);
+  }
+  log.Commit();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<LocalEngines>> LocalEngines::Start(const GatewayConfig& config) {
+  std::map<std::string, std::unique_ptr<EngineHost>> hosts;
+  for (const auto& p : config.providers) {
+    if (p.type != "local") continue;
+    if (p.device != "cpu") {
+      return MakeError(ErrorCode::kUnavailable,
+                       "provider " + p.name + ": device " + p.device +
+                           " is not available in this build (the CUDA backend is not wired to "
+                           "the engine yet); use device: cpu");
+    }
+    engine::EngineOptions options;
+    options.model_path = p.model_path;
+    options.threads = p.threads > 0 ? p.threads
+                                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    if (p.kv_cache_tokens > 0) {
+      options.num_kv_blocks = static_cast<int32_t>((p.kv_cache_tokens + 15) / 16);
+    }
+    auto created = engine::Engine::Create(options);
+    if (!created) {
+      return MakeError(created.error().code,
+                       "provider " + p.name + " (" + p.model_path + "): " + created.error().message);
+    }
+    auto tmpl = engine::ChatTemplateFromGguf((*created)->gguf());
+    if (!tmpl) {
+      return MakeError(tmpl.error().code, "provider " + p.name + " (" + p.model_path +
+                                              "): chat template: " + tmpl.error().message);
+    }
+    hosts.emplace(p.name, std::make_unique<EngineHost>(p.name, std::move(*created), *tmpl));
+  }
+  return std::unique_ptr<LocalEngines>(new LocalEnginesImpl(std::move(hosts)));
+}
+
+}  // namespace kvgate::gateway

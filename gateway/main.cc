@@ -1,0 +1,264 @@
+// kvgate: the gateway (`serve`), the engine alone (`engine`), and engine tools (`generate`,
+// `kv-size`). main owns every long-lived object and passes them down; nothing is global.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/clock.h"
+#include "gateway/alerting.h"
+#include "gateway/config.h"
+#include "gateway/gateway.h"
+#include "gateway/http/server.h"
+#include "gateway/local_provider.h"
+#include "gateway/recorder.h"
+#include "local_engine/cli_generate.h"
+#include "local_engine/kv_size.h"
+#include "telemetry/metrics.h"
+#include "telemetry/store.h"
+
+namespace {
+
+using namespace kvgate;
+
+constexpr char kUsage[] =
+    "usage: kvgate <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  serve     [--config FILE] [--listen HOST:PORT] [--db PATH]\n"
+    "            run the gateway (default: 127.0.0.1:8080, ./kvgate.db, providers from\n"
+    "            OPENAI_API_KEY / ANTHROPIC_API_KEY / DEEPSEEK_API_KEY / ..., and the bundled\n"
+    "            model on the built-in engine as `smollm2`)\n"
+    "  generate  --model PATH [--chat] --prompt TEXT --max-tokens N [--temperature T] [--seed S]\n"
+    "            run the built-in engine once and stream the text to stdout\n"
+    "  kv-size   [--model NAME | --gguf PATH | --hf-config PATH] [--context N] [--gpu-mem-gib G]\n"
+    "            KV-cache bytes per token and sessions that fit in GPU memory\n"
+    "  version   print the version\n";
+
+// The bundled model: next to the working directory, or next to the source tree of this binary
+// (build/bin/kvgate -> ../../models).
+std::string FindBundledModel(const char* argv0) {
+  const std::string name = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  std::error_code ec;
+  if (std::filesystem::exists(name, ec)) return name;
+  auto exe = std::filesystem::weakly_canonical(std::filesystem::path(argv0), ec);
+  if (!ec) {
+    auto candidate = exe.parent_path().parent_path().parent_path() / name;
+    if (std::filesystem::exists(candidate, ec)) return candidate.string();
+  }
+  return name;
+}
+
+int Serve(int argc, char** argv) {
+  std::string config_path, listen_override, db_override;
+  for (int i = 2; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto value = [&](const char* flag) -> const char* {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "kvgate serve: %s needs a value\n", flag);
+        return nullptr;
+      }
+      return argv[++i];
+    };
+    const char* v = nullptr;
+    if (arg == "--config" && (v = value("--config"))) {
+      config_path = v;
+    } else if (arg == "--listen" && (v = value("--listen"))) {
+      listen_override = v;
+    } else if (arg == "--db" && (v = value("--db"))) {
+      db_override = v;
+    } else if (arg == "-h" || arg == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else {
+      if (v == nullptr && (arg == "--config" || arg == "--listen" || arg == "--db")) return 2;
+      std::fprintf(stderr, "kvgate serve: unknown option %s\n%s", arg.c_str(), kUsage);
+      return 2;
+    }
+  }
+
+  auto env = gateway::ProcessEnv();
+  gateway::GatewayConfig config;
+  if (!config_path.empty()) {
+    auto loaded = gateway::LoadConfigFile(config_path, env);
+    if (!loaded) {
+      std::fprintf(stderr, "kvgate: %s\n", loaded.error().message.c_str());
+      return 2;
+    }
+    config = std::move(*loaded);
+  } else {
+    config = gateway::DefaultConfig(env, FindBundledModel(argv[0]));
+  }
+  if (!listen_override.empty()) {
+    auto overridden = gateway::ParseConfig(
+        "server: {listen: \"" + listen_override + "\"}", env, "--listen");
+    if (!overridden) {
+      std::fprintf(stderr, "kvgate: %s\n", overridden.error().message.c_str());
+      return 2;
+    }
+    config.listen_host = overridden->listen_host;
+    config.listen_port = overridden->listen_port;
+  }
+  if (!db_override.empty()) config.sqlite_path = db_override;
+  if (auto valid = gateway::ValidateConfig(config); !valid) {
+    std::fprintf(stderr, "kvgate: %s\n", valid.error().message.c_str());
+    return 2;
+  }
+  for (const auto& warning : config.warnings) {
+    std::fprintf(stderr, "kvgate: warning: %s\n", warning.c_str());
+  }
+
+  auto catalog = telemetry::PriceCatalog::BuiltIn();
+  if (!config.price_catalog_path.empty()) {
+    std::ifstream in(config.price_catalog_path);
+    std::stringstream text;
+    text << in.rdbuf();
+    auto parsed = nlohmann::json::parse(text.str(), nullptr, false);
+    if (!in || parsed.is_discarded()) {
+      std::fprintf(stderr, "kvgate: cannot read price catalog %s (missing or not JSON)\n",
+                   config.price_catalog_path.c_str());
+      return 2;
+    }
+    if (auto merged = catalog.MergeJson(parsed); !merged) {
+      std::fprintf(stderr, "kvgate: price catalog %s: %s\n", config.price_catalog_path.c_str(),
+                   merged.error().message.c_str());
+      return 2;
+    }
+  }
+
+  // Block the shutdown signals before any thread starts, so every thread inherits the mask and
+  // only sigwait() below receives them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  SystemClock clock;
+  auto store = telemetry::TelemetryStore::Open(config.sqlite_path, clock);
+  if (!store) {
+    std::fprintf(stderr, "kvgate: telemetry store %s: %s\n", config.sqlite_path.c_str(),
+                 store.error().message.c_str());
+    return 1;
+  }
+  telemetry::MetricsRegistry registry;
+  auto metrics = telemetry::GatewayMetrics::Create(registry);
+  if (!metrics) {
+    std::fprintf(stderr, "kvgate: metrics: %s\n", metrics.error().message.c_str());
+    return 1;
+  }
+
+  std::unique_ptr<gateway::LocalEngines> engines;
+  bool has_local = false;
+  for (const auto& p : config.providers) has_local |= p.type == "local";
+  if (has_local) {
+    auto started = gateway::LocalEngines::Start(config);
+    if (!started) {
+      std::fprintf(stderr, "kvgate: %s\n", started.error().message.c_str());
+      return 1;
+    }
+    engines = std::move(*started);
+    registry.AddSection([e = engines.get()](std::string& out) { e->ExposeMetrics(out); });
+  }
+
+  auto alerting = gateway::Alerting::Start(config.alerts, config.sqlite_path, clock, metrics->get());
+  if (!alerting) {
+    std::fprintf(stderr, "kvgate: %s\n", alerting.error().message.c_str());
+    return 2;
+  }
+  gateway::Recorder recorder(**store, **metrics, catalog);
+  recorder.AddListener([a = alerting->get()](const telemetry::RequestRecord& record) {
+    a->Submit(record);
+  });
+  gateway::GatewayDeps deps{.store = store->get(),
+                            .metrics = metrics->get(),
+                            .recorder = &recorder,
+                            .clock = &clock,
+                            .engines = engines.get(),
+                            .alerting = alerting->get()};
+  auto gw = gateway::Gateway::Create(config, catalog, deps);
+  if (!gw) {
+    std::fprintf(stderr, "kvgate: %s\n", gw.error().message.c_str());
+    return 2;
+  }
+
+  http::ServerOptions options;
+  options.host = config.listen_host;
+  options.port = config.listen_port;
+  options.threads = config.threads > 0
+                        ? config.threads
+                        : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  (*gw)->PrepareLoops(static_cast<size_t>(options.threads));
+  options.on_thread_start = [g = gw->get()](size_t index, boost::asio::any_io_executor executor) {
+    g->OnLoopStart(index, std::move(executor));
+  };
+  options.body_limit = config.body_limit;
+  options.drain_timeout = config.drain_timeout;
+  auto server = http::Server::Start(options, (*gw)->handler());
+  if (!server) {
+    std::fprintf(stderr, "kvgate: cannot listen on %s:%u: %s\n", config.listen_host.c_str(),
+                 config.listen_port, server.error().message.c_str());
+    return 1;
+  }
+  std::string host = config.listen_host.find(':') != std::string::npos
+                         ? "[" + config.listen_host + "]"
+                         : config.listen_host;
+  std::fprintf(stderr, "kvgate: %zu models from %s; telemetry in %s\n", config.models.size(),
+               config.source.c_str(), config.sqlite_path.c_str());
+  if (config.admin_token.empty()) {
+    std::fprintf(stderr, "kvgate: warning: no server.admin_token: /api/* is open to anyone who "
+                         "can reach this port\n");
+  }
+  std::fprintf(stderr, "kvgate: listening on http://%s:%u\n", host.c_str(), (*server)->port());
+  std::fflush(stderr);
+
+  int received = 0;
+  sigwait(&signals, &received);
+  std::fprintf(stderr, "kvgate: %s received, draining %zu in-flight requests\n",
+               received == SIGTERM ? "SIGTERM" : "SIGINT", (*server)->in_flight());
+  (*server)->Stop();
+  (*gw)->ReleaseClients();
+  // Destroying the server destroys its event loops and with them any request coroutine cut off
+  // at the drain deadline; their RequestLogs record them now, while the store is still open.
+  server->reset();
+  if (engines) engines->Stop();
+  (*alerting)->Stop();
+  (*store)->Close();
+  auto stats = (*store)->stats();
+  std::fprintf(stderr, "kvgate: stopped; %llu requests recorded, %llu written\n",
+               static_cast<unsigned long long>(stats.recorded),
+               static_cast<unsigned long long>(stats.written));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  std::string command = argv[1];
+  if (command == "serve") return Serve(argc, argv);
+  // The engine tools parse their own flags from argv[1] on; argv[0] is the subcommand.
+  if (command == "generate") return engine::RunGenerateCommand(argc - 1, argv + 1);
+  if (command == "kv-size") return engine::RunKvSizeCommand(argc - 1, argv + 1);
+  if (command == "version" || command == "--version") {
+    std::puts("kvgate 0.1.0");
+    return 0;
+  }
+  if (command == "help" || command == "-h" || command == "--help") {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  std::fprintf(stderr, "kvgate: unknown command \"%s\"\n%s", command.c_str(), kUsage);
+  return 2;
+}

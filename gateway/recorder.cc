@@ -1,7 +1,5 @@
 #include "gateway/recorder.h"
 
-#include <limits>
-
 namespace kvgate::gateway {
 
 Recorder::Recorder(telemetry::TelemetryStore& store, telemetry::GatewayMetrics& metrics,
@@ -20,14 +18,13 @@ telemetry::CacheRules Recorder::RulesFor(std::string_view provider_type,
   if (provider_type == "local") key = "kvgate";
   if (provider_type == "openrouter") key = "openai";
   telemetry::CacheRules rules;
-  rules.automatic = key != "anthropic" && key != "bedrock";
   auto rule = catalog_.FindCachingRule(key);
   if (!rule) return rules;
+  rules.automatic = rule->automatic;
   rules.min_tokens = rule->MinCacheableTokensFor(model);
   rules.granularity = std::max<int64_t>(1, rule->granularity_tokens);
-  // No time-based expiry (self-hosted caches are evicted by memory pressure only): an idle gap
-  // never explains a miss, so it is never diagnosed as "expired".
-  rules.ttl_seconds = rule->ttl_seconds.value_or(std::numeric_limits<int64_t>::max() / 2);
+  // nullopt for caches without time-based expiry (self-hosted engines): never "expired".
+  rules.ttl_seconds = rule->ttl_seconds;
   return rules;
 }
 

@@ -302,6 +302,28 @@ asio::awaitable<void> Gateway::HandleAlertsApi(http::Request& request,
   co_await writer.Send(ok_status, kJson, result->dump());
 }
 
+Result<json> Gateway::EngineLookup(const http::Request& request) const {
+  if (request.method != "POST") {
+    return MakeError(ErrorCode::kInvalidArgument, "use POST /api/engine/lookup");
+  }
+  json body = json::parse(request.body, nullptr, false);
+  if (body.is_discarded() || !body.is_object() || !body.contains("model") ||
+      !body["model"].is_string()) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "the body must be a JSON object with \"model\" and \"messages\" or "
+                     "\"prompt\"");
+  }
+  const Route* route = FindRoute(body["model"].get<std::string>());
+  if (route == nullptr) {
+    return MakeError(ErrorCode::kNotFound, "unknown model " + body["model"].get<std::string>());
+  }
+  if (route->type != providers::ProviderType::kLocal || deps_.engines == nullptr) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "model " + route->model + " is not served by the built-in engine");
+  }
+  return deps_.engines->Lookup(*route, body);
+}
+
 std::string Gateway::ModelsJson() const {
   json data = json::array();
   std::vector<const Route*> sorted;
@@ -338,6 +360,18 @@ asio::awaitable<void> Gateway::HandleReadApi(http::Request& request, http::Respo
   if (request.path.rfind("/api/monitors", 0) == 0 || request.path.rfind("/api/alerts", 0) == 0 ||
       request.path.rfind("/api/channels", 0) == 0) {
     co_await HandleAlertsApi(request, writer);
+    co_return;
+  }
+  if (request.path == "/api/engine/lookup") {
+    // Tokenizing and a hash walk: microseconds, fine on the event loop.
+    Result<json> lookup = EngineLookup(request);
+    if (!lookup) {
+      co_await writer.Send(StatusFor(lookup.error().code), kJson,
+                           ErrorJson(lookup.error().message, "invalid_request_error",
+                                     std::string(ErrorCodeName(lookup.error().code))));
+    } else {
+      co_await writer.Send(200, kJson, lookup->dump());
+    }
     co_return;
   }
   if (request.method != "GET") {

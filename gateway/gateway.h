@@ -77,6 +77,7 @@ class Gateway {
                                                http::ResponseWriter& writer);
   boost::asio::awaitable<void> HandleModels(http::ResponseWriter& writer);
   std::string ModelsJson() const;
+  Result<nlohmann::json> EngineLookup(const http::Request& request) const;
   upstream::Client& ClientFor(size_t worker_index) { return *clients_[worker_index]; }
 
   // Constant after construction.

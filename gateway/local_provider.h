@@ -37,6 +37,10 @@ class LocalEngines {
                                              std::vector<http::Header> headers) = 0;
   // Stops accepting work, finishes or cancels in-flight requests, joins the engine threads.
   virtual void Stop() = 0;
+  // How much of this prompt ({"messages"} or {"prompt"}, OpenAI-shaped) the engine behind
+  // `route` has cached right now, without touching LRU order or refcounts:
+  // {"model", "prompt_tokens", "cached_tokens"}.
+  virtual Result<nlohmann::json> Lookup(const Route& route, const nlohmann::json& body) const = 0;
   // Engine state for GET /api/engine (pool size, used blocks, hit counters) per provider.
   virtual nlohmann::json Describe() const = 0;
   // Appends the engines' Prometheus exposition (vLLM's names) to `out`; thread safe.

@@ -11,7 +11,10 @@ struct Engine::Sequence {
   std::vector<int32_t> tokens;  // prompt + generated
   int32_t num_prompt = 0;
   int64_t num_computed = 0;  // tokens whose K/V are in the cache
-  std::vector<int32_t> block_table;
+  SequenceBlocks blocks;     // block table + prefix-cache bookkeeping
+  bool admitted_once = false;
+  int32_t cached_tokens = 0;       // prompt tokens reused at first admission
+  int32_t cache_write_tokens = 0;  // prompt tokens this sequence registered in the cache
   SamplingParams params;
   Sampler sampler;
   std::unique_ptr<StreamingDecoder> decoder;
@@ -30,6 +33,17 @@ struct Engine::Sequence {
         stop(params.stop),
         on_token(std::move(r.on_token)) {}
 };
+
+namespace {
+
+// Usage as the client sees it. A sequence preempted and recomputed may register some prompt
+// blocks twice; the prompt is still split once: cached + written <= prompt.
+Usage UsageOf(const Engine::Sequence& s) {
+  return Usage{s.num_prompt, s.cached_tokens, s.completion,
+               std::min(s.cache_write_tokens, s.num_prompt - s.cached_tokens)};
+}
+
+}  // namespace
 
 std::string_view FinishReasonName(FinishReason r) {
   switch (r) {
@@ -72,7 +86,7 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   std::sort(e->eog_tokens_.begin(), e->eog_tokens_.end());
   e->eog_tokens_.erase(std::unique(e->eog_tokens_.begin(), e->eog_tokens_.end()),
                        e->eog_tokens_.end());
-  e->blocks_ = std::make_unique<SimpleBlockAllocator>(options.num_kv_blocks);
+  e->blocks_ = std::make_unique<BlockManager>(options.num_kv_blocks);
   return e;
 }
 
@@ -138,19 +152,18 @@ void Engine::Emit(Sequence& s, int32_t token, std::string_view text, FinishReaso
   ev.text = text;
   ev.finished = reason != FinishReason::kNone;
   ev.finish_reason = reason;
-  ev.usage = Usage{s.num_prompt, 0, s.completion};
+  ev.usage = UsageOf(s);
   if (s.on_token) s.on_token(ev);
 }
 
 void Engine::Finish(Sequence& s, FinishReason reason, std::string error) {
-  for (int32_t b : s.block_table) blocks_->Free(b);
-  s.block_table.clear();
+  blocks_->Free(s.blocks);
   s.finished = true;
   TokenEvent ev;
   ev.request_id = s.id;
   ev.finished = true;
   ev.finish_reason = reason;
-  ev.usage = Usage{s.num_prompt, 0, s.completion};
+  ev.usage = UsageOf(s);
   ev.error = std::move(error);
   if (s.on_token) s.on_token(ev);
   std::lock_guard lock(inbox_mu_);
@@ -158,19 +171,26 @@ void Engine::Finish(Sequence& s, FinishReason reason, std::string error) {
 }
 
 void Engine::Preempt(Sequence& s) {
-  for (int32_t b : s.block_table) blocks_->Free(b);
-  s.block_table.clear();
-  s.num_computed = 0;  // recomputed from scratch when readmitted
+  // The blocks keep their hashes: readmission finds most of them in the cache.
+  blocks_->Free(s.blocks);
+  s.num_computed = 0;
+  ++preemptions_;
 }
 
 bool Engine::EnsureBlocks(Sequence& s, int64_t num_tokens) {
-  const int64_t need = (num_tokens + 15) / 16;
-  while (static_cast<int64_t>(s.block_table.size()) < need) {
-    auto b = blocks_->Allocate();
-    if (!b) return false;
-    s.block_table.push_back(*b);
-  }
+  if (!blocks_->CanGrow(s.blocks, static_cast<int>(num_tokens))) return false;
+  blocks_->Grow(s.blocks, static_cast<int>(num_tokens));
   return true;
+}
+
+int Engine::LookupCachedTokens(std::span<const int32_t> prompt) const {
+  std::lock_guard lock(blocks_mu_);
+  return blocks_->LookupCachedTokens(prompt);
+}
+
+CacheStats Engine::cache_stats() const {
+  std::lock_guard lock(blocks_mu_);
+  return CacheStats{blocks_->stats(), num_running_, num_waiting_, preemptions_};
 }
 
 void Engine::OnSampled(Sequence& s, int32_t token) {
@@ -204,8 +224,7 @@ void Engine::OnSampled(Sequence& s, int32_t token) {
   }
   Emit(s, token, text, reason);
   if (reason != FinishReason::kNone) {
-    for (int32_t b : s.block_table) blocks_->Free(b);
-    s.block_table.clear();
+    blocks_->Free(s.blocks);
     s.finished = true;
     std::lock_guard lock(inbox_mu_);
     --live_requests_;
@@ -213,15 +232,27 @@ void Engine::OnSampled(Sequence& s, int32_t token) {
 }
 
 Status Engine::Step() {
+  std::unique_lock blocks_lock(blocks_mu_);
+  const auto publish_counts = [this] {
+    num_running_ = static_cast<int64_t>(running_.size());
+    num_waiting_ = static_cast<int64_t>(waiting_.size());
+  };
   DrainInbox();
-  // Admission, FCFS: the head of the queue waits until its whole prompt fits.
+  // Admission, FCFS: the head of the queue waits until its whole sequence fits (cache hits
+  // included: a hit on a free block takes it out of the free pool).
   while (static_cast<int32_t>(running_.size()) < options_.max_running && !waiting_.empty()) {
     Sequence& s = *waiting_.front();
-    const int64_t need = (static_cast<int64_t>(s.tokens.size()) + 1 + 15) / 16;
-    if (need > blocks_->num_free()) break;
+    if (!blocks_->CanAllocate(s.tokens, s.blocks.salt)) break;
+    blocks_->Allocate(s.tokens, s.blocks);
+    s.num_computed = s.blocks.num_cached_tokens;
+    if (!s.admitted_once) {
+      s.admitted_once = true;
+      s.cached_tokens = static_cast<int32_t>(std::min<int64_t>(s.num_computed, s.num_prompt));
+    }
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }
+  publish_counts();
   if (running_.empty()) return {};
 
   // Decodes need at most one new block each; preempt the youngest sequences until they fit.
@@ -229,14 +260,16 @@ Status Engine::Step() {
     int64_t need = 0;
     for (auto& s : running_) {
       const int64_t len = static_cast<int64_t>(s->tokens.size());
-      if (len - s->num_computed == 1 && (len + 15) / 16 > static_cast<int64_t>(s->block_table.size())) {
+      if (len - s->num_computed == 1 &&
+          (len + 15) / 16 > static_cast<int64_t>(s->blocks.block_ids.size())) {
         ++need;
       }
     }
-    if (need <= blocks_->num_free()) break;
+    if (need <= blocks_->num_free_blocks()) break;
     if (running_.size() == 1) {  // a lone sequence filled the whole cache
       Finish(*running_.front(), FinishReason::kLength);
       running_.clear();
+      publish_counts();
       return {};
     }
     Preempt(*running_.back());
@@ -257,49 +290,69 @@ Status Engine::Step() {
       const int64_t remaining = static_cast<int64_t>(s.tokens.size()) - s.num_computed;
       if ((pass == 0) != (remaining == 1) || budget == 0) continue;
       int64_t n = std::min(remaining, budget);
-      const int64_t capacity = static_cast<int64_t>(s.block_table.size() + blocks_->num_free()) * 16 -
-                               s.num_computed;
+      const int64_t capacity =
+          static_cast<int64_t>(s.blocks.block_ids.size() + blocks_->num_free_blocks()) * 16 -
+          s.num_computed;
       n = std::min(n, capacity);
       if (n <= 0 || !EnsureBlocks(s, s.num_computed + n)) continue;
       plan.push_back({&s, n});
       budget -= n;
     }
   }
-  if (plan.empty()) return {};
+  if (plan.empty()) {
+    publish_counts();
+    return {};
+  }
 
   std::vector<int32_t> ids, positions, qstart{0}, ctx, tables;
   std::vector<int64_t> slots;
   int32_t max_blocks = 1;
-  for (const auto& p : plan) max_blocks = std::max<int32_t>(max_blocks, p.s->block_table.size());
+  for (const auto& p : plan) {
+    max_blocks = std::max<int32_t>(max_blocks, static_cast<int32_t>(p.s->blocks.block_ids.size()));
+  }
   for (const auto& p : plan) {
     Sequence& s = *p.s;
     for (int64_t j = 0; j < p.n; ++j) {
       const int64_t pos = s.num_computed + j;
       ids.push_back(s.tokens[pos]);
       positions.push_back(static_cast<int32_t>(pos));
-      slots.push_back(static_cast<int64_t>(s.block_table[pos / 16]) * 16 + pos % 16);
+      slots.push_back(static_cast<int64_t>(s.blocks.block_ids[pos / 16]) * 16 + pos % 16);
     }
     qstart.push_back(static_cast<int32_t>(ids.size()));
     ctx.push_back(static_cast<int32_t>(s.num_computed + p.n));
-    tables.insert(tables.end(), s.block_table.begin(), s.block_table.end());
-    tables.resize(tables.size() + (max_blocks - s.block_table.size()), -1);
+    tables.insert(tables.end(), s.blocks.block_ids.begin(), s.blocks.block_ids.end());
+    tables.resize(tables.size() + (max_blocks - s.blocks.block_ids.size()), -1);
   }
   const BatchMetadata batch{ids, positions, slots, qstart, ctx, tables, max_blocks, 16};
-  if (auto st = runner_->Forward(batch, LogitsMode::kLastPerSequence, logits_); !st) {
-    for (const auto& p : plan) Finish(*p.s, FinishReason::kError, st.error().ToString());
+  // The forward pass only writes slots of blocks these sequences own exclusively (shared prefix
+  // blocks are read-only), so lookups may read the block pool meanwhile.
+  blocks_lock.unlock();
+  auto forward = runner_->Forward(batch, LogitsMode::kLastPerSequence, logits_);
+  blocks_lock.lock();
+  if (!forward) {
+    for (const auto& p : plan) Finish(*p.s, FinishReason::kError, forward.error().ToString());
     std::erase_if(running_, [](const auto& s) { return s->finished; });
+    publish_counts();
     return {};
   }
   const int64_t vocab = weights_.dims.vocab;
   for (size_t i = 0; i < plan.size(); ++i) {
     Sequence& s = *plan[i].s;
     s.num_computed += plan[i].n;
+    if (options_.enable_prefix_caching) {
+      // Prompt blocks first, so cache_write_tokens counts prompt tokens only; then blocks filled
+      // by generated tokens (the next turn of a conversation starts with them).
+      const int prompt_done = static_cast<int>(std::min<int64_t>(s.num_computed, s.num_prompt));
+      s.cache_write_tokens += blocks_->CommitComputed(s.tokens, prompt_done, s.blocks);
+      blocks_->CommitComputed(s.tokens, static_cast<int>(s.num_computed), s.blocks);
+    }
     if (s.num_computed == static_cast<int64_t>(s.tokens.size())) {
       std::span<float> row(logits_.data() + i * vocab, vocab);
       OnSampled(s, s.sampler.Sample(row));
     }
   }
   std::erase_if(running_, [](const auto& s) { return s->finished; });
+  publish_counts();
   return {};
 }
 

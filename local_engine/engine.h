@@ -4,9 +4,14 @@
 //   auto id = (*engine)->AddRequest({prompt_ids, params, on_token});   // any thread
 //   while ((*engine)->HasWork()) (*engine)->Step();                     // the engine thread
 //
-// Scheduling (part 1): FCFS. Each Step runs one batch holding one decode token for every running
-// sequence plus prefill chunks of admitted prompts, up to max_batch_tokens. When the KV cache runs
-// out, the most recently admitted sequence is preempted and later recomputed.
+// Scheduling: FCFS. Each Step runs one batch holding one decode token for every running sequence
+// plus prefill chunks of admitted prompts, up to max_batch_tokens. When the KV cache runs out, the
+// most recently admitted sequence is preempted and later recomputed (its blocks keep their hashes,
+// so the recomputation mostly hits the prefix cache).
+//
+// Prefix caching (BlockManager): at admission a prompt's leading full 16-token blocks that are in
+// the cache are shared instead of computed; full blocks are registered in the cache once their K/V
+// is written; finished sequences return their blocks tail-first, evicted LRU.
 //
 // Thread safety: AddRequest, Cancel and HasWork may be called from any thread (they go through a
 // mutex-protected inbox). Step and the accessors must be called from one thread (the engine
@@ -18,6 +23,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,7 +32,7 @@
 #include "kernels/cpu/thread_pool.h"
 #include "local_engine/backend.h"
 #include "local_engine/gguf.h"
-#include "local_engine/kv_blocks.h"
+#include "local_engine/block_manager.h"
 #include "local_engine/model.h"
 #include "local_engine/sampler.h"
 #include "local_engine/tokenizer.h"
@@ -45,8 +51,17 @@ std::string_view FinishReasonName(FinishReason r);  // "stop", "length", "cancel
 
 struct Usage {
   int32_t prompt_tokens = 0;
-  int32_t cached_tokens = 0;  // prefix-cache hits; always 0 in part 1
+  int32_t cached_tokens = 0;       // prompt tokens reused from the prefix cache (first admission)
   int32_t completion_tokens = 0;
+  int32_t cache_write_tokens = 0;  // prompt tokens this request newly wrote into the cache
+};
+
+// The KV cache as the scheduler sees it; for /api/engine and metrics (vLLM's meanings).
+struct CacheStats {
+  BlockManagerStats blocks;  // queries_tokens / hit_tokens = vLLM's prefix_cache_queries / _hits
+  int64_t running = 0;
+  int64_t waiting = 0;
+  uint64_t preemptions = 0;
 };
 
 // One callback per generated token, plus a final one when the request ends without a token of its
@@ -75,6 +90,7 @@ struct EngineOptions {
   int32_t max_batch_tokens = 512;  // tokens per Step (prefill chunk budget)
   int32_t max_running = 16;        // sequences in a batch
   bool force_scalar = false;       // portable kernels even on AVX2 CPUs (tests)
+  bool enable_prefix_caching = true;
 };
 
 class Engine {
@@ -96,13 +112,20 @@ class Engine {
   // request with kError instead.
   Status Step();
 
+  // How many leading tokens of `prompt` the prefix cache holds right now (block aligned, at most
+  // size - 1). Changes nothing (no LRU order, no refcount, no counter). Any thread.
+  int LookupCachedTokens(std::span<const int32_t> prompt) const;
+  // Any thread.
+  CacheStats cache_stats() const;
+
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const LlamaDims& dims() const { return weights_.dims; }
   const GgufFile& gguf() const { return *file_; }
   std::string_view backend_name() const { return backend_->Name(); }
 
+  struct Sequence;  // defined in engine.cc
+
  private:
-  struct Sequence;
   Engine() = default;
   void DrainInbox();
   void Finish(Sequence& s, FinishReason reason, std::string error = {});
@@ -128,8 +151,15 @@ class Engine {
   std::vector<uint64_t> cancels_;
   int64_t live_requests_ = 0;  // added and not yet finished
 
+  // The block pool. Changed only on the engine thread, under blocks_mu_ (held by Step except
+  // during the forward pass) so that LookupCachedTokens and cache_stats may read it from others.
+  mutable std::mutex blocks_mu_;
+  std::unique_ptr<BlockManager> blocks_;  // GUARDED_BY(blocks_mu_)
+  uint64_t preemptions_ = 0;              // GUARDED_BY(blocks_mu_)
+  int64_t num_running_ = 0;               // GUARDED_BY(blocks_mu_), mirrors running_.size()
+  int64_t num_waiting_ = 0;               // GUARDED_BY(blocks_mu_), mirrors waiting_.size()
+
   // Engine thread only.
-  std::unique_ptr<KvBlockAllocator> blocks_;
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;  // admission order
   std::vector<float> logits_;

@@ -1,0 +1,120 @@
+"""The built-in engine through the gateway with the OpenAI SDK: prefix-cache usage reported to the
+client equals what telemetry records, turn 2 of a thread reads a block-aligned prefix, and many
+concurrent streaming conversations sharing a system prompt all finish and hit the cache."""
+import concurrent.futures
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import KvgateProcess
+from gwctl import ADMIN_TOKEN
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+BLOCK = 16
+
+SYSTEM = ("You are a careful assistant for a hardware store. " * 30).strip()
+
+
+class LocalKvgate(KvgateProcess):
+    """kvgate serving only the bundled model on the built-in engine."""
+
+    def _write_config(self):
+        self.config_path.write_text(f"""\
+server:   {{listen: 127.0.0.1:0, admin_token: {ADMIN_TOKEN}, api_keys: [sk-gw-test]}}
+storage:  {{sqlite: {self.db_path}}}
+providers:
+  - {{name: local, type: local, model_path: {MODEL}, kv_cache_tokens: 8192, threads: 2}}
+models:
+  - {{name: smollm2, provider: local}}
+""")
+
+
+@pytest.fixture
+def local_gw(kvgate_bin, tmp_path):
+    if not MODEL.exists():
+        pytest.fail(f"bundled model missing: {MODEL} (scripts/fetch_model.sh fetches it)")
+    kg = LocalKvgate(kvgate_bin, tmp_path / "local", sim_port=0, name="local").start(timeout=60)
+    yield kg.gateway()
+    assert kg.terminate() == 0
+
+
+def lookup(gw, messages):
+    st, _, body = gw.request("POST", "/api/engine/lookup",
+                             body=__import__("json").dumps({"model": "smollm2", "messages": messages}),
+                             headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    assert st == 200, body
+    return body
+
+
+def test_second_turn_reads_block_aligned_prefix_and_telemetry_matches(local_gw):
+    client = local_gw.client(timeout=120)
+    messages = [{"role": "system", "content": SYSTEM},
+                {"role": "user", "content": "Which screws hold drywall best?"}]
+    seen = []
+    for turn in range(3):
+        r = client.chat.completions.create(model="smollm2", messages=messages, max_tokens=12,
+                                           temperature=0, extra_body={"thread_identifier": "eng-1"})
+        u = r.usage
+        seen.append(u)
+        cached = u.prompt_tokens_details.cached_tokens
+        written = u.prompt_tokens_details.cache_write_tokens
+        assert cached % BLOCK == 0
+        assert 0 <= cached + written <= u.prompt_tokens
+        if turn == 0:
+            assert cached == 0
+        else:
+            # Everything up to the previous turn's computed tokens is reused, block aligned.
+            assert cached >= (seen[turn - 1].prompt_tokens // BLOCK) * BLOCK
+        messages += [{"role": "assistant", "content": r.choices[0].message.content},
+                     {"role": "user", "content": f"And question {turn + 2}?"}]
+        # The lookup API sees the cache the next turn will hit, without changing it.
+        assert lookup(local_gw, messages)["cached_tokens"] > 0
+    turns = local_gw.wait_turns("eng-1", 3)
+    for t, u in zip(turns, seen):
+        cached = u.prompt_tokens_details.cached_tokens
+        written = u.prompt_tokens_details.cache_write_tokens
+        assert t["provider"] == "local" and t["status"] == "ok"
+        assert t["usage"]["cache_read"] == cached
+        assert t["usage"]["cache_write_5m"] == written
+        assert t["usage"]["cache_write_1h"] == 0
+        assert t["usage"]["uncached"] == u.prompt_tokens - cached - written
+        assert t["usage"]["output"] == u.completion_tokens
+    assert turns[1]["cache_diagnosis"] is None and turns[2]["cache_diagnosis"] is None
+
+
+def test_sixteen_concurrent_streams_share_the_system_prompt(local_gw):
+    client = local_gw.client(timeout=300)
+    # Warm the shared prefix once, then 16 conversations at the same time.
+    client.chat.completions.create(model="smollm2", max_tokens=1, temperature=0,
+                                   messages=[{"role": "system", "content": SYSTEM},
+                                             {"role": "user", "content": "hi"}])
+
+    def conversation(i):
+        stream = client.chat.completions.create(
+            model="smollm2", stream=True, max_tokens=8, temperature=0,
+            stream_options={"include_usage": True},
+            messages=[{"role": "system", "content": SYSTEM},
+                      {"role": "user", "content": f"Customer {i} asks about nails."}],
+            extra_body={"thread_identifier": f"many-{i}"})
+        text, usage = "", None
+        for chunk in stream:
+            if chunk.choices:
+                text += chunk.choices[0].delta.content or ""
+            if chunk.usage:
+                usage = chunk.usage
+        return text, usage
+
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        results = list(pool.map(conversation, range(16), timeout=280))
+    for text, usage in results:
+        assert usage is not None and usage.completion_tokens >= 1
+        assert usage.prompt_tokens_details.cached_tokens >= BLOCK * 10  # the shared system prompt
+    st, _, engine = local_gw.admin_get("/api/engine")
+    assert st == 200
+    e = engine["engines"][0]
+    assert e["prefix_cache_hits_tokens"] > 0 and e["used_blocks"] == 0 and e["running"] == 0
+    st, _, metrics = local_gw.request("GET", "/metrics")
+    text = metrics.decode() if isinstance(metrics, bytes) else str(metrics)
+    assert 'kvgate_engine_prefix_cache_hits_total{provider="local"}' in text

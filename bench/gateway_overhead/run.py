@@ -74,6 +74,14 @@ def nginx_escape(text):
 
 
 def start_nginx(tmp, port):
+    # Canned responses served as static files; POST to a static file is a 405 in nginx, which
+    # error_page turns back into the file with status 200.
+    www = os.path.join(tmp, "www")
+    for rel, text in (("v1/chat/completions", json.dumps(COMPLETION, separators=(",", ":"))),
+                      ("sse/v1/chat/completions", sse_body())):
+        os.makedirs(os.path.dirname(os.path.join(www, rel)), exist_ok=True)
+        with open(os.path.join(www, rel), "w") as f:
+            f.write(text)
     conf = f"""
 worker_processes 1;
 pid {tmp}/nginx.pid;
@@ -85,16 +93,9 @@ http {{
   keepalive_requests 1000000;
   server {{
     listen 127.0.0.1:{port} reuseport;
-    location = /v1/chat/completions {{
-      if ($request_body ~ "\\"stream\\":\\s*true") {{ rewrite ^ /sse last; }}
-      default_type application/json;
-      return 200 '{nginx_escape(json.dumps(COMPLETION, separators=(",", ":")))}';
-    }}
-    location = /sse {{
-      internal;
-      default_type text/event-stream;
-      return 200 '{nginx_escape(sse_body())}';
-    }}
+    root {www};
+    location /v1/ {{ default_type application/json; error_page 405 =200 $uri; }}
+    location /sse/ {{ default_type text/event-stream; error_page 405 =200 $uri; }}
     location = /health {{ return 200 'ok'; }}
   }}
 }}
@@ -104,7 +105,7 @@ http {{
         f.write(conf)
     proc = subprocess.Popen(["nginx", "-c", path, "-g", "daemon off;"], stderr=subprocess.DEVNULL)
     if not wait_http(f"http://127.0.0.1:{port}/health"):
-        sys.exit("nginx did not start")
+        sys.exit("nginx did not start: " + open(os.path.join(tmp, "nginx-error.log")).read()[-2000:])
     return proc
 
 
@@ -116,8 +117,10 @@ def start_kvgate(tmp, binary, upstream_port):
 storage: {{sqlite: {db}}}
 providers:
   - {{name: nginx, type: openai, base_url: http://127.0.0.1:{upstream_port}/v1, api_key: sk-upstream}}
+  - {{name: nginx-sse, type: openai, base_url: http://127.0.0.1:{upstream_port}/sse/v1, api_key: sk-upstream}}
 models:
   - {{name: gpt-4o-mini, provider: nginx, upstream_model: gpt-4o-mini}}
+  - {{name: gpt-4o-mini-sse, provider: nginx-sse, upstream_model: gpt-4o-mini}}
 """)
     log = open(os.path.join(tmp, "kvgate.log"), "w+")
     proc = subprocess.Popen([binary, "serve", "--config", cfg], stderr=log, stdout=log)
@@ -148,9 +151,14 @@ def start_litellm(tmp, upstream_port):
       model: openai/gpt-4o-mini
       api_base: http://127.0.0.1:{upstream_port}/v1
       api_key: sk-upstream
+  - model_name: gpt-4o-mini-sse
+    litellm_params:
+      model: openai/gpt-4o-mini
+      api_base: http://127.0.0.1:{upstream_port}/sse/v1
+      api_key: sk-upstream
 """)
     port = free_port()
-    env = dict(os.environ, LITELLM_LOG="ERROR")
+    env = dict(os.environ, LITELLM_LOG="ERROR", LITELLM_MASTER_KEY="sk-bench")  # post.lua's key
     proc = subprocess.Popen([litellm, "--config", cfg, "--port", str(port), "--num_workers", "1"],
                             stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, "litellm.log"), "w"), env=env)
     if not wait_http(f"http://127.0.0.1:{port}/health/liveliness", timeout=120):
@@ -167,11 +175,11 @@ def parse_duration(text):
     return float(m.group(1)) * UNITS[m.group(2)]
 
 
-def run_wrk(port, body_path, conns, seconds):
+def run_wrk(port, body_path, conns, seconds, path="/v1/chat/completions"):
     threads = 1 if conns == 1 else 2
     env = dict(os.environ, BENCH_BODY=body_path)
     out = subprocess.run(["wrk", f"-t{threads}", f"-c{conns}", f"-d{seconds}s", "--latency",
-                          "-s", os.path.join(HERE, "post.lua"), f"http://127.0.0.1:{port}/v1/chat/completions"],
+                          "-s", os.path.join(HERE, "post.lua"), f"http://127.0.0.1:{port}{path}"],
                          capture_output=True, text=True, env=env).stdout
     res = {}
     for pct in ("50", "99"):
@@ -205,6 +213,7 @@ def main():
     args = ap.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="kvgate-bench-")
+    os.chmod(tmp, 0o755)  # nginx's workers (not root) read the canned responses from here
     body = {"model": "gpt-4o-mini", "messages": [{"role": "system", "content": "You are a helpful assistant. " * 40},
                                                  {"role": "user", "content": "Say hello."}],
             "thread_identifier": "bench-thread"}
@@ -213,13 +222,14 @@ def main():
         json.dump(body, f)
     stream_body_path = os.path.join(tmp, "body-stream.json")
     with open(stream_body_path, "w") as f:
-        json.dump(dict(body, stream=True), f)
+        json.dump(dict(body, stream=True, model="gpt-4o-mini-sse"), f)
     direct_body_path = os.path.join(tmp, "body-direct.json")  # peers reject kvgate's own fields
     with open(direct_body_path, "w") as f:
         json.dump({k: v for k, v in body.items() if k != "thread_identifier"}, f)
     direct_stream_path = os.path.join(tmp, "body-direct-stream.json")
     with open(direct_stream_path, "w") as f:
-        json.dump(dict({k: v for k, v in body.items() if k != "thread_identifier"}, stream=True), f)
+        json.dump(dict({k: v for k, v in body.items() if k != "thread_identifier"}, stream=True,
+                       model="gpt-4o-mini-sse"), f)
 
     nginx_port = free_port()
     nginx = start_nginx(tmp, nginx_port)
@@ -244,7 +254,8 @@ def main():
                 warm = run_wrk(port, bpath, conns, 2)  # warm-up: connections, pools, caches
                 results[(name, conns, "json")] = run_wrk(port, bpath, conns, args.seconds)
                 answered[name] += warm["requests"] + results[(name, conns, "json")]["requests"]
-            results[(name, 1, "sse")] = run_wrk(port, spath, 1, args.seconds)
+            sse_path = "/sse/v1/chat/completions" if name == "direct" else "/v1/chat/completions"
+            results[(name, 1, "sse")] = run_wrk(port, spath, 1, args.seconds, sse_path)
             answered[name] += results[(name, 1, "sse")]["requests"]
         rss = {name: peak_rss_mb(p.pid) if p else float("nan") for name, _, _, _, p in targets}
 

@@ -37,6 +37,9 @@ constexpr char kUsage[] =
     "            run the gateway (default: 127.0.0.1:8080, ./kvgate.db, providers from\n"
     "            OPENAI_API_KEY / ANTHROPIC_API_KEY / DEEPSEEK_API_KEY / ..., and the bundled\n"
     "            model on the built-in engine as `smollm2`)\n"
+    "  engine    --model PATH [--port N] [--host H] [--kv-cache-tokens N] [--name NAME] [--db PATH]\n"
+    "            the built-in engine alone as an OpenAI-compatible server (model name: NAME,\n"
+    "            default smollm2), for other gateways or a kvgate on another host\n"
     "  generate  --model PATH [--chat] --prompt TEXT --max-tokens N [--temperature T] [--seed S]\n"
     "            run the built-in engine once and stream the text to stdout\n"
     "  kv-size   [--model NAME | --gguf PATH | --hf-config PATH] [--context N] [--gpu-mem-gib G]\n"
@@ -55,6 +58,57 @@ std::string FindBundledModel(const char* argv0) {
     if (std::filesystem::exists(candidate, ec)) return candidate.string();
   }
   return name;
+}
+
+// Runs the gateway with `config` until SIGTERM/SIGINT.
+int RunGateway(gateway::GatewayConfig config);
+
+// `kvgate engine`: a config with one local provider, served like the gateway (so usage, metrics and
+// the lookup API are the same).
+int Engine(int argc, char** argv) {
+  gateway::GatewayConfig config;
+  std::string model_path, name = "smollm2", host = "127.0.0.1";
+  long port = 8000, kv_tokens = 16384;
+  for (int i = 2; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "kvgate engine: %s needs a value\n%s", arg.c_str(), kUsage);
+      return 2;
+    }
+    std::string value = argv[++i];
+    char* end = nullptr;
+    if (arg == "--model") {
+      model_path = value;
+    } else if (arg == "--name") {
+      name = value;
+    } else if (arg == "--host") {
+      host = value;
+    } else if (arg == "--db") {
+      config.sqlite_path = value;
+    } else if (arg == "--port" && (port = std::strtol(value.c_str(), &end, 10), *end == '\0') &&
+               port >= 0 && port <= 65535) {
+    } else if (arg == "--kv-cache-tokens" &&
+               (kv_tokens = std::strtol(value.c_str(), &end, 10), *end == '\0') && kv_tokens > 0) {
+    } else {
+      std::fprintf(stderr, "kvgate engine: bad option %s %s\n%s", arg.c_str(), value.c_str(), kUsage);
+      return 2;
+    }
+  }
+  if (model_path.empty()) {
+    std::fprintf(stderr, "kvgate engine: --model PATH is required\n%s", kUsage);
+    return 2;
+  }
+  config.source = "kvgate engine";
+  config.listen_host = host;
+  config.listen_port = static_cast<uint16_t>(port);
+  config.providers.push_back({.name = "local", .type = "local", .model_path = model_path,
+                              .kv_cache_tokens = kv_tokens});
+  config.models.push_back({.name = name, .provider = "local", .upstream_model = name});
+  if (auto valid = gateway::ValidateConfig(config); !valid) {
+    std::fprintf(stderr, "kvgate engine: %s\n", valid.error().message.c_str());
+    return 2;
+  }
+  return RunGateway(std::move(config));
 }
 
 int Serve(int argc, char** argv) {
@@ -112,6 +166,10 @@ int Serve(int argc, char** argv) {
     std::fprintf(stderr, "kvgate: %s\n", valid.error().message.c_str());
     return 2;
   }
+  return RunGateway(std::move(config));
+}
+
+int RunGateway(gateway::GatewayConfig config) {
   for (const auto& warning : config.warnings) {
     std::fprintf(stderr, "kvgate: warning: %s\n", warning.c_str());
   }
@@ -248,6 +306,7 @@ int main(int argc, char** argv) {
   }
   std::string command = argv[1];
   if (command == "serve") return Serve(argc, argv);
+  if (command == "engine") return Engine(argc, argv);
   // The engine tools parse their own flags from argv[1] on; argv[0] is the subcommand.
   if (command == "generate") return engine::RunGenerateCommand(argc - 1, argv + 1);
   if (command == "kv-size") return engine::RunKvSizeCommand(argc - 1, argv + 1);

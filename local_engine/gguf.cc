@@ -15,6 +15,8 @@
 #include <type_traits>
 #include <unordered_set>
 
+#include "common/str_cat.h"
+
 namespace kvgate::engine {
 
 std::string_view GgmlTypeName(GgmlType type) {
@@ -74,19 +76,7 @@ std::optional<uint32_t> GgmlBlockBytes(uint32_t type) {
 
 namespace {
 
-// std::format is missing from GCC 12's library; this covers the error messages' needs.
-void AppendTo(std::string& out, std::string_view s) { out += s; }
-template <class T>
-requires(std::is_integral_v<T> && !std::is_same_v<T, char> &&
-         !std::is_same_v<T, bool>) void AppendTo(std::string& out, T v) {
-  out += std::to_string(v);
-}
-template <class... Args>
-std::string Cat(const Args&... args) {
-  std::string out;
-  (AppendTo(out, args), ...);
-  return out;
-}
+using kvgate::StrCat;
 
 // GGUF metadata value type ids.
 enum : uint32_t {
@@ -144,13 +134,13 @@ class Cursor {
 
   std::unexpected<Error> Fail(std::string_view what) const {
     return MakeError(ErrorCode::kCorruptData,
-                     Cat(name_, ": ", what, " (at byte offset ", pos_, ")"));
+                     StrCat(name_, ": ", what, " (at byte offset ", pos_, ")"));
   }
 
   template <class T>
   Result<T> Read(std::string_view what) {
     if (remaining() < sizeof(T)) {
-      return Fail(Cat("file ends inside ", what));
+      return Fail(StrCat("file ends inside ", what));
     }
     T value;
     std::memcpy(&value, bytes_.data() + pos_, sizeof(T));
@@ -162,7 +152,7 @@ class Cursor {
     auto len = Read<uint64_t>(what);
     if (!len) return std::unexpected(len.error());
     if (*len > remaining()) {
-      return Fail(Cat(what, " has length ", *len, " but only ", remaining(), " bytes remain"));
+      return Fail(StrCat(what, " has length ", *len, " but only ", remaining(), " bytes remain"));
     }
     std::string s(reinterpret_cast<const char*>(bytes_.data() + pos_), *len);
     pos_ += *len;
@@ -179,18 +169,18 @@ Result<GgufValue> ReadValue(Cursor& in, uint32_t type, uint32_t depth, std::stri
 
 Result<GgufValue> ReadArray(Cursor& in, uint32_t depth, std::string_view key) {
   if (depth >= kMaxArrayDepth) {
-    return in.Fail(Cat("metadata '", key, "': arrays nested deeper than ", kMaxArrayDepth));
+    return in.Fail(StrCat("metadata '", key, "': arrays nested deeper than ", kMaxArrayDepth));
   }
   auto elem_type = in.Read<uint32_t>("array element type");
   if (!elem_type) return std::unexpected(elem_type.error());
   if (*elem_type > kTypeF64) {
-    return in.Fail(Cat("metadata '", key, "': unknown array element type ", *elem_type));
+    return in.Fail(StrCat("metadata '", key, "': unknown array element type ", *elem_type));
   }
   auto count = in.Read<uint64_t>("array length");
   if (!count) return std::unexpected(count.error());
   const uint64_t min_size = MinEncodedSize(*elem_type);
   if (*count > in.remaining() / min_size) {
-    return in.Fail(Cat("metadata '", key, "': array of ", *count, " elements cannot fit in the ",
+    return in.Fail(StrCat("metadata '", key, "': array of ", *count, " elements cannot fit in the ",
                        in.remaining(), " bytes left"));
   }
   GgufArray items;
@@ -235,7 +225,7 @@ Result<GgufValue> ReadValue(Cursor& in, uint32_t type, uint32_t depth, std::stri
     case kTypeBool: {
       auto b = in.Read<uint8_t>("metadata value");
       if (!b) return std::unexpected(b.error());
-      if (*b > 1) return in.Fail(Cat("metadata '", key, "': bool byte is ", *b));
+      if (*b > 1) return in.Fail(StrCat("metadata '", key, "': bool byte is ", *b));
       return GgufValue{*b == 1, type};
     }
     case kTypeString: {
@@ -246,7 +236,7 @@ Result<GgufValue> ReadValue(Cursor& in, uint32_t type, uint32_t depth, std::stri
     case kTypeArray:
       return ReadArray(in, depth, key);
     default:
-      return in.Fail(Cat("metadata '", key, "': unknown value type ", type));
+      return in.Fail(StrCat("metadata '", key, "': unknown value type ", type));
   }
 }
 
@@ -266,28 +256,28 @@ Result<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path) {
   if (fd < 0) {
     const int err = errno;
     return MakeError(err == ENOENT ? ErrorCode::kNotFound : ErrorCode::kUnavailable,
-                     Cat(path, ": cannot open: ", std::strerror(err)));
+                     StrCat(path, ": cannot open: ", std::strerror(err)));
   }
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     const int err = errno;
     ::close(fd);
-    return MakeError(ErrorCode::kUnavailable, Cat(path, ": stat: ", std::strerror(err)));
+    return MakeError(ErrorCode::kUnavailable, StrCat(path, ": stat: ", std::strerror(err)));
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    return MakeError(ErrorCode::kUnavailable, Cat(path, ": not a regular file"));
+    return MakeError(ErrorCode::kUnavailable, StrCat(path, ": not a regular file"));
   }
   const size_t size = static_cast<size_t>(st.st_size);
   if (size == 0) {
     ::close(fd);
-    return MakeError(ErrorCode::kCorruptData, Cat(path, ": empty file"));
+    return MakeError(ErrorCode::kCorruptData, StrCat(path, ": empty file"));
   }
   void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   const int map_err = errno;
   ::close(fd);  // the mapping keeps the file alive
   if (map == MAP_FAILED) {
-    return MakeError(ErrorCode::kUnavailable, Cat(path, ": mmap: ", std::strerror(map_err)));
+    return MakeError(ErrorCode::kUnavailable, StrCat(path, ": mmap: ", std::strerror(map_err)));
   }
   auto file = FromBytes(std::span<const uint8_t>(static_cast<const uint8_t*>(map), size), path);
   if (!file) {
@@ -312,7 +302,7 @@ Result<std::unique_ptr<GgufFile>> GgufFile::FromBytes(std::span<const uint8_t> b
   auto version = in.Read<uint32_t>("version");
   if (!version) return std::unexpected(version.error());
   if (*version != 2 && *version != 3) {
-    return in.Fail(Cat("unsupported GGUF version ", *version, " (need 2 or 3)"));
+    return in.Fail(StrCat("unsupported GGUF version ", *version, " (need 2 or 3)"));
   }
   file->version_ = *version;
   auto n_tensors = in.Read<uint64_t>("tensor count");
@@ -325,7 +315,7 @@ Result<std::unique_ptr<GgufFile>> GgufFile::FromBytes(std::span<const uint8_t> b
   constexpr uint64_t kMinTensorInfo = 32;
   if (*n_kv > in.remaining() / kMinKv || *n_tensors > in.remaining() / kMinTensorInfo ||
       *n_kv * kMinKv + *n_tensors * kMinTensorInfo > in.remaining()) {
-    return in.Fail(Cat(*n_kv, " metadata entries and ", *n_tensors, " tensors cannot fit in ",
+    return in.Fail(StrCat(*n_kv, " metadata entries and ", *n_tensors, " tensors cannot fit in ",
                        in.remaining(), " bytes"));
   }
 
@@ -335,7 +325,7 @@ Result<std::unique_ptr<GgufFile>> GgufFile::FromBytes(std::span<const uint8_t> b
   for (uint64_t i = 0; i < *n_kv; ++i) {
     auto key = in.ReadString("metadata key");
     if (!key) return std::unexpected(key.error());
-    if (!keys.insert(*key).second) return in.Fail(Cat("duplicate metadata key '", *key, "'"));
+    if (!keys.insert(*key).second) return in.Fail(StrCat("duplicate metadata key '", *key, "'"));
     auto type = in.Read<uint32_t>("metadata value type");
     if (!type) return std::unexpected(type.error());
     auto value = ReadValue(in, *type, 0, *key);
@@ -364,20 +354,20 @@ Result<std::unique_ptr<GgufFile>> GgufFile::FromBytes(std::span<const uint8_t> b
     auto name_str = in.ReadString("tensor name");
     if (!name_str) return std::unexpected(name_str.error());
     t.name = std::move(*name_str);
-    if (!names.insert(t.name).second) return in.Fail(Cat("duplicate tensor '", t.name, "'"));
+    if (!names.insert(t.name).second) return in.Fail(StrCat("duplicate tensor '", t.name, "'"));
     auto n_dims = in.Read<uint32_t>("tensor n_dims");
     if (!n_dims) return std::unexpected(n_dims.error());
     if (*n_dims == 0 || *n_dims > kMaxDims) {
       return in.Fail(
-          Cat("tensor '", t.name, "' has ", *n_dims, " dimensions (need 1..", kMaxDims, ")"));
+          StrCat("tensor '", t.name, "' has ", *n_dims, " dimensions (need 1..", kMaxDims, ")"));
     }
     uint64_t n_elements = 1;
     for (uint32_t d = 0; d < *n_dims; ++d) {
       auto dim = in.Read<uint64_t>("tensor dimension");
       if (!dim) return std::unexpected(dim.error());
-      if (*dim == 0) return in.Fail(Cat("tensor '", t.name, "' has a zero dimension"));
+      if (*dim == 0) return in.Fail(StrCat("tensor '", t.name, "' has a zero dimension"));
       if (MulOverflows(n_elements, *dim, &n_elements) || n_elements > (uint64_t{1} << 62)) {
-        return in.Fail(Cat("tensor '", t.name, "': element count overflows"));
+        return in.Fail(StrCat("tensor '", t.name, "': element count overflows"));
       }
       t.dims.push_back(*dim);
     }
@@ -386,24 +376,24 @@ Result<std::unique_ptr<GgufFile>> GgufFile::FromBytes(std::span<const uint8_t> b
     const auto block_elems = GgmlBlockElements(*type);
     const auto block_bytes = GgmlBlockBytes(*type);
     if (!block_elems || !block_bytes) {
-      return in.Fail(Cat("tensor '", t.name, "' has unsupported type ", *type));
+      return in.Fail(StrCat("tensor '", t.name, "' has unsupported type ", *type));
     }
     t.type = static_cast<GgmlType>(*type);
     if (t.dims[0] % *block_elems != 0) {
-      return in.Fail(Cat("tensor '", t.name, "': row length ", t.dims[0],
+      return in.Fail(StrCat("tensor '", t.name, "': row length ", t.dims[0],
                          " is not a multiple of the ", GgmlTypeName(t.type), " block of ",
                          *block_elems));
     }
     auto offset = in.Read<uint64_t>("tensor offset");
     if (!offset) return std::unexpected(offset.error());
     if (*offset % alignment != 0) {
-      return in.Fail(Cat("tensor '", t.name, "': offset ", *offset,
+      return in.Fail(StrCat("tensor '", t.name, "': offset ", *offset,
                          " is not a multiple of the alignment ", alignment));
     }
     t.offset = *offset;
     t.n_elements = n_elements;
     if (MulOverflows(n_elements / *block_elems, *block_bytes, &t.n_bytes)) {
-      return in.Fail(Cat("tensor '", t.name, "': byte size overflows"));
+      return in.Fail(StrCat("tensor '", t.name, "': byte size overflows"));
     }
     file->tensors_.push_back(std::move(t));
   }
@@ -413,13 +403,13 @@ Result<std::unique_ptr<GgufFile>> GgufFile::FromBytes(std::span<const uint8_t> b
   const uint64_t data_start = (header_end + alignment - 1) / alignment * alignment;
   const uint64_t file_size = bytes.size();
   if (!file->tensors_.empty() && data_start > file_size) {
-    return in.Fail(Cat("data section starts at ", data_start, " past the end of the ", file_size,
+    return in.Fail(StrCat("data section starts at ", data_start, " past the end of the ", file_size,
                        "-byte file"));
   }
   const uint64_t data_size = data_start <= file_size ? file_size - data_start : 0;
   for (GgufTensor& t : file->tensors_) {
     if (t.offset > data_size || t.n_bytes > data_size - t.offset) {
-      return in.Fail(Cat("tensor '", t.name, "' (", t.n_bytes, " bytes at data offset ", t.offset,
+      return in.Fail(StrCat("tensor '", t.name, "' (", t.n_bytes, " bytes at data offset ", t.offset,
                          ") runs past the end of the file (data section is ", data_size,
                          " bytes)"));
     }
@@ -433,7 +423,7 @@ Result<std::unique_ptr<GgufFile>> GgufFile::FromBytes(std::span<const uint8_t> b
   for (size_t i = 1; i < by_offset.size(); ++i) {
     const GgufTensor& prev = *by_offset[i - 1];
     if (prev.offset + prev.n_bytes > by_offset[i]->offset) {
-      return in.Fail(Cat("tensors '", prev.name, "' and '", by_offset[i]->name, "' overlap"));
+      return in.Fail(StrCat("tensors '", prev.name, "' and '", by_offset[i]->name, "' overlap"));
     }
   }
   file->alignment_ = alignment;

@@ -4,23 +4,13 @@
 #include <string>
 #include <type_traits>
 
+#include "common/str_cat.h"
 #include "local_engine/tokenizer_unicode.h"
 
 namespace kvgate::engine {
 namespace {
 
-void AppendTo(std::string& out, std::string_view s) { out += s; }
-template <class T>
-requires(std::is_integral_v<T> && !std::is_same_v<T, char> &&
-         !std::is_same_v<T, bool>) void AppendTo(std::string& out, T v) {
-  out += std::to_string(v);
-}
-template <class... Args>
-std::string Cat(const Args&... args) {
-  std::string out;
-  (AppendTo(out, args), ...);
-  return out;
-}
+using kvgate::StrCat;
 
 void AppendUtf8(uint32_t cp, std::string& out) {
   if (cp < 0x80) {
@@ -198,7 +188,7 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& file) {
   const auto model = file.GetString("tokenizer.ggml.model");
   if (model != "gpt2") {
     return MakeError(ErrorCode::kInvalidArgument,
-                     Cat(where, "unsupported tokenizer model '", model.value_or("<missing>"),
+                     StrCat(where, "unsupported tokenizer model '", model.value_or("<missing>"),
                          "' (only byte-level BPE 'gpt2' is supported)"));
   }
   TokenizerSpec spec;
@@ -209,7 +199,7 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& file) {
     spec.pre = PreTokenizer::kGpt2;
   } else {
     return MakeError(ErrorCode::kInvalidArgument,
-                     Cat(where, "unsupported pre-tokenizer '", pre, "' (have: gpt2, smollm)"));
+                     StrCat(where, "unsupported pre-tokenizer '", pre, "' (have: gpt2, smollm)"));
   }
   auto strings = [&](std::string_view key, std::vector<std::string>& out) -> Status {
     const GgufArray* arr = file.GetArray(key);
@@ -218,7 +208,7 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& file) {
     for (const GgufValue& v : *arr) {
       const auto* s = std::get_if<std::string>(&v.v);
       if (s == nullptr) {
-        return MakeError(ErrorCode::kCorruptData, Cat(where, key, " must be an array of strings"));
+        return MakeError(ErrorCode::kCorruptData, StrCat(where, key, " must be an array of strings"));
       }
       out.push_back(*s);
     }
@@ -262,13 +252,13 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::FromSpec(TokenizerSpec spec) {
     return MakeError(ErrorCode::kCorruptData, "vocabulary size out of range");
   }
   if (!spec.token_types.empty() && spec.token_types.size() != spec.tokens.size()) {
-    return MakeError(ErrorCode::kCorruptData, Cat("token_type has ", spec.token_types.size(),
+    return MakeError(ErrorCode::kCorruptData, StrCat("token_type has ", spec.token_types.size(),
                                                   " entries for ", spec.tokens.size(), " tokens"));
   }
   const size_t n = spec.tokens.size();
   for (const auto& opt : {spec.bos_id, spec.eos_id, spec.pad_id}) {
     if (opt && static_cast<size_t>(*opt) >= n) {
-      return MakeError(ErrorCode::kCorruptData, Cat("special token id ", *opt, " out of range"));
+      return MakeError(ErrorCode::kCorruptData, StrCat("special token id ", *opt, " out of range"));
     }
   }
   std::unique_ptr<Tokenizer> t(new Tokenizer());
@@ -285,7 +275,7 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::FromSpec(TokenizerSpec spec) {
   for (size_t i = 0; i < n; ++i) {
     const int32_t raw_type = spec.token_types.empty() ? 1 : spec.token_types[i];
     if (raw_type < 0 || raw_type > 6) {
-      return MakeError(ErrorCode::kCorruptData, Cat("token ", i, " has unknown type ", raw_type));
+      return MakeError(ErrorCode::kCorruptData, StrCat("token ", i, " has unknown type ", raw_type));
     }
     const auto type = static_cast<TokenType>(raw_type);
     const std::string& text = t->token_text_[i];
@@ -316,7 +306,7 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::FromSpec(TokenizerSpec spec) {
     if (it != t->text_to_id_.end()) {
       t->byte_token_[b] = it->second;
     } else if (b >= 33 && b <= 126) {  // a byte-level vocabulary has at least printable ASCII
-      return MakeError(ErrorCode::kCorruptData, Cat("vocabulary lacks the symbol for byte ", b));
+      return MakeError(ErrorCode::kCorruptData, StrCat("vocabulary lacks the symbol for byte ", b));
     } else {
       t->byte_token_[b] = -1;
     }
@@ -329,7 +319,7 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::FromSpec(TokenizerSpec spec) {
     const std::string& m = spec.merges[r];
     const size_t sp = m.find(' ', 1);
     if (sp == std::string::npos) {
-      return MakeError(ErrorCode::kCorruptData, Cat("merge ", r, " is not 'left right'"));
+      return MakeError(ErrorCode::kCorruptData, StrCat("merge ", r, " is not 'left right'"));
     }
     const auto left = t->text_to_id_.find(m.substr(0, sp));
     const auto right = t->text_to_id_.find(m.substr(sp + 1));

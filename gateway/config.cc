@@ -195,9 +195,16 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
   }
   if (auto it = root.find("pricing"); it != root.end() && !it->is_null()) {
     Reader r{*it, "pricing"};
+    if (!it->is_object()) return MakeError(ErrorCode::kInvalidArgument, "pricing must be a mapping");
     auto path = r.String("catalog");
     if (!path) return std::unexpected(path.error());
     config.price_catalog_path = *path;
+    if (auto rules = it->find("caching_rules"); rules != it->end() && !rules->is_null()) {
+      if (!rules->is_object()) {
+        return MakeError(ErrorCode::kInvalidArgument, "pricing.caching_rules must be a mapping");
+      }
+      config.caching_rules = *rules;
+    }
   }
   if (auto it = root.find("providers"); it != root.end() && !it->is_null()) {
     if (!it->is_array()) return MakeError(ErrorCode::kInvalidArgument, "providers must be a list");

@@ -52,6 +52,9 @@ struct GatewayConfig {
   std::string sqlite_path = "./kvgate.db";
   // catalog
   std::string price_catalog_path;  // optional extra JSON catalog (kvgate or LiteLLM field names)
+  // Optional overrides of the catalog's caching rules per provider type (`pricing.caching_rules`),
+  // e.g. {"openai": {"ttl_seconds": 86400}} for prompt_cache_retention: 24h. Null when absent.
+  nlohmann::json caching_rules;
   std::vector<ProviderConfig> providers;
   std::vector<ModelConfig> models;
   // The `alerts:` section as JSON, handed to the monitors module unchanged.

@@ -192,6 +192,13 @@ int RunGateway(gateway::GatewayConfig config) {
     }
   }
 
+  if (!config.caching_rules.is_null()) {
+    if (auto merged = catalog.MergeCachingRules(config.caching_rules); !merged) {
+      std::fprintf(stderr, "kvgate: pricing.caching_rules: %s\n", merged.error().message.c_str());
+      return 2;
+    }
+  }
+
   // Block the shutdown signals before any thread starts, so every thread inherits the mask and
   // only sigwait() below receives them.
   sigset_t signals;

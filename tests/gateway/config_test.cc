@@ -91,6 +91,7 @@ TEST(ConfigTest, ErrorsNameTheField) {
       {"providerz: []", "providerz"},
       {"server: [1, 2", "invalid YAML"},
       {"providers: [{name: l, type: local}]", "model_path"},
+      {"pricing: {caching_rules: [1]}", "pricing.caching_rules"},
   };
   for (const Case& c : cases) {
     auto config = ParseConfig(c.yaml, env, "test.yaml");

@@ -1,0 +1,65 @@
+"""Why the cache missed, through the gateway: each cause on the turn where it happened."""
+import random
+import time
+
+import pytest
+
+from conftest import KvgateProcess
+
+
+class ShortTtlKvgate(KvgateProcess):
+    """The usual kvgate, with OpenAI's caching rule overridden to a 1 s idle TTL, so a real gap
+    of a second or two is one kvgate can see (it judges idle time on its own clock)."""
+
+    def _write_config(self):
+        super()._write_config()
+        with open(self.config_path, "a") as f:
+            f.write("pricing:\n  caching_rules:\n    openai: {min_cacheable_tokens: 1024, "
+                    "granularity_tokens: 128, ttl_seconds: 1}\n")
+
+
+@pytest.fixture
+def short_ttl_gw(kvgate_bin, sim, tmp_path):
+    kg = ShortTtlKvgate(kvgate_bin, tmp_path / "ttl", sim.port, name="ttl").start()
+    sim.client.config(openai_ttl=1)
+    yield kg.gateway()
+    sim.client.config(openai_ttl=300)
+    assert kg.terminate() == 0
+
+
+def long_text(seed, n=1300):
+    rng = random.Random(seed)
+    return " ".join(f"w{rng.randrange(10**6)}" for _ in range(n))
+
+
+def ask(client, model, messages, thread):
+    return client.chat.completions.create(model=model, messages=messages, max_tokens=8,
+                                          extra_body={"thread_identifier": thread})
+
+
+def test_causes_on_the_right_turns(short_ttl_gw):
+    gw = short_ttl_gw
+    client = gw.client()
+    system = {"role": "system", "content": long_text(1)}
+    msgs = [system, {"role": "user", "content": "first question"}]
+    ask(client, "gpt-4o-mini", msgs, "diag-1")                         # turn 0: first, nothing to say
+    msgs = msgs + [{"role": "user", "content": "second question"}]
+    ask(client, "gpt-4o-mini", msgs, "diag-1")                         # turn 1: reads as expected
+    time.sleep(1.5)                                                   # past the (1 s) idle TTL
+    msgs = msgs + [{"role": "user", "content": "third question"}]
+    ask(client, "gpt-4o-mini", msgs, "diag-1")                         # turn 2: expired
+    edited = [{"role": "system", "content": "EDITED " + system["content"]}] + msgs[1:]
+    ask(client, "gpt-4o-mini", edited, "diag-1")                       # turn 3: prompt_changed at 0
+    ask(client, "deepseek-chat", edited + [{"role": "user", "content": "q5"}], "diag-1")  # switch
+    turns = gw.wait_turns("diag-1", 5)
+    causes = [(t["cache_diagnosis"] or {}).get("cause") for t in turns]
+    assert causes == [None, None, "expired", "prompt_changed", "model_switch"], causes
+    changed = turns[3]["cache_diagnosis"]
+    assert changed["message_index"] == 0 and changed["char_offset"] < 64, changed
+    assert turns[4]["cache_diagnosis"]["previous_model"] == "gpt-4o-mini"
+
+    short = [{"role": "user", "content": "hello there"}]
+    ask(client, "gpt-4o-mini", short, "diag-2")
+    ask(client, "gpt-4o-mini", short + [{"role": "user", "content": "again"}], "diag-2")
+    turns = gw.wait_turns("diag-2", 2)
+    assert turns[1]["cache_diagnosis"]["cause"] == "below_minimum", turns[1]

@@ -213,3 +213,10 @@ def _fresh_sim(request):
         s.client.clear_faults()
     else:
         yield
+
+
+@pytest.fixture
+def kvgate_process_class():
+    """KvgateProcess, for tests that subclass it to write another config. (Importing it with
+    `from conftest import ...` is ambiguous: tests/sim has a conftest too, in the same session.)"""
+    return KvgateProcess

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import KvgateProcess
 from gwctl import ADMIN_TOKEN
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -17,11 +16,13 @@ BLOCK = 16
 SYSTEM = ("You are a careful assistant for a hardware store. " * 30).strip()
 
 
-class LocalKvgate(KvgateProcess):
-    """kvgate serving only the bundled model on the built-in engine."""
+@pytest.fixture
+def local_gw(kvgate_bin, tmp_path, kvgate_process_class):
+    class LocalKvgate(kvgate_process_class):
+        """kvgate serving only the bundled model on the built-in engine."""
 
-    def _write_config(self):
-        self.config_path.write_text(f"""\
+        def _write_config(self):
+            self.config_path.write_text(f"""\
 server:   {{listen: 127.0.0.1:0, admin_token: {ADMIN_TOKEN}, api_keys: [sk-gw-test]}}
 storage:  {{sqlite: {self.db_path}}}
 providers:
@@ -30,9 +31,6 @@ models:
   - {{name: smollm2, provider: local}}
 """)
 
-
-@pytest.fixture
-def local_gw(kvgate_bin, tmp_path):
     if not MODEL.exists():
         pytest.fail(f"bundled model missing: {MODEL} (scripts/fetch_model.sh fetches it)")
     kg = LocalKvgate(kvgate_bin, tmp_path / "local", sim_port=0, name="local").start(timeout=60)

@@ -18,13 +18,10 @@ namespace asio = boost::asio;
 
 constexpr std::string_view kJson = "application/json";
 
+// The OpenAI error body (providers::MakeOpenAIError owns its shape); the status goes separately.
 std::string ErrorJson(std::string message, std::string type, std::string code) {
-  return json{{"error",
-               {{"message", std::move(message)},
-                {"type", std::move(type)},
-                {"param", nullptr},
-                {"code", std::move(code)}}}}
-      .dump();
+  return providers::MakeOpenAIError(0, std::move(message), std::move(type), std::move(code))
+      .body.dump();
 }
 
 int StatusFor(ErrorCode code) {

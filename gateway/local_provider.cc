@@ -325,8 +325,7 @@ std::string FullResponse(const std::string& id, int64_t created, const std::stri
 }
 
 std::string ErrorBody(const std::string& message, const char* type, const char* code) {
-  return json{{"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", code}}}}
-      .dump();
+  return providers::MakeOpenAIError(0, message, type, code).body.dump();
 }
 
 class LocalEnginesImpl final : public LocalEngines {

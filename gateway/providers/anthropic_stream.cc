@@ -17,79 +17,23 @@
 
 #include "gateway/providers/internal.h"
 #include "gateway/providers/sse.h"
+#include "gateway/providers/sse_translator.h"
 
 namespace kvgate::providers::internal {
 namespace {
 
 using ojson = nlohmann::ordered_json;
 
-class AnthropicStream final : public StreamTranslator {
+class AnthropicStream final : public SseStreamTranslator {
  public:
   explicit AnthropicStream(const CallOptions& options)
-      : client_wants_usage_(options.client_wants_usage), created_(CreatedTime(options)) {
+      : SseStreamTranslator("message_stop"),
+        client_wants_usage_(options.client_wants_usage),
+        created_(CreatedTime(options)) {
     BuildChunkPrefix("", "");
   }
 
-  Output Feed(std::string_view upstream_bytes) override {
-    Output out;
-    if (done()) return out;
-    try {
-      parser_.Append(upstream_bytes);
-      Drain(out);
-    } catch (const std::exception& e) {
-      Fail(out.bytes, std::string("internal error translating the stream: ") + e.what());
-    }
-    return out;
-  }
-
-  std::string Finish(bool upstream_eof, std::string_view failure_message) override {
-    if (finished_) return {};
-    finished_ = true;
-    Output out;
-    try {
-      if (upstream_eof && !done()) {
-        parser_.EndOfInput();
-        Drain(out);
-      }
-      if (!done()) {
-        Fail(out.bytes,
-             upstream_eof ? std::string("upstream stream ended before message_stop")
-                          : "upstream stream failed: " + std::string(failure_message),
-             upstream_eof ? "stream_incomplete" : "stream_failed");
-      }
-    } catch (const std::exception& e) {
-      if (!done()) Fail(out.bytes, std::string("internal error finishing the stream: ") + e.what());
-    }
-    return std::move(out.bytes);
-  }
-
-  const telemetry::Usage& usage() const override { return usage_; }
-  std::string_view finish_reason() const override { return finish_reason_; }
-  bool completed() const override { return completed_; }
-  std::optional<std::string> upstream_error() const override { return upstream_error_; }
-  std::optional<std::string> client_error() const override { return client_error_; }
-
  private:
-  bool done() const { return completed_ || failed_; }
-
-  void Drain(Output& out) {
-    while (!done()) {
-      auto next = parser_.Next();
-      if (!next.has_value()) {
-        Fail(out.bytes, "malformed upstream stream: " + next.error().message);
-        return;
-      }
-      if (!next->has_value()) return;
-      Handle(**next, out);
-    }
-  }
-
-  void Fail(std::string& out, std::string message, std::string code = "malformed_upstream_stream") {
-    out += ErrorEventBytes(MakeOpenAIError(502, message, "upstream_error", std::move(code)));
-    client_error_ = std::move(message);
-    failed_ = true;
-  }
-
   // `data: {"id":...,"object":"chat.completion.chunk","created":...,"model":...,"choices":[` —
   // built once per message so content deltas cost one string escape, not a JSON document.
   void BuildChunkPrefix(const std::string& id, const std::string& model) {
@@ -124,7 +68,7 @@ class AnthropicStream final : public StreamTranslator {
     usage_ = telemetry::NormalizeUsage(telemetry::UsageFlavor::kAnthropic, usage_raw_);
   }
 
-  void Handle(const SseEvent& event, Output& out) {
+  void Handle(const SseEvent& event, Output& out) override {
     if (!event.has_data) return;
     const json data = ParseJson(event.data);
     if (data.is_discarded() || !data.is_object()) {
@@ -226,19 +170,11 @@ class AnthropicStream final : public StreamTranslator {
   const bool client_wants_usage_;
   const int64_t created_;
 
-  SseParser parser_;
   std::string chunk_prefix_;
   std::map<int64_t, int>
       tool_index_by_block_;  // Anthropic content block index -> OpenAI tool index
   int next_tool_index_ = 0;
   json usage_raw_;  // merged Anthropic usage
-  telemetry::Usage usage_;
-  std::string finish_reason_;
-  bool completed_ = false;
-  bool failed_ = false;
-  bool finished_ = false;
-  std::optional<std::string> upstream_error_;
-  std::optional<std::string> client_error_;
 };
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "gateway/providers/internal.h"
 #include "gateway/providers/sse.h"
+#include "gateway/providers/sse_translator.h"
 
 namespace kvgate::providers::internal {
 namespace {
@@ -81,73 +82,13 @@ std::string_view TrimSpace(std::string_view s) {
   return s;
 }
 
-class OpenAICompatStream final : public StreamTranslator {
+class OpenAICompatStream final : public SseStreamTranslator {
  public:
   OpenAICompatStream(ProviderType type, const CallOptions& options)
-      : type_(type), strip_usage_(!options.client_wants_usage) {}
-
-  Output Feed(std::string_view upstream_bytes) override {
-    Output out;
-    if (done()) return out;
-    try {
-      parser_.Append(upstream_bytes);
-      Drain(out);
-    } catch (const std::exception& e) {
-      Fail(out.bytes, std::string("internal error translating the stream: ") + e.what());
-    }
-    return out;
-  }
-
-  std::string Finish(bool upstream_eof, std::string_view failure_message) override {
-    if (finished_) return {};
-    finished_ = true;
-    Output out;
-    try {
-      if (upstream_eof && !done()) {
-        parser_.EndOfInput();
-        Drain(out);
-      }
-      if (!done()) {
-        Fail(out.bytes,
-             upstream_eof ? std::string("upstream stream ended before [DONE]")
-                          : "upstream stream failed: " + std::string(failure_message),
-             upstream_eof ? "stream_incomplete" : "stream_failed");
-      }
-    } catch (const std::exception& e) {
-      if (!done()) Fail(out.bytes, std::string("internal error finishing the stream: ") + e.what());
-    }
-    return std::move(out.bytes);
-  }
-
-  const telemetry::Usage& usage() const override { return usage_; }
-  std::string_view finish_reason() const override { return finish_reason_; }
-  bool completed() const override { return completed_; }
-  std::optional<std::string> upstream_error() const override { return upstream_error_; }
-  std::optional<std::string> client_error() const override { return client_error_; }
+      : SseStreamTranslator("[DONE]"), type_(type), strip_usage_(!options.client_wants_usage) {}
 
  private:
-  bool done() const { return completed_ || failed_; }
-
-  void Drain(Output& out) {
-    while (!done()) {
-      auto next = parser_.Next();
-      if (!next.has_value()) {
-        Fail(out.bytes, "malformed upstream stream: " + next.error().message);
-        return;
-      }
-      if (!next->has_value()) return;
-      Handle(**next, out);
-    }
-  }
-
-  void Fail(std::string& out, std::string message, std::string code = "malformed_upstream_stream") {
-    ClientError error = MakeOpenAIError(502, message, "upstream_error", std::move(code));
-    out += ErrorEventBytes(error);
-    client_error_ = std::move(message);
-    failed_ = true;
-  }
-
-  void Handle(const SseEvent& event, Output& out) {
+  void Handle(const SseEvent& event, Output& out) override {
     if (!event.has_data) {
       AppendRawEvent(out.bytes, event.raw);  // comments / keep-alives reach the client too
       return;
@@ -221,14 +162,6 @@ class OpenAICompatStream final : public StreamTranslator {
   const ProviderType type_;
   const bool strip_usage_;
 
-  SseParser parser_;
-  telemetry::Usage usage_;
-  std::string finish_reason_;
-  bool completed_ = false;
-  bool failed_ = false;
-  bool finished_ = false;
-  std::optional<std::string> upstream_error_;
-  std::optional<std::string> client_error_;
 };
 
 }  // namespace

@@ -1,0 +1,61 @@
+#include "gateway/providers/sse_translator.h"
+
+#include <exception>
+#include <utility>
+
+#include "gateway/providers/internal.h"
+
+namespace kvgate::providers::internal {
+
+StreamTranslator::Output SseStreamTranslator::Feed(std::string_view upstream_bytes) {
+  Output out;
+  if (done()) return out;
+  try {
+    parser_.Append(upstream_bytes);
+    Drain(out);
+  } catch (const std::exception& e) {
+    Fail(out.bytes, std::string("internal error translating the stream: ") + e.what());
+  }
+  return out;
+}
+
+std::string SseStreamTranslator::Finish(bool upstream_eof, std::string_view failure_message) {
+  if (finished_) return {};
+  finished_ = true;
+  Output out;
+  try {
+    if (upstream_eof && !done()) {
+      parser_.EndOfInput();
+      Drain(out);
+    }
+    if (!done()) {
+      Fail(out.bytes,
+           upstream_eof ? "upstream stream ended before " + terminal_event_
+                        : "upstream stream failed: " + std::string(failure_message),
+           upstream_eof ? "stream_incomplete" : "stream_failed");
+    }
+  } catch (const std::exception& e) {
+    if (!done()) Fail(out.bytes, std::string("internal error finishing the stream: ") + e.what());
+  }
+  return std::move(out.bytes);
+}
+
+void SseStreamTranslator::Drain(Output& out) {
+  while (!done()) {
+    auto next = parser_.Next();
+    if (!next.has_value()) {
+      Fail(out.bytes, "malformed upstream stream: " + next.error().message);
+      return;
+    }
+    if (!next->has_value()) return;
+    Handle(**next, out);
+  }
+}
+
+void SseStreamTranslator::Fail(std::string& out, std::string message, std::string code) {
+  out += ErrorEventBytes(MakeOpenAIError(502, message, "upstream_error", std::move(code)));
+  client_error_ = std::move(message);
+  failed_ = true;
+}
+
+}  // namespace kvgate::providers::internal

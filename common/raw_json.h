@@ -1,0 +1,76 @@
+// Reading JSON without building a document: one validating pass, then navigation over the
+// document's own bytes.
+//
+// Why: the gateway forwards most request and response bodies unchanged apart from a field or two.
+// Parsing them into an nlohmann::json tree and serializing them again cost several times more CPU
+// than everything else on the proxy path (profiled: ~300k instructions per 1.2 KB request, against
+// ~10k for a validating scan). With this module a body is checked once, the few fields the gateway
+// reads are decoded on demand, and the upstream body is assembled from spans of the client's bytes.
+// Adapters that really rewrite a body (Anthropic, the built-in engine) still build a tree.
+//
+// Validation is as strict as nlohmann::json::parse (the tests compare the two on mutated inputs):
+// RFC 8259 grammar, well-formed UTF-8 (RFC 3629), no control characters in strings, paired UTF-16
+// surrogate escapes, no numbers that overflow a double, one optional leading UTF-8 BOM. One
+// deliberate difference: nesting deeper than kMaxDepth is rejected (nlohmann has no limit; a
+// gateway must not let one request build an unbounded stack anywhere).
+//
+// Thread safety: free functions, no state. Values are views: the text they came from must outlive
+// them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.h"
+
+namespace kvgate::raw_json {
+
+inline constexpr int kMaxDepth = 512;
+
+enum class Kind : uint8_t { kNull, kBool, kNumber, kString, kArray, kObject };
+
+// One JSON value: its kind and its exact bytes (no surrounding whitespace).
+struct Value {
+  Kind kind = Kind::kNull;
+  std::string_view text;
+
+  bool is_object() const { return kind == Kind::kObject; }
+  bool is_array() const { return kind == Kind::kArray; }
+  bool is_string() const { return kind == Kind::kString; }
+  bool is_null() const { return kind == Kind::kNull; }
+  bool is_true() const { return kind == Kind::kBool && text == "true"; }
+};
+
+struct Member {
+  std::string_view key;  // the key's bytes between its quotes, escapes not decoded
+  Value value;
+  // The key equals `name` once its escapes are decoded.
+  bool KeyIs(std::string_view name) const;
+};
+
+// Validates `text` as exactly one JSON value and returns it. Errors are kInvalidArgument with the
+// byte offset and what was wrong there, e.g. "invalid JSON at byte 17: unterminated string".
+Result<Value> Parse(std::string_view text);
+
+// Navigation. These take values that came out of Parse (directly or through these functions):
+// their bytes are known to be valid, so nothing is checked again. Given another kind of value
+// they return empty results.
+std::vector<Member> Members(Value object);  // document order, duplicate keys kept
+std::vector<Value> Elements(Value array);
+// The last member named `name` (nlohmann keeps the last of duplicate keys), or nullopt.
+std::optional<Value> Find(Value object, std::string_view name);
+
+// A string value's decoded content (escapes resolved, UTF-8); nullopt when `value` is not a
+// string.
+std::optional<std::string> DecodeString(Value value);
+
+// Appends `value` with the insignificant whitespace removed.
+void AppendMinified(Value value, std::string& out);
+// Appends `text` (UTF-8) as a JSON string literal, quotes included.
+void AppendQuoted(std::string_view text, std::string& out);
+
+}  // namespace kvgate::raw_json

@@ -1,6 +1,7 @@
 // The compute backend interface of the built-in engine. ModelRunner is its only caller: it describes
 // each step with an explicit BatchMetadata and calls these ops layer by layer. The CPU backend
-// (cpu_backend.h) implements it now; a CUDA backend will implement the same interface.
+// (cpu_backend.h) and the CUDA backend (kernels/cuda/cuda_backend.h) implement it; device.h builds
+// the one an engine asks for.
 //
 // Dimension letters: T tokens in the batch, S sequences, D hidden size, K input features, N output
 // features, H query heads, Hkv key/value heads, Dh head dim, V vocabulary, P cache slots.
@@ -91,6 +92,10 @@ class Backend {
   virtual Result<const void*> UploadWeights(const void* host, size_t bytes) = 0;
   virtual void CopyToHost(const void* src, void* dst, size_t bytes) = 0;
   virtual void Synchronize() = 0;
+  // The first error an op met, or ok. Ops return void because the CPU ones cannot fail; a device
+  // backend keeps its first failure here (later ops then do nothing) and the caller checks it
+  // after Synchronize().
+  virtual Status status() const { return {}; }
 
   // out [T, D] = rows batch.token_ids of table [V, D] (Q8_0 or Q4_1), dequantized.
   // REQUIRES: every token id < table.rows (ModelRunner checks).

@@ -1,8 +1,7 @@
 #include "local_engine/engine.h"
 
 #include <algorithm>
-
-#include "local_engine/cpu_backend.h"
+#include <limits>
 
 namespace kvgate::engine {
 
@@ -43,6 +42,50 @@ Usage UsageOf(const Engine::Sequence& s) {
                std::min(s.cache_write_tokens, s.num_prompt - s.cached_tokens)};
 }
 
+// The pool size when the options leave it open. On cuda: run one max_batch_tokens step on a
+// scratch runner (this dequantizes every weight and grows the backend's and the runner's buffers to
+// their peak), then give the KV pool gpu_memory_fraction of the memory still free. The scratch
+// runner's buffers are freed before the real runner allocates the same ones again.
+Result<int32_t> DefaultKvBlocks(const ModelWeights& weights, Backend& backend,
+                                const EngineOptions& options) {
+  constexpr int32_t kCpuDefaultBlocks = 512;
+  if (options.device == Device::kCpu) return kCpuDefaultBlocks;
+  const int32_t n = static_cast<int32_t>(
+      std::min<int64_t>(options.max_batch_tokens, weights.dims.context_length));
+  const int32_t blocks = (n + kBlockSize - 1) / kBlockSize;
+  auto scratch = ModelRunner::Create(weights, backend, KvCacheConfig{blocks, kBlockSize});
+  if (!scratch) return std::unexpected(scratch.error());
+  std::vector<int32_t> ids(n, 0), positions(n), table(blocks);
+  std::vector<int64_t> slots(n);
+  for (int32_t i = 0; i < n; ++i) positions[i] = i, slots[i] = i;
+  for (int32_t b = 0; b < blocks; ++b) table[b] = b;
+  const std::vector<int32_t> query_start{0, n}, context_lens{n};
+  const BatchMetadata batch{.token_ids = ids,
+                            .positions = positions,
+                            .slot_mapping = slots,
+                            .query_start = query_start,
+                            .context_lens = context_lens,
+                            .block_tables = table,
+                            .max_blocks_per_seq = blocks,
+                            .block_size = kBlockSize};
+  std::vector<float> logits;
+  // All-token logits: the largest output head a step of n tokens can need (rows <= tokens).
+  if (auto s = (*scratch)->Forward(batch, LogitsMode::kAllTokens, logits); !s) {
+    return MakeError(s.error().code, "sizing the KV pool: " + s.error().message);
+  }
+  auto tokens = KvTokensForMemoryFraction(options.device, options.gpu_memory_fraction,
+                                          (*scratch)->KvBytesPerToken());
+  if (!tokens) return std::unexpected(tokens.error());
+  const int64_t pool =
+      std::min<int64_t>(*tokens / kBlockSize, std::numeric_limits<int32_t>::max() / kBlockSize);
+  if (pool <= 0) {
+    return MakeError(ErrorCode::kResourceExhausted,
+                     "device cuda: gpu_memory_fraction leaves no room for one KV block after the "
+                     "weights and activations");
+  }
+  return static_cast<int32_t>(pool);
+}
+
 }  // namespace
 
 std::string_view FinishReasonName(FinishReason r) {
@@ -59,19 +102,35 @@ std::string_view FinishReasonName(FinishReason r) {
 Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   std::unique_ptr<Engine> e(new Engine());
   e->options_ = options;
-  if (options.num_kv_blocks <= 0 || options.max_batch_tokens <= 0 || options.max_running <= 0) {
+  if (options.num_kv_blocks < 0 || options.max_batch_tokens <= 0 || options.max_running <= 0) {
     return MakeError(ErrorCode::kInvalidArgument, "engine options must be positive");
   }
+  if (!(options.gpu_memory_fraction > 0.0 && options.gpu_memory_fraction <= 1.0)) {
+    return MakeError(ErrorCode::kInvalidArgument, "gpu_memory_fraction must be in (0, 1]");
+  }
+  // The device first: a missing GPU is reported before the model is read.
+  BackendSpec spec{.device = options.device};
+  if (options.device == Device::kCpu) {
+    e->pool_ = std::make_unique<kernels::cpu::ThreadPool>(options.threads);
+    spec.pool = e->pool_.get();
+    spec.isa = options.force_scalar ? kernels::cpu::Isa::kScalar : kernels::cpu::BestIsa();
+  }
+  auto backend = MakeBackend(spec);
+  if (!backend) return std::unexpected(backend.error());
+  e->backend_ = std::move(*backend);
   auto file = GgufFile::Open(options.model_path);
   if (!file) return std::unexpected(file.error());
   e->file_ = std::move(*file);
-  e->pool_ = std::make_unique<kernels::cpu::ThreadPool>(options.threads);
-  e->backend_ = MakeCpuBackend(e->pool_.get(), options.force_scalar ? kernels::cpu::Isa::kScalar
-                                                                    : kernels::cpu::BestIsa());
   auto weights = LoadWeights(*e->file_, *e->backend_);
   if (!weights) return std::unexpected(weights.error());
   e->weights_ = std::move(*weights);
-  auto runner = ModelRunner::Create(e->weights_, *e->backend_, KvCacheConfig{options.num_kv_blocks, 16});
+  if (e->options_.num_kv_blocks == 0) {
+    auto blocks = DefaultKvBlocks(e->weights_, *e->backend_, options);
+    if (!blocks) return std::unexpected(blocks.error());
+    e->options_.num_kv_blocks = *blocks;
+  }
+  auto runner = ModelRunner::Create(e->weights_, *e->backend_,
+                                    KvCacheConfig{e->options_.num_kv_blocks, kBlockSize});
   if (!runner) return std::unexpected(runner.error());
   e->runner_ = std::move(*runner);
   auto tok = Tokenizer::FromGguf(*e->file_);
@@ -86,7 +145,7 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   std::sort(e->eog_tokens_.begin(), e->eog_tokens_.end());
   e->eog_tokens_.erase(std::unique(e->eog_tokens_.begin(), e->eog_tokens_.end()),
                        e->eog_tokens_.end());
-  e->blocks_ = std::make_unique<BlockManager>(options.num_kv_blocks);
+  e->blocks_ = std::make_unique<BlockManager>(e->options_.num_kv_blocks);
   return e;
 }
 

@@ -1,4 +1,5 @@
-// The built-in inference engine: continuous batching of requests over one model on the CPU backend.
+// The built-in inference engine: continuous batching of requests over one model on the CPU or the
+// CUDA backend (device.h).
 //
 //   auto engine = Engine::Create({.model_path = "...", .threads = 2});
 //   auto id = (*engine)->AddRequest({prompt_ids, params, on_token});   // any thread
@@ -33,6 +34,7 @@
 #include "local_engine/backend.h"
 #include "local_engine/gguf.h"
 #include "local_engine/block_manager.h"
+#include "local_engine/device.h"
 #include "local_engine/model.h"
 #include "local_engine/sampler.h"
 #include "local_engine/tokenizer.h"
@@ -85,8 +87,13 @@ struct EngineRequest {
 
 struct EngineOptions {
   std::string model_path;
-  int threads = 2;                 // CPU threads, the engine thread included
-  int32_t num_kv_blocks = 512;     // x 16 tokens (8192 tokens, ~180 MiB for SmolLM2-135M)
+  Device device = Device::kCpu;
+  int threads = 2;                 // cpu: threads, the engine thread included
+  // KV pool in 16-token blocks. 0: on cpu 512 (8192 tokens, ~180 MiB for SmolLM2-135M); on cuda
+  // gpu_memory_fraction of the device memory still free once the weights and the activations of a
+  // max_batch_tokens step are allocated (Create runs that step once to measure them).
+  int32_t num_kv_blocks = 0;
+  double gpu_memory_fraction = 0.9;  // (0, 1]
   int32_t max_batch_tokens = 512;  // tokens per Step (prefill chunk budget)
   int32_t max_running = 16;        // sequences in a batch
   bool force_scalar = false;       // portable kernels even on AVX2 CPUs (tests)
@@ -95,8 +102,9 @@ struct EngineOptions {
 
 class Engine {
  public:
-  // Loads and checks the model and its tokenizer. Errors: the GGUF reader's, LoadWeights',
-  // Tokenizer's, or kResourceExhausted for the cache.
+  // Builds the device's backend, loads and checks the model and its tokenizer. Errors:
+  // CheckDevice's (kUnavailable "device cuda: ..." without CUDA or a GPU), the GGUF reader's,
+  // LoadWeights', Tokenizer's, or kResourceExhausted for the cache.
   static Result<std::unique_ptr<Engine>> Create(const EngineOptions& options);
   ~Engine();
 
@@ -134,10 +142,10 @@ class Engine {
   void OnSampled(Sequence& s, int32_t token);
   void Emit(Sequence& s, int32_t token, std::string_view text, FinishReason reason);
 
-  // Constant after Create.
+  // Constant after Create. options_.num_kv_blocks is the pool's actual size.
   EngineOptions options_;
   std::unique_ptr<GgufFile> file_;
-  std::unique_ptr<kernels::cpu::ThreadPool> pool_;
+  std::unique_ptr<kernels::cpu::ThreadPool> pool_;  // cpu only
   std::unique_ptr<Backend> backend_;
   ModelWeights weights_;
   std::unique_ptr<ModelRunner> runner_;

@@ -118,9 +118,10 @@ Status ModelRunner::Forward(const BatchMetadata& batch, LogitsMode mode,
   const MatMulOutput head[] = {{&weights_.output, logits_.f32()}};  // [R, V]
   be.MatMul(last, rows_out, dm, head);
   be.Synchronize();
+  if (auto st = be.status(); !st) return st;
   logits.resize(static_cast<size_t>(rows_out * d.vocab));
   be.CopyToHost(logits_.f32(), logits.data(), logits.size() * sizeof(float));
-  return {};
+  return be.status();
 }
 
 }  // namespace kvgate::engine

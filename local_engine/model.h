@@ -34,7 +34,8 @@ class ModelRunner {
                                                      KvCacheConfig config);
 
   // Runs one step. Errors (kInvalidArgument) for inconsistent metadata or token ids >= V; the
-  // cache is left untouched then.
+  // cache is left untouched then. A device backend's failure (Backend::status()) is returned too;
+  // the cache's contents are undefined after one.
   Status Forward(const BatchMetadata& batch, LogitsMode mode, std::vector<float>& logits);
 
   const LlamaDims& dims() const { return weights_.dims; }

@@ -1,13 +1,13 @@
 // The CUDA implementation of the engine's Backend interface (local_engine/backend.h): f32
 // activations and the f16 paged KV cache of that interface, quantized GGUF weights dequantized once
 // to bf16 on first use and multiplied through cuBLASLt, attention through the paged decode/prefill
-// kernels of kernels.h. `device: cuda` selection is wired by the engine's integrator.
+// kernels of kernels.h. The engine reaches it through local_engine/device.h (`device: cuda`).
 //
 // Errors: creation fails with kUnavailable "no CUDA device found" when cudaGetDeviceCount reports
 // none. The interface's ops return void, so an op that fails records the first error, every later
-// op becomes a no-op, and status() reports it (the engine should check it after Synchronize()).
+// op becomes a no-op, and Backend::status() reports it (ModelRunner checks it after Synchronize()).
 // Not implemented yet: CUDA graphs for decode (the op-by-op interface hands each op fresh host
-// spans; capturing a step needs a whole-step hook in backend.h).
+// spans; capturing a step needs a whole-step hook in backend.h, see kernels/NOTES.md).
 // Thread safety: one thread at a time, like every Backend.
 #pragma once
 
@@ -25,11 +25,8 @@ struct CudaBackendOptions {
   size_t gemm_workspace_bytes = size_t{32} << 20;
 };
 
-class CudaBackend : public engine::Backend {
- public:
-  // The first error an op met, or ok.
-  virtual Status status() const = 0;
-};
+// status() (from engine::Backend) reports the first error an op met.
+class CudaBackend : public engine::Backend {};
 
 Result<std::unique_ptr<CudaBackend>> MakeCudaBackend(const CudaBackendOptions& options = {});
 

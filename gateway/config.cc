@@ -4,6 +4,9 @@
 
 #include <array>
 #include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -67,6 +70,20 @@ struct Reader {
     if (it == object.end() || it->is_null()) return fallback;
     if (it->is_number_integer()) return it->get<int64_t>();
     return MakeError(ErrorCode::kInvalidArgument, path + "." + key + " must be an integer");
+  }
+  // YAML decimals arrive as strings (ToJson keeps them exact for prices); parsed whole here.
+  Result<double> Number(const char* key, double fallback) const {
+    auto it = object.find(key);
+    if (it == object.end() || it->is_null()) return fallback;
+    if (it->is_number()) return it->get<double>();
+    if (it->is_string()) {
+      const std::string text = it->get<std::string>();
+      char* end = nullptr;
+      errno = 0;
+      const double v = std::strtod(text.c_str(), &end);
+      if (!text.empty() && errno == 0 && end && *end == '\0' && std::isfinite(v)) return v;
+    }
+    return MakeError(ErrorCode::kInvalidArgument, path + "." + key + " must be a number");
   }
 };
 
@@ -226,6 +243,9 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
       auto threads = r.Int("threads", 0);
       if (!threads) return std::unexpected(threads.error());
       pc.threads = static_cast<int>(*threads);
+      auto fraction = r.Number("gpu_memory_fraction", pc.gpu_memory_fraction);
+      if (!fraction) return std::unexpected(fraction.error());
+      pc.gpu_memory_fraction = *fraction;
       while (!pc.base_url.empty() && pc.base_url.back() == '/') pc.base_url.pop_back();
       config.providers.push_back(std::move(pc));
     }
@@ -414,6 +434,12 @@ Status ValidateConfig(const GatewayConfig& config) {
       }
       if (p.device != "cpu" && p.device != "cuda") {
         return MakeError(ErrorCode::kInvalidArgument, where + ".device must be cpu or cuda");
+      }
+      if (!(p.gpu_memory_fraction > 0.0 && p.gpu_memory_fraction <= 1.0)) {
+        char got[32];
+        std::snprintf(got, sizeof got, "%g", p.gpu_memory_fraction);
+        return MakeError(ErrorCode::kInvalidArgument,
+                         where + ".gpu_memory_fraction must be in (0, 1], got " + got);
       }
     } else if (p.base_url.rfind("http://", 0) != 0 && p.base_url.rfind("https://", 0) != 0) {
       return MakeError(ErrorCode::kInvalidArgument,

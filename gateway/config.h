@@ -23,10 +23,13 @@ struct ProviderConfig {
                          // gemini-openai | local
   std::string base_url;  // e.g. https://api.openai.com/v1 (empty for local)
   std::string api_key;   // may be empty (local servers)
-  // Only for type local: the GGUF model file and the KV pool size in tokens.
+  // Only for type local: the GGUF model file, the KV pool size in tokens (0: 8192 on cpu; on cuda
+  // gpu_memory_fraction of the GPU memory left after the weights), the device (cpu | cuda) and the
+  // CPU threads (0: one per core).
   std::string model_path;
   int64_t kv_cache_tokens = 0;
   std::string device = "cpu";
+  double gpu_memory_fraction = 0.9;  // (0, 1]
   int threads = 0;
 };
 

@@ -21,6 +21,7 @@
 #include "gateway/gateway.h"
 #include "gateway/request_log.h"
 #include "local_engine/chat_template.h"
+#include "local_engine/device.h"
 #include "local_engine/engine.h"
 #include "telemetry/metrics.h"
 
@@ -615,14 +616,20 @@ Result<std::unique_ptr<LocalEngines>> LocalEngines::Start(const GatewayConfig& c
   std::map<std::string, std::unique_ptr<EngineHost>> hosts;
   for (const auto& p : config.providers) {
     if (p.type != "local") continue;
-    if (p.device != "cpu") {
-      return MakeError(ErrorCode::kUnavailable,
-                       "provider " + p.name + ": device " + p.device +
-                           " is not available in this build (the CUDA backend is not wired to "
-                           "the engine yet); use device: cpu");
+    const auto device = engine::ParseDevice(p.device);
+    if (!device) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       "provider " + p.name + ": device must be cpu or cuda, got " + p.device);
+    }
+    // Before the model is read: a missing GPU or a build without CUDA is the whole story.
+    if (auto s = engine::CheckDevice(*device); !s) {
+      return MakeError(s.error().code,
+                       "provider " + p.name + ": " + s.error().message + "; use device: cpu");
     }
     engine::EngineOptions options;
     options.model_path = p.model_path;
+    options.device = *device;
+    options.gpu_memory_fraction = p.gpu_memory_fraction;
     options.threads = p.threads > 0 ? p.threads
                                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     if (p.kv_cache_tokens > 0) {

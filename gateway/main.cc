@@ -21,6 +21,7 @@
 #include "gateway/local_provider.h"
 #include "gateway/recorder.h"
 #include "local_engine/cli_generate.h"
+#include "local_engine/device.h"
 #include "local_engine/kv_size.h"
 #include "telemetry/metrics.h"
 #include "telemetry/store.h"
@@ -38,9 +39,13 @@ constexpr char kUsage[] =
     "            OPENAI_API_KEY / ANTHROPIC_API_KEY / DEEPSEEK_API_KEY / ..., and the bundled\n"
     "            model on the built-in engine as `smollm2`)\n"
     "  engine    --model PATH [--port N] [--host H] [--kv-cache-tokens N] [--name NAME] [--db PATH]\n"
+    "            [--device cpu|cuda] [--gpu-memory-fraction F]\n"
     "            the built-in engine alone as an OpenAI-compatible server (model name: NAME,\n"
-    "            default smollm2), for other gateways or a kvgate on another host\n"
+    "            default smollm2), for other gateways or a kvgate on another host; KV pool:\n"
+    "            16384 tokens on cpu, on cuda F (default 0.9) of the GPU memory left after the\n"
+    "            weights unless --kv-cache-tokens is given\n"
     "  generate  --model PATH [--chat] --prompt TEXT --max-tokens N [--temperature T] [--seed S]\n"
+    "            [--device cpu|cuda]\n"
     "            run the built-in engine once and stream the text to stdout\n"
     "  kv-size   [--model NAME | --gguf PATH | --hf-config PATH] [--context N] [--gpu-mem-gib G]\n"
     "            KV-cache bytes per token and sessions that fit in GPU memory\n"
@@ -67,8 +72,9 @@ int RunGateway(gateway::GatewayConfig config);
 // the lookup API are the same).
 int Engine(int argc, char** argv) {
   gateway::GatewayConfig config;
-  std::string model_path, name = "smollm2", host = "127.0.0.1";
-  long port = 8000, kv_tokens = 16384;
+  std::string model_path, name = "smollm2", host = "127.0.0.1", device = "cpu";
+  long port = 8000, kv_tokens = 0;  // 0: 16384 on cpu, gpu_memory_fraction on cuda
+  double fraction = 0.9;
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
     if (i + 1 >= argc) {
@@ -89,6 +95,11 @@ int Engine(int argc, char** argv) {
                port >= 0 && port <= 65535) {
     } else if (arg == "--kv-cache-tokens" &&
                (kv_tokens = std::strtol(value.c_str(), &end, 10), *end == '\0') && kv_tokens > 0) {
+    } else if (arg == "--device" && engine::ParseDevice(value)) {
+      device = value;
+    } else if (arg == "--gpu-memory-fraction" &&
+               (fraction = std::strtod(value.c_str(), &end), *end == '\0') && fraction > 0.0 &&
+               fraction <= 1.0) {
     } else {
       std::fprintf(stderr, "kvgate engine: bad option %s %s\n%s", arg.c_str(), value.c_str(), kUsage);
       return 2;
@@ -98,11 +109,17 @@ int Engine(int argc, char** argv) {
     std::fprintf(stderr, "kvgate engine: --model PATH is required\n%s", kUsage);
     return 2;
   }
+  if (auto s = engine::CheckDevice(*engine::ParseDevice(device)); !s) {
+    std::fprintf(stderr, "kvgate engine: %s; use --device cpu\n", s.error().message.c_str());
+    return 1;
+  }
+  if (kv_tokens == 0 && device == "cpu") kv_tokens = 16384;
   config.source = "kvgate engine";
   config.listen_host = host;
   config.listen_port = static_cast<uint16_t>(port);
   config.providers.push_back({.name = "local", .type = "local", .model_path = model_path,
-                              .kv_cache_tokens = kv_tokens});
+                              .kv_cache_tokens = kv_tokens, .device = device,
+                              .gpu_memory_fraction = fraction});
   config.models.push_back({.name = name, .provider = "local", .upstream_model = name});
   if (auto valid = gateway::ValidateConfig(config); !valid) {
     std::fprintf(stderr, "kvgate engine: %s\n", valid.error().message.c_str());

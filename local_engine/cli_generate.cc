@@ -14,8 +14,8 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: kvgate generate --model PATH [--chat] --prompt TEXT [--max-tokens N] "
-    "[--temperature T] [--seed S] [--threads N] [--top-k K] [--top-p P] [--min-p P] "
-    "[--repeat-penalty R] [--stop STR]... [--ignore-eos] [--verbose]\n";
+    "[--temperature T] [--seed S] [--device cpu|cuda] [--threads N] [--top-k K] [--top-p P] "
+    "[--min-p P] [--repeat-penalty R] [--stop STR]... [--ignore-eos] [--verbose]\n";
 
 template <class T>
 std::optional<T> Parse(const std::string& s) {
@@ -74,6 +74,10 @@ int RunGenerateCommand(int argc, char** argv) {
         auto n = Parse<int>(*v);
         ok = n.has_value();
         if (ok) sp.max_tokens = *n;
+      } else if (a == "--device") {
+        auto d = ParseDevice(*v);
+        ok = d.has_value();
+        if (ok) opts.device = *d;
       } else if (a == "--threads") {
         auto n = Parse<int>(*v);
         ok = n && *n > 0;
@@ -115,6 +119,10 @@ int RunGenerateCommand(int argc, char** argv) {
     return 2;
   }
   opts.model_path = model;
+  if (auto s = CheckDevice(opts.device); !s) {
+    std::fprintf(stderr, "kvgate generate: %s; use --device cpu\n", s.error().message.c_str());
+    return 1;
+  }
   auto engine = Engine::Create(opts);
   if (!engine) {
     std::fprintf(stderr, "kvgate generate: %s\n", engine.error().ToString().c_str());

@@ -4,11 +4,14 @@
 namespace kvgate::engine {
 
 // argv[0] is the command name; the options follow:
-//   --model PATH [--chat] --prompt TEXT [--max-tokens N] [--temperature T] [--seed S] [--threads N]
-//   [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--stop STR]... [--ignore-eos]
-//   [--verbose] (prints the prompt's token ids to stderr)
-// Greedy by default. Streams the generated text to stdout as tokens arrive; timings and errors go
-// to stderr. Returns 0 on success, 2 for bad usage, 1 for other errors.
+//   --model PATH [--chat] --prompt TEXT [--max-tokens N] [--temperature T] [--seed S]
+//   [--device cpu|cuda] [--threads N] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]
+//   [--stop STR]... [--ignore-eos] [--verbose] (prints the prompt's token ids to stderr)
+// Greedy by default, on the cpu. --device cuda without CUDA in the build or without a GPU fails
+// with "device cuda: ...; use --device cpu" (exit 1); on cuda the KV pool takes 90% of the GPU
+// memory left after the weights (EngineOptions::gpu_memory_fraction).
+// Streams the generated text to stdout as tokens arrive; timings and errors go to stderr.
+// Returns 0 on success, 2 for bad usage, 1 for other errors.
 int RunGenerateCommand(int argc, char** argv);
 
 }  // namespace kvgate::engine

@@ -116,5 +116,55 @@ TEST(ConfigTest, DefaultsFromEnvironment) {
   EXPECT_TRUE(warned_model);
 }
 
+TEST(ConfigTest, LocalProviderDeviceAndMemoryFraction) {
+  auto env = FakeEnv({});
+  auto config = ParseConfig(R"(
+providers:
+  - {name: a, type: local, model_path: m.gguf}
+  - {name: b, type: local, model_path: m.gguf, device: cuda, gpu_memory_fraction: 0.5}
+  - {name: c, type: local, model_path: m.gguf, device: cpu, gpu_memory_fraction: 1}
+  - {name: d, type: local, model_path: m.gguf, device: cuda, gpu_memory_fraction: "0.25",
+     kv_cache_tokens: 4096}
+)",
+                            env);
+  ASSERT_TRUE(config.has_value()) << config.error().message;
+  ASSERT_EQ(config->providers.size(), 4u);
+  EXPECT_EQ(config->providers[0].device, "cpu");
+  EXPECT_DOUBLE_EQ(config->providers[0].gpu_memory_fraction, 0.9);
+  EXPECT_EQ(config->providers[1].device, "cuda");
+  EXPECT_DOUBLE_EQ(config->providers[1].gpu_memory_fraction, 0.5);
+  EXPECT_DOUBLE_EQ(config->providers[2].gpu_memory_fraction, 1.0);
+  EXPECT_DOUBLE_EQ(config->providers[3].gpu_memory_fraction, 0.25);
+  EXPECT_EQ(config->providers[3].kv_cache_tokens, 4096);
+
+  struct Case {
+    const char* yaml;
+    const char* expect;
+  };
+  const Case cases[] = {
+      {"providers: [{name: l, type: local, model_path: m, device: gpu}]",
+       "providers[0].device must be cpu or cuda"},
+      {"providers: [{name: l, type: local, model_path: m, device: CUDA}]", "providers[0].device"},
+      {"providers: [{name: l, type: local, model_path: m, gpu_memory_fraction: 0}]",
+       "providers[0].gpu_memory_fraction must be in (0, 1], got 0"},
+      {"providers: [{name: l, type: local, model_path: m, gpu_memory_fraction: 1.5}]",
+       "providers[0].gpu_memory_fraction must be in (0, 1], got 1.5"},
+      {"providers: [{name: l, type: local, model_path: m, gpu_memory_fraction: -0.1}]",
+       "providers[0].gpu_memory_fraction must be in (0, 1]"},
+      {"providers: [{name: l, type: local, model_path: m, gpu_memory_fraction: 90%}]",
+       "providers[0].gpu_memory_fraction must be a number"},
+      {"providers: [{name: l, type: local, model_path: m, gpu_memory_fraction: [0.5]}]",
+       "providers[0].gpu_memory_fraction must be a number"},
+      {"providers: [{name: l, type: local, model_path: m, gpu_memory_fraction: nan}]",
+       "providers[0].gpu_memory_fraction must be a number"},
+  };
+  for (const Case& c : cases) {
+    auto bad = ParseConfig(c.yaml, env, "test.yaml");
+    ASSERT_FALSE(bad.has_value()) << c.yaml;
+    EXPECT_NE(bad.error().message.find(c.expect), std::string::npos)
+        << c.yaml << " -> " << bad.error().message;
+  }
+}
+
 }  // namespace
 }  // namespace kvgate::gateway

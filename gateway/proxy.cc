@@ -6,6 +6,7 @@
 #include <boost/asio/this_coro.hpp>
 
 #include "common/ids.h"
+#include "common/raw_json.h"
 #include "gateway/gateway.h"
 #include "gateway/local_provider.h"
 #include "gateway/request_log.h"
@@ -59,17 +60,6 @@ providers::ClientError TransportError(const Error& error, const std::string& pro
                                     "upstream_error", "upstream_unavailable");
 }
 
-std::string ThreadIdFrom(const http::Request& request, json& body,
-                         std::optional<std::string> from_body) {
-  if (from_body && !from_body->empty()) return *from_body;
-  if (auto h = request.header("x-thread-id"); !h.empty()) return std::string(h);
-  if (auto meta = body.find("metadata"); meta != body.end() && meta->is_object()) {
-    if (auto t = meta->find("thread_id"); t != meta->end() && t->is_string()) {
-      return t->get<std::string>();
-    }
-  }
-  return "";
-}
 
 }  // namespace
 
@@ -110,24 +100,24 @@ asio::awaitable<void> Gateway::HandleInference(http::Request& request,
     rec.api_key_id = "key_" + hash.substr(0, 12);
   }
 
-  // Parse.
-  json body = json::parse(request.body, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded() || !body.is_object()) {
-    co_await SendError(writer, log,
-                       providers::MakeOpenAIError(
-                           400,
-                           body.is_discarded()
-                               ? "We could not parse the JSON body of your request: it is not "
-                                 "valid JSON"
-                               : "The request body must be a JSON object",
-                           "invalid_request_error", "invalid_json"),
-                       "error", headers);
+  // Parse: validate once and read the few fields kvgate needs from the raw bytes; the body is
+  // forwarded from the same bytes (raw_json), and a tree is built only for the adapters that
+  // rewrite it.
+  Result<raw_json::Value> parsed = raw_json::Parse(request.body);
+  if (!parsed || !parsed->is_object()) {
+    // The message is built outside the co_await (GCC 12: no ?: with temporaries inside one).
+    std::string message = "The request body must be a JSON object";
+    if (!parsed) message = "We could not parse the JSON body of your request: " + parsed.error().message;
+    providers::ClientError error = providers::MakeOpenAIError(400, std::move(message),
+                                                              "invalid_request_error", "invalid_json");
+    co_await SendError(writer, log, error, "error", headers);
     co_return;
   }
-  std::optional<std::string> body_thread = providers::TakeKvgateFields(body);
-  rec.thread_id = ThreadIdFrom(request, body, body_thread);
-  auto model_it = body.find("model");
-  if (model_it == body.end() || !model_it->is_string() || model_it->get<std::string>().empty()) {
+  const raw_json::Value body = *parsed;
+  rec.thread_id = providers::ThreadIdOf(body, request.header("x-thread-id"));
+  std::optional<raw_json::Value> model = raw_json::Find(body, "model");
+  std::optional<std::string> model_name = model ? raw_json::DecodeString(*model) : std::nullopt;
+  if (!model_name || model_name->empty()) {
     co_await SendError(writer, log,
                        providers::MakeOpenAIError(400, "you must provide a model parameter",
                                                   "invalid_request_error", "missing_model",
@@ -135,9 +125,9 @@ asio::awaitable<void> Gateway::HandleInference(http::Request& request,
                        "error", headers);
     co_return;
   }
-  rec.model = model_it->get<std::string>();
-  auto stream_it = body.find("stream");
-  if (stream_it != body.end() && !stream_it->is_boolean() && !stream_it->is_null()) {
+  rec.model = std::move(*model_name);
+  std::optional<raw_json::Value> stream = raw_json::Find(body, "stream");
+  if (stream && stream->kind != raw_json::Kind::kBool && !stream->is_null()) {
     co_await SendError(writer, log,
                        providers::MakeOpenAIError(400, "stream must be a boolean",
                                                   "invalid_request_error", "invalid_type",
@@ -145,12 +135,8 @@ asio::awaitable<void> Gateway::HandleInference(http::Request& request,
                        "error", headers);
     co_return;
   }
-  rec.stream = stream_it != body.end() && stream_it->is_boolean() && stream_it->get<bool>();
-  bool wants_usage = false;
-  if (auto so = body.find("stream_options"); so != body.end() && so->is_object()) {
-    auto iu = so->find("include_usage");
-    wants_usage = iu != so->end() && iu->is_boolean() && iu->get<bool>();
-  }
+  rec.stream = stream && stream->is_true();
+  const bool wants_usage = providers::ClientWantsStreamUsage(body);
   if (!rec.thread_id.empty()) log.set_fingerprint(telemetry::Fingerprint(body));
 
   const Route* route = FindRoute(rec.model);
@@ -184,7 +170,10 @@ asio::awaitable<void> Gateway::HandleInference(http::Request& request,
                          "error", headers);
       co_return;
     }
-    co_await deps_.engines->Serve(*route, body, options, writer, log, std::move(headers));
+    // The engine renders the chat template from a tree.
+    nlohmann::json tree = nlohmann::json::parse(body.text);
+    providers::TakeKvgateFields(tree);
+    co_await deps_.engines->Serve(*route, tree, options, writer, log, std::move(headers));
     co_return;
   }
 

@@ -4,10 +4,13 @@
 #include <cstdio>
 #include <functional>
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 namespace kvgate::telemetry {
 namespace {
 
-// FNV-1a over bytes, then a 64-bit finalizer (MurmurHash3's fmix64) so that nearby inputs spread.
+// A 64-bit finalizer (MurmurHash3's fmix64) so that nearby inputs spread.
 uint64_t Fmix64(uint64_t k) {
   k ^= k >> 33;
   k *= 0xff51afd7ed558ccdULL;
@@ -17,14 +20,7 @@ uint64_t Fmix64(uint64_t k) {
   return k;
 }
 
-uint64_t HashBytes(std::string_view bytes) {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (unsigned char c : bytes) {
-    h ^= c;
-    h *= 0x100000001b3ULL;
-  }
-  return Fmix64(h ^ bytes.size());
-}
+uint64_t HashBytes(std::string_view bytes) { return XXH3_64bits(bytes.data(), bytes.size()); }
 
 uint64_t CombinePrefix(uint64_t previous, uint64_t element_hash, FingerprintElement::Kind kind,
                        uint64_t length) {
@@ -32,17 +28,11 @@ uint64_t CombinePrefix(uint64_t previous, uint64_t element_hash, FingerprintElem
                 (length << 3));
 }
 
-std::string Canonical(const nlohmann::json& value) {
-  try {
-    return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  } catch (...) {  // dump with the replace handler should not throw; stay total anyway
-    return {};
-  }
-}
 
 void AddElement(PromptFingerprint& fp, FingerprintElement::Kind kind, int message_index,
-                const nlohmann::json& value) {
-  const std::string text = Canonical(value);
+                raw_json::Value value, std::string& text) {
+  text.clear();
+  raw_json::AppendMinified(value, text);
   FingerprintElement e;
   e.kind = kind;
   e.message_index = message_index;
@@ -138,19 +128,19 @@ uint64_t PromptFingerprint::TotalBytes() const {
   return total;
 }
 
-PromptFingerprint Fingerprint(const nlohmann::json& body) {
+PromptFingerprint Fingerprint(raw_json::Value body) {
   PromptFingerprint fp;
-  if (!body.is_object()) return fp;
-  if (auto it = body.find("tools"); it != body.end() && !it->is_null()) {
-    AddElement(fp, FingerprintElement::Kind::kTools, -1, *it);
+  std::string text;  // one buffer for every element's minified bytes
+  if (auto v = raw_json::Find(body, "tools"); v && !v->is_null()) {
+    AddElement(fp, FingerprintElement::Kind::kTools, -1, *v, text);
   }
-  if (auto it = body.find("system"); it != body.end() && !it->is_null()) {
-    AddElement(fp, FingerprintElement::Kind::kSystem, -1, *it);
+  if (auto v = raw_json::Find(body, "system"); v && !v->is_null()) {
+    AddElement(fp, FingerprintElement::Kind::kSystem, -1, *v, text);
   }
-  if (auto it = body.find("messages"); it != body.end() && it->is_array()) {
+  if (auto v = raw_json::Find(body, "messages"); v && v->is_array()) {
     int index = 0;
-    for (const auto& message : *it) {
-      AddElement(fp, FingerprintElement::Kind::kMessage, index++, message);
+    for (raw_json::Value message : raw_json::Elements(*v)) {
+      AddElement(fp, FingerprintElement::Kind::kMessage, index++, message, text);
     }
   }
   return fp;

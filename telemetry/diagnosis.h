@@ -22,11 +22,12 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/raw_json.h"
 #include "telemetry/record.h"
 
 namespace kvgate::telemetry {
 
-// Bytes of canonical JSON per chunk hash. The character offset of a change is known to this many
+// Bytes of minified JSON per chunk hash. The character offset of a change is known to this many
 // bytes: it lies in [char_offset, char_offset + kFingerprintChunkBytes).
 inline constexpr size_t kFingerprintChunkBytes = 64;
 
@@ -35,8 +36,8 @@ struct FingerprintElement {
   Kind kind = Kind::kMessage;
   int message_index = -1;        // index in "messages" for kMessage, -1 otherwise
   uint64_t prefix_hash = 0;      // rolling hash of this element and every element before it
-  uint64_t length = 0;           // bytes of this element's canonical JSON
-  std::vector<uint32_t> chunks;  // hash of each 64-byte chunk of the canonical JSON
+  uint64_t length = 0;           // bytes of this element's minified JSON
+  std::vector<uint32_t> chunks;  // hash of each 64-byte chunk of the minified JSON
   bool operator==(const FingerprintElement&) const = default;
 };
 
@@ -47,10 +48,13 @@ struct PromptFingerprint {
 };
 
 // Fingerprints an OpenAI-format (or Anthropic-format) request body: "tools" (whole array, one
-// element), "system" (top-level, one element), then each entry of "messages". Canonical JSON is
-// nlohmann's compact dump (object keys sorted), so key order in the client's bytes does not matter.
-// Missing or malformed fields are skipped; never throws.
-PromptFingerprint Fingerprint(const nlohmann::json& request_body);
+// element), "system" (top-level, one element), then each entry of "messages". Each element is
+// hashed as the client sent it, minified: whitespace between tokens does not matter, key order
+// and string escaping do. (Hashing the client's bytes costs a few thousand instructions per
+// request where a parse + sorted re-serialization cost ~70k; clients re-send earlier messages
+// byte-identically, which is also what provider caches need.) Missing or malformed fields are
+// skipped; never throws.
+PromptFingerprint Fingerprint(raw_json::Value request_body);
 
 // Storage form (RequestRecord.prompt_fingerprint): a JSON array, one object per element:
 // {"k":"tools"|"system"|"message","i":message_index,"h":"<16 hex>","n":length,"c":"<base64 of

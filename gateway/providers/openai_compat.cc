@@ -1,6 +1,7 @@
 // OpenAI-compatible providers (OpenAI, DeepSeek, vLLM, SGLang, llama.cpp, OpenRouter, Gemini's
 // OpenAI endpoint, kvgate's engine): the body passes through, usage is captured, and the usage
 // chunk kvgate asked for on the client's behalf is stripped again.
+#include <array>
 #include <exception>
 #include <string>
 #include <utility>
@@ -104,9 +105,9 @@ class OpenAICompatStream final : public SseStreamTranslator {
                              HasNonNullKey(data, "finish_reason") ||
                              (type_ == ProviderType::kLlamaCpp && HasNonNullKey(data, "timings"));
     if (!needs_parse) {
-      // The fast path: most content chunks go out byte for byte, validated (a SAX pass, no DOM)
-      // but neither parsed into a document nor re-serialized.
-      if (!json::accept(data.begin(), data.end())) {
+      // The fast path: most content chunks go out byte for byte, validated (raw_json) but
+      // neither parsed into a tree nor re-serialized.
+      if (!raw_json::Parse(data)) {
         Fail(out.bytes, "upstream sent malformed JSON in a stream event: " + Snippet(data));
         return;
       }
@@ -166,21 +167,135 @@ class OpenAICompatStream final : public SseStreamTranslator {
 
 }  // namespace
 
-Result<UpstreamCall> BuildOpenAICompatCall(ProviderType type, const json& client_body,
+namespace {
+
+// The members BuildOpenAICompatCall rewrites. Each is written once, at the place of its last
+// occurrence (the one a parser keeps), or appended when the body lacks it.
+enum class Rewritten { kNone, kModel, kStream, kStreamOptions, kMetadata, kDropped };
+
+Rewritten Classify(const raw_json::Member& m) {
+  if (m.KeyIs("model")) return Rewritten::kModel;
+  if (m.KeyIs("stream")) return Rewritten::kStream;
+  if (m.KeyIs("stream_options")) return Rewritten::kStreamOptions;
+  if (m.KeyIs("metadata")) return Rewritten::kMetadata;
+  if (m.KeyIs("thread_identifier")) return Rewritten::kDropped;
+  return Rewritten::kNone;
+}
+
+void AppendKey(std::string_view raw_key, std::string& out) {
+  if (out.size() > 1) out += ',';
+  out += '"';
+  out += raw_key;
+  out += "\":";
+}
+
+// `object`'s members except those named in `drop`, then `extra` (already serialized members).
+// Returns false (nothing appended) when nothing would be left.
+bool AppendObjectWithout(raw_json::Value object, std::string_view drop, std::string_view extra,
+                         std::string& out) {
+  std::string body = "{";
+  for (const raw_json::Member& m : raw_json::Members(object)) {
+    if (m.KeyIs(drop)) continue;
+    AppendKey(m.key, body);
+    body += m.value.text;
+  }
+  if (!extra.empty()) {
+    if (body.size() > 1) body += ',';
+    body += extra;
+  }
+  if (body.size() == 1) return false;
+  out += body;
+  out += '}';
+  return true;
+}
+
+}  // namespace
+
+Result<UpstreamCall> BuildOpenAICompatCall(ProviderType type, raw_json::Value client_body,
                                            const CallOptions& options) {
   (void)type;
-  json body = client_body;
-  TakeKvgateFields(body);
-  if (!options.upstream_model.empty()) body["model"] = options.upstream_model;
-  if (options.stream) {
-    body["stream"] = true;
-    json& stream_options = body["stream_options"];
-    if (!stream_options.is_object()) stream_options = json::object();
-    stream_options["include_usage"] = true;
-  } else {
-    if (body.contains("stream")) body["stream"] = false;
-    body.erase("stream_options");  // only valid with stream: true
+  // The client's bytes pass through member by member: nothing is parsed into a tree or re-encoded.
+  const std::vector<raw_json::Member> members = raw_json::Members(client_body);
+  std::vector<Rewritten> kinds(members.size());
+  std::array<size_t, 6> last{};  // index + 1 of the last occurrence of each rewritten member
+  for (size_t i = 0; i < members.size(); ++i) {
+    kinds[i] = Classify(members[i]);
+    last[static_cast<size_t>(kinds[i])] = i + 1;
   }
+  auto is_last = [&](size_t i) { return last[static_cast<size_t>(kinds[i])] == i + 1; };
+  auto present = [&](Rewritten k) { return last[static_cast<size_t>(k)] != 0; };
+
+  std::string body;
+  body.reserve(client_body.text.size() + 96);
+  body += '{';
+  auto append_model = [&](std::string_view raw_key) {
+    AppendKey(raw_key, body);
+    raw_json::AppendQuoted(options.upstream_model, body);
+  };
+  auto append_stream = [&](std::string_view raw_key) {
+    AppendKey(raw_key, body);
+    body += options.stream ? "true" : "false";
+  };
+  constexpr std::string_view kIncludeUsage = "\"include_usage\":true";
+  for (size_t i = 0; i < members.size(); ++i) {
+    const raw_json::Member& m = members[i];
+    switch (kinds[i]) {
+      case Rewritten::kNone:
+        AppendKey(m.key, body);
+        body += m.value.text;
+        break;
+      case Rewritten::kDropped:
+        break;
+      case Rewritten::kModel:
+        if (!is_last(i)) break;
+        if (options.upstream_model.empty()) {
+          AppendKey(m.key, body);
+          body += m.value.text;
+        } else {
+          append_model(m.key);
+        }
+        break;
+      case Rewritten::kStream:
+        if (is_last(i)) append_stream(m.key);
+        break;
+      case Rewritten::kStreamOptions:
+        // Only valid with stream: true; when streaming, usage is always asked for.
+        if (!is_last(i) || !options.stream) break;
+        AppendKey(m.key, body);
+        if (!m.value.is_object() ||
+            !AppendObjectWithout(m.value, "include_usage", kIncludeUsage, body)) {
+          body += '{';
+          body += kIncludeUsage;
+          body += '}';
+        }
+        break;
+      case Rewritten::kMetadata: {
+        if (!is_last(i)) break;
+        if (!m.value.is_object() || !raw_json::Find(m.value, "thread_id")) {
+          AppendKey(m.key, body);
+          body += m.value.text;
+          break;
+        }
+        // kvgate's metadata.thread_id goes; metadata itself when nothing else is left.
+        std::string rest;
+        if (AppendObjectWithout(m.value, "thread_id", "", rest)) {
+          AppendKey(m.key, body);
+          body += rest;
+        }
+        break;
+      }
+    }
+  }
+  if (!present(Rewritten::kModel) && !options.upstream_model.empty()) append_model("model");
+  if (options.stream) {
+    if (!present(Rewritten::kStream)) append_stream("stream");
+    if (!present(Rewritten::kStreamOptions)) {
+      body += ",\"stream_options\":{";
+      body += kIncludeUsage;
+      body += '}';
+    }
+  }
+  body += '}';
 
   UpstreamCall call;
   call.path = options.endpoint == Endpoint::kCompletions ? "/completions" : "/chat/completions";
@@ -188,31 +303,45 @@ Result<UpstreamCall> BuildOpenAICompatCall(ProviderType type, const json& client
   if (!options.api_key.empty())
     call.headers.emplace_back("authorization", "Bearer " + options.api_key);
   if (options.stream) call.headers.emplace_back("accept", "text/event-stream");
-  call.body = Dump(body);
+  call.body = std::move(body);
   return call;
 }
 
 Result<Translated> TranslateOpenAICompatResponse(ProviderType type, std::string_view upstream_body,
                                                  const CallOptions& options) {
   (void)options;
-  json response = ParseJson(upstream_body);
-  if (response.is_discarded() || !response.is_object()) {
+  // The body goes back to the client unchanged; only usage, finish_reason and a possible error
+  // are read, from the raw bytes.
+  Result<raw_json::Value> response = raw_json::Parse(upstream_body);
+  if (!response || !response->is_object()) {
     return MakeError(
         ErrorCode::kCorruptData,
         "upstream returned a response that is not a JSON object: " + Snippet(upstream_body));
   }
-  if (std::optional<std::string> message = ErrorMessageOf(response); message.has_value()) {
-    return MakeError(ErrorCode::kUnavailable, "upstream returned an error: " + *message);
+  std::optional<raw_json::Value> error = raw_json::Find(*response, "error");
+  if (error && !error->is_null()) {
+    return MakeError(ErrorCode::kUnavailable,
+                     "upstream returned an error: " + *ErrorMessageOf(ParseJson(response->text)));
   }
-  const json* choices = Member(response, "choices");
-  if (choices == nullptr || !choices->is_array()) {
+  std::optional<raw_json::Value> choices = raw_json::Find(*response, "choices");
+  if (!choices || !choices->is_array()) {
     return MakeError(ErrorCode::kCorruptData,
                      "upstream response has no 'choices' array: " + Snippet(upstream_body));
   }
   Translated out;
   out.body = std::string(upstream_body);
-  out.usage = NormalizeFrom(type, response);
-  out.finish_reason = FinishReasonOf(response);
+  if (type == ProviderType::kLlamaCpp) {  // the whole response, for `timings`
+    out.usage = telemetry::NormalizeUsage(UsageFlavorFor(type), *response);
+  } else {
+    std::optional<raw_json::Value> usage = raw_json::Find(*response, "usage");
+    out.usage = telemetry::NormalizeUsage(UsageFlavorFor(type), usage.value_or(raw_json::Value{}));
+  }
+  for (raw_json::Value choice : raw_json::Elements(*choices)) {
+    std::optional<raw_json::Value> reason = raw_json::Find(choice, "finish_reason");
+    if (!reason) continue;
+    std::optional<std::string> text = raw_json::DecodeString(*reason);
+    if (text && !text->empty()) out.finish_reason = std::move(*text);
+  }
   return out;
 }
 

@@ -3,6 +3,7 @@
 #include "gateway/providers/provider.h"
 
 #include <array>
+#include <charconv>
 #include <chrono>
 #include <exception>
 #include <utility>
@@ -35,6 +36,30 @@ std::optional<std::string> ThreadIdFrom(const json& value) {
     return s;
   }
   if (value.is_number_integer() || value.is_number_unsigned()) return value.dump();
+  return std::nullopt;
+}
+
+// The same rule on raw bytes: an integer is a number without fraction or exponent.
+std::optional<std::string> ThreadIdFrom(raw_json::Value value) {
+  if (value.is_string()) {
+    std::optional<std::string> s = raw_json::DecodeString(value);
+    if (!s || s->empty()) return std::nullopt;
+    return s;
+  }
+  if (value.kind == raw_json::Kind::kNumber &&
+      value.text.find_first_of(".eE") == std::string_view::npos) {
+    // As a tree would have it: -0 is 0, and integers beyond 64 bits are doubles (no id).
+    const char* first = value.text.data();
+    const char* last = first + value.text.size();
+    if (value.text[0] == '-') {
+      int64_t v = 0;
+      if (std::from_chars(first, last, v).ec != std::errc()) return std::nullopt;
+      return std::to_string(v);
+    }
+    uint64_t v = 0;
+    if (std::from_chars(first, last, v).ec != std::errc()) return std::nullopt;
+    return std::to_string(v);
+  }
   return std::nullopt;
 }
 
@@ -81,11 +106,24 @@ telemetry::UsageFlavor UsageFlavorFor(ProviderType type) {
 
 bool IsOpenAICompatible(ProviderType type) { return type != ProviderType::kAnthropic; }
 
-bool ClientWantsStreamUsage(const json& client_body) {
-  const json* options = internal::Member(client_body, "stream_options");
-  if (options == nullptr) return false;
-  const json* include = internal::Member(*options, "include_usage");
-  return include != nullptr && include->is_boolean() && include->get<bool>();
+bool ClientWantsStreamUsage(raw_json::Value client_body) {
+  std::optional<raw_json::Value> options = raw_json::Find(client_body, "stream_options");
+  if (!options) return false;
+  std::optional<raw_json::Value> include = raw_json::Find(*options, "include_usage");
+  return include && include->is_true();
+}
+
+std::string ThreadIdOf(raw_json::Value body, std::string_view header) {
+  if (std::optional<raw_json::Value> v = raw_json::Find(body, "thread_identifier")) {
+    if (std::optional<std::string> id = ThreadIdFrom(*v)) return std::move(*id);
+  }
+  if (!header.empty()) return std::string(header);
+  if (std::optional<raw_json::Value> meta = raw_json::Find(body, "metadata")) {
+    if (std::optional<raw_json::Value> v = raw_json::Find(*meta, "thread_id")) {
+      if (std::optional<std::string> id = ThreadIdFrom(*v)) return std::move(*id);
+    }
+  }
+  return "";
 }
 
 std::optional<std::string> TakeKvgateFields(json& body) {
@@ -105,19 +143,24 @@ std::optional<std::string> TakeKvgateFields(json& body) {
   return thread_id;
 }
 
-Result<UpstreamCall> BuildUpstreamCall(ProviderType type, const json& client_body,
+Result<UpstreamCall> BuildUpstreamCall(ProviderType type, raw_json::Value client_body,
                                        const CallOptions& options) {
   try {
     if (!client_body.is_object()) {
       return MakeError(ErrorCode::kInvalidArgument, "the request body must be a JSON object");
     }
     if (options.endpoint == Endpoint::kChatCompletions) {
-      const json* messages = internal::Member(client_body, "messages");
-      if (messages == nullptr || !messages->is_array()) {
+      std::optional<raw_json::Value> messages = raw_json::Find(client_body, "messages");
+      if (!messages || !messages->is_array()) {
         return MakeError(ErrorCode::kInvalidArgument, "'messages' must be an array");
       }
     }
-    if (type == ProviderType::kAnthropic) return internal::BuildAnthropicCall(client_body, options);
+    if (type == ProviderType::kAnthropic) {
+      // The Messages translation rewrites every field: it works on a tree.
+      json tree = internal::ParseJson(client_body.text);
+      TakeKvgateFields(tree);
+      return internal::BuildAnthropicCall(tree, options);
+    }
     return internal::BuildOpenAICompatCall(type, client_body, options);
   } catch (const std::exception& e) {
     return MakeError(ErrorCode::kInternal,

@@ -2,9 +2,11 @@
 // and each provider's wire format. No sockets, no I/O, no clock reads unless a caller leaves
 // CallOptions::created at 0. See shared/docs/PROVIDERS.md for the formats.
 //
-// The request path for one client request:
-//   1. TakeKvgateFields(body)             -> thread id; kvgate's own fields removed
-//   2. BuildUpstreamCall(type, body, opt) -> path, headers and body to send upstream
+// The request path for one client request (the body is read as raw_json: validated once, never
+// turned into a tree unless an adapter rewrites it):
+//   1. ThreadIdOf(body, header)           -> the conversation the request belongs to
+//   2. BuildUpstreamCall(type, body, opt) -> path, headers and body to send upstream, kvgate's own
+//                                            fields removed
 //   3a. 2xx, non-streaming: TranslateResponse(type, upstream_body, opt) -> client body + Usage
 //   3b. 2xx, streaming: NewStreamTranslator(type, opt); Feed() every body piece, Finish() once
 //   3c. non-2xx (streaming or not): TranslateUpstreamError(type, status, upstream_body)
@@ -24,6 +26,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/raw_json.h"
 #include "telemetry/usage.h"
 
 namespace kvgate::providers {
@@ -83,22 +86,25 @@ struct CallOptions {
 };
 
 // True when the client's body has `stream_options.include_usage: true`.
-bool ClientWantsStreamUsage(const nlohmann::json& client_body);
+bool ClientWantsStreamUsage(raw_json::Value client_body);
 
-// Removes kvgate's own request fields from `body` in place, so they never reach a provider, and
-// returns the thread id they carried. kvgate's fields are:
+// kvgate's own request fields, which never reach a provider:
 //   - top-level `thread_identifier` (the OpenAI SDK sends `extra_body` keys at top level);
-//   - `metadata.thread_id` (`metadata` itself is removed when that leaves it empty).
-// Precedence: thread_identifier, then metadata.thread_id. A string is returned as is, an integer
-// as its decimal form; other types (and empty strings) are removed but yield no id.
-// Does nothing when `body` is not an object. The X-Thread-Id header is the caller's business.
+//   - `metadata.thread_id` (`metadata` itself goes when that leaves it empty).
+// A string is an id as is, an integer its decimal form; other types (and empty strings) carry none.
+//
+// The thread (conversation) id of a request, "" when it has none. Precedence: thread_identifier,
+// then the X-Thread-Id header (`header`, "" when absent), then metadata.thread_id.
+std::string ThreadIdOf(raw_json::Value body, std::string_view header);
+// Removes kvgate's fields from a parsed tree in place (for adapters that work on one) and returns
+// the id they carried (thread_identifier first). Does nothing when `body` is not an object.
 std::optional<std::string> TakeKvgateFields(nlohmann::json& body);
 
 // Builds the upstream request from the client's OpenAI-format JSON body (chat or completions,
-// per options.endpoint). kvgate's fields are always removed (as TakeKvgateFields does), even if the
-// caller did not call TakeKvgateFields first.
+// per options.endpoint). kvgate's own fields are always removed.
 //
-// OpenAI-compatible types: the body passes through with unknown fields preserved; `model` becomes
+// OpenAI-compatible types: the body passes through as the client's own bytes, member by member,
+// with unknown fields preserved (top-level whitespace dropped); `model` becomes
 // options.upstream_model; `stream` follows options.stream; when streaming, stream_options.
 // include_usage is forced to true (other stream_options keys kept); when not streaming,
 // stream_options is removed (upstreams reject it without stream). Chunks the upstream then sends
@@ -115,7 +121,7 @@ std::optional<std::string> TakeKvgateFields(nlohmann::json& body);
 //
 // Errors common to all types: kInvalidArgument when the body is not a JSON object or (chat)
 // `messages` is not an array.
-Result<UpstreamCall> BuildUpstreamCall(ProviderType type, const nlohmann::json& client_body,
+Result<UpstreamCall> BuildUpstreamCall(ProviderType type, raw_json::Value client_body,
                                        const CallOptions& options);
 
 struct Translated {

@@ -15,6 +15,15 @@ constexpr CacheRules kAnthropic{
 
 constexpr int64_t kT0 = 1'767'225'600'000'000;
 
+// Fingerprint of the bytes a client would send for `body` (nlohmann's compact dump).
+PromptFingerprint Fingerprint(const json& body) {
+  const std::string text = body.dump();
+  return telemetry::Fingerprint(raw_json::Parse(text).value());
+}
+PromptFingerprint FingerprintOfText(std::string_view text) {
+  return telemetry::Fingerprint(raw_json::Parse(text).value());
+}
+
 json Body(const std::string& system, int user_turns) {
   json messages = json::array();
   messages.push_back({{"role", "system"}, {"content", system}});
@@ -43,18 +52,26 @@ RequestRecord Turn(int64_t at_seconds, int64_t read, int64_t uncached, int64_t w
   return r;
 }
 
-TEST(FingerprintTest, CanonicalAndOrderedToolsSystemMessages) {
-  json a = json::parse(R"({"system":"S","tools":[{"type":"function"}],
-      "messages":[{"role":"user","content":"hi"}]})");
-  json b = json::parse(R"({"messages":[{"content":"hi","role":"user"}],
-      "tools":[{"type":"function"}],"system":"S"})");
-  PromptFingerprint fa = Fingerprint(a);
+TEST(FingerprintTest, MinifiedAndOrderedToolsSystemMessages) {
+  const std::string a = R"({"system":"S","tools":[{"type":"function"}],
+      "messages":[{"role":"user","content":"hi"}]})";
+  // The same elements, other top-level order, other whitespace.
+  const std::string b = R"({ "messages" : [ { "role" : "user", "content" : "hi" } ],
+      "tools": [ {"type": "function"} ], "system": "S" })";
+  // Key order inside a message is part of its bytes.
+  const std::string c = R"({"system":"S","tools":[{"type":"function"}],
+      "messages":[{"content":"hi","role":"user"}]})";
+  PromptFingerprint fa = FingerprintOfText(a);
   ASSERT_EQ(fa.elements.size(), 3u);
   EXPECT_EQ(fa.elements[0].kind, FingerprintElement::Kind::kTools);
   EXPECT_EQ(fa.elements[1].kind, FingerprintElement::Kind::kSystem);
   EXPECT_EQ(fa.elements[2].kind, FingerprintElement::Kind::kMessage);
   EXPECT_EQ(fa.elements[2].message_index, 0);
-  EXPECT_EQ(fa, Fingerprint(b));  // key order does not matter
+  EXPECT_EQ(fa.elements[2].length, std::string(R"({"role":"user","content":"hi"})").size());
+  EXPECT_EQ(fa, FingerprintOfText(b));
+  PromptFingerprint fc = FingerprintOfText(c);
+  EXPECT_EQ(fc.elements[1], fa.elements[1]);
+  EXPECT_NE(fc.elements[2].prefix_hash, fa.elements[2].prefix_hash);
   EXPECT_TRUE(Fingerprint(json("not an object")).elements.empty());
   EXPECT_TRUE(Fingerprint(json::parse(R"({"messages": 3})")).elements.empty());
 }

@@ -10,6 +10,8 @@ namespace kvgate::providers {
 namespace {
 
 using nlohmann::json;
+using testing_util::BuildCall;
+using testing_util::WantsUsage;
 using testing_util::RunStream;
 using testing_util::StreamOptions;
 
@@ -29,7 +31,7 @@ CallOptions Options(std::string key = "sk-ant-test") {
 }
 
 Result<json> Translate(const json& client, const CallOptions& o = Options()) {
-  auto call = BuildUpstreamCall(ProviderType::kAnthropic, client, o);
+  auto call = BuildCall(ProviderType::kAnthropic, client, o);
   if (!call) return std::unexpected(call.error());
   return json::parse(call->body);
 }
@@ -64,7 +66,7 @@ TEST(AnthropicRequestTest, FullTranslation) {
   })"_json;
   CallOptions o = Options();
   o.stream = true;
-  auto call = BuildUpstreamCall(ProviderType::kAnthropic, client, o);
+  auto call = BuildCall(ProviderType::kAnthropic, client, o);
   ASSERT_TRUE(call.has_value()) << call.error().ToString();
   EXPECT_EQ(call->path, "/v1/messages");
   EXPECT_EQ(HeaderValue(*call, "x-api-key"), "sk-ant-test");
@@ -255,14 +257,14 @@ TEST(AnthropicRequestTest, UnsupportedInputsAreClearErrors) {
 TEST(AnthropicRequestTest, CompletionsEndpointRejected) {
   CallOptions o = Options();
   o.endpoint = Endpoint::kCompletions;
-  auto call = BuildUpstreamCall(ProviderType::kAnthropic, json{{"model", "m"}, {"prompt", "x"}}, o);
+  auto call = BuildCall(ProviderType::kAnthropic, json{{"model", "m"}, {"prompt", "x"}}, o);
   ASSERT_FALSE(call.has_value());
   EXPECT_EQ(call.error().code, ErrorCode::kInvalidArgument);
   EXPECT_NE(call.error().message.find("/v1/completions"), std::string::npos);
 }
 
 TEST(AnthropicRequestTest, EmptyKeySendsNoApiKeyHeader) {
-  auto call = BuildUpstreamCall(ProviderType::kAnthropic, json{{"messages", {Msg("user", "x")}}},
+  auto call = BuildCall(ProviderType::kAnthropic, json{{"messages", {Msg("user", "x")}}},
                                 Options(""));
   ASSERT_TRUE(call.has_value());
   EXPECT_EQ(HeaderValue(*call, "x-api-key"), "<absent>");

@@ -15,6 +15,8 @@ namespace kvgate::providers {
 namespace {
 
 using nlohmann::json;
+using testing_util::BuildCall;
+using testing_util::WantsUsage;
 using testing_util::ReadGolden;
 using testing_util::StreamOptions;
 
@@ -233,7 +235,7 @@ TEST(FuzzTest, RandomRequestsNeverThrowAndSucceedWithValidJson) {
     o.stream = rng() % 2 == 0;
     o.endpoint = rng() % 5 == 0 ? Endpoint::kCompletions : Endpoint::kChatCompletions;
     for (ProviderType type : types) {
-      auto call = BuildUpstreamCall(type, body, o);
+      auto call = BuildCall(type, body, o);
       if (call.has_value()) {
         const json sent = json::parse(call->body, nullptr, false);
         ASSERT_FALSE(sent.is_discarded());

@@ -10,6 +10,8 @@ namespace kvgate::providers {
 namespace {
 
 using nlohmann::json;
+using testing_util::BuildCall;
+using testing_util::WantsUsage;
 using testing_util::RunStream;
 using testing_util::StreamOptions;
 
@@ -75,7 +77,7 @@ TEST(OpenAICompatRequestTest, UnknownFieldsPassModelReplacedKvgateFieldsNeverFor
   CallOptions o;
   o.upstream_model = "gpt-4.1";
   o.api_key = "sk-test";
-  auto call = BuildUpstreamCall(ProviderType::kOpenAI, client, o);
+  auto call = BuildCall(ProviderType::kOpenAI, client, o);
   ASSERT_TRUE(call.has_value()) << call.error().ToString();
   EXPECT_EQ(call->path, "/chat/completions");
   EXPECT_EQ(HeaderValue(*call, "authorization"), "Bearer sk-test");
@@ -95,7 +97,7 @@ TEST(OpenAICompatRequestTest, CompletionsPathNoKeyNoAuthorization) {
   const json client = {{"model", "m"}, {"prompt", "Once upon"}};
   CallOptions o;
   o.endpoint = Endpoint::kCompletions;
-  auto call = BuildUpstreamCall(ProviderType::kVllm, client, o);
+  auto call = BuildCall(ProviderType::kVllm, client, o);
   ASSERT_TRUE(call.has_value()) << call.error().ToString();
   EXPECT_EQ(call->path, "/completions");
   EXPECT_EQ(HeaderValue(*call, "authorization"), "<absent>");
@@ -107,8 +109,8 @@ TEST(OpenAICompatRequestTest, StreamingInjectsIncludeUsageKeepingOtherStreamOpti
                        {"messages", json::array()},
                        {"stream", true},
                        {"stream_options", {{"continuous_usage_stats", false}}}};
-  EXPECT_FALSE(ClientWantsStreamUsage(client));
-  auto call = BuildUpstreamCall(ProviderType::kVllm, client, StreamOptions(false));
+  EXPECT_FALSE(WantsUsage(client));
+  auto call = BuildCall(ProviderType::kVllm, client, StreamOptions(false));
   ASSERT_TRUE(call.has_value());
   const json sent = json::parse(call->body);
   EXPECT_EQ(sent["stream"], true);
@@ -122,19 +124,89 @@ TEST(OpenAICompatRequestTest, NonStreamingDropsStreamOptions) {
                        {"messages", json::array()},
                        {"stream", false},
                        {"stream_options", {{"include_usage", true}}}};
-  EXPECT_TRUE(ClientWantsStreamUsage(client));
-  auto call = BuildUpstreamCall(ProviderType::kOpenAI, client, CallOptions{});
+  EXPECT_TRUE(WantsUsage(client));
+  auto call = BuildCall(ProviderType::kOpenAI, client, CallOptions{});
   ASSERT_TRUE(call.has_value());
   const json sent = json::parse(call->body);
   EXPECT_EQ(sent["stream"], false);
   EXPECT_FALSE(sent.contains("stream_options"));
 }
 
+// The client's bytes reach the upstream as they were sent: number spellings, escapes and nested
+// whitespace are not re-encoded (only the top level is re-joined without whitespace).
+TEST(OpenAICompatRequestTest, ForwardsTheClientsOwnBytes) {
+  const std::string client =
+      "{ \"model\" : \"alias\",\n \"messages\": [ {\"role\":\"user\", \"content\":\"caf\\u00e9 \\/ 1\"} ],"
+      " \"temperature\": 1.0, \"seed\": 1E2, \"logit_bias\": {\"50256\" : -100} }";
+  CallOptions o;
+  o.upstream_model = "gpt-4.1-\"quoted\"";
+  auto call = BuildUpstreamCall(ProviderType::kOpenAI, raw_json::Parse(client).value(), o);
+  ASSERT_TRUE(call.has_value()) << call.error().ToString();
+  EXPECT_EQ(call->body,
+            "{\"model\":\"gpt-4.1-\\\"quoted\\\"\",\"messages\":[ {\"role\":\"user\", "
+            "\"content\":\"caf\\u00e9 \\/ 1\"} ],\"temperature\":1.0,\"seed\":1E2,"
+            "\"logit_bias\":{\"50256\" : -100}}");
+}
+
+// Duplicate keys: a parser keeps the last one, so the last one is what is rewritten (once); escaped
+// key spellings are recognized.
+TEST(OpenAICompatRequestTest, DuplicateAndEscapedKeys) {
+  const std::string client =
+      R"({"model":"a","stream":false,"messages":[],"mod\u0065l":"b","thread_identifier":"t",)"
+      R"("thread_identifier":"u","stream_options":{"x":1},"stream_options":{"include_usage":false,"y":2}})";
+  CallOptions o = StreamOptions(false);
+  o.upstream_model = "m";
+  auto call = BuildUpstreamCall(ProviderType::kVllm, raw_json::Parse(client).value(), o);
+  ASSERT_TRUE(call.has_value()) << call.error().ToString();
+  EXPECT_EQ(call->body,
+            R"({"stream":true,"messages":[],"mod\u0065l":"m","stream_options":{"y":2,"include_usage":true}})");
+  // Appended when absent: model, stream, stream_options.
+  auto bare = BuildUpstreamCall(ProviderType::kVllm, raw_json::Parse(R"({"messages":[]})").value(), o);
+  ASSERT_TRUE(bare.has_value());
+  EXPECT_EQ(bare->body,
+            R"({"messages":[],"model":"m","stream":true,"stream_options":{"include_usage":true}})");
+}
+
+TEST(OpenAICompatRequestTest, MetadataLeftEmptyIsDroppedOtherwiseKept) {
+  auto only = BuildUpstreamCall(
+      ProviderType::kOpenAI,
+      raw_json::Parse(R"({"messages":[],"metadata":{"thread_id":"t"}})").value(), CallOptions{});
+  ASSERT_TRUE(only.has_value());
+  EXPECT_EQ(only->body, R"({"messages":[]})");
+  auto kept = BuildUpstreamCall(
+      ProviderType::kOpenAI,
+      raw_json::Parse(R"({"messages":[],"metadata":{"a":1,"thread_id":"t","b":[2]}})").value(),
+      CallOptions{});
+  ASSERT_TRUE(kept.has_value());
+  EXPECT_EQ(kept->body, R"({"messages":[],"metadata":{"a":1,"b":[2]}})");
+  auto other = BuildUpstreamCall(
+      ProviderType::kOpenAI, raw_json::Parse(R"({"messages":[],"metadata":"str"})").value(),
+      CallOptions{});
+  ASSERT_TRUE(other.has_value());
+  EXPECT_EQ(other->body, R"({"messages":[],"metadata":"str"})");
+}
+
+TEST(ThreadIdTest, PrecedenceThreadIdentifierHeaderMetadata) {
+  auto id = [](std::string_view body, std::string_view header) {
+    return ThreadIdOf(raw_json::Parse(body).value(), header);
+  };
+  EXPECT_EQ(id(R"({"thread_identifier":"a","metadata":{"thread_id":"c"}})", "b"), "a");
+  EXPECT_EQ(id(R"({"metadata":{"thread_id":"c"}})", "b"), "b");
+  EXPECT_EQ(id(R"({"metadata":{"thread_id":"c"}})", ""), "c");
+  EXPECT_EQ(id(R"({"thread_identifier":"","metadata":{"thread_id":7}})", ""), "7");
+  EXPECT_EQ(id(R"({"thread_identifier":-0})", ""), "0");
+  EXPECT_EQ(id(R"({"thread_identifier":18446744073709551615})", ""), "18446744073709551615");
+  EXPECT_EQ(id(R"({"thread_identifier":18446744073709551616})", "h"), "h");  // a double: no id
+  EXPECT_EQ(id(R"({"thread_identifier":1.5})", ""), "");
+  EXPECT_EQ(id(R"({"thread_identifier":"caf\u00e9"})", ""), "caf\xc3\xa9");
+  EXPECT_EQ(id(R"([1])", "h"), "h");
+}
+
 TEST(OpenAICompatRequestTest, RejectsNonObjectBodyAndMissingMessages) {
-  auto a = BuildUpstreamCall(ProviderType::kOpenAI, json::array(), CallOptions{});
+  auto a = BuildCall(ProviderType::kOpenAI, json::array(), CallOptions{});
   ASSERT_FALSE(a.has_value());
   EXPECT_EQ(a.error().code, ErrorCode::kInvalidArgument);
-  auto b = BuildUpstreamCall(ProviderType::kOpenAI, json{{"model", "m"}}, CallOptions{});
+  auto b = BuildCall(ProviderType::kOpenAI, json{{"model", "m"}}, CallOptions{});
   ASSERT_FALSE(b.has_value());
   EXPECT_NE(b.error().message.find("messages"), std::string::npos);
 }

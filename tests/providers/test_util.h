@@ -14,6 +14,18 @@
 
 namespace kvgate::providers::testing_util {
 
+// BuildUpstreamCall on the bytes a client would send for `body` (its compact serialization).
+inline Result<UpstreamCall> BuildCall(ProviderType type, const nlohmann::json& body,
+                                      const CallOptions& options) {
+  const std::string text = body.dump();
+  return BuildUpstreamCall(type, raw_json::Parse(text).value(), options);
+}
+
+inline bool WantsUsage(const nlohmann::json& body) {
+  const std::string text = body.dump();
+  return ClientWantsStreamUsage(raw_json::Parse(text).value());
+}
+
 inline std::string ReadGolden(std::string_view name) {
   const std::string path =
       std::string(KVGATE_SOURCE_DIR) + "/tests/providers/golden/" + std::string(name);

@@ -20,7 +20,8 @@ class Recorder {
   Recorder(telemetry::TelemetryStore& store, telemetry::GatewayMetrics& metrics,
            const telemetry::PriceCatalog& catalog);
 
-  // Extra consumers of finished records (the monitors); called after the store got the record.
+  // Extra consumers of finished records (the monitors); called just before the store gets the
+  // record (which is asynchronous either way: a listener never sees it committed).
   void AddListener(std::function<void(const telemetry::RequestRecord&)> listener);
 
   // Fills record.cost (when `price` is known) and record.cache_diagnosis, then hands the record on.

@@ -10,6 +10,7 @@
 // Record() never waits on disk (it takes one short lock to enqueue).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -46,6 +47,13 @@ struct StoreOptions {
   std::vector<Migration> extra_migrations;
   // How many idle read-only connections are kept for queries (more are opened under load).
   int max_idle_readers = 4;
+  // Group commit: the writer gathers records for up to this long (or until max_batch_records are
+  // queued) before it commits them in one transaction. A commit's page writes and WAL frames cost
+  // about as much as ten inserts, so one commit per request would make the writer the gateway's
+  // biggest CPU consumer. Flush() and shutdown never wait for the interval. Queries see a record
+  // at most this much later.
+  std::chrono::milliseconds commit_interval{20};
+  size_t max_batch_records = 1024;
 };
 
 // Filters for ListThreads. Threads are conversations with a non-empty thread id.

@@ -3,6 +3,8 @@
 #include <chrono>
 #include <thread>
 #include <exception>
+#include <map>
+#include <set>
 #include <utility>
 
 #include "telemetry/store.h"
@@ -28,14 +30,14 @@ VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?
         ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, ?35, ?36, ?37)
 ON CONFLICT (request_id) DO NOTHING)sql";
 
-// Aggregates of one turn folded into its thread. Token sums count known values only; the hit
-// ratio's numerator and denominator only turns whose total input is known.
+// A batch's turns of one thread folded into its aggregates. Token sums count known values only;
+// the hit ratio's numerator and denominator only turns whose total input is known.
 constexpr const char* kUpsertThread = R"sql(
 INSERT INTO threads (thread_id, turns, first_seen_us, last_seen_us, cache_read, cache_write,
                      uncached, output_tokens, cost_total, known_input_read, known_input_total)
-VALUES (?1, 1, ?2, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
 ON CONFLICT (thread_id) DO UPDATE SET
-  turns = turns + 1,
+  turns = turns + excluded.turns,
   first_seen_us = min(first_seen_us, excluded.first_seen_us),
   last_seen_us = max(last_seen_us, excluded.last_seen_us),
   cache_read = cache_read + excluded.cache_read,
@@ -56,11 +58,45 @@ std::string DumpJson(const nlohmann::json& value) {
 
 }  // namespace
 
-SqliteTelemetryStore::SqliteTelemetryStore(std::string path, const Clock& clock, int max_idle_readers,
+// The turns of one thread within a batch, summed (see kUpsertThread).
+struct ThreadDelta {
+  int64_t turns = 0;
+  int64_t first_seen_us = 0;
+  int64_t last_seen_us = 0;
+  int64_t cache_read = 0;
+  int64_t cache_write = 0;
+  int64_t uncached = 0;
+  int64_t output = 0;
+  int64_t cost_total = 0;
+  int64_t known_input_read = 0;
+  int64_t known_input_total = 0;
+  std::set<std::string> models;
+
+  void Add(const RequestRecord& r) {
+    const Usage& u = r.usage;
+    const std::optional<int64_t> total_input = u.TotalInput();
+    first_seen_us = turns == 0 ? r.created_at_us : std::min(first_seen_us, r.created_at_us);
+    last_seen_us = turns == 0 ? r.created_at_us : std::max(last_seen_us, r.created_at_us);
+    ++turns;
+    cache_read += u.cache_read.value_or(0);
+    cache_write += u.cache_write_5m.value_or(0) + u.cache_write_1h.value_or(0);
+    uncached += u.uncached.value_or(0);
+    output += u.output.value_or(0);
+    cost_total += r.cost.total;
+    known_input_read += total_input.has_value() ? u.cache_read.value_or(0) : 0;
+    known_input_total += total_input.value_or(0);
+    models.insert(r.model);
+  }
+};
+
+SqliteTelemetryStore::SqliteTelemetryStore(std::string path, const Clock& clock,
+                                           const StoreOptions& options,
                                            std::unique_ptr<Db> writer_db)
     : path_(std::move(path)),
       clock_(clock),
-      max_idle_readers_(static_cast<size_t>(std::max(0, max_idle_readers))),
+      max_idle_readers_(static_cast<size_t>(std::max(0, options.max_idle_readers))),
+      commit_interval_(std::max(std::chrono::milliseconds(0), options.commit_interval)),
+      max_batch_records_(std::max<size_t>(1, options.max_batch_records)),
       writer_db_(std::move(writer_db)) {}
 
 SqliteTelemetryStore::~SqliteTelemetryStore() { Close(); }
@@ -73,6 +109,7 @@ void SqliteTelemetryStore::Start() {
 
 void SqliteTelemetryStore::Record(RequestRecord record) {
   if (record.created_at_us == 0) record.created_at_us = clock_.NowUnixMicros();
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.recorded;
@@ -82,14 +119,20 @@ void SqliteTelemetryStore::Record(RequestRecord record) {
     }
     queue_.push_back(std::move(record));
     ++enqueued_seq_;
+    // The writer needs a wake-up only to start a batch or to cut a full one short; any other
+    // notify would be a futex call per request for nothing.
+    wake = queue_.size() == 1 || queue_.size() == max_batch_records_;
   }
-  work_cv_.notify_one();
+  if (wake) work_cv_.notify_one();
 }
 
 Status SqliteTelemetryStore::Flush() {
   std::unique_lock<std::mutex> lock(mu_);
   const uint64_t target = enqueued_seq_;
+  ++flush_waiters_;
+  work_cv_.notify_one();  // cut the group-commit interval short
   written_cv_.wait(lock, [&] { return committed_seq_ >= target || writer_exited_ || !started_; });
+  --flush_waiters_;
   if (committed_seq_ < target) {
     return MakeError(ErrorCode::kUnavailable, "telemetry store closed with records pending");
   }
@@ -131,6 +174,10 @@ void SqliteTelemetryStore::WriterLoop() {
       std::unique_lock<std::mutex> lock(mu_);
       work_cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
       if (queue_.empty()) break;  // stopping and drained
+      // Group commit (StoreOptions::commit_interval).
+      work_cv_.wait_for(lock, commit_interval_, [&] {
+        return stopping_ || flush_waiters_ > 0 || queue_.size() >= max_batch_records_;
+      });
       batch.swap(queue_);
       batch_end = enqueued_seq_;
     }
@@ -165,19 +212,33 @@ uint64_t SqliteTelemetryStore::WriteBatch(std::deque<RequestRecord>& batch, std:
     }
     // A record that violates a constraint (a duplicate request_id) fails alone; the transaction
     // survives unless SQLite rolled it back itself (I/O errors), which the retry handles.
+    // Thread aggregates are summed per thread over the batch and written once per thread.
     uint64_t rejected = 0;
     bool transaction_lost = false;
+    std::map<std::string_view, ThreadDelta> threads;
     for (const RequestRecord& record : batch) {
-      if (Status s = InsertOne(record); !s) {
+      if (Status s = InsertRequest(record); !s) {
         *error = s.error().message;
         if (!writer_db_->InTransaction()) {
           transaction_lost = true;
           break;
         }
         ++rejected;
+        continue;
+      }
+      if (!record.thread_id.empty()) threads[record.thread_id].Add(record);
+    }
+    for (const auto& [thread_id, delta] : threads) {
+      if (transaction_lost) break;
+      if (Status s = UpsertThread(thread_id, delta); !s) {
+        *error = s.error().message;
+        transaction_lost = true;  // an aggregate that cannot be written fails the batch
       }
     }
-    if (transaction_lost) continue;
+    if (transaction_lost) {
+      if (writer_db_->InTransaction()) (void)writer_db_->Exec("ROLLBACK");
+      continue;
+    }
     if (Status s = writer_db_->Exec("COMMIT"); !s) {
       *error = s.error().message;
       if (writer_db_->InTransaction()) (void)writer_db_->Exec("ROLLBACK");
@@ -188,96 +249,97 @@ uint64_t SqliteTelemetryStore::WriteBatch(std::deque<RequestRecord>& batch, std:
   return batch.size();
 }
 
-Status SqliteTelemetryStore::InsertOne(const RequestRecord& r) {
+Status SqliteTelemetryStore::InsertRequest(const RequestRecord& r) {
   // No SAVEPOINT per record: a sub-journal costs ~20 page writes per record. A duplicate
-  // request_id is detected by ON CONFLICT DO NOTHING before the thread aggregates are touched; any
-  // other failure is an I/O-level error that loses the transaction, which WriteBatch retries.
+  // request_id is detected by ON CONFLICT DO NOTHING, and its record is left out of the thread
+  // aggregates; any other failure is an I/O-level error that loses the transaction, which
+  // WriteBatch retries.
   auto fail = [](Error e) -> Status { return std::unexpected(std::move(e)); };
-  std::string usage_raw;
   std::string diagnosis;
   try {
-    if (!r.usage.raw.is_null()) usage_raw = DumpJson(r.usage.raw);
     if (!r.cache_diagnosis.is_null()) diagnosis = DumpJson(r.cache_diagnosis);
   } catch (const std::exception& e) {
     return fail(Error{ErrorCode::kInternal, std::string("json: ") + e.what()});
   }
-  {
-    auto stmt = writer_db_->Prepare(kInsertRequest);
-    if (!stmt) return fail(stmt.error());
-    Stmt& s = **stmt;
-    const Usage& u = r.usage;
-    const Cost& c = r.cost;
-    s.BindText(1, r.request_id);
-    s.BindText(2, r.thread_id);
-    s.BindInt(3, r.created_at_us);
-    s.BindText(4, r.endpoint);
-    s.BindText(5, r.model);
-    s.BindText(6, r.provider);
-    s.BindText(7, r.provider_type);
-    s.BindText(8, r.upstream_model);
-    s.BindText(9, r.api_key_id);
-    s.BindInt(10, r.stream ? 1 : 0);
-    s.BindText(11, r.status);
-    s.BindInt(12, r.http_status);
-    s.BindInt(13, r.upstream_status);
-    s.BindOptInt(14, r.latency_us);
-    s.BindOptInt(15, r.ttft_us);
-    s.BindOptInt(16, u.cache_read);
-    s.BindOptInt(17, u.cache_write_5m);
-    s.BindOptInt(18, u.cache_write_1h);
-    s.BindOptInt(19, u.uncached);
-    s.BindOptInt(20, u.output);
-    s.BindOptInt(21, u.reasoning);
-    s.BindOptInt(22, u.reported_input);
-    s.BindInt(23, u.clamped ? 1 : 0);
-    if (u.raw.is_null()) {
-      s.BindNull(24);
-    } else {
-      s.BindText(24, usage_raw);
-    }
-    s.BindInt(25, c.cache_read);
-    s.BindInt(26, c.cache_write);
-    s.BindInt(27, c.uncached);
-    s.BindInt(28, c.output);
-    s.BindInt(29, c.total);
-    s.BindInt(30, c.saved);
-    s.BindInt(31, c.complete ? 1 : 0);
-    s.BindInt(32, c.priced ? 1 : 0);
-    s.BindText(33, r.error);
-    s.BindText(34, r.upstream_request_id);
-    s.BindText(35, r.finish_reason);
-    s.BindText(36, r.prompt_fingerprint);
-    if (r.cache_diagnosis.is_null()) {
-      s.BindNull(37);
-    } else {
-      s.BindText(37, diagnosis);
-    }
-    if (Result<bool> step = s.Step(); !step) return fail(step.error());
-    if (writer_db_->Changes() == 0) {
-      return fail(Error{ErrorCode::kInvalidArgument, "duplicate request_id " + r.request_id});
-    }
+  auto stmt = writer_db_->Prepare(kInsertRequest);
+  if (!stmt) return fail(stmt.error());
+  Stmt& s = **stmt;
+  const Usage& u = r.usage;
+  const Cost& c = r.cost;
+  s.BindText(1, r.request_id);
+  s.BindText(2, r.thread_id);
+  s.BindInt(3, r.created_at_us);
+  s.BindText(4, r.endpoint);
+  s.BindText(5, r.model);
+  s.BindText(6, r.provider);
+  s.BindText(7, r.provider_type);
+  s.BindText(8, r.upstream_model);
+  s.BindText(9, r.api_key_id);
+  s.BindInt(10, r.stream ? 1 : 0);
+  s.BindText(11, r.status);
+  s.BindInt(12, r.http_status);
+  s.BindInt(13, r.upstream_status);
+  s.BindOptInt(14, r.latency_us);
+  s.BindOptInt(15, r.ttft_us);
+  s.BindOptInt(16, u.cache_read);
+  s.BindOptInt(17, u.cache_write_5m);
+  s.BindOptInt(18, u.cache_write_1h);
+  s.BindOptInt(19, u.uncached);
+  s.BindOptInt(20, u.output);
+  s.BindOptInt(21, u.reasoning);
+  s.BindOptInt(22, u.reported_input);
+  s.BindInt(23, u.clamped ? 1 : 0);
+  if (u.raw.empty()) {
+    s.BindNull(24);
+  } else {
+    s.BindText(24, u.raw);
   }
-  if (!r.thread_id.empty()) {
-    const Usage& u = r.usage;
-    const std::optional<int64_t> total_input = u.TotalInput();
-    auto stmt = writer_db_->Prepare(kUpsertThread);
-    if (!stmt) return fail(stmt.error());
-    Stmt& s = **stmt;
-    s.BindText(1, r.thread_id);
-    s.BindInt(2, r.created_at_us);
-    s.BindInt(3, u.cache_read.value_or(0));
-    s.BindInt(4, u.cache_write_5m.value_or(0) + u.cache_write_1h.value_or(0));
-    s.BindInt(5, u.uncached.value_or(0));
-    s.BindInt(6, u.output.value_or(0));
-    s.BindInt(7, r.cost.total);
-    s.BindInt(8, total_input.has_value() ? u.cache_read.value_or(0) : 0);
-    s.BindInt(9, total_input.value_or(0));
-    if (Result<bool> step = s.Step(); !step) return fail(step.error());
+  s.BindInt(25, c.cache_read);
+  s.BindInt(26, c.cache_write);
+  s.BindInt(27, c.uncached);
+  s.BindInt(28, c.output);
+  s.BindInt(29, c.total);
+  s.BindInt(30, c.saved);
+  s.BindInt(31, c.complete ? 1 : 0);
+  s.BindInt(32, c.priced ? 1 : 0);
+  s.BindText(33, r.error);
+  s.BindText(34, r.upstream_request_id);
+  s.BindText(35, r.finish_reason);
+  s.BindText(36, r.prompt_fingerprint);
+  if (r.cache_diagnosis.is_null()) {
+    s.BindNull(37);
+  } else {
+    s.BindText(37, diagnosis);
+  }
+  if (Result<bool> step = s.Step(); !step) return fail(step.error());
+  if (writer_db_->Changes() == 0) {
+    return fail(Error{ErrorCode::kInvalidArgument, "duplicate request_id " + r.request_id});
+  }
+  return {};
+}
 
+Status SqliteTelemetryStore::UpsertThread(std::string_view thread_id, const ThreadDelta& d) {
+  auto fail = [](Error e) -> Status { return std::unexpected(std::move(e)); };
+  auto stmt = writer_db_->Prepare(kUpsertThread);
+  if (!stmt) return fail(stmt.error());
+  Stmt& s = **stmt;
+  s.BindText(1, thread_id);
+  s.BindInt(2, d.turns);
+  s.BindInt(3, d.first_seen_us);
+  s.BindInt(4, d.last_seen_us);
+  s.BindInt(5, d.cache_read);
+  s.BindInt(6, d.cache_write);
+  s.BindInt(7, d.uncached);
+  s.BindInt(8, d.output);
+  s.BindInt(9, d.cost_total);
+  s.BindInt(10, d.known_input_read);
+  s.BindInt(11, d.known_input_total);
+  if (Result<bool> step = s.Step(); !step) return fail(step.error());
+  for (const std::string& model : d.models) {
     auto model_stmt = writer_db_->Prepare(kInsertThreadModel);
     if (!model_stmt) return fail(model_stmt.error());
-    (*model_stmt)->BindText(1, r.thread_id);
-    (*model_stmt)->BindText(2, r.model);
+    (*model_stmt)->BindText(1, thread_id);
+    (*model_stmt)->BindText(2, model);
     if (Result<bool> step = (*model_stmt)->Step(); !step) return fail(step.error());
   }
   return {};
@@ -330,7 +392,7 @@ Result<std::unique_ptr<TelemetryStore>> TelemetryStore::Open(const std::string& 
   if (Status s = internal::ApplyMigrations(**db, options.extra_migrations, clock); !s) {
     return std::unexpected(s.error());
   }
-  auto store = std::make_unique<internal::SqliteTelemetryStore>(path, clock, options.max_idle_readers,
+  auto store = std::make_unique<internal::SqliteTelemetryStore>(path, clock, options,
                                                                 std::move(*db));
   store->Start();
   return std::unique_ptr<TelemetryStore>(std::move(store));

@@ -21,9 +21,11 @@ namespace kvgate::telemetry::internal {
 // Applies every migration (core + extra) not yet recorded in schema_migrations.
 Status ApplyMigrations(Db& db, std::span<const Migration> extra, const Clock& clock);
 
+struct ThreadDelta;  // store_sqlite.cc
+
 class SqliteTelemetryStore final : public TelemetryStore {
  public:
-  SqliteTelemetryStore(std::string path, const Clock& clock, int max_idle_readers,
+  SqliteTelemetryStore(std::string path, const Clock& clock, const StoreOptions& options,
                        std::unique_ptr<Db> writer_db);
   ~SqliteTelemetryStore() override;
 
@@ -60,12 +62,17 @@ class SqliteTelemetryStore final : public TelemetryStore {
   // Writes one batch in one transaction, retrying the transaction a few times on failure.
   // Returns how many records could not be written; *error gets the last error message.
   uint64_t WriteBatch(std::deque<RequestRecord>& batch, std::string* error);
-  Status InsertOne(const RequestRecord& record);
+  // One request row; kInvalidArgument for a duplicate request_id (the row is left as it was).
+  Status InsertRequest(const RequestRecord& record);
+  // Adds a batch's turns of one thread to its aggregates and model list.
+  Status UpsertThread(std::string_view thread_id, const ThreadDelta& delta);
 
   // Constant after construction.
   const std::string path_;
   const Clock& clock_;
   const size_t max_idle_readers_;
+  const std::chrono::milliseconds commit_interval_;
+  const size_t max_batch_records_;
 
   // Owned by the writer thread once Start() has run (by the constructor and Close() otherwise).
   std::unique_ptr<Db> writer_db_;
@@ -74,12 +81,14 @@ class SqliteTelemetryStore final : public TelemetryStore {
   // mu_ guards the queue, the lifecycle flags and the counters. Held only to move records in or out
   // of the queue and to update counters: never across disk I/O.
   mutable std::mutex mu_;
-  std::condition_variable work_cv_;     // signalled: queue non-empty, or stopping_
+  std::condition_variable work_cv_;     // signalled: queue became non-empty or full, a flush
+                                        // waits, or stopping_
   std::condition_variable written_cv_;  // signalled: committed_seq_ advanced, or writer exited
   std::deque<RequestRecord> queue_;     // GUARDED_BY(mu_)
   bool started_ = false;                // GUARDED_BY(mu_)
   bool stopping_ = false;               // GUARDED_BY(mu_): no more Record() accepted
   bool writer_exited_ = false;          // GUARDED_BY(mu_)
+  int flush_waiters_ = 0;               // GUARDED_BY(mu_): Flush() callers waiting
   uint64_t enqueued_seq_ = 0;           // GUARDED_BY(mu_): records accepted so far
   uint64_t committed_seq_ = 0;          // GUARDED_BY(mu_): records done (written or failed)
   uint64_t failed_through_seq_ = 0;     // GUARDED_BY(mu_): seq end of the last failed batch

@@ -1,9 +1,12 @@
 // Normalization of each provider's usage JSON into telemetry::Usage (PROVIDERS.md, "Normalization
-// table"). Every accessor here is non-throwing: nlohmann::json's checked accessors are never used on
+// table"). The usage object is read as raw_json (no tree is built on the proxy's path); every
+// accessor here is non-throwing and checks the kind of a value before reading it.
 // values whose type was not tested first.
 #include "telemetry/usage.h"
 
 #include <array>
+#include <charconv>
+#include <cstdlib>
 #include <cmath>
 #include <initializer_list>
 #include <utility>
@@ -17,48 +20,47 @@ using nlohmann::json;
 // int64 overflow, and tokens x price (<= 2^50 x ~2^30) inside int64 in pricing.
 constexpr int64_t kMaxTokens = int64_t{1} << 50;
 
-// The member `key` of `obj`, or nullptr when `obj` is not an object or has no such member.
-const json* Member(const json* obj, std::string_view key) {
-  if (obj == nullptr || !obj->is_object()) return nullptr;
-  auto it = obj->find(key);
-  if (it == obj->end()) return nullptr;
-  return &*it;
+// A value that may be absent: nullopt for a missing member.
+using Node = std::optional<raw_json::Value>;
+
+// The member `key` of `obj`, or nullopt when `obj` is not an object or has no such member.
+Node Member(Node obj, std::string_view key) {
+  if (!obj || !obj->is_object()) return std::nullopt;
+  return raw_json::Find(*obj, key);
 }
 
 // Follows a path of object keys.
-const json* Path(const json& root, std::initializer_list<std::string_view> keys) {
-  const json* cur = &root;
+Node Path(raw_json::Value root, std::initializer_list<std::string_view> keys) {
+  Node cur = root;
   for (std::string_view key : keys) {
     cur = Member(cur, key);
-    if (cur == nullptr) return nullptr;
+    if (!cur) return std::nullopt;
   }
   return cur;
 }
 
 // A token count: a non-negative integer (integral floats accepted) no larger than kMaxTokens.
-std::optional<int64_t> Count(const json* value) {
-  if (value == nullptr) return std::nullopt;
-  if (value->is_number_unsigned()) {
-    const auto v = value->get_ref<const json::number_unsigned_t&>();
-    if (v > static_cast<uint64_t>(kMaxTokens)) return std::nullopt;
-    return static_cast<int64_t>(v);
-  }
-  if (value->is_number_integer()) {
-    const auto v = value->get_ref<const json::number_integer_t&>();
-    if (v < 0 || v > kMaxTokens) return std::nullopt;
-    return static_cast<int64_t>(v);
-  }
-  if (value->is_number_float()) {
-    const double v = value->get_ref<const json::number_float_t&>();
-    if (!std::isfinite(v) || v < 0 || v > static_cast<double>(kMaxTokens) || std::floor(v) != v) {
-      return std::nullopt;
+// Integers beyond 64 bits read as floats (as a JSON library would) and are too large either way.
+std::optional<int64_t> Count(Node value) {
+  if (!value || value->kind != raw_json::Kind::kNumber) return std::nullopt;
+  const std::string_view text = value->text;
+  if (text.find_first_of(".eE") == std::string_view::npos) {
+    if (text[0] == '-') {
+      return text == "-0" ? std::optional<int64_t>(0) : std::nullopt;
     }
+    uint64_t v = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec != std::errc() || v > static_cast<uint64_t>(kMaxTokens)) return std::nullopt;
     return static_cast<int64_t>(v);
   }
-  return std::nullopt;
+  const double v = std::strtod(std::string(text).c_str(), nullptr);
+  if (!std::isfinite(v) || v < 0 || v > static_cast<double>(kMaxTokens) || std::floor(v) != v) {
+    return std::nullopt;
+  }
+  return static_cast<int64_t>(v);
 }
 
-std::optional<int64_t> Count(const json& root, std::initializer_list<std::string_view> keys) {
+std::optional<int64_t> Count(raw_json::Value root, std::initializer_list<std::string_view> keys) {
   return Count(Path(root, keys));
 }
 
@@ -92,13 +94,13 @@ std::optional<int64_t> Remainder(std::optional<int64_t> total,
 // The OpenAI Chat shape shared by OpenAI, OpenRouter, kvgate's engine and OpenAI-compatible servers.
 // `write_absent_is_zero`: the provider reports cache_write_tokens only when there are some.
 // `has_writes`: false for providers whose table row says writes are always 0.
-void NormalizeChatShape(const json& u, bool has_writes, bool write_absent_is_zero, Usage* out) {
+void NormalizeChatShape(raw_json::Value u, bool has_writes, bool write_absent_is_zero, Usage* out) {
   const std::optional<int64_t> prompt = Count(u, {"prompt_tokens"});
   out->cache_read = Count(u, {"prompt_tokens_details", "cached_tokens"});
   std::optional<int64_t> write = 0;
   if (has_writes) {
     write = Count(u, {"prompt_tokens_details", "cache_write_tokens"});
-    const bool absent = Path(u, {"prompt_tokens_details", "cache_write_tokens"}) == nullptr;
+    const bool absent = !Path(u, {"prompt_tokens_details", "cache_write_tokens"});
     if (!write.has_value() && absent && write_absent_is_zero) write = 0;
   }
   out->cache_write_5m = write;
@@ -109,11 +111,11 @@ void NormalizeChatShape(const json& u, bool has_writes, bool write_absent_is_zer
   out->reported_input = prompt;
 }
 
-void NormalizeResponses(const json& u, Usage* out) {
+void NormalizeResponses(raw_json::Value u, Usage* out) {
   const std::optional<int64_t> input = Count(u, {"input_tokens"});
   out->cache_read = Count(u, {"input_tokens_details", "cached_tokens"});
   std::optional<int64_t> write = Count(u, {"input_tokens_details", "cache_write_tokens"});
-  if (!write.has_value() && Path(u, {"input_tokens_details", "cache_write_tokens"}) == nullptr) {
+  if (!write.has_value() && !Path(u, {"input_tokens_details", "cache_write_tokens"})) {
     write = 0;
   }
   out->cache_write_5m = write;
@@ -124,7 +126,7 @@ void NormalizeResponses(const json& u, Usage* out) {
   out->reported_input = input;
 }
 
-void NormalizeAnthropic(const json& u, Usage* out) {
+void NormalizeAnthropic(raw_json::Value u, Usage* out) {
   out->uncached = Count(u, {"input_tokens"});
   out->cache_read = Count(u, {"cache_read_input_tokens"});
   const std::optional<int64_t> creation = Count(u, {"cache_creation_input_tokens"});
@@ -153,7 +155,7 @@ void NormalizeAnthropic(const json& u, Usage* out) {
   out->reported_input = Sum({out->uncached, out->cache_read, out->cache_write_5m, out->cache_write_1h});
 }
 
-void NormalizeBedrock(const json& u, Usage* out) {
+void NormalizeBedrock(raw_json::Value u, Usage* out) {
   out->cache_read = Count(u, {"cacheReadInputTokens"});
   out->cache_write_5m = Count(u, {"cacheWriteInputTokens"});
   out->cache_write_1h = out->cache_write_5m.has_value() ? std::optional<int64_t>(0) : std::nullopt;
@@ -162,13 +164,13 @@ void NormalizeBedrock(const json& u, Usage* out) {
   out->reported_input = Sum({out->uncached, out->cache_read, out->cache_write_5m});
 }
 
-void NormalizeGeminiNative(const json& u, Usage* out) {
+void NormalizeGeminiNative(raw_json::Value u, Usage* out) {
   const std::optional<int64_t> prompt = Count(u, {"promptTokenCount"});
   // proto3 JSON omits zero-valued fields, so with a prompt count present "absent" means 0. A field
   // that is present but malformed stays unknown.
   auto zero_if_absent = [&](std::string_view key) -> std::optional<int64_t> {
-    const json* v = Member(&u, key);
-    if (v == nullptr) return prompt.has_value() ? std::optional<int64_t>(0) : std::nullopt;
+    const Node v = Member(u, key);
+    if (!v) return prompt.has_value() ? std::optional<int64_t>(0) : std::nullopt;
     return Count(v);
   };
   out->cache_read = zero_if_absent("cachedContentTokenCount");
@@ -181,7 +183,7 @@ void NormalizeGeminiNative(const json& u, Usage* out) {
   out->reported_input = prompt;
 }
 
-void NormalizeGeminiOpenAI(const json& u, Usage* out) {
+void NormalizeGeminiOpenAI(raw_json::Value u, Usage* out) {
   const std::optional<int64_t> prompt = Count(u, {"prompt_tokens"});
   out->cache_read = Count(u, {"prompt_tokens_details", "cached_tokens"});
   out->cache_write_5m = 0;
@@ -197,7 +199,7 @@ void NormalizeGeminiOpenAI(const json& u, Usage* out) {
   out->reported_input = prompt;
 }
 
-void NormalizeDeepSeek(const json& u, Usage* out) {
+void NormalizeDeepSeek(raw_json::Value u, Usage* out) {
   const std::optional<int64_t> prompt = Count(u, {"prompt_tokens"});
   out->cache_read = FirstKnown(Count(u, {"prompt_cache_hit_tokens"}),
                                Count(u, {"prompt_tokens_details", "cached_tokens"}));
@@ -210,10 +212,11 @@ void NormalizeDeepSeek(const json& u, Usage* out) {
   out->reported_input = FirstKnown(prompt, Sum({out->cache_read, out->uncached}));
 }
 
-void NormalizeLlamaCpp(const json& response, Usage* out) {
-  const json* usage_member = Member(&response, "usage");
-  const json& u = (usage_member != nullptr && usage_member->is_object()) ? *usage_member : response;
-  const json* timings = Member(&response, "timings");
+void NormalizeLlamaCpp(raw_json::Value response, Usage* out) {
+  const Node usage_member = Member(response, "usage");
+  const raw_json::Value u =
+      (usage_member && usage_member->is_object()) ? *usage_member : response;
+  const Node timings = Member(response, "timings");
   const std::optional<int64_t> prompt = Count(u, {"prompt_tokens"});
   out->cache_read =
       FirstKnown(Count(u, {"prompt_tokens_details", "cached_tokens"}), Count(Member(timings, "cache_n")));
@@ -263,9 +266,22 @@ std::optional<int64_t> Usage::TotalInput() const {
 }
 
 Usage NormalizeUsage(UsageFlavor flavor, const nlohmann::json& usage) {
+  if (usage.is_null()) return Usage{};
+  std::string text;
+  try {
+    text = usage.dump(-1, ' ', false, json::error_handler_t::replace);
+  } catch (const std::exception&) {
+    return Usage{};
+  }
+  Result<raw_json::Value> parsed = raw_json::Parse(text);
+  if (!parsed) return Usage{};  // unreachable: nlohmann writes valid JSON
+  return NormalizeUsage(flavor, *parsed);
+}
+
+Usage NormalizeUsage(UsageFlavor flavor, raw_json::Value usage) {
   Usage out;
   try {
-    out.raw = usage;
+    if (!usage.is_null()) raw_json::AppendMinified(usage, out.raw);
     if (!usage.is_object()) return out;
     switch (flavor) {
       case UsageFlavor::kOpenAIChat:
@@ -304,9 +320,7 @@ Usage NormalizeUsage(UsageFlavor flavor, const nlohmann::json& usage) {
     }
   } catch (const std::exception&) {
     // Only allocation can throw here; report nothing rather than half a result.
-    Usage empty;
-    empty.raw = nullptr;
-    return empty;
+    return Usage{};
   }
   return out;
 }

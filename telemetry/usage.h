@@ -5,9 +5,12 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
+
+#include "common/raw_json.h"
 
 namespace kvgate::telemetry {
 
@@ -40,9 +43,11 @@ struct Usage {
   std::optional<int64_t> reasoning;  // subset of output
   // True when `uncached` came out negative from the provider's numbers and was clamped to 0.
   bool clamped = false;
-  // The usage object exactly as the provider sent it (merged across stream events where the
-  // provider spreads it), kept so pricing can be re-run. Null when the provider sent none.
-  nlohmann::json raw;
+  // The usage object as the provider sent it (merged across stream events where the provider
+  // spreads it), as minified JSON text, kept so pricing can be re-run. Empty when the provider
+  // sent none. (Text, not a tree: it is only ever stored, and a tree cost a parse, copies and a
+  // re-serialization per request.)
+  std::string raw;
   // The provider's own total of input tokens (prompt_tokens, input_tokens + cache counts,
   // promptTokenCount, ...), known even when the cache split is not (vLLM without
   // prompt_tokens_details). Never used for pricing; used for hit ratios and below-minimum checks.
@@ -79,7 +84,10 @@ struct Usage {
 //    timings.prompt_n, else prompt_tokens - read; output = completion_tokens, else timings.predicted_n;
 //  - reasoning: completion_tokens_details / output_tokens_details .reasoning_tokens, Gemini
 //    thoughtsTokenCount; unknown elsewhere.
-// A computed uncached below 0 is clamped to 0 and `clamped` is set. `raw` is `usage` verbatim.
+// A computed uncached below 0 is clamped to 0 and `clamped` is set. `raw` is `usage` verbatim,
+// minified.
+Usage NormalizeUsage(UsageFlavor flavor, raw_json::Value usage);
+// The same for a usage object built or merged as a tree (Anthropic streams, the built-in engine).
 Usage NormalizeUsage(UsageFlavor flavor, const nlohmann::json& usage);
 
 }  // namespace kvgate::telemetry

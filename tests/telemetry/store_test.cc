@@ -2,7 +2,9 @@
 
 #include <sqlite3.h>
 
+#include <chrono>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -199,7 +201,7 @@ TEST(TelemetryStoreTest, GetRequestHasEveryField) {
   EXPECT_EQ(g["upstream_request_id"], "up-9");
   EXPECT_EQ(g["finish_reason"], "stop");
   EXPECT_EQ(g["prompt_fingerprint"], R"(["h1"])");
-  EXPECT_EQ(g["usage_raw"], r.usage.raw);
+  EXPECT_EQ(g["usage_raw"], json::parse(r.usage.raw));
   EXPECT_EQ(g["reported_input"], 1000);
   EXPECT_EQ(g["cost_priced"], true);
   EXPECT_EQ(g["cost_pico_usd"]["total"], 102'676'000);
@@ -312,6 +314,47 @@ TEST(TelemetryStoreTest, DuplicateRequestIdIsRejectedAlone) {
   EXPECT_EQ(t["turns"], 2);  // the rejected record left no trace in the aggregates
   EXPECT_EQ(t["tokens"]["cache_read"], 100);
   EXPECT_DOUBLE_EQ(t["hit_ratio"].get<double>(), 0.5);
+}
+
+// Group commit: records wait for the commit interval (here an hour) unless Flush() or Close()
+// cuts it short; one batch then carries turns of several threads, folded per thread.
+TEST(TelemetryStoreTest, GroupCommitWaitsForTheIntervalFlushAndCloseDoNot) {
+  TempDir dir;
+  FakeClock clock;
+  const std::string path = dir.File("t.db");
+  auto store = OpenOrDie(path, clock, StoreOptions{.commit_interval = std::chrono::hours(1)});
+  ASSERT_NE(store, nullptr);
+  const char* usage = R"({"prompt_tokens": 100, "completion_tokens": 1, "prompt_tokens_details": {"cached_tokens": 50}})";
+  store->Record(MakeRecord("a1", "th_a", kT0 + 3, "gpt-4.1", UsageFlavor::kOpenAIChat, usage));
+  store->Record(MakeRecord("b1", "th_b", kT0 + 1, "gpt-4.1", UsageFlavor::kOpenAIChat, usage));
+  store->Record(MakeRecord("a2", "th_a", kT0 + 1, "gpt-4o-mini", UsageFlavor::kOpenAIChat, usage));
+  store->Record(MakeRecord("a3", "th_a", kT0 + 2, "gpt-4.1", UsageFlavor::kOpenAIChat, usage));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(store->stats().batches, 0u);  // still gathering
+  EXPECT_EQ(store->stats().queue_depth, 4u);
+  ASSERT_TRUE(store->Flush().has_value());
+  EXPECT_EQ(store->stats().batches, 1u);
+  Result<json> threads = store->ListThreads({});
+  ASSERT_TRUE(threads.has_value());
+  ASSERT_EQ((*threads)["threads"].size(), 2u);
+  for (const json& t : (*threads)["threads"]) {
+    const bool a = t["thread_id"] == "th_a";
+    EXPECT_EQ(t["turns"], a ? 3 : 1);
+    EXPECT_EQ(t["tokens"]["cache_read"], a ? 150 : 50);
+    EXPECT_EQ(t["first_seen"], "2026-01-01T00:00:00.000001Z");
+    EXPECT_EQ(t["last_seen"], a ? "2026-01-01T00:00:00.000003Z" : "2026-01-01T00:00:00.000001Z");
+    EXPECT_EQ(t["models"].size(), a ? 2u : 1u) << t.dump();
+  }
+  // Close() drains the queue at once too.
+  store->Record(MakeRecord("a4", "th_a", kT0 + 4, "gpt-4.1", UsageFlavor::kOpenAIChat, usage));
+  const auto start = std::chrono::steady_clock::now();
+  store.reset();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  auto reopened = OpenOrDie(path, clock);
+  ASSERT_NE(reopened, nullptr);
+  Result<json> a = reopened->GetThread("th_a");
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ((*a)["turns"].size(), 4u);
 }
 
 // Record() returns while the database is locked by someone else: nothing on the caller's path waits

@@ -73,40 +73,62 @@ def nginx_escape(text):
     return text.replace("\\", "\\\\").replace("'", "\\'")
 
 
-def start_nginx(tmp, port):
-    # Canned responses served as static files; POST to a static file is a 405 in nginx, which
-    # error_page turns back into the file with status 200.
-    www = os.path.join(tmp, "www")
-    for rel, text in (("v1/chat/completions", json.dumps(COMPLETION, separators=(",", ":"))),
-                      ("sse/v1/chat/completions", sse_body())):
-        os.makedirs(os.path.dirname(os.path.join(www, rel)), exist_ok=True)
-        with open(os.path.join(www, rel), "w") as f:
-            f.write(text)
+def run_nginx(tmp, name, http_block, health_port, workers=1):
     conf = f"""
-worker_processes 1;
-pid {tmp}/nginx.pid;
-error_log {tmp}/nginx-error.log;
+worker_processes {workers};
+pid {tmp}/{name}.pid;
+error_log {tmp}/{name}-error.log;
 events {{ worker_connections 4096; }}
 http {{
   access_log off;
-  client_body_temp_path {tmp}/body;
+  client_body_temp_path {tmp}/{name}-body;
+  proxy_temp_path {tmp}/{name}-proxy;
   keepalive_requests 1000000;
-  server {{
-    listen 127.0.0.1:{port} reuseport;
-    root {www};
-    location /v1/ {{ default_type application/json; error_page 405 =200 $uri; }}
-    location /sse/ {{ default_type text/event-stream; error_page 405 =200 $uri; }}
-    location = /health {{ return 200 'ok'; }}
-  }}
+{http_block}
 }}
 """
-    path = os.path.join(tmp, "nginx.conf")
+    path = os.path.join(tmp, f"{name}.conf")
     with open(path, "w") as f:
         f.write(conf)
     proc = subprocess.Popen(["nginx", "-c", path, "-g", "daemon off;"], stderr=subprocess.DEVNULL)
-    if not wait_http(f"http://127.0.0.1:{port}/health"):
-        sys.exit("nginx did not start: " + open(os.path.join(tmp, "nginx-error.log")).read()[-2000:])
+    if not wait_http(f"http://127.0.0.1:{health_port}/health"):
+        sys.exit(f"{name} did not start: " + open(os.path.join(tmp, f"{name}-error.log")).read()[-2000:])
     return proc
+
+
+def start_nginx(tmp, port):
+    # The fixed-response upstream: `return 200` with the canned completion, as BENCHMARKS.md
+    # describes. The 50-event stream is longer than nginx's 4 KB limit on a config string, so it is
+    # a static file; POST to a static file is a 405, which error_page turns back into the file.
+    www = os.path.join(tmp, "www")
+    os.makedirs(os.path.join(www, "sse", "v1", "chat"), exist_ok=True)
+    with open(os.path.join(www, "sse", "v1", "chat", "completions"), "w") as f:
+        f.write(sse_body())
+    completion = nginx_escape(json.dumps(COMPLETION, separators=(",", ":")))
+    return run_nginx(tmp, "upstream", f"""
+  server {{
+    listen 127.0.0.1:{port} reuseport;
+    root {www};
+    location = /v1/chat/completions {{ default_type application/json; return 200 '{completion}'; }}
+    location /sse/ {{ default_type text/event-stream; error_page 405 =200 $uri; }}
+    location = /health {{ return 200 'ok'; }}
+  }}""", port)
+
+
+def start_nginx_proxy(tmp, port, upstream_port):
+    # The floor for any proxy on this machine: nginx itself as a keep-alive reverse proxy (no
+    # parsing of bodies, no telemetry), one worker per core like kvgate's one thread per core.
+    return run_nginx(tmp, "proxy", f"""
+  upstream canned {{ server 127.0.0.1:{upstream_port}; keepalive 128; }}
+  server {{
+    listen 127.0.0.1:{port} reuseport;
+    location = /health {{ return 200 'ok'; }}
+    location / {{
+      proxy_pass http://canned;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }}
+  }}""", port, workers=os.cpu_count())
 
 
 def start_kvgate(tmp, binary, upstream_port):
@@ -237,7 +259,10 @@ def main():
     try:
         kv, kv_port, db = start_kvgate(tmp, args.kvgate, nginx_port)
         procs.append(kv)
+        proxy_port = free_port()
+        procs.append(start_nginx_proxy(tmp, proxy_port, nginx_port))
         targets = [("direct", nginx_port, direct_body_path, direct_stream_path, None),
+                   ("nginx-proxy", proxy_port, direct_body_path, direct_stream_path, None),
                    ("kvgate", kv_port, body_path, stream_body_path, kv)]
         if not args.no_litellm:
             ll, ll_port = start_litellm(tmp, nginx_port)
@@ -254,7 +279,7 @@ def main():
                 warm = run_wrk(port, bpath, conns, 2)  # warm-up: connections, pools, caches
                 results[(name, conns, "json")] = run_wrk(port, bpath, conns, args.seconds)
                 answered[name] += warm["requests"] + results[(name, conns, "json")]["requests"]
-            sse_path = "/sse/v1/chat/completions" if name == "direct" else "/v1/chat/completions"
+            sse_path = "/sse/v1/chat/completions" if name in ("direct", "nginx-proxy") else "/v1/chat/completions"
             results[(name, 1, "sse")] = run_wrk(port, spath, 1, args.seconds, sse_path)
             answered[name] += results[(name, 1, "sse")]["requests"]
         rss = {name: peak_rss_mb(p.pid) if p else float("nan") for name, _, _, _, p in targets}
@@ -269,13 +294,13 @@ def main():
 
         d = {c: results[("direct", c, "json")] for c in (1, 64)}
         print(f"\nGateway overhead, {os.cpu_count()} cores, {args.seconds}s per run, upstream nginx (fixed JSON)\n")
-        print(f"{'gateway':<9} {'c':>3} {'p50 µs':>9} {'p99 µs':>9} {'+p50 µs':>9} {'+p99 µs':>9} {'req/s':>10} {'÷direct':>8} {'RSS MB':>8}")
+        print(f"{'gateway':<11} {'c':>3} {'p50 µs':>9} {'p99 µs':>9} {'+p50 µs':>9} {'+p99 µs':>9} {'req/s':>10} {'÷direct':>8} {'RSS MB':>8}")
         for name, *_ in targets:
             for c in (1, 64):
                 r = results[(name, c, "json")]
                 add50 = (r["p50"] - d[c]["p50"]) * 1e6
                 add99 = (r["p99"] - d[c]["p99"]) * 1e6
-                print(f"{name:<9} {c:>3} {r['p50']*1e6:>9.1f} {r['p99']*1e6:>9.1f} "
+                print(f"{name:<11} {c:>3} {r['p50']*1e6:>9.1f} {r['p99']*1e6:>9.1f} "
                       f"{(add50 if name != 'direct' else 0):>9.1f} {(add99 if name != 'direct' else 0):>9.1f} "
                       f"{r['rps']:>10.0f} {r['rps']/d[c]['rps']:>8.3f} {rss[name]:>8.1f}"
                       + (f"  non-2xx: {r['non2xx']}" if r["non2xx"] else ""))
@@ -283,7 +308,7 @@ def main():
         print(f"\nStreaming (50 SSE events), c=1: time to full response p50")
         for name, *_ in targets:
             r = results[(name, 1, "sse")]
-            print(f"{name:<9} p50 {r['p50']*1e6:>9.1f} µs  added {(r['p50']-ds['p50'])*1e6:>8.1f} µs  req/s {r['rps']:>9.0f}"
+            print(f"{name:<11} p50 {r['p50']*1e6:>9.1f} µs  added {(r['p50']-ds['p50'])*1e6:>8.1f} µs  req/s {r['rps']:>9.0f}"
                   + (f"  non-2xx: {r['non2xx']}" if r["non2xx"] else ""))
         # wrk counts a request when its response completed; requests still in flight when wrk
         # stops are answered by kvgate but not counted by wrk, so ok rows >= answered.

@@ -560,6 +560,13 @@ std::optional<Value> Find(Value object, std::string_view name) {
   return found;
 }
 
+std::optional<Value> Object::Find(std::string_view name) const {
+  for (auto it = members_.rbegin(); it != members_.rend(); ++it) {
+    if (it->KeyIs(name)) return it->value;
+  }
+  return std::nullopt;
+}
+
 std::optional<std::string> DecodeString(Value value) {
   if (!value.is_string()) return std::nullopt;
   return DecodeInner(value.text.substr(1, value.text.size() - 2));

@@ -64,6 +64,24 @@ std::vector<Value> Elements(Value array);
 // The last member named `name` (nlohmann keeps the last of duplicate keys), or nullopt.
 std::optional<Value> Find(Value object, std::string_view name);
 
+// An object's members read once, for repeated lookups: a request body is consulted a dozen times,
+// and each Find(Value, ...) walks the whole object. Empty for a value that is not an object.
+class Object {
+ public:
+  Object() = default;
+  explicit Object(Value object) : value_(object), members_(Members(object)) {}
+
+  Value value() const { return value_; }
+  bool is_object() const { return value_.is_object(); }
+  const std::vector<Member>& members() const { return members_; }
+  // The last member named `name`, or nullopt.
+  std::optional<Value> Find(std::string_view name) const;
+
+ private:
+  Value value_;
+  std::vector<Member> members_;
+};
+
 // A string value's decoded content (escapes resolved, UTF-8); nullopt when `value` is not a
 // string.
 std::optional<std::string> DecodeString(Value value);

@@ -113,9 +113,9 @@ asio::awaitable<void> Gateway::HandleInference(http::Request& request,
     co_await SendError(writer, log, error, "error", headers);
     co_return;
   }
-  const raw_json::Value body = *parsed;
+  const raw_json::Object body(*parsed);
   rec.thread_id = providers::ThreadIdOf(body, request.header("x-thread-id"));
-  std::optional<raw_json::Value> model = raw_json::Find(body, "model");
+  std::optional<raw_json::Value> model = body.Find("model");
   std::optional<std::string> model_name = model ? raw_json::DecodeString(*model) : std::nullopt;
   if (!model_name || model_name->empty()) {
     co_await SendError(writer, log,
@@ -126,7 +126,7 @@ asio::awaitable<void> Gateway::HandleInference(http::Request& request,
     co_return;
   }
   rec.model = std::move(*model_name);
-  std::optional<raw_json::Value> stream = raw_json::Find(body, "stream");
+  std::optional<raw_json::Value> stream = body.Find("stream");
   if (stream && stream->kind != raw_json::Kind::kBool && !stream->is_null()) {
     co_await SendError(writer, log,
                        providers::MakeOpenAIError(400, "stream must be a boolean",
@@ -171,7 +171,7 @@ asio::awaitable<void> Gateway::HandleInference(http::Request& request,
       co_return;
     }
     // The engine renders the chat template from a tree.
-    nlohmann::json tree = nlohmann::json::parse(body.text);
+    nlohmann::json tree = nlohmann::json::parse(body.value().text);
     providers::TakeKvgateFields(tree);
     co_await deps_.engines->Serve(*route, tree, options, writer, log, std::move(headers));
     co_return;

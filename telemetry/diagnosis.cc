@@ -128,16 +128,16 @@ uint64_t PromptFingerprint::TotalBytes() const {
   return total;
 }
 
-PromptFingerprint Fingerprint(raw_json::Value body) {
+PromptFingerprint Fingerprint(const raw_json::Object& body) {
   PromptFingerprint fp;
   std::string text;  // one buffer for every element's minified bytes
-  if (auto v = raw_json::Find(body, "tools"); v && !v->is_null()) {
+  if (auto v = body.Find("tools"); v && !v->is_null()) {
     AddElement(fp, FingerprintElement::Kind::kTools, -1, *v, text);
   }
-  if (auto v = raw_json::Find(body, "system"); v && !v->is_null()) {
+  if (auto v = body.Find("system"); v && !v->is_null()) {
     AddElement(fp, FingerprintElement::Kind::kSystem, -1, *v, text);
   }
-  if (auto v = raw_json::Find(body, "messages"); v && v->is_array()) {
+  if (auto v = body.Find("messages"); v && v->is_array()) {
     int index = 0;
     for (raw_json::Value message : raw_json::Elements(*v)) {
       AddElement(fp, FingerprintElement::Kind::kMessage, index++, message, text);

@@ -54,7 +54,7 @@ struct PromptFingerprint {
 // request where a parse + sorted re-serialization cost ~70k; clients re-send earlier messages
 // byte-identically, which is also what provider caches need.) Missing or malformed fields are
 // skipped; never throws.
-PromptFingerprint Fingerprint(raw_json::Value request_body);
+PromptFingerprint Fingerprint(const raw_json::Object& request_body);
 
 // Storage form (RequestRecord.prompt_fingerprint): a JSON array, one object per element:
 // {"k":"tools"|"system"|"message","i":message_index,"h":"<16 hex>","n":length,"c":"<base64 of

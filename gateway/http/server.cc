@@ -85,12 +85,17 @@ using ReusePort = asio::detail::socket_option::boolean<SOL_SOCKET, SO_REUSEPORT>
 
 struct Worker {
   Worker(const ServerOptions& options, const Handler& handler, size_t index)
-      : state(options, handler, index), ioc(1), acceptor(ioc), guard(ioc.get_executor()) {}
+      : state(options, handler, index),
+        ioc(1),
+        acceptor(ioc),
+        deadline_sentinel(ioc),
+        guard(ioc.get_executor()) {}
   // Declaration order is destruction order in reverse: the io_context (and with it any suspended
   // session coroutine) goes before `state`, which those coroutines reference.
   internal::WorkerState state;
   asio::io_context ioc;
   tcp::acceptor acceptor;
+  asio::steady_timer deadline_sentinel;  // see ArmDeadlineSentinel
   asio::executor_work_guard<asio::io_context::executor_type> guard;
   std::thread thread;
 };
@@ -188,6 +193,7 @@ class ServerImpl final : public Server {
         });
       }
       asio::co_spawn(worker->ioc, AcceptLoop(*worker), asio::detached);
+      ArmDeadlineSentinel(*worker);
       worker->thread = std::thread([worker] { RunLoop(worker->ioc); });
     }
     started_ = true;
@@ -232,6 +238,18 @@ class ServerImpl final : public Server {
   }
 
  private:
+  // Every phase of a request (reading it, each upstream exchange, writing the answer) has a
+  // deadline, i.e. an asio timer. asio re-programs its timerfd (a syscall) whenever a new timer is
+  // the earliest one, which at low concurrency is every phase: four syscalls per proxied request.
+  // This timer, re-armed every 250 ms, is always the earliest, so a deadline (seconds away) never
+  // is. (Loops are stopped, not drained, at shutdown, so it holds nothing up.)
+  static void ArmDeadlineSentinel(Worker& worker) {
+    worker.deadline_sentinel.expires_after(std::chrono::milliseconds(250));
+    worker.deadline_sentinel.async_wait([&worker](const boost::system::error_code& ec) {
+      if (!ec) ArmDeadlineSentinel(worker);
+    });
+  }
+
   static void RunLoop(asio::io_context& ioc) {
     for (;;) {
       try {

@@ -59,7 +59,7 @@ void MergeUsage(json& into, const json& from);
 std::string AnthropicErrorTypeToOpenAI(std::string_view anthropic_type);
 
 // Per-wire-format entry points (callers catch exceptions).
-Result<UpstreamCall> BuildOpenAICompatCall(ProviderType type, raw_json::Value client_body,
+Result<UpstreamCall> BuildOpenAICompatCall(ProviderType type, const raw_json::Object& client_body,
                                            const CallOptions& options);
 Result<Translated> TranslateOpenAICompatResponse(ProviderType type, std::string_view upstream_body,
                                                  const CallOptions& options);

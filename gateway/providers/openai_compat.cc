@@ -211,11 +211,11 @@ bool AppendObjectWithout(raw_json::Value object, std::string_view drop, std::str
 
 }  // namespace
 
-Result<UpstreamCall> BuildOpenAICompatCall(ProviderType type, raw_json::Value client_body,
+Result<UpstreamCall> BuildOpenAICompatCall(ProviderType type, const raw_json::Object& client_body,
                                            const CallOptions& options) {
   (void)type;
   // The client's bytes pass through member by member: nothing is parsed into a tree or re-encoded.
-  const std::vector<raw_json::Member> members = raw_json::Members(client_body);
+  const std::vector<raw_json::Member>& members = client_body.members();
   std::vector<Rewritten> kinds(members.size());
   std::array<size_t, 6> last{};  // index + 1 of the last occurrence of each rewritten member
   for (size_t i = 0; i < members.size(); ++i) {
@@ -226,7 +226,7 @@ Result<UpstreamCall> BuildOpenAICompatCall(ProviderType type, raw_json::Value cl
   auto present = [&](Rewritten k) { return last[static_cast<size_t>(k)] != 0; };
 
   std::string body;
-  body.reserve(client_body.text.size() + 96);
+  body.reserve(client_body.value().text.size() + 96);
   body += '{';
   auto append_model = [&](std::string_view raw_key) {
     AppendKey(raw_key, body);
@@ -312,18 +312,19 @@ Result<Translated> TranslateOpenAICompatResponse(ProviderType type, std::string_
   (void)options;
   // The body goes back to the client unchanged; only usage, finish_reason and a possible error
   // are read, from the raw bytes.
-  Result<raw_json::Value> response = raw_json::Parse(upstream_body);
-  if (!response || !response->is_object()) {
+  Result<raw_json::Value> parsed = raw_json::Parse(upstream_body);
+  if (!parsed || !parsed->is_object()) {
     return MakeError(
         ErrorCode::kCorruptData,
         "upstream returned a response that is not a JSON object: " + Snippet(upstream_body));
   }
-  std::optional<raw_json::Value> error = raw_json::Find(*response, "error");
+  const raw_json::Object response(*parsed);
+  std::optional<raw_json::Value> error = response.Find("error");
   if (error && !error->is_null()) {
     return MakeError(ErrorCode::kUnavailable,
-                     "upstream returned an error: " + *ErrorMessageOf(ParseJson(response->text)));
+                     "upstream returned an error: " + *ErrorMessageOf(ParseJson(upstream_body)));
   }
-  std::optional<raw_json::Value> choices = raw_json::Find(*response, "choices");
+  std::optional<raw_json::Value> choices = response.Find("choices");
   if (!choices || !choices->is_array()) {
     return MakeError(ErrorCode::kCorruptData,
                      "upstream response has no 'choices' array: " + Snippet(upstream_body));
@@ -331,9 +332,9 @@ Result<Translated> TranslateOpenAICompatResponse(ProviderType type, std::string_
   Translated out;
   out.body = std::string(upstream_body);
   if (type == ProviderType::kLlamaCpp) {  // the whole response, for `timings`
-    out.usage = telemetry::NormalizeUsage(UsageFlavorFor(type), *response);
+    out.usage = telemetry::NormalizeUsage(UsageFlavorFor(type), *parsed);
   } else {
-    std::optional<raw_json::Value> usage = raw_json::Find(*response, "usage");
+    std::optional<raw_json::Value> usage = response.Find("usage");
     out.usage = telemetry::NormalizeUsage(UsageFlavorFor(type), usage.value_or(raw_json::Value{}));
   }
   for (raw_json::Value choice : raw_json::Elements(*choices)) {

@@ -106,19 +106,19 @@ telemetry::UsageFlavor UsageFlavorFor(ProviderType type) {
 
 bool IsOpenAICompatible(ProviderType type) { return type != ProviderType::kAnthropic; }
 
-bool ClientWantsStreamUsage(raw_json::Value client_body) {
-  std::optional<raw_json::Value> options = raw_json::Find(client_body, "stream_options");
+bool ClientWantsStreamUsage(const raw_json::Object& client_body) {
+  std::optional<raw_json::Value> options = client_body.Find("stream_options");
   if (!options) return false;
   std::optional<raw_json::Value> include = raw_json::Find(*options, "include_usage");
   return include && include->is_true();
 }
 
-std::string ThreadIdOf(raw_json::Value body, std::string_view header) {
-  if (std::optional<raw_json::Value> v = raw_json::Find(body, "thread_identifier")) {
+std::string ThreadIdOf(const raw_json::Object& body, std::string_view header) {
+  if (std::optional<raw_json::Value> v = body.Find("thread_identifier")) {
     if (std::optional<std::string> id = ThreadIdFrom(*v)) return std::move(*id);
   }
   if (!header.empty()) return std::string(header);
-  if (std::optional<raw_json::Value> meta = raw_json::Find(body, "metadata")) {
+  if (std::optional<raw_json::Value> meta = body.Find("metadata")) {
     if (std::optional<raw_json::Value> v = raw_json::Find(*meta, "thread_id")) {
       if (std::optional<std::string> id = ThreadIdFrom(*v)) return std::move(*id);
     }
@@ -143,21 +143,21 @@ std::optional<std::string> TakeKvgateFields(json& body) {
   return thread_id;
 }
 
-Result<UpstreamCall> BuildUpstreamCall(ProviderType type, raw_json::Value client_body,
+Result<UpstreamCall> BuildUpstreamCall(ProviderType type, const raw_json::Object& client_body,
                                        const CallOptions& options) {
   try {
     if (!client_body.is_object()) {
       return MakeError(ErrorCode::kInvalidArgument, "the request body must be a JSON object");
     }
     if (options.endpoint == Endpoint::kChatCompletions) {
-      std::optional<raw_json::Value> messages = raw_json::Find(client_body, "messages");
+      std::optional<raw_json::Value> messages = client_body.Find("messages");
       if (!messages || !messages->is_array()) {
         return MakeError(ErrorCode::kInvalidArgument, "'messages' must be an array");
       }
     }
     if (type == ProviderType::kAnthropic) {
       // The Messages translation rewrites every field: it works on a tree.
-      json tree = internal::ParseJson(client_body.text);
+      json tree = internal::ParseJson(client_body.value().text);
       TakeKvgateFields(tree);
       return internal::BuildAnthropicCall(tree, options);
     }

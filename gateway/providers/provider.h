@@ -86,7 +86,7 @@ struct CallOptions {
 };
 
 // True when the client's body has `stream_options.include_usage: true`.
-bool ClientWantsStreamUsage(raw_json::Value client_body);
+bool ClientWantsStreamUsage(const raw_json::Object& client_body);
 
 // kvgate's own request fields, which never reach a provider:
 //   - top-level `thread_identifier` (the OpenAI SDK sends `extra_body` keys at top level);
@@ -95,7 +95,7 @@ bool ClientWantsStreamUsage(raw_json::Value client_body);
 //
 // The thread (conversation) id of a request, "" when it has none. Precedence: thread_identifier,
 // then the X-Thread-Id header (`header`, "" when absent), then metadata.thread_id.
-std::string ThreadIdOf(raw_json::Value body, std::string_view header);
+std::string ThreadIdOf(const raw_json::Object& body, std::string_view header);
 // Removes kvgate's fields from a parsed tree in place (for adapters that work on one) and returns
 // the id they carried (thread_identifier first). Does nothing when `body` is not an object.
 std::optional<std::string> TakeKvgateFields(nlohmann::json& body);
@@ -121,7 +121,7 @@ std::optional<std::string> TakeKvgateFields(nlohmann::json& body);
 //
 // Errors common to all types: kInvalidArgument when the body is not a JSON object or (chat)
 // `messages` is not an array.
-Result<UpstreamCall> BuildUpstreamCall(ProviderType type, raw_json::Value client_body,
+Result<UpstreamCall> BuildUpstreamCall(ProviderType type, const raw_json::Object& client_body,
                                        const CallOptions& options);
 
 struct Translated {

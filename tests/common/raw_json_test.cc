@@ -205,6 +205,20 @@ TEST(RawJsonTest, FindKeepsTheLastDuplicateAndDecodesKeys) {
   EXPECT_FALSE(DecodeString(Value{Kind::kNumber, "1"}).has_value());
 }
 
+TEST(RawJsonTest, ObjectReadsMembersOnceAndFindsTheLast) {
+  const std::string doc = R"({"a":1,"b":{"c":2},"a":3})";
+  const Object o(Parse(doc).value());
+  ASSERT_TRUE(o.is_object());
+  EXPECT_EQ(o.members().size(), 3u);
+  EXPECT_EQ(o.Find("a")->text, "3");
+  EXPECT_EQ(o.Find("b")->text, R"({"c":2})");
+  EXPECT_FALSE(o.Find("c").has_value());
+  const Object not_object(Parse("[1]").value());
+  EXPECT_FALSE(not_object.is_object());
+  EXPECT_TRUE(not_object.members().empty());
+  EXPECT_FALSE(not_object.Find("a").has_value());
+}
+
 TEST(RawJsonTest, AppendQuotedRoundTripsThroughAParser) {
   std::string all;
   for (int c = 1; c < 128; ++c) all += static_cast<char>(c);

@@ -18,10 +18,10 @@ constexpr int64_t kT0 = 1'767'225'600'000'000;
 // Fingerprint of the bytes a client would send for `body` (nlohmann's compact dump).
 PromptFingerprint Fingerprint(const json& body) {
   const std::string text = body.dump();
-  return telemetry::Fingerprint(raw_json::Parse(text).value());
+  return telemetry::Fingerprint(raw_json::Object(raw_json::Parse(text).value()));
 }
 PromptFingerprint FingerprintOfText(std::string_view text) {
-  return telemetry::Fingerprint(raw_json::Parse(text).value());
+  return telemetry::Fingerprint(raw_json::Object(raw_json::Parse(text).value()));
 }
 
 json Body(const std::string& system, int user_turns) {

@@ -140,7 +140,7 @@ TEST(OpenAICompatRequestTest, ForwardsTheClientsOwnBytes) {
       " \"temperature\": 1.0, \"seed\": 1E2, \"logit_bias\": {\"50256\" : -100} }";
   CallOptions o;
   o.upstream_model = "gpt-4.1-\"quoted\"";
-  auto call = BuildUpstreamCall(ProviderType::kOpenAI, raw_json::Parse(client).value(), o);
+  auto call = BuildUpstreamCall(ProviderType::kOpenAI, raw_json::Object(raw_json::Parse(client).value()), o);
   ASSERT_TRUE(call.has_value()) << call.error().ToString();
   EXPECT_EQ(call->body,
             "{\"model\":\"gpt-4.1-\\\"quoted\\\"\",\"messages\":[ {\"role\":\"user\", "
@@ -156,12 +156,12 @@ TEST(OpenAICompatRequestTest, DuplicateAndEscapedKeys) {
       R"("thread_identifier":"u","stream_options":{"x":1},"stream_options":{"include_usage":false,"y":2}})";
   CallOptions o = StreamOptions(false);
   o.upstream_model = "m";
-  auto call = BuildUpstreamCall(ProviderType::kVllm, raw_json::Parse(client).value(), o);
+  auto call = BuildUpstreamCall(ProviderType::kVllm, raw_json::Object(raw_json::Parse(client).value()), o);
   ASSERT_TRUE(call.has_value()) << call.error().ToString();
   EXPECT_EQ(call->body,
             R"({"stream":true,"messages":[],"mod\u0065l":"m","stream_options":{"y":2,"include_usage":true}})");
   // Appended when absent: model, stream, stream_options.
-  auto bare = BuildUpstreamCall(ProviderType::kVllm, raw_json::Parse(R"({"messages":[]})").value(), o);
+  auto bare = BuildUpstreamCall(ProviderType::kVllm, raw_json::Object(raw_json::Parse(R"({"messages":[]})").value()), o);
   ASSERT_TRUE(bare.has_value());
   EXPECT_EQ(bare->body,
             R"({"messages":[],"model":"m","stream":true,"stream_options":{"include_usage":true}})");
@@ -170,17 +170,17 @@ TEST(OpenAICompatRequestTest, DuplicateAndEscapedKeys) {
 TEST(OpenAICompatRequestTest, MetadataLeftEmptyIsDroppedOtherwiseKept) {
   auto only = BuildUpstreamCall(
       ProviderType::kOpenAI,
-      raw_json::Parse(R"({"messages":[],"metadata":{"thread_id":"t"}})").value(), CallOptions{});
+      raw_json::Object(raw_json::Parse(R"({"messages":[],"metadata":{"thread_id":"t"}})").value()), CallOptions{});
   ASSERT_TRUE(only.has_value());
   EXPECT_EQ(only->body, R"({"messages":[]})");
   auto kept = BuildUpstreamCall(
       ProviderType::kOpenAI,
-      raw_json::Parse(R"({"messages":[],"metadata":{"a":1,"thread_id":"t","b":[2]}})").value(),
+      raw_json::Object(raw_json::Parse(R"({"messages":[],"metadata":{"a":1,"thread_id":"t","b":[2]}})").value()),
       CallOptions{});
   ASSERT_TRUE(kept.has_value());
   EXPECT_EQ(kept->body, R"({"messages":[],"metadata":{"a":1,"b":[2]}})");
   auto other = BuildUpstreamCall(
-      ProviderType::kOpenAI, raw_json::Parse(R"({"messages":[],"metadata":"str"})").value(),
+      ProviderType::kOpenAI, raw_json::Object(raw_json::Parse(R"({"messages":[],"metadata":"str"})").value()),
       CallOptions{});
   ASSERT_TRUE(other.has_value());
   EXPECT_EQ(other->body, R"({"messages":[],"metadata":"str"})");
@@ -188,7 +188,7 @@ TEST(OpenAICompatRequestTest, MetadataLeftEmptyIsDroppedOtherwiseKept) {
 
 TEST(ThreadIdTest, PrecedenceThreadIdentifierHeaderMetadata) {
   auto id = [](std::string_view body, std::string_view header) {
-    return ThreadIdOf(raw_json::Parse(body).value(), header);
+    return ThreadIdOf(raw_json::Object(raw_json::Parse(body).value()), header);
   };
   EXPECT_EQ(id(R"({"thread_identifier":"a","metadata":{"thread_id":"c"}})", "b"), "a");
   EXPECT_EQ(id(R"({"metadata":{"thread_id":"c"}})", "b"), "b");

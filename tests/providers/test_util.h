@@ -18,12 +18,12 @@ namespace kvgate::providers::testing_util {
 inline Result<UpstreamCall> BuildCall(ProviderType type, const nlohmann::json& body,
                                       const CallOptions& options) {
   const std::string text = body.dump();
-  return BuildUpstreamCall(type, raw_json::Parse(text).value(), options);
+  return BuildUpstreamCall(type, raw_json::Object(raw_json::Parse(text).value()), options);
 }
 
 inline bool WantsUsage(const nlohmann::json& body) {
   const std::string text = body.dump();
-  return ClientWantsStreamUsage(raw_json::Parse(text).value());
+  return ClientWantsStreamUsage(raw_json::Object(raw_json::Parse(text).value()));
 }
 
 inline std::string ReadGolden(std::string_view name) {

@@ -345,7 +345,10 @@ class Validator {
   std::string error_;
 };
 
+}  // namespace
+
 // Navigation over validated text: skip whole values by their delimiters.
+namespace internal {
 enum : uint8_t { kOther = 0, kOpen, kClose, kStringStart };
 constexpr std::array<uint8_t, 256> MakeStructural() {
   std::array<uint8_t, 256> t{};
@@ -436,26 +439,12 @@ Value ValueAt(const char*& p, const char* end) {
   return v;
 }
 
-// Calls fn(member) for each member of a validated object.
-template <class Fn>
-void ForEachMember(Value object, Fn&& fn) {
-  if (!object.is_object()) return;
-  const char* p = object.text.data() + 1;
-  const char* end = object.text.data() + object.text.size() - 1;  // the closing brace
-  for (;;) {
-    p = SkipSpace(p, end);
-    if (p == end) return;
-    const char* key_end = SkipString(p, end);
-    Member m;
-    m.key = std::string_view(p + 1, static_cast<size_t>(key_end - p - 2));
-    p = SkipSpace(key_end, end);
-    p = SkipSpace(p + 1, end);  // the colon
-    m.value = ValueAt(p, end);
-    fn(m);
-    p = SkipSpace(p, end);
-    if (p != end) ++p;  // the comma
-  }
-}
+}  // namespace internal
+
+namespace {
+using internal::SkipSpace;
+using internal::SkipString;
+using internal::ValueAt;
 
 void AppendUtf8(uint32_t cp, std::string& out) {
   if (cp < 0x80) {
@@ -526,8 +515,10 @@ std::string DecodeInner(std::string_view in) {
 }  // namespace
 
 bool Member::KeyIs(std::string_view name) const {
-  if (key.find('\\') == std::string_view::npos) return key == name;
-  return DecodeInner(key) == name;
+  // An escape makes the raw key longer than its decoded form, so a raw key of the same length
+  // matches only byte for byte, and a shorter one never does.
+  if (key.size() <= name.size()) return key == name;
+  return key.find('\\') != std::string_view::npos && DecodeInner(key) == name;
 }
 
 Result<Value> Parse(std::string_view text) { return Validator(text).Run(); }

@@ -63,6 +63,10 @@ std::vector<Member> Members(Value object);  // document order, duplicate keys ke
 std::vector<Value> Elements(Value array);
 // The last member named `name` (nlohmann keeps the last of duplicate keys), or nullopt.
 std::optional<Value> Find(Value object, std::string_view name);
+// Calls fn(const Member&) for each member in document order, allocating nothing (nothing for a
+// value that is not an object).
+template <class Fn>
+void ForEachMember(Value object, Fn&& fn);
 
 // An object's members read once, for repeated lookups: a request body is consulted a dozen times,
 // and each Find(Value, ...) walks the whole object. Empty for a value that is not an object.
@@ -90,5 +94,32 @@ std::optional<std::string> DecodeString(Value value);
 void AppendMinified(Value value, std::string& out);
 // Appends `text` (UTF-8) as a JSON string literal, quotes included.
 void AppendQuoted(std::string_view text, std::string& out);
+
+namespace internal {
+// Advances `p` past whitespace / one whole value; `end` bounds the scan (text known valid).
+const char* SkipSpace(const char* p, const char* end);
+Value ValueAt(const char*& p, const char* end);
+const char* SkipString(const char* p, const char* end);
+}  // namespace internal
+
+template <class Fn>
+void ForEachMember(Value object, Fn&& fn) {
+  if (!object.is_object()) return;
+  const char* p = object.text.data() + 1;
+  const char* end = object.text.data() + object.text.size() - 1;  // the closing brace
+  for (;;) {
+    p = internal::SkipSpace(p, end);
+    if (p == end) return;
+    const char* key_end = internal::SkipString(p, end);
+    Member m;
+    m.key = std::string_view(p + 1, static_cast<size_t>(key_end - p - 2));
+    p = internal::SkipSpace(key_end, end);
+    p = internal::SkipSpace(p + 1, end);  // the colon
+    m.value = internal::ValueAt(p, end);
+    fn(static_cast<const Member&>(m));
+    p = internal::SkipSpace(p, end);
+    if (p != end) ++p;  // the comma
+  }
+}
 
 }  // namespace kvgate::raw_json

@@ -39,13 +39,6 @@ std::string ErrorEventBytes(const ClientError& error);
 // last event of a stream that ended early).
 void AppendRawEvent(std::string& out, std::string_view raw);
 
-// Cheap scans of serialized JSON (an SSE data payload) that avoid parsing chunks that need no
-// change. A quote cannot appear unescaped inside a JSON string, so `"key"` followed by `:` is a
-// key. True when some member named `key` has a value other than null.
-bool HasNonNullKey(std::string_view json_text, std::string_view key);
-// True when some member named `key` has a value other than null and "".
-bool HasNonEmptyKey(std::string_view json_text, std::string_view key);
-
 // Anthropic helpers shared by the response and stream translators.
 // stop_reason -> OpenAI finish_reason ("" for null / absent).
 std::string AnthropicFinishReason(const json& stop_reason);

@@ -44,36 +44,53 @@ std::string FinishReasonOf(const json& object) {
   return reason;
 }
 
-bool NonEmpty(const json* v) {
-  if (v == nullptr || v->is_null()) return false;
-  if (v->is_string()) return !v->get_ref<const std::string&>().empty();
-  if (v->is_array() || v->is_object()) return !v->empty();
+// A value that carries something: not null, "", [] or {}.
+bool NonEmpty(std::optional<raw_json::Value> v) {
+  if (!v || v->is_null()) return false;
+  if (v->is_string()) return v->text.size() > 2;
+  if (v->is_array() || v->is_object()) {
+    const std::string_view inner = v->text.substr(1, v->text.size() - 2);
+    return inner.find_first_not_of(" \t\r\n") != std::string_view::npos;
+  }
   return true;
 }
 
-// A parsed chunk carries generated content: text, reasoning, refusal or a tool call.
-bool ChunkHasContent(const json& chunk) {
-  const json* choices = Member(chunk, "choices");
-  if (choices == nullptr || !choices->is_array()) return false;
-  for (const json& choice : *choices) {
-    if (NonEmpty(Member(choice, "text"))) return true;  // completions
-    const json* delta = Member(choice, "delta");
-    if (delta == nullptr) continue;
-    for (const char* key :
-         {"content", "reasoning_content", "reasoning", "refusal", "tool_calls", "function_call"}) {
-      if (NonEmpty(Member(*delta, key))) return true;
-    }
-  }
-  return false;
-}
+bool NonNull(std::optional<raw_json::Value> v) { return v && !v->is_null(); }
 
-// The same question answered on the serialized chunk, for chunks that are not parsed.
-bool TextHasContent(std::string_view data) {
-  for (std::string_view key : {"content", "reasoning_content", "reasoning", "refusal", "tool_calls",
-                               "function_call", "text"}) {
-    if (HasNonEmptyKey(data, key)) return true;
+// What the translator needs to know about one chunk, read from its bytes (no tree).
+struct ChunkFacts {
+  bool has_content = false;  // generated text, reasoning, refusal or a tool call
+  bool has_usage = false;
+  bool has_error = false;
+  bool has_finish_reason = false;
+  bool has_timings = false;  // llama.cpp
+};
+
+// (Small objects: each lookup walks the object, which beats allocating a member list.)
+ChunkFacts ReadChunk(raw_json::Value chunk) {
+  ChunkFacts facts;
+  std::optional<raw_json::Value> choices;
+  raw_json::ForEachMember(chunk, [&](const raw_json::Member& m) {
+    if (m.KeyIs("usage")) facts.has_usage = NonNull(m.value);
+    if (m.KeyIs("error")) facts.has_error = NonNull(m.value);
+    if (m.KeyIs("timings")) facts.has_timings = NonNull(m.value);
+    if (m.KeyIs("choices")) choices = m.value;
+  });
+  if (!choices || !choices->is_array()) return facts;
+  for (raw_json::Value choice : raw_json::Elements(*choices)) {
+    raw_json::ForEachMember(choice, [&](const raw_json::Member& m) {
+      if (m.KeyIs("finish_reason") && NonNull(m.value)) facts.has_finish_reason = true;
+      if (m.KeyIs("text") && NonEmpty(m.value)) facts.has_content = true;  // completions
+      if (!m.KeyIs("delta")) return;
+      raw_json::ForEachMember(m.value, [&](const raw_json::Member& d) {
+        for (const char* key : {"content", "reasoning_content", "reasoning", "refusal",
+                                "tool_calls", "function_call"}) {
+          if (d.KeyIs(key) && NonEmpty(d.value)) facts.has_content = true;
+        }
+      });
+    });
   }
-  return false;
+  return facts;
 }
 
 std::string_view TrimSpace(std::string_view s) {
@@ -100,18 +117,19 @@ class OpenAICompatStream final : public SseStreamTranslator {
       AppendRawEvent(out.bytes, event.raw);
       return;
     }
-    const bool has_usage = HasNonNullKey(data, "usage");
-    const bool needs_parse = has_usage || event.event == "error" || HasNonNullKey(data, "error") ||
-                             HasNonNullKey(data, "finish_reason") ||
-                             (type_ == ProviderType::kLlamaCpp && HasNonNullKey(data, "timings"));
-    if (!needs_parse) {
-      // The fast path: most content chunks go out byte for byte, validated (raw_json) but
-      // neither parsed into a tree nor re-serialized.
-      if (!raw_json::Parse(data)) {
-        Fail(out.bytes, "upstream sent malformed JSON in a stream event: " + Snippet(data));
-        return;
-      }
-      if (TextHasContent(data)) out.has_content = true;
+    // Validated and read once from its bytes; only chunks that carry usage, an error or a
+    // finish_reason (the last one or two of a stream) are parsed into a tree.
+    Result<raw_json::Value> parsed = raw_json::Parse(data);
+    if (!parsed) {
+      Fail(out.bytes, "upstream sent malformed JSON in a stream event: " + Snippet(data));
+      return;
+    }
+    const ChunkFacts facts = ReadChunk(*parsed);
+    const bool needs_tree = facts.has_usage || event.event == "error" || facts.has_error ||
+                            facts.has_finish_reason ||
+                            (type_ == ProviderType::kLlamaCpp && facts.has_timings);
+    if (!needs_tree) {  // most chunks: out byte for byte
+      if (facts.has_content) out.has_content = true;
       AppendRawEvent(out.bytes, event.raw);
       return;
     }
@@ -137,7 +155,7 @@ class OpenAICompatStream final : public SseStreamTranslator {
     }
     if (std::string reason = FinishReasonOf(chunk); !reason.empty())
       finish_reason_ = std::move(reason);
-    const bool content = ChunkHasContent(chunk);
+    const bool content = facts.has_content;
     const json* usage = Member(chunk, "usage");
     const bool usage_present = usage != nullptr && !usage->is_null();
     if (usage_present ||

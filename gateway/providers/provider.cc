@@ -242,43 +242,5 @@ void AppendRawEvent(std::string& out, std::string_view raw) {
   out.append(raw.ends_with('\n') ? "\n" : "\n\n");
 }
 
-namespace {
-
-size_t SkipSpace(std::string_view s, size_t i) {
-  while (i < s.size() && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r')) ++i;
-  return i;
-}
-
-// Calls `pred(value_text)` for the text after each `"key":`; true when any call returns true.
-template <class Pred>
-bool AnyKeyValue(std::string_view text, std::string_view key, Pred pred) {
-  std::string quoted;
-  quoted.reserve(key.size() + 2);
-  quoted.push_back('"');
-  quoted.append(key);
-  quoted.push_back('"');
-  size_t pos = 0;
-  while ((pos = text.find(quoted, pos)) != std::string_view::npos) {
-    size_t i = SkipSpace(text, pos + quoted.size());
-    pos += quoted.size();
-    if (i >= text.size() || text[i] != ':') continue;
-    i = SkipSpace(text, i + 1);
-    if (pred(text.substr(i))) return true;
-  }
-  return false;
-}
-
-}  // namespace
-
-bool HasNonNullKey(std::string_view json_text, std::string_view key) {
-  return AnyKeyValue(json_text, key, [](std::string_view v) { return !v.starts_with("null"); });
-}
-
-bool HasNonEmptyKey(std::string_view json_text, std::string_view key) {
-  return AnyKeyValue(json_text, key, [](std::string_view v) {
-    return !v.starts_with("null") && !v.starts_with("\"\"") && !v.starts_with("[]");
-  });
-}
-
 }  // namespace internal
 }  // namespace kvgate::providers

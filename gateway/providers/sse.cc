@@ -33,6 +33,19 @@ void SseParser::ResetEvent() {
   data_joined_.clear();
 }
 
+namespace {
+
+// The first '\r' or '\n' at or after `from`, or npos. (string_view::find_first_of calls memchr
+// once per byte of the buffer with the two-byte set: ~200 calls per event.)
+size_t FindLineEnd(std::string_view buf, size_t from) {
+  for (size_t i = from; i < buf.size(); ++i) {
+    if (buf[i] == '\n' || buf[i] == '\r') return i;
+  }
+  return std::string_view::npos;
+}
+
+}  // namespace
+
 Result<std::optional<SseEvent>> SseParser::Next() {
   if (error_.has_value()) return std::unexpected(*error_);
   if (pending_reset_) {
@@ -54,7 +67,7 @@ Result<std::optional<SseEvent>> SseParser::Next() {
   }
 
   while (true) {
-    size_t line_end = buf.find_first_of("\r\n", scan_);
+    size_t line_end = FindLineEnd(buf, scan_);
     size_t next = 0;
     if (line_end == std::string_view::npos) {
       if (end_of_input_ && scan_ < buf.size()) {

@@ -2,7 +2,8 @@
 """Gateway overhead, side by side in one run (see BENCHMARKS.md).
 
 nginx serves a fixed chat.completion (and a 50-event SSE stream); wrk drives the direct path,
-kvgate (full telemetry on: SQLite, metrics, threads) and LiteLLM's proxy at c=1 and c=64.
+nginx itself as a reverse proxy (the floor any proxy can reach on this machine), kvgate (full
+telemetry on: SQLite, metrics, threads) and LiteLLM's proxy at c=1 and c=64.
 Prints one table: p50/p99 latency, added latency vs direct, req/s and the ratio to direct,
 kvgate's telemetry rows written / requests answered, and peak RSS.
 """
@@ -264,17 +265,22 @@ def main():
         targets = [("direct", nginx_port, direct_body_path, direct_stream_path, None),
                    ("nginx-proxy", proxy_port, direct_body_path, direct_stream_path, None),
                    ("kvgate", kv_port, body_path, stream_body_path, kv)]
+        # LiteLLM is started only when its turn comes: an idle Python proxy still burns CPU
+        # (background tasks) and would slow every other measurement on a 2-core machine.
         if not args.no_litellm:
-            ll, ll_port = start_litellm(tmp, nginx_port)
-            if ll:
-                procs.append(ll)
-                targets.append(("litellm", ll_port, direct_body_path, direct_stream_path, ll))
-            else:
-                print("note: LiteLLM proxy not available (install: python3 -m venv /work/venv-litellm && "
-                      "/work/venv-litellm/bin/pip install 'litellm[proxy]')", file=sys.stderr)
+            targets.append(("litellm", None, direct_body_path, direct_stream_path, None))
         results = {}
         answered = {name: 0 for name, *_ in targets}  # every request wrk saw answered, warm-ups too
-        for name, port, bpath, spath, _ in targets:
+        for i, (name, port, bpath, spath, _) in enumerate(targets):
+            if name == "litellm":
+                ll, port = start_litellm(tmp, nginx_port)
+                if not ll:
+                    print("note: LiteLLM proxy not available (install: python3 -m venv /work/venv-litellm && "
+                          "/work/venv-litellm/bin/pip install 'litellm[proxy]')", file=sys.stderr)
+                    targets.pop(i)
+                    break
+                procs.append(ll)
+                targets[i] = (name, port, bpath, spath, ll)
             for conns in (1, 64):
                 warm = run_wrk(port, bpath, conns, 2)  # warm-up: connections, pools, caches
                 results[(name, conns, "json")] = run_wrk(port, bpath, conns, args.seconds)

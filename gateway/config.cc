@@ -209,6 +209,13 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
     auto path = r.String("sqlite", config.sqlite_path);
     if (!path) return std::unexpected(path.error());
     config.sqlite_path = *path;
+    auto interval = r.Int("commit_interval_ms", config.commit_interval.count());
+    if (!interval) return std::unexpected(interval.error());
+    if (*interval < 0 || *interval > 10'000) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       "storage.commit_interval_ms must be between 0 and 10000");
+    }
+    config.commit_interval = std::chrono::milliseconds(*interval);
   }
   if (auto it = root.find("pricing"); it != root.end() && !it->is_null()) {
     Reader r{*it, "pricing"};

@@ -53,6 +53,9 @@ struct GatewayConfig {
   std::chrono::milliseconds drain_timeout{30'000};
   // storage
   std::string sqlite_path = "./kvgate.db";
+  // Group commit: how long the telemetry writer gathers records before one transaction
+  // (telemetry::StoreOptions::commit_interval). 0 commits as soon as the writer wakes.
+  std::chrono::milliseconds commit_interval{20};
   // catalog
   std::string price_catalog_path;  // optional extra JSON catalog (kvgate or LiteLLM field names)
   // Optional overrides of the catalog's caching rules per provider type (`pricing.caching_rules`),

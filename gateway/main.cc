@@ -225,7 +225,8 @@ int RunGateway(gateway::GatewayConfig config) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   SystemClock clock;
-  auto store = telemetry::TelemetryStore::Open(config.sqlite_path, clock);
+  auto store = telemetry::TelemetryStore::Open(
+      config.sqlite_path, clock, telemetry::StoreOptions{.commit_interval = config.commit_interval});
   if (!store) {
     std::fprintf(stderr, "kvgate: telemetry store %s: %s\n", config.sqlite_path.c_str(),
                  store.error().message.c_str());

@@ -39,6 +39,7 @@ TEST(ConfigTest, ParsesTheDocumentedShape) {
   EXPECT_EQ(config->api_key_hashes[0], HashApiKey("sk-one"));
   EXPECT_NE(config->api_key_hashes[0], "sk-one");  // stored hashed, never in clear
   EXPECT_EQ(config->sqlite_path, "./kvgate.db");
+  EXPECT_EQ(config->commit_interval, std::chrono::milliseconds(20));
   ASSERT_EQ(config->providers.size(), 3u);
   EXPECT_EQ(config->providers[0].api_key, "sk-o");
   EXPECT_EQ(config->providers[1].type, "anthropic");
@@ -53,6 +54,18 @@ TEST(ConfigTest, ParsesTheDocumentedShape) {
   EXPECT_EQ(config->models[0].pricing->base.output, 600'000);
   EXPECT_FALSE(config->models[1].pricing.has_value());
   EXPECT_EQ(config->models[1].upstream_model, "claude-sonnet-4-5");
+}
+
+TEST(ConfigTest, StorageCommitInterval) {
+  auto ok = ParseConfig("storage: {sqlite: /tmp/x.db, commit_interval_ms: 0}\n", FakeEnv({}));
+  ASSERT_TRUE(ok.has_value()) << ok.error().message;
+  EXPECT_EQ(ok->commit_interval, std::chrono::milliseconds(0));
+  for (const char* bad : {"storage: {commit_interval_ms: -1}\n", "storage: {commit_interval_ms: 10001}\n",
+                          "storage: {commit_interval_ms: soon}\n"}) {
+    auto r = ParseConfig(bad, FakeEnv({}));
+    ASSERT_FALSE(r.has_value()) << bad;
+    EXPECT_NE(r.error().message.find("storage.commit_interval_ms"), std::string::npos) << r.error().message;
+  }
 }
 
 TEST(ConfigTest, InterpolationDefaultsAndErrors) {

@@ -39,9 +39,10 @@ class CliDeviceTest : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
-  // Runs `kvgate ARGS` (arguments are single-quoted; none here contains a quote).
-  Outcome Kvgate(const std::vector<std::string>& args) {
-    std::string cmd = "'" + std::string(KVGATE_BIN) + "'";
+  // Runs `kvgate ARGS` (arguments are single-quoted; none here contains a quote), with `env`
+  // ("NAME=value ...") prefixed.
+  Outcome Kvgate(const std::vector<std::string>& args, const std::string& env = "") {
+    std::string cmd = env + " '" + std::string(KVGATE_BIN) + "'";
     for (const auto& a : args) cmd += " '" + a + "'";
     cmd += " </dev/null >'" + (dir_ / "out").string() + "' 2>'" + (dir_ / "err").string() + "'";
     const int status = std::system(cmd.c_str());
@@ -106,6 +107,29 @@ TEST_F(CliDeviceTest, CudaWithoutDeviceFailsClearly) {
   EXPECT_NE(serve.err.find("kvgate: provider gpu-box: " + NoCudaReason()), std::string::npos)
       << serve.err;
   EXPECT_NE(serve.err.find("); use device: cpu\n"), std::string::npos) << serve.err;
+}
+
+// The CUDA backend is a plugin: the gateway binary itself must not need the CUDA libraries (a
+// GPU-less host would map ~150 MB of cuBLAS, or fail to start without them).
+TEST_F(CliDeviceTest, KvgateDoesNotLinkCuda) {
+  const std::string cmd = "readelf -d '" + std::string(KVGATE_BIN) + "' >'" +
+                          (dir_ / "elf").string() + "' 2>&1";
+  if (std::system(cmd.c_str()) != 0) GTEST_SKIP() << "readelf is not available";
+  const std::string elf = Slurp(dir_ / "elf");
+  ASSERT_NE(elf.find("(NEEDED)"), std::string::npos) << elf;
+  EXPECT_EQ(elf.find("libcudart"), std::string::npos) << elf;
+  EXPECT_EQ(elf.find("libcublas"), std::string::npos) << elf;
+}
+
+TEST_F(CliDeviceTest, MissingCudaPluginIsAClearError) {
+  if (!engine::BuiltWithCuda()) GTEST_SKIP() << "a build without CUDA has no plugin";
+  const std::string missing = (dir_ / "no-such-plugin.so").string();
+  const Outcome gen = Kvgate(
+      {"generate", "--model", kModel, "--prompt", "Hi", "--max-tokens", "4", "--device", "cuda"},
+      "KVGATE_CUDA_PLUGIN='" + missing + "'");
+  EXPECT_EQ(gen.exit_code, 1) << gen.err;
+  EXPECT_NE(gen.err.find("cannot load the CUDA plugin " + missing), std::string::npos) << gen.err;
+  EXPECT_NE(gen.err.find("use --device cpu"), std::string::npos) << gen.err;
 }
 
 TEST_F(CliDeviceTest, GenerateOnCudaPrintsTheCpuText) {

@@ -150,7 +150,7 @@ std::vector<uint64_t> Histogram::CumulativeCounts() const {
 // Family ----------------------------------------------------------------------------------------
 
 template <class Series>
-Series* Family<Series>::Find(const std::vector<std::string>& values) {
+Series* Family<Series>::Find(std::span<const std::string_view> values) {
   if (values.size() != label_names_.size()) return nullptr;
   {
     std::shared_lock lock(mu_);
@@ -158,7 +158,7 @@ Series* Family<Series>::Find(const std::vector<std::string>& values) {
     if (it != series_.end()) return it->second.get();
   }
   std::unique_lock lock(mu_);
-  auto& slot = series_[values];
+  auto& slot = series_[std::vector<std::string>(values.begin(), values.end())];
   if (!slot) {
     if constexpr (std::is_same_v<Series, Histogram>) {
       slot = std::make_unique<Histogram>(std::span<const double>(bounds_));
@@ -171,15 +171,13 @@ Series* Family<Series>::Find(const std::vector<std::string>& values) {
 
 template <class Series>
 Series* Family<Series>::WithLabels(std::span<const std::string> values) {
-  return Find(std::vector<std::string>(values.begin(), values.end()));
+  std::vector<std::string_view> views(values.begin(), values.end());
+  return Find(views);
 }
 
 template <class Series>
 Series* Family<Series>::WithLabels(std::initializer_list<std::string_view> values) {
-  std::vector<std::string> v;
-  v.reserve(values.size());
-  for (std::string_view s : values) v.emplace_back(s);
-  return Find(v);
+  return Find(std::span<const std::string_view>(values.begin(), values.size()));
 }
 
 template <class Series>

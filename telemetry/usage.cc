@@ -29,11 +29,14 @@ Node Member(Node obj, std::string_view key) {
   return raw_json::Find(*obj, key);
 }
 
-// Follows a path of object keys.
-Node Path(raw_json::Value root, std::initializer_list<std::string_view> keys) {
-  Node cur = root;
+// Follows a path of object keys from `root`, whose members were read once (the root is consulted
+// for every count; nested objects are small).
+Node Path(const raw_json::Object& root, std::initializer_list<std::string_view> keys) {
+  Node cur;
+  bool first = true;
   for (std::string_view key : keys) {
-    cur = Member(cur, key);
+    cur = first ? root.Find(key) : Member(cur, key);
+    first = false;
     if (!cur) return std::nullopt;
   }
   return cur;
@@ -60,7 +63,8 @@ std::optional<int64_t> Count(Node value) {
   return static_cast<int64_t>(v);
 }
 
-std::optional<int64_t> Count(raw_json::Value root, std::initializer_list<std::string_view> keys) {
+std::optional<int64_t> Count(const raw_json::Object& root,
+                             std::initializer_list<std::string_view> keys) {
   return Count(Path(root, keys));
 }
 
@@ -94,7 +98,8 @@ std::optional<int64_t> Remainder(std::optional<int64_t> total,
 // The OpenAI Chat shape shared by OpenAI, OpenRouter, kvgate's engine and OpenAI-compatible servers.
 // `write_absent_is_zero`: the provider reports cache_write_tokens only when there are some.
 // `has_writes`: false for providers whose table row says writes are always 0.
-void NormalizeChatShape(raw_json::Value u, bool has_writes, bool write_absent_is_zero, Usage* out) {
+void NormalizeChatShape(const raw_json::Object& u, bool has_writes, bool write_absent_is_zero,
+                        Usage* out) {
   const std::optional<int64_t> prompt = Count(u, {"prompt_tokens"});
   out->cache_read = Count(u, {"prompt_tokens_details", "cached_tokens"});
   std::optional<int64_t> write = 0;
@@ -111,7 +116,7 @@ void NormalizeChatShape(raw_json::Value u, bool has_writes, bool write_absent_is
   out->reported_input = prompt;
 }
 
-void NormalizeResponses(raw_json::Value u, Usage* out) {
+void NormalizeResponses(const raw_json::Object& u, Usage* out) {
   const std::optional<int64_t> input = Count(u, {"input_tokens"});
   out->cache_read = Count(u, {"input_tokens_details", "cached_tokens"});
   std::optional<int64_t> write = Count(u, {"input_tokens_details", "cache_write_tokens"});
@@ -126,7 +131,7 @@ void NormalizeResponses(raw_json::Value u, Usage* out) {
   out->reported_input = input;
 }
 
-void NormalizeAnthropic(raw_json::Value u, Usage* out) {
+void NormalizeAnthropic(const raw_json::Object& u, Usage* out) {
   out->uncached = Count(u, {"input_tokens"});
   out->cache_read = Count(u, {"cache_read_input_tokens"});
   const std::optional<int64_t> creation = Count(u, {"cache_creation_input_tokens"});
@@ -155,7 +160,7 @@ void NormalizeAnthropic(raw_json::Value u, Usage* out) {
   out->reported_input = Sum({out->uncached, out->cache_read, out->cache_write_5m, out->cache_write_1h});
 }
 
-void NormalizeBedrock(raw_json::Value u, Usage* out) {
+void NormalizeBedrock(const raw_json::Object& u, Usage* out) {
   out->cache_read = Count(u, {"cacheReadInputTokens"});
   out->cache_write_5m = Count(u, {"cacheWriteInputTokens"});
   out->cache_write_1h = out->cache_write_5m.has_value() ? std::optional<int64_t>(0) : std::nullopt;
@@ -164,12 +169,12 @@ void NormalizeBedrock(raw_json::Value u, Usage* out) {
   out->reported_input = Sum({out->uncached, out->cache_read, out->cache_write_5m});
 }
 
-void NormalizeGeminiNative(raw_json::Value u, Usage* out) {
+void NormalizeGeminiNative(const raw_json::Object& u, Usage* out) {
   const std::optional<int64_t> prompt = Count(u, {"promptTokenCount"});
   // proto3 JSON omits zero-valued fields, so with a prompt count present "absent" means 0. A field
   // that is present but malformed stays unknown.
   auto zero_if_absent = [&](std::string_view key) -> std::optional<int64_t> {
-    const Node v = Member(u, key);
+    const Node v = u.Find(key);
     if (!v) return prompt.has_value() ? std::optional<int64_t>(0) : std::nullopt;
     return Count(v);
   };
@@ -183,7 +188,7 @@ void NormalizeGeminiNative(raw_json::Value u, Usage* out) {
   out->reported_input = prompt;
 }
 
-void NormalizeGeminiOpenAI(raw_json::Value u, Usage* out) {
+void NormalizeGeminiOpenAI(const raw_json::Object& u, Usage* out) {
   const std::optional<int64_t> prompt = Count(u, {"prompt_tokens"});
   out->cache_read = Count(u, {"prompt_tokens_details", "cached_tokens"});
   out->cache_write_5m = 0;
@@ -199,7 +204,7 @@ void NormalizeGeminiOpenAI(raw_json::Value u, Usage* out) {
   out->reported_input = prompt;
 }
 
-void NormalizeDeepSeek(raw_json::Value u, Usage* out) {
+void NormalizeDeepSeek(const raw_json::Object& u, Usage* out) {
   const std::optional<int64_t> prompt = Count(u, {"prompt_tokens"});
   out->cache_read = FirstKnown(Count(u, {"prompt_cache_hit_tokens"}),
                                Count(u, {"prompt_tokens_details", "cached_tokens"}));
@@ -212,11 +217,12 @@ void NormalizeDeepSeek(raw_json::Value u, Usage* out) {
   out->reported_input = FirstKnown(prompt, Sum({out->cache_read, out->uncached}));
 }
 
-void NormalizeLlamaCpp(raw_json::Value response, Usage* out) {
-  const Node usage_member = Member(response, "usage");
-  const raw_json::Value u =
-      (usage_member && usage_member->is_object()) ? *usage_member : response;
-  const Node timings = Member(response, "timings");
+void NormalizeLlamaCpp(const raw_json::Object& response, Usage* out) {
+  const Node usage_member = response.Find("usage");
+  const raw_json::Object u = (usage_member && usage_member->is_object())
+                                 ? raw_json::Object(*usage_member)
+                                 : response;
+  const Node timings = response.Find("timings");
   const std::optional<int64_t> prompt = Count(u, {"prompt_tokens"});
   out->cache_read =
       FirstKnown(Count(u, {"prompt_tokens_details", "cached_tokens"}), Count(Member(timings, "cache_n")));
@@ -283,39 +289,40 @@ Usage NormalizeUsage(UsageFlavor flavor, raw_json::Value usage) {
   try {
     if (!usage.is_null()) raw_json::AppendMinified(usage, out.raw);
     if (!usage.is_object()) return out;
+    const raw_json::Object u(usage);
     switch (flavor) {
       case UsageFlavor::kOpenAIChat:
       case UsageFlavor::kOpenRouter:
-        NormalizeChatShape(usage, /*has_writes=*/true, /*write_absent_is_zero=*/true, &out);
+        NormalizeChatShape(u, /*has_writes=*/true, /*write_absent_is_zero=*/true, &out);
         break;
       case UsageFlavor::kKvgateEngine:
-        NormalizeChatShape(usage, /*has_writes=*/true, /*write_absent_is_zero=*/false, &out);
+        NormalizeChatShape(u, /*has_writes=*/true, /*write_absent_is_zero=*/false, &out);
         break;
       case UsageFlavor::kOpenAICompatible:
       case UsageFlavor::kVllm:
       case UsageFlavor::kSglang:
-        NormalizeChatShape(usage, /*has_writes=*/false, /*write_absent_is_zero=*/false, &out);
+        NormalizeChatShape(u, /*has_writes=*/false, /*write_absent_is_zero=*/false, &out);
         break;
       case UsageFlavor::kOpenAIResponses:
-        NormalizeResponses(usage, &out);
+        NormalizeResponses(u, &out);
         break;
       case UsageFlavor::kAnthropic:
-        NormalizeAnthropic(usage, &out);
+        NormalizeAnthropic(u, &out);
         break;
       case UsageFlavor::kBedrock:
-        NormalizeBedrock(usage, &out);
+        NormalizeBedrock(u, &out);
         break;
       case UsageFlavor::kGeminiNative:
-        NormalizeGeminiNative(usage, &out);
+        NormalizeGeminiNative(u, &out);
         break;
       case UsageFlavor::kGeminiOpenAI:
-        NormalizeGeminiOpenAI(usage, &out);
+        NormalizeGeminiOpenAI(u, &out);
         break;
       case UsageFlavor::kDeepSeek:
-        NormalizeDeepSeek(usage, &out);
+        NormalizeDeepSeek(u, &out);
         break;
       case UsageFlavor::kLlamaCpp:
-        NormalizeLlamaCpp(usage, &out);
+        NormalizeLlamaCpp(u, &out);
         break;
     }
   } catch (const std::exception&) {

@@ -80,15 +80,15 @@ Status Db::Exec(std::string_view sql) {
   return {};
 }
 
-Result<std::unique_ptr<Stmt>> Db::Prepare(const std::string& sql) {
+Result<std::unique_ptr<Stmt>> Db::Prepare(std::string_view sql) {
   auto it = cache_.find(sql);
   if (it == cache_.end()) {
     sqlite3_stmt* stmt = nullptr;
-    if (sqlite3_prepare_v3(db_, sql.c_str(), static_cast<int>(sql.size()), SQLITE_PREPARE_PERSISTENT,
+    if (sqlite3_prepare_v3(db_, sql.data(), static_cast<int>(sql.size()), SQLITE_PREPARE_PERSISTENT,
                            &stmt, nullptr) != SQLITE_OK) {
       return MakeError(ErrorCode::kInternal, "sqlite prepare: " + std::string(sqlite3_errmsg(db_)));
     }
-    it = cache_.emplace(sql, stmt).first;
+    it = cache_.emplace(std::string(sql), stmt).first;
   }
   return std::make_unique<Stmt>(it->second);
 }

@@ -57,7 +57,7 @@ class Db {
   // Runs SQL with no results (may hold several statements).
   Status Exec(std::string_view sql);
   // A cached prepared statement for `sql` (prepared on first use). Borrow one at a time per SQL.
-  Result<std::unique_ptr<Stmt>> Prepare(const std::string& sql);
+  Result<std::unique_ptr<Stmt>> Prepare(std::string_view sql);
   // Rows changed by the last INSERT/UPDATE/DELETE on this connection.
   int64_t Changes() const;
   // The connection's last error message.

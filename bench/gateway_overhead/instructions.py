@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""CPU cost of one proxied request, counted rather than timed (so a loaded machine does not move it).
+
+kvgate runs under valgrind's callgrind against the same nginx upstream as run.py; a keep-alive client
+sends N requests, then 11 N, and the difference of the two instruction totals over 10 N is the cost of
+one request (startup and shutdown cancel out). Reported per request: instructions in the event-loop
+threads, in the request handler, in the telemetry writer, and in the whole process; then, from a
+run under `strace -c`, the syscalls per request. Needs valgrind and strace (Debian packages).
+
+  python3 bench/gateway_overhead/instructions.py [--requests 200] [--stream]
+"""
+import argparse
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import run as bench  # noqa: E402  (nginx setup, kvgate startup)
+
+
+def drive(kvgate, wrapper, n, stream, tmp):
+    """Starts nginx and `wrapper kvgate`, sends n requests, stops both. Returns kvgate's exit code."""
+    os.makedirs(tmp, exist_ok=True)
+    os.chmod(tmp, 0o755)
+    nginx_port = bench.free_port()
+    nginx = bench.start_nginx(tmp, nginx_port)
+    script = os.path.join(tmp, "kvgate.sh")
+    with open(script, "w") as f:
+        f.write("#!/bin/sh\nexec " + " ".join(wrapper) + f" '{kvgate}' \"$@\"\n")
+    os.chmod(script, 0o755)
+    kv, port, _ = bench.start_kvgate(tmp, script, nginx_port)
+    body = {"model": "gpt-4o-mini-sse" if stream else "gpt-4o-mini",
+            "messages": [{"role": "system", "content": "You are a helpful assistant. " * 40},
+                         {"role": "user", "content": "Say hello."}],
+            "thread_identifier": "bench-thread"}
+    if stream:
+        body["stream"] = True
+    data = json.dumps(body)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    try:
+        for _ in range(n):
+            conn.request("POST", "/v1/chat/completions", data,
+                         {"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            resp.read()
+            if resp.status != 200:
+                sys.exit(f"request failed with {resp.status}")
+    finally:
+        conn.close()
+        # kvgate drains and exits on SIGTERM. Under strace it is strace's child (valgrind runs it
+        # in its own process), and the signal must reach kvgate itself.
+        target = kv.pid
+        if wrapper[0] == "strace":
+            with open(f"/proc/{kv.pid}/task/{kv.pid}/children") as f:
+                children = f.read().split()
+            target = int(children[0]) if children else kv.pid
+        os.kill(target, signal.SIGTERM)
+        try:
+            kv.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            kv.kill()
+        nginx.terminate()
+    return kv.returncode
+
+
+def inclusive(out_file):
+    """{function: inclusive instructions} from callgrind_annotate."""
+    text = subprocess.run(["callgrind_annotate", "--auto=no", "--inclusive=yes", "--threshold=100",
+                           out_file], capture_output=True, text=True).stdout
+    costs, total = {}, 0
+    for line in text.splitlines():
+        m = re.match(r"\s*([\d,]+) \([^)]*\)\s+(.*)", line)
+        if not m:
+            continue
+        value = int(m.group(1).replace(",", ""))
+        if "PROGRAM TOTALS" in m.group(2):
+            total = value
+        else:
+            costs[m.group(2)] = max(costs.get(m.group(2), 0), value)
+    return total, costs
+
+
+def pick(costs, pattern):
+    return max((v for k, v in costs.items() if re.search(pattern, k)), default=0)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kvgate", default=os.path.join(bench.ROOT, "build", "bin", "kvgate"))
+    ap.add_argument("--requests", type=int, default=200)
+    ap.add_argument("--stream", action="store_true", help="a 50-event SSE stream per request")
+    args = ap.parse_args()
+    for tool in ("valgrind", "callgrind_annotate", "strace", "nginx"):
+        if shutil.which(tool) is None:
+            sys.exit(f"{tool} is not installed (apt-get install valgrind strace nginx-light)")
+
+    tmp = tempfile.mkdtemp(prefix="kvgate-instr-")
+    n_small, n_big = args.requests, 11 * args.requests
+    results = {}
+    for n in (n_small, n_big):
+        out = os.path.join(tmp, f"callgrind.{n}")
+        drive(args.kvgate, ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"], n,
+              args.stream, os.path.join(tmp, f"run{n}"))
+        results[n] = inclusive(out)
+    per = lambda a, b: (b - a) / (n_big - n_small)  # noqa: E731
+    (t0, c0), (t1, c1) = results[n_small], results[n_big]
+    rows = [
+        ("event-loop threads", r"ServerImpl::Init\(\)::\{lambda\(\)#3\}.*_M_run"),
+        ("request handler (HandleInference)", r"proxy\.cc:kvgate::gateway::Gateway::HandleInference\(kvgate::gateway"),
+        ("telemetry writer", r"SqliteTelemetryStore::WriterLoop"),
+    ]
+    kind = "50-event stream" if args.stream else "1.2 KB chat completion"
+    print(f"\nInstructions per proxied request ({kind}; {n_big - n_small} requests counted)\n")
+    for label, pattern in rows:
+        print(f"  {label:<36} {per(pick(c0, pattern), pick(c1, pattern)):>12,.0f}")
+    print(f"  {'whole process':<36} {per(t0, t1):>12,.0f}")
+    print("  (the writer's share depends on how many records each group commit carries, i.e. on the\n"
+          "   request rate under valgrind)")
+
+    summary = os.path.join(tmp, "strace.txt")
+    drive(args.kvgate, ["strace", "-f", "-c", "-o", summary], n_big, args.stream,
+          os.path.join(tmp, "strace"))
+    print(f"\nSyscalls per request ({n_big} requests, startup and shutdown included)\n")
+    with open(summary) as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 5 and parts[0][0].isdigit() and parts[-1] != "total":
+                calls = int(parts[3])
+                if calls >= n_big / 10:
+                    print(f"  {parts[-1]:<20} {calls / n_big:8.2f}")
+
+
+if __name__ == "__main__":
+    main()

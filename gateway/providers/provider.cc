@@ -28,18 +28,8 @@ constexpr std::array<std::pair<ProviderType, std::string_view>, 9> kTypeNames = 
     {ProviderType::kLocal, "local"},
 }};
 
-// A thread id value: strings as is, integers in decimal; anything else is no id.
-std::optional<std::string> ThreadIdFrom(const json& value) {
-  if (value.is_string()) {
-    const auto& s = value.get_ref<const std::string&>();
-    if (s.empty()) return std::nullopt;
-    return s;
-  }
-  if (value.is_number_integer() || value.is_number_unsigned()) return value.dump();
-  return std::nullopt;
-}
-
-// The same rule on raw bytes: an integer is a number without fraction or exponent.
+// A thread id value: strings as is, integers in decimal (an integer is a number without fraction
+// or exponent); anything else is no id.
 std::optional<std::string> ThreadIdFrom(raw_json::Value value) {
   if (value.is_string()) {
     std::optional<std::string> s = raw_json::DecodeString(value);
@@ -61,6 +51,13 @@ std::optional<std::string> ThreadIdFrom(raw_json::Value value) {
     return std::to_string(v);
   }
   return std::nullopt;
+}
+
+// The same rule for a value in a tree (the Anthropic and engine paths): one owner of the rule.
+std::optional<std::string> ThreadIdFrom(const json& value) {
+  const std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
+  Result<raw_json::Value> parsed = raw_json::Parse(text);
+  return parsed ? ThreadIdFrom(*parsed) : std::nullopt;
 }
 
 }  // namespace

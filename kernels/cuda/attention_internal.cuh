@@ -1,7 +1,11 @@
 // Shared between the decode and prefill attention files (nvcc only).
 #pragma once
 
+#include <cstdint>
+#include <type_traits>
+
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/cuda_status.h"
@@ -17,5 +21,30 @@ CudaStatus LaunchSplitReduce(const float* ws, int rows, int num_q_heads, int spl
 CudaStatus CheckPagedKv(const PagedKv& kv);
 
 inline constexpr float kLog2e = 1.4426950408889634f;
+
+// The attention launchers' one dispatch from run-time (cache element type, head dim) to the
+// compiled instantiations: calls launch(std::type_identity<T>{}, std::integral_constant<int, D>{})
+// with T in {bf16, f16, FP8 E4M3 bytes} and D in {64, 128} (callers validated d first).
+template <class Launch>
+void DispatchCacheTypeAndHeadDim(KvDtype dtype, int d, Launch&& launch) {
+  auto with_head_dim = [&](auto type) {
+    if (d == 128) {
+      launch(type, std::integral_constant<int, 128>{});
+    } else {
+      launch(type, std::integral_constant<int, 64>{});
+    }
+  };
+  switch (dtype) {
+    case KvDtype::kBf16:
+      with_head_dim(std::type_identity<__nv_bfloat16>{});
+      break;
+    case KvDtype::kF16:
+      with_head_dim(std::type_identity<__half>{});
+      break;
+    case KvDtype::kFp8E4M3:
+      with_head_dim(std::type_identity<uint8_t>{});
+      break;
+  }
+}
 
 }  // namespace kvgate::cuda

@@ -298,17 +298,9 @@ CudaStatus PrefillAttention(const PrefillAttentionArgs& a, cudaStream_t stream) 
   p.workspace = a.workspace;
   const dim3 grid(static_cast<unsigned>(a.geo.grid_x), static_cast<unsigned>(a.geo.grid_y),
                   static_cast<unsigned>(a.geo.grid_z));
-  switch (a.kv.dtype) {
-    case KvDtype::kBf16:
-      d == 128 ? LaunchPrefill<__nv_bfloat16, 128>(p, grid, stream) : LaunchPrefill<__nv_bfloat16, 64>(p, grid, stream);
-      break;
-    case KvDtype::kF16:
-      d == 128 ? LaunchPrefill<__half, 128>(p, grid, stream) : LaunchPrefill<__half, 64>(p, grid, stream);
-      break;
-    case KvDtype::kFp8E4M3:
-      d == 128 ? LaunchPrefill<uint8_t, 128>(p, grid, stream) : LaunchPrefill<uint8_t, 64>(p, grid, stream);
-      break;
-  }
+  DispatchCacheTypeAndHeadDim(a.kv.dtype, d, [&](auto type, auto head_dim) {
+    LaunchPrefill<typename decltype(type)::type, decltype(head_dim)::value>(p, grid, stream);
+  });
   if (CudaStatus st = LaunchStatus("PrefillKernel"); !st.ok()) return st;
   if (a.geo.splits > 1)
     return LaunchSplitReduce(a.workspace, p.num_q_tokens, a.num_q_heads, a.geo.splits, d, a.out, stream);

@@ -29,18 +29,11 @@ __global__ void Bf16ToF32Kernel(const __nv_bfloat16* x, float* y, int64_t n) {
 constexpr int kNormThreads = 256;
 __global__ void __launch_bounds__(kNormThreads)
     RmsNormF32Kernel(const float* x, const float* w, float* out, int64_t cols, float eps) {
-  __shared__ float partial[kNormThreads / 32];
   const float* xr = x + blockIdx.x * cols;
   float* yr = out + blockIdx.x * cols;
   float ss = 0.0f;
   for (int64_t c = threadIdx.x; c < cols; c += kNormThreads) ss = fmaf(xr[c], xr[c], ss);
-  ss = WarpSum(ss);
-  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = ss;
-  __syncthreads();
-  float total = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kNormThreads / 32; ++i) total += partial[i];
-  const float inv = rsqrtf(total / static_cast<float>(cols) + eps);
+  const float inv = rsqrtf(BlockSum<kNormThreads>(ss) / static_cast<float>(cols) + eps);
   for (int64_t c = threadIdx.x; c < cols; c += kNormThreads) yr[c] = xr[c] * inv * w[c];
 }
 

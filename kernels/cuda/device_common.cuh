@@ -83,6 +83,21 @@ __device__ __forceinline__ float WarpSum(float x) {
   for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
   return x;
 }
+
+// The sum of every thread's `v` over a block of kThreads threads (a multiple of 32), returned to
+// all of them. Uses one static shared array: call it at most once per kernel.
+template <int kThreads>
+__device__ __forceinline__ float BlockSum(float v) {
+  static_assert(kThreads % 32 == 0, "whole warps");
+  __shared__ float partial[kThreads / 32];
+  v = WarpSum(v);
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
+  __syncthreads();
+  float total = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kThreads / 32; ++i) total += partial[i];
+  return total;
+}
 __device__ __forceinline__ float WarpMax(float x) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));

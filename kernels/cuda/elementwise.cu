@@ -22,7 +22,6 @@ constexpr int kNormThreads = 256;
 __global__ void __launch_bounds__(kNormThreads)
     RmsNormKernel(const bf16* x, int64_t x_stride, const bf16* w, bf16* out, int64_t out_stride,
                   int cols, float eps) {
-  __shared__ float partial[kNormThreads / 32];
   const bf16* xr = x + blockIdx.x * x_stride;
   bf16* yr = out + blockIdx.x * out_stride;
   float ss = 0.0f;
@@ -32,13 +31,7 @@ __global__ void __launch_bounds__(kNormThreads)
 #pragma unroll
     for (int i = 0; i < 8; ++i) ss = fmaf(f[i], f[i], ss);
   }
-  ss = WarpSum(ss);
-  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = ss;
-  __syncthreads();
-  float total = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kNormThreads / 32; ++i) total += partial[i];
-  const float inv = rsqrtf(total / static_cast<float>(cols) + eps);
+  const float inv = rsqrtf(BlockSum<kNormThreads>(ss) / static_cast<float>(cols) + eps);
   for (int c = threadIdx.x * 8; c < cols; c += kNormThreads * 8) {
     float f[8], wf[8];
     Bf16x8ToFloat(*reinterpret_cast<const uint4*>(xr + c), f);

@@ -37,6 +37,7 @@ void AddElement(PromptFingerprint& fp, FingerprintElement::Kind kind, int messag
   e.kind = kind;
   e.message_index = message_index;
   e.length = text.size();
+  e.chunks.reserve((text.size() + kFingerprintChunkBytes - 1) / kFingerprintChunkBytes);
   for (size_t off = 0; off < text.size(); off += kFingerprintChunkBytes) {
     const std::string_view chunk = std::string_view(text).substr(off, kFingerprintChunkBytes);
     e.chunks.push_back(uint32_t(HashBytes(chunk) >> 32));

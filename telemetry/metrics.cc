@@ -405,33 +405,78 @@ Result<std::unique_ptr<GatewayMetrics>> GatewayMetrics::Create(MetricsRegistry& 
   return m;
 }
 
-void GatewayMetrics::Observe(const RequestRecord& r) {
-  requests_->WithLabels({r.model, r.provider, r.status})->Inc();
+namespace {
 
-  auto add_tokens = [&](std::string_view kind, std::optional<int64_t> n) {
-    if (n && *n > 0) tokens_->WithLabels({r.model, r.provider, kind})->Inc(uint64_t(*n));
+// The series cached in `slot`, created by `create` on first use.
+template <class Series, class Create>
+Series* Cached(std::atomic<Series*>& slot, Create create) {
+  Series* series = slot.load(std::memory_order_acquire);
+  if (series == nullptr) {
+    series = create();
+    slot.store(series, std::memory_order_release);
+  }
+  return series;
+}
+
+}  // namespace
+
+GatewayMetrics::PairSeries& GatewayMetrics::SeriesOf(std::string_view model,
+                                                     std::string_view provider) {
+  const std::pair<std::string_view, std::string_view> key(model, provider);
+  {
+    std::shared_lock lock(pairs_mu_);
+    if (auto it = pairs_.find(key); it != pairs_.end()) return *it->second;
+  }
+  std::unique_lock lock(pairs_mu_);
+  auto [it, inserted] = pairs_.try_emplace(std::pair<std::string, std::string>(model, provider));
+  if (inserted) it->second = std::make_unique<PairSeries>();
+  return *it->second;
+}
+
+void GatewayMetrics::Observe(const RequestRecord& r) {
+  PairSeries& pair = SeriesOf(r.model, r.provider);
+  Counter* requests = r.status == "ok" ? Cached(pair.requests_ok, [&] {
+    return requests_->WithLabels({r.model, r.provider, "ok"});
+  })
+                                       : requests_->WithLabels({r.model, r.provider, r.status});
+  requests->Inc();
+
+  static constexpr std::array<std::string_view, 4> kKinds = {"cache_read", "cache_write", "uncached",
+                                                             "output"};
+  auto add_tokens = [&](size_t kind, std::optional<int64_t> n) {
+    if (!n || *n <= 0) return;
+    Cached(pair.tokens[kind], [&] {
+      return tokens_->WithLabels({r.model, r.provider, kKinds[kind]});
+    })->Inc(uint64_t(*n));
   };
   const Usage& u = r.usage;
-  add_tokens("cache_read", u.cache_read);
-  add_tokens("cache_write", u.cache_write_5m);
-  add_tokens("cache_write", u.cache_write_1h);
-  add_tokens("uncached", u.uncached);
-  add_tokens("output", u.output);
+  add_tokens(0, u.cache_read);
+  add_tokens(1, u.cache_write_5m);
+  add_tokens(1, u.cache_write_1h);
+  add_tokens(2, u.uncached);
+  add_tokens(3, u.output);
 
   if (r.cost.priced && r.cost.total > 0) {
-    cost_->WithLabels({r.model, r.provider})->Inc(uint64_t(r.cost.total));
+    Cached(pair.cost, [&] { return cost_->WithLabels({r.model, r.provider}); })
+        ->Inc(uint64_t(r.cost.total));
   }
-  if (r.latency_us) duration_->WithLabels({r.model, r.provider})->Observe(*r.latency_us / 1e6);
-  if (r.ttft_us) ttft_->WithLabels({r.model, r.provider})->Observe(*r.ttft_us / 1e6);
+  if (r.latency_us) {
+    Cached(pair.duration, [&] { return duration_->WithLabels({r.model, r.provider}); })
+        ->Observe(*r.latency_us / 1e6);
+  }
+  if (r.ttft_us) {
+    Cached(pair.ttft, [&] { return ttft_->WithLabels({r.model, r.provider}); })
+        ->Observe(*r.ttft_us / 1e6);
+  }
 
   const std::optional<int64_t> total = u.TotalInput();  // nullopt unless every part is known
   if (total && *total > 0 && u.cache_read) {
-    Gauge* gauge = hit_ratio_->WithLabels({r.model, r.provider});
-    std::lock_guard lock(ratio_mu_);
-    HitRatio& h = ratios_[{r.model, r.provider}];
-    h.cache_read += uint64_t(std::max<int64_t>(0, *u.cache_read));
-    h.total_input += uint64_t(*total);
-    gauge->Set(double(h.cache_read) / double(h.total_input));
+    Gauge* gauge =
+        Cached(pair.hit_ratio, [&] { return hit_ratio_->WithLabels({r.model, r.provider}); });
+    std::lock_guard lock(pair.ratio_mu);
+    pair.ratio.cache_read += uint64_t(std::max<int64_t>(0, *u.cache_read));
+    pair.ratio.total_input += uint64_t(*total);
+    gauge->Set(double(pair.ratio.cache_read) / double(pair.ratio.total_input));
   }
 
   const bool upstream_failed =

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -190,6 +191,31 @@ class GatewayMetrics {
     uint64_t cache_read = 0;
     uint64_t total_input = 0;
   };
+  // The series one (model, provider) pair updates on every request, found with one map lookup per
+  // request instead of one per family. Each is created on first use (so the exposition lists only
+  // what was observed) and then kept; creation races are harmless, since a family hands the same
+  // series to every caller for the same labels.
+  struct PairSeries {
+    std::atomic<Counter*> requests_ok{nullptr};  // status "ok"; other statuses are looked up
+    std::array<std::atomic<Counter*>, 4> tokens{};  // cache_read, cache_write, uncached, output
+    std::atomic<Counter*> cost{nullptr};
+    std::atomic<Histogram*> duration{nullptr};
+    std::atomic<Histogram*> ttft{nullptr};
+    std::atomic<Gauge*> hit_ratio{nullptr};
+    // The ratio's numerator and denominator must move together, so they share a lock.
+    std::mutex ratio_mu;
+    HitRatio ratio;  // GUARDED_BY(ratio_mu)
+  };
+  // Orders (model, provider) pairs; transparent, so a lookup by string_views allocates nothing.
+  struct PairLess {
+    using is_transparent = void;
+    template <class A, class B>
+    bool operator()(const A& a, const B& b) const {
+      return std::pair<std::string_view, std::string_view>(a.first, a.second) <
+             std::pair<std::string_view, std::string_view>(b.first, b.second);
+    }
+  };
+  PairSeries& SeriesOf(std::string_view model, std::string_view provider);
 
   MetricsRegistry& registry_;
   CounterFamily* requests_ = nullptr;
@@ -201,9 +227,9 @@ class GatewayMetrics {
   CounterFamily* upstream_errors_ = nullptr;
   CounterFamily* alert_deliveries_ = nullptr;
 
-  // The ratio's numerator and denominator must move together, so they share a lock.
-  std::mutex ratio_mu_;
-  std::map<std::pair<std::string, std::string>, HitRatio> ratios_;  // GUARDED_BY(ratio_mu_)
+  std::shared_mutex pairs_mu_;  // guards the map's shape, not the series
+  std::map<std::pair<std::string, std::string>, std::unique_ptr<PairSeries>, PairLess>
+      pairs_;  // GUARDED_BY(pairs_mu_)
 };
 
 }  // namespace kvgate::telemetry

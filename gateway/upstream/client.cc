@@ -12,6 +12,7 @@
 #include <charconv>
 #include <chrono>
 #include <cstdint>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -249,6 +250,7 @@ asio::awaitable<Attempt> Exchange(Stream& stream, Conn& conn, const std::string&
   auto& msg = parser->get();
   Response response;
   response.status = static_cast<int>(msg.result_int());
+  response.headers.reserve(static_cast<size_t>(std::distance(msg.begin(), msg.end())));
   for (const auto& field : msg) {
     response.headers.push_back(http::Header{std::string(field.name_string()),
                                             std::string(field.value())});

@@ -137,7 +137,7 @@ asio::awaitable<void> Gateway::HandleInference(http::Request& request,
   }
   rec.stream = stream && stream->is_true();
   const bool wants_usage = providers::ClientWantsStreamUsage(body);
-  if (!rec.thread_id.empty()) log.set_fingerprint(telemetry::Fingerprint(body));
+  if (!rec.thread_id.empty()) log.set_prompt(*parsed);  // request.body outlives the log
 
   const Route* route = FindRoute(rec.model);
   if (route == nullptr) {

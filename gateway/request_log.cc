@@ -38,7 +38,9 @@ void RequestLog::Commit() {
   committed_ = true;
   record_.latency_us = ElapsedMicros();
   if (record_.status.empty()) record_.status = "ok";
-  recorder_.Record(std::move(record_), price_, fingerprint_ ? &*fingerprint_ : nullptr);
+  std::optional<telemetry::PromptFingerprint> fingerprint;
+  if (prompt_) fingerprint = telemetry::Fingerprint(raw_json::Object(*prompt_));
+  recorder_.Record(std::move(record_), price_, fingerprint ? &*fingerprint : nullptr);
 }
 
 }  // namespace kvgate::gateway

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/clock.h"
+#include "common/raw_json.h"
 #include "gateway/recorder.h"
 #include "telemetry/diagnosis.h"
 #include "telemetry/pricing.h"
@@ -24,9 +25,10 @@ class RequestLog {
 
   telemetry::RequestRecord& record() { return record_; }
   void set_price(std::optional<telemetry::Price> price) { price_ = std::move(price); }
-  void set_fingerprint(telemetry::PromptFingerprint fingerprint) {
-    fingerprint_ = std::move(fingerprint);
-  }
+  // The request body whose prompt is fingerprinted for the thread's cache diagnosis. The hashing
+  // waits for Commit(), which runs after the response went out, so it stays off the client's
+  // latency path. REQUIRES: the bytes `body` views outlive this RequestLog.
+  void set_prompt(raw_json::Value body) { prompt_ = body; }
   // Marks the first content token sent to the client (streams); later calls are ignored.
   void MarkFirstToken();
   // Sets the outcome the client saw.
@@ -41,7 +43,7 @@ class RequestLog {
   const Clock& clock_;
   int64_t arrival_ns_;
   std::optional<telemetry::Price> price_;
-  std::optional<telemetry::PromptFingerprint> fingerprint_;
+  std::optional<raw_json::Value> prompt_;
   telemetry::RequestRecord record_;
   bool committed_ = false;
 };

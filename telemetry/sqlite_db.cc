@@ -13,6 +13,9 @@ Stmt::~Stmt() {
 void Stmt::BindText(int index, std::string_view text) {
   sqlite3_bind_text64(stmt_, index, text.data(), text.size(), SQLITE_TRANSIENT, SQLITE_UTF8);
 }
+void Stmt::BindTextNoCopy(int index, std::string_view text) {
+  sqlite3_bind_text64(stmt_, index, text.data(), text.size(), SQLITE_STATIC, SQLITE_UTF8);
+}
 void Stmt::BindInt(int index, int64_t value) { sqlite3_bind_int64(stmt_, index, value); }
 void Stmt::BindOptInt(int index, std::optional<int64_t> value) {
   if (value.has_value()) {

@@ -27,6 +27,9 @@ class Stmt {
 
   // Binders take 1-based parameter indexes. Text is copied (SQLITE_TRANSIENT).
   void BindText(int index, std::string_view text);
+  // Binds text without copying it (SQLITE_STATIC), for the writer's hot insert.
+  // REQUIRES: `text` outlives this Stmt (whose destructor resets and unbinds it).
+  void BindTextNoCopy(int index, std::string_view text);
   void BindInt(int index, int64_t value);
   void BindOptInt(int index, std::optional<int64_t> value);
   void BindNull(int index);

@@ -261,22 +261,23 @@ Status SqliteTelemetryStore::InsertRequest(const RequestRecord& r) {
   } catch (const std::exception& e) {
     return fail(Error{ErrorCode::kInternal, std::string("json: ") + e.what()});
   }
+  // Declared after `diagnosis`, so it is reset and unbound before the bound strings die.
   auto stmt = writer_db_->Prepare(kInsertRequest);
   if (!stmt) return fail(stmt.error());
   Stmt& s = **stmt;
   const Usage& u = r.usage;
   const Cost& c = r.cost;
-  s.BindText(1, r.request_id);
-  s.BindText(2, r.thread_id);
+  s.BindTextNoCopy(1, r.request_id);
+  s.BindTextNoCopy(2, r.thread_id);
   s.BindInt(3, r.created_at_us);
-  s.BindText(4, r.endpoint);
-  s.BindText(5, r.model);
-  s.BindText(6, r.provider);
-  s.BindText(7, r.provider_type);
-  s.BindText(8, r.upstream_model);
-  s.BindText(9, r.api_key_id);
+  s.BindTextNoCopy(4, r.endpoint);
+  s.BindTextNoCopy(5, r.model);
+  s.BindTextNoCopy(6, r.provider);
+  s.BindTextNoCopy(7, r.provider_type);
+  s.BindTextNoCopy(8, r.upstream_model);
+  s.BindTextNoCopy(9, r.api_key_id);
   s.BindInt(10, r.stream ? 1 : 0);
-  s.BindText(11, r.status);
+  s.BindTextNoCopy(11, r.status);
   s.BindInt(12, r.http_status);
   s.BindInt(13, r.upstream_status);
   s.BindOptInt(14, r.latency_us);
@@ -292,7 +293,7 @@ Status SqliteTelemetryStore::InsertRequest(const RequestRecord& r) {
   if (u.raw.empty()) {
     s.BindNull(24);
   } else {
-    s.BindText(24, u.raw);
+    s.BindTextNoCopy(24, u.raw);
   }
   s.BindInt(25, c.cache_read);
   s.BindInt(26, c.cache_write);
@@ -302,14 +303,14 @@ Status SqliteTelemetryStore::InsertRequest(const RequestRecord& r) {
   s.BindInt(30, c.saved);
   s.BindInt(31, c.complete ? 1 : 0);
   s.BindInt(32, c.priced ? 1 : 0);
-  s.BindText(33, r.error);
-  s.BindText(34, r.upstream_request_id);
-  s.BindText(35, r.finish_reason);
-  s.BindText(36, r.prompt_fingerprint);
+  s.BindTextNoCopy(33, r.error);
+  s.BindTextNoCopy(34, r.upstream_request_id);
+  s.BindTextNoCopy(35, r.finish_reason);
+  s.BindTextNoCopy(36, r.prompt_fingerprint);
   if (r.cache_diagnosis.is_null()) {
     s.BindNull(37);
   } else {
-    s.BindText(37, diagnosis);
+    s.BindTextNoCopy(37, diagnosis);
   }
   if (Result<bool> step = s.Step(); !step) return fail(step.error());
   if (writer_db_->Changes() == 0) {

@@ -377,18 +377,31 @@ const char* SkipSpace(const char* p, const char* end) {
   return p;
 }
 
-// p at an opening quote; returns past the closing quote. memchr finds quote candidates (long
-// message contents make this the hot loop); a quote preceded by an odd run of backslashes is
-// escaped.
+// p at an opening quote; returns past the closing quote (or end, for an unterminated string).
+// Long message contents make this the navigation's hot loop: sixteen bytes at a time find the next
+// quote or backslash, and a backslash skips the byte it escapes.
 const char* SkipString(const char* p, const char* end) {
   ++p;
   for (;;) {
-    const auto* quote = static_cast<const char*>(std::memchr(p, '"', static_cast<size_t>(end - p)));
-    if (quote == nullptr) return end;
-    const char* q = quote;
-    while (q != p && q[-1] == '\\') --q;
-    if ((quote - q) % 2 == 0) return quote + 1;
-    p = quote + 1;
+#if defined(__SSE2__)
+    const __m128i quote = _mm_set1_epi8('"');
+    const __m128i backslash = _mm_set1_epi8('\\');
+    while (end - p >= 16) {
+      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+      const int mask = _mm_movemask_epi8(
+          _mm_or_si128(_mm_cmpeq_epi8(bytes, quote), _mm_cmpeq_epi8(bytes, backslash)));
+      if (mask != 0) {
+        p += __builtin_ctz(static_cast<unsigned>(mask));
+        break;
+      }
+      p += 16;
+    }
+#endif
+    while (p != end && *p != '"' && *p != '\\') ++p;
+    if (p == end) return end;
+    if (*p == '"') return p + 1;
+    if (end - p < 2) return end;  // a backslash as the last byte
+    p += 2;                        // the backslash and the byte it escapes
   }
 }
 

@@ -11,22 +11,6 @@
 namespace kvgate::telemetry::alerts {
 namespace {
 
-std::string KeyOf(Scope scope, const RequestRecord& r) {
-  switch (scope) {
-    case Scope::kGlobal:
-      return "";
-    case Scope::kModel:
-      return r.model;
-    case Scope::kProvider:
-      return r.provider;
-    case Scope::kThread:
-      return r.thread_id;
-    case Scope::kApiKey:
-      return r.api_key_id;
-  }
-  return "";
-}
-
 // Nearest-rank percentile.
 std::optional<double> Percentile(std::vector<double> values, double p) {
   if (values.empty()) return std::nullopt;
@@ -93,14 +77,44 @@ const ChannelConfig* AlertEngine::FindChannel(const std::string& name) const {
   return nullptr;
 }
 
-bool AlertEngine::Submit(const RequestRecord& record) {
-  const int64_t now = clock_.NowUnixMicros();
+const std::string& AlertEngine::KeyOf(Scope scope, const Queued& q) {
+  static const std::string kGlobalKey;
+  switch (scope) {
+    case Scope::kGlobal:
+      return kGlobalKey;
+    case Scope::kModel:
+      return q.model;
+    case Scope::kProvider:
+      return q.provider;
+    case Scope::kThread:
+      return q.thread_id;
+    case Scope::kApiKey:
+      return q.api_key_id;
+  }
+  return kGlobalKey;
+}
+
+bool AlertEngine::Submit(const RequestRecord& r) {
+  Queued q;
+  Sample& s = q.sample;
+  s.at_us = clock_.NowUnixMicros();
+  if (r.cost.priced) s.cost_usd = double(r.cost.total) / 1e12;
+  if (r.latency_us) s.latency_s = double(*r.latency_us) / 1e6;
+  if (r.ttft_us) s.ttft_s = double(*r.ttft_us) / 1e6;
+  s.error = r.status != "ok" && r.status != "client_disconnected";
+  s.cache_read = r.usage.cache_read;
+  s.total_input = r.usage.TotalInput();
+  s.cache_drop = r.cache_diagnosis.is_object();
+  q.model = r.model;
+  q.provider = r.provider;
+  q.thread_id = r.thread_id;
+  q.api_key_id = r.api_key_id;
   std::lock_guard lock(mu_);
   if (queue_.size() >= options_.queue_capacity) {
     ++dropped_;
     return false;
   }
-  queue_.push_back(Queued{now, record});
+  queue_.push_back(std::move(q));
   return true;
 }
 
@@ -162,26 +176,16 @@ void AlertEngine::ApplyRules() {
 }
 
 void AlertEngine::Ingest(const Queued& q) {
-  const RequestRecord& r = q.record;
-  Sample s;
-  s.at_us = q.at_us;
-  if (r.cost.priced) s.cost_usd = double(r.cost.total) / 1e12;
-  if (r.latency_us) s.latency_s = double(*r.latency_us) / 1e6;
-  if (r.ttft_us) s.ttft_s = double(*r.ttft_us) / 1e6;
-  s.error = r.status != "ok" && r.status != "client_disconnected";
-  s.cache_read = r.usage.cache_read;
-  s.total_input = r.usage.TotalInput();
-  s.cache_drop = r.cache_diagnosis.is_object();
   for (MonitorState& m : monitors_) {
     if (!m.rule.enabled) continue;
-    std::string key = KeyOf(m.rule.scope, r);
+    const std::string& key = KeyOf(m.rule.scope, q);
     if (m.rule.scope != Scope::kGlobal && key.empty()) continue;  // no thread id / api key
     auto it = m.keys.find(key);
     if (it == m.keys.end()) {
       if (m.keys.size() >= options_.max_keys_per_monitor) continue;
-      it = m.keys.emplace(std::move(key), KeyState{}).first;
+      it = m.keys.emplace(key, KeyState{}).first;
     }
-    it->second.samples.push_back(s);
+    it->second.samples.push_back(q.sample);
   }
 }
 

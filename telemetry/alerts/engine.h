@@ -102,10 +102,14 @@ class AlertEngine {
     AlertRule rule;
     std::map<std::string, KeyState> keys;
   };
+  // What the monitors read of one record, taken at Submit: its sample and its scope keys. (The
+  // queue holding whole records cost a copy of each one's fingerprint, raw usage and diagnosis on
+  // the request path.)
   struct Queued {
-    int64_t at_us;
-    RequestRecord record;
+    Sample sample;
+    std::string model, provider, thread_id, api_key_id;
   };
+  static const std::string& KeyOf(Scope scope, const Queued& q);
 
   void ApplyRules();                                // engine thread
   void Ingest(const Queued& q);                     // engine thread

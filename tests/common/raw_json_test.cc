@@ -191,6 +191,29 @@ TEST(RawJsonTest, RandomDocumentsRoundTrip) {
   }
 }
 
+// Strings longer than the scanners' 16-byte steps, with an escape (quote, backslash, unicode) or a
+// non-ASCII or control byte at every offset: validation, navigation and minification agree with
+// nlohmann wherever the special byte falls relative to a step.
+TEST(RawJsonTest, SpecialBytesAtEveryOffsetOfLongStrings) {
+  const std::string specials[] = {"\\\"", "\\\\", "\\u00e9", "\xc3\xa9", "\\n"};
+  for (const std::string& special : specials) {
+    for (size_t offset = 0; offset < 40; ++offset) {
+      const std::string text = std::string(offset, 'a') + special + std::string(37 - offset % 7, 'b');
+      const std::string doc = "{\"s\":\"" + text + "\",\"t\":[\"" + text + "\", 1],\"u\":2}";
+      auto v = Parse(doc);
+      ASSERT_TRUE(v.has_value()) << doc;
+      const json tree = json::parse(doc);
+      ASSERT_EQ(Rebuild(*v), tree) << doc;
+      std::string minified;
+      AppendMinified(*v, minified);
+      ASSERT_EQ(json::parse(minified), tree) << doc;
+      // Unescaped, the same bytes are invalid where they hold a raw quote or control byte.
+      const std::string raw_control = "[\"" + std::string(offset, 'a') + "\x01" + "bbbbbbbbbbbbbbbbbbbb\"]";
+      EXPECT_FALSE(Parse(raw_control).has_value()) << offset;
+    }
+  }
+}
+
 TEST(RawJsonTest, FindKeepsTheLastDuplicateAndDecodesKeys) {
   const std::string doc = R"({"model":"a","m\u006fdel":"b","x":{"model":"c"}})";
   auto v = Parse(doc);

@@ -540,16 +540,8 @@ std::vector<Member> Members(Value object) {
 
 std::vector<Value> Elements(Value array) {
   std::vector<Value> out;
-  if (!array.is_array()) return out;
-  const char* p = array.text.data() + 1;
-  const char* end = array.text.data() + array.text.size() - 1;
-  for (;;) {
-    p = SkipSpace(p, end);
-    if (p == end) return out;
-    out.push_back(ValueAt(p, end));
-    p = SkipSpace(p, end);
-    if (p != end) ++p;  // the comma
-  }
+  ForEachElement(array, [&](Value element) { out.push_back(element); });
+  return out;
 }
 
 std::optional<Value> Find(Value object, std::string_view name) {

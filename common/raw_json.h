@@ -67,6 +67,9 @@ std::optional<Value> Find(Value object, std::string_view name);
 // value that is not an object).
 template <class Fn>
 void ForEachMember(Value object, Fn&& fn);
+// Calls fn(Value) for each element in order, allocating nothing (nothing for a non-array).
+template <class Fn>
+void ForEachElement(Value array, Fn&& fn);
 
 // An object's members read once, for repeated lookups: a request body is consulted a dozen times,
 // and each Find(Value, ...) walks the whole object. Empty for a value that is not an object.
@@ -117,6 +120,20 @@ void ForEachMember(Value object, Fn&& fn) {
     p = internal::SkipSpace(p + 1, end);  // the colon
     m.value = internal::ValueAt(p, end);
     fn(static_cast<const Member&>(m));
+    p = internal::SkipSpace(p, end);
+    if (p != end) ++p;  // the comma
+  }
+}
+
+template <class Fn>
+void ForEachElement(Value array, Fn&& fn) {
+  if (!array.is_array()) return;
+  const char* p = array.text.data() + 1;
+  const char* end = array.text.data() + array.text.size() - 1;  // the closing bracket
+  for (;;) {
+    p = internal::SkipSpace(p, end);
+    if (p == end) return;
+    fn(internal::ValueAt(p, end));
     p = internal::SkipSpace(p, end);
     if (p != end) ++p;  // the comma
   }

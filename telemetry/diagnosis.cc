@@ -140,9 +140,9 @@ PromptFingerprint Fingerprint(const raw_json::Object& body) {
   }
   if (auto v = body.Find("messages"); v && v->is_array()) {
     int index = 0;
-    for (raw_json::Value message : raw_json::Elements(*v)) {
+    raw_json::ForEachElement(*v, [&](raw_json::Value message) {
       AddElement(fp, FingerprintElement::Kind::kMessage, index++, message, text);
-    }
+    });
   }
   return fp;
 }

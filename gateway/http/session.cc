@@ -384,6 +384,10 @@ asio::awaitable<void> Serve(asio::ip::tcp::socket socket, WorkerState& worker) {
     first = false;
 
     parser.emplace();
+    // The body is read into the previous request's buffer (emptied): a keep-alive connection
+    // allocates its body buffer once, not once per request.
+    req.body.clear();
+    parser->get().body().swap(req.body);
     parser->header_limit(header_limit);
     parser->body_limit(options.body_limit);
     parser->eager(true);

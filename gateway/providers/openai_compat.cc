@@ -77,7 +77,7 @@ ChunkFacts ReadChunk(raw_json::Value chunk) {
     if (m.KeyIs("choices")) choices = m.value;
   });
   if (!choices || !choices->is_array()) return facts;
-  for (raw_json::Value choice : raw_json::Elements(*choices)) {
+  raw_json::ForEachElement(*choices, [&](raw_json::Value choice) {
     raw_json::ForEachMember(choice, [&](const raw_json::Member& m) {
       if (m.KeyIs("finish_reason") && NonNull(m.value)) facts.has_finish_reason = true;
       if (m.KeyIs("text") && NonEmpty(m.value)) facts.has_content = true;  // completions
@@ -89,7 +89,7 @@ ChunkFacts ReadChunk(raw_json::Value chunk) {
         }
       });
     });
-  }
+  });
   return facts;
 }
 
@@ -355,12 +355,12 @@ Result<Translated> TranslateOpenAICompatResponse(ProviderType type, std::string_
     std::optional<raw_json::Value> usage = response.Find("usage");
     out.usage = telemetry::NormalizeUsage(UsageFlavorFor(type), usage.value_or(raw_json::Value{}));
   }
-  for (raw_json::Value choice : raw_json::Elements(*choices)) {
+  raw_json::ForEachElement(*choices, [&](raw_json::Value choice) {
     std::optional<raw_json::Value> reason = raw_json::Find(choice, "finish_reason");
-    if (!reason) continue;
+    if (!reason) return;
     std::optional<std::string> text = raw_json::DecodeString(*reason);
     if (text && !text->empty()) out.finish_reason = std::move(*text);
-  }
+  });
   return out;
 }
 

@@ -124,6 +124,22 @@ TEST(ServerTest, KeepAliveServesManyRequestsOnOneConnection) {
   EXPECT_TRUE(c.WaitClosed(2000));
 }
 
+// A keep-alive connection reuses one body buffer: each request still sees exactly its own body.
+TEST(ServerTest, BodiesOnOneConnectionDoNotLeakIntoEachOther) {
+  auto server = StartOrDie({}, [&](Request& req, ResponseWriter& w) -> asio::awaitable<void> {
+    co_await w.Send(200, "text/plain", "[" + req.body + "]");
+  });
+  RawConn c;
+  ASSERT_EQ(c.Connect(server->port()), 0);
+  for (const std::string& body : {std::string(5000, 'x'), std::string("short"), std::string()}) {
+    ASSERT_TRUE(c.Send("POST /e HTTP/1.1\r\nHost: t\r\nContent-Length: " +
+                       std::to_string(body.size()) + "\r\n\r\n" + body));
+    auto r = ReadResponse(c);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->body, "[" + body + "]");
+  }
+}
+
 TEST(ServerTest, Http10KeepAliveOnlyWhenAsked) {
   auto server = StartOrDie({}, Echo);
   RawConn c;

@@ -48,9 +48,9 @@ def drive(kvgate, wrapper, n, stream, tmp):
             conn.request("POST", "/v1/chat/completions", data,
                          {"Content-Type": "application/json"})
             resp = conn.getresponse()
-            resp.read()
+            answer = resp.read()
             if resp.status != 200:
-                sys.exit(f"request failed with {resp.status}")
+                sys.exit(f"request failed with {resp.status}: {answer[:300]!r}")
     finally:
         conn.close()
         # kvgate drains and exits on SIGTERM. Under strace it is strace's child (valgrind runs it
@@ -101,6 +101,7 @@ def main():
             sys.exit(f"{tool} is not installed (apt-get install valgrind strace nginx-light)")
 
     tmp = tempfile.mkdtemp(prefix="kvgate-instr-")
+    os.chmod(tmp, 0o755)  # nginx's workers (not root) read the canned SSE file from below here
     n_small, n_big = args.requests, 11 * args.requests
     results = {}
     for n in (n_small, n_big):

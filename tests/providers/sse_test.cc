@@ -151,5 +151,31 @@ TEST(SseParserTest, ManyEventsInOnePieceAndSplitAtEveryByte) {
   }
 }
 
+// Lines longer than the line scanner's 16-byte steps, ending at every offset with each of the
+// three line ends, whole and split at every byte: every event comes out with exactly its data.
+TEST(SseParserTest, LongLinesEndingAtEveryOffset) {
+  std::string stream;
+  std::vector<std::string> expected;
+  for (const std::string end : {"\n", "\r", "\r\n"}) {
+    for (size_t n = 0; n < 40; ++n) {
+      std::string data(n, 'x');
+      if (n > 3) data[n / 2] = ':';  // a colon inside the value is data, not a field separator
+      stream += "data: " + data + end + end;
+      expected.push_back(data);
+    }
+  }
+  auto check = [&](const std::vector<Collected>& events, const std::string& where) {
+    ASSERT_EQ(events.size(), expected.size()) << where;
+    for (size_t i = 0; i < events.size(); ++i) {
+      EXPECT_EQ(events[i].data, expected[i]) << where << ", event " << i;
+      EXPECT_TRUE(events[i].has_data);
+    }
+  };
+  check(ParseAll({stream}), "whole");
+  for (size_t i = 0; i <= stream.size(); i += 3) {
+    check(ParseAll({stream.substr(0, i), stream.substr(i)}), "split at " + std::to_string(i));
+  }
+}
+
 }  // namespace
 }  // namespace kvgate::providers

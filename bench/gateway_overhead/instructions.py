@@ -4,8 +4,9 @@
 kvgate runs under valgrind's callgrind against the same nginx upstream as run.py; a keep-alive client
 sends N requests, then 11 N, and the difference of the two instruction totals over 10 N is the cost of
 one request (startup and shutdown cancel out). Reported per request: instructions in the event-loop
-threads, in the request handler, in the telemetry writer, and in the whole process; then, from a
-run under `strace -c`, the syscalls per request. Needs valgrind and strace (Debian packages).
+threads, in the request handler, in the telemetry writer, and in the whole process; then, from
+runs under `strace -c`, the syscalls per request with one client at a time and under wrk load (64
+connections). Needs valgrind, strace and wrk (Debian packages).
 
   python3 bench/gateway_overhead/instructions.py [--requests 200] [--stream]
 """
@@ -19,9 +20,10 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import run as bench  # noqa: E402  (nginx setup, kvgate startup)
+import run as bench  # noqa: E402  (nginx setup, kvgate startup, wrk)
 
 
 def drive(kvgate, wrapper, n, stream, tmp):
@@ -69,6 +71,47 @@ def drive(kvgate, wrapper, n, stream, tmp):
     return kv.returncode
 
 
+def syscalls_under_load(kvgate, stream, tmp, conns=64, seconds=5):
+    """strace -c attached to a running kvgate while wrk drives it at `conns` connections: syscalls
+    per answered request at load, where group commits are large and event loops rarely sleep."""
+    os.makedirs(tmp, exist_ok=True)
+    os.chmod(tmp, 0o755)
+    nginx_port = bench.free_port()
+    nginx = bench.start_nginx(tmp, nginx_port)
+    kv, port, _ = bench.start_kvgate(tmp, kvgate, nginx_port)
+    body = {"model": "gpt-4o-mini-sse" if stream else "gpt-4o-mini",
+            "messages": [{"role": "system", "content": "You are a helpful assistant. " * 40},
+                         {"role": "user", "content": "Say hello."}],
+            "thread_identifier": "bench-thread", "stream": stream}
+    body_path = os.path.join(tmp, "body.json")
+    with open(body_path, "w") as f:
+        json.dump(body, f)
+    summary = os.path.join(tmp, "strace-load.txt")
+    try:
+        bench.run_wrk(port, body_path, conns, 2)  # warm-up
+        tracer = subprocess.Popen(["strace", "-c", "-f", "-p", str(kv.pid), "-o", summary],
+                                  stderr=subprocess.DEVNULL)
+        time.sleep(0.5)  # attached to every thread before the load starts
+        answered = bench.run_wrk(port, body_path, conns, seconds)["requests"]
+        tracer.send_signal(signal.SIGINT)
+        tracer.wait(timeout=60)
+    finally:
+        kv.send_signal(signal.SIGTERM)
+        kv.wait(timeout=120)
+        nginx.terminate()
+    return answered, summary
+
+
+def print_syscalls(summary, requests):
+    with open(summary) as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 5 and parts[0][0].isdigit() and parts[-1] != "total":
+                calls = int(parts[3])
+                if calls >= requests / 20:
+                    print(f"  {parts[-1]:<20} {calls / requests:8.2f}")
+
+
 def inclusive(out_file):
     """{function: inclusive instructions} from callgrind_annotate."""
     text = subprocess.run(["callgrind_annotate", "--auto=no", "--inclusive=yes", "--threshold=100",
@@ -96,9 +139,9 @@ def main():
     ap.add_argument("--requests", type=int, default=200)
     ap.add_argument("--stream", action="store_true", help="a 50-event SSE stream per request")
     args = ap.parse_args()
-    for tool in ("valgrind", "callgrind_annotate", "strace", "nginx"):
+    for tool in ("valgrind", "callgrind_annotate", "strace", "nginx", "wrk"):
         if shutil.which(tool) is None:
-            sys.exit(f"{tool} is not installed (apt-get install valgrind strace nginx-light)")
+            sys.exit(f"{tool} is not installed (apt-get install valgrind strace nginx-light wrk)")
 
     tmp = tempfile.mkdtemp(prefix="kvgate-instr-")
     os.chmod(tmp, 0o755)  # nginx's workers (not root) read the canned SSE file from below here
@@ -127,14 +170,14 @@ def main():
     summary = os.path.join(tmp, "strace.txt")
     drive(args.kvgate, ["strace", "-f", "-c", "-o", summary], n_big, args.stream,
           os.path.join(tmp, "strace"))
-    print(f"\nSyscalls per request ({n_big} requests, startup and shutdown included)\n")
-    with open(summary) as f:
-        for line in f:
-            parts = line.split()
-            if len(parts) >= 5 and parts[0][0].isdigit() and parts[-1] != "total":
-                calls = int(parts[3])
-                if calls >= n_big / 10:
-                    print(f"  {parts[-1]:<20} {calls / n_big:8.2f}")
+    print(f"\nSyscalls per request, one client at a time ({n_big} requests, startup and shutdown "
+          "included)\n")
+    print_syscalls(summary, n_big)
+
+    answered, loaded = syscalls_under_load(args.kvgate, args.stream, os.path.join(tmp, "load"))
+    print(f"\nSyscalls per request under load (wrk, 64 connections, {answered} requests answered "
+          "while traced; strace slows kvgate, so batches are smaller than untraced)\n")
+    print_syscalls(loaded, answered)
 
 
 if __name__ == "__main__":

@@ -14,8 +14,8 @@ std::string NewId(std::string_view prefix) {
   // dirties a random leaf page of that index per insert, which cost the writer about one 4 KB WAL
   // page write per request under load.
   const auto since_epoch = std::chrono::system_clock::now().time_since_epoch();
-  const uint64_t micros =
-      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(since_epoch).count());
+  const uint64_t micros = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(since_epoch).count());
   const uint64_t random = engine();
   std::string id;
   id.reserve(prefix.size() + 1 + kTimeDigits + kRandomDigits);

@@ -44,9 +44,9 @@ const unsigned char* SkipPlainStringBytes(const unsigned char* p, const unsigned
   while (end - p >= 16) {
     const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
     // Signed compare: bytes >= 0x80 are negative, so one compare catches them and controls.
-    const __m128i special = _mm_or_si128(_mm_cmplt_epi8(bytes, space),
-                                         _mm_or_si128(_mm_cmpeq_epi8(bytes, quote),
-                                                      _mm_cmpeq_epi8(bytes, backslash)));
+    const __m128i special =
+        _mm_or_si128(_mm_cmplt_epi8(bytes, space),
+                     _mm_or_si128(_mm_cmpeq_epi8(bytes, quote), _mm_cmpeq_epi8(bytes, backslash)));
     const int mask = _mm_movemask_epi8(special);
     if (mask != 0) return p + __builtin_ctz(static_cast<unsigned>(mask));
     p += 16;
@@ -401,7 +401,7 @@ const char* SkipString(const char* p, const char* end) {
     if (p == end) return end;
     if (*p == '"') return p + 1;
     if (end - p < 2) return end;  // a backslash as the last byte
-    p += 2;                        // the backslash and the byte it escapes
+    p += 2;                       // the backslash and the byte it escapes
   }
 }
 

@@ -187,9 +187,11 @@ asio::awaitable<void> Gateway::HandleInference(http::Request& request,
                        "error", headers);
     co_return;
   }
-  upstream::OutgoingRequest out{.method = "POST", .path = std::move(call->path), .body = std::move(call->body)};
+  upstream::OutgoingRequest out{
+      .method = "POST", .path = std::move(call->path), .body = std::move(call->body)};
   out.headers.reserve(call->headers.size());
-  for (auto& [name, value] : call->headers) out.headers.push_back({std::move(name), std::move(value)});
+  for (auto& [name, value] : call->headers)
+    out.headers.push_back({std::move(name), std::move(value)});
 
   upstream::Client& client = ClientFor(request.worker_index);
 

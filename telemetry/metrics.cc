@@ -407,12 +407,13 @@ Result<std::unique_ptr<GatewayMetrics>> GatewayMetrics::Create(MetricsRegistry& 
 
 namespace {
 
-// The series cached in `slot`, created by `create` on first use.
-template <class Series, class Create>
-Series* Cached(std::atomic<Series*>& slot, Create create) {
+// The series cached in `slot`: on first use, `family`'s series for `labels`.
+template <class Series>
+Series* Cached(std::atomic<Series*>& slot, Family<Series>* family,
+               std::initializer_list<std::string_view> labels) {
   Series* series = slot.load(std::memory_order_acquire);
   if (series == nullptr) {
-    series = create();
+    series = family->WithLabels(labels);
     slot.store(series, std::memory_order_release);
   }
   return series;
@@ -435,19 +436,18 @@ GatewayMetrics::PairSeries& GatewayMetrics::SeriesOf(std::string_view model,
 
 void GatewayMetrics::Observe(const RequestRecord& r) {
   PairSeries& pair = SeriesOf(r.model, r.provider);
-  Counter* requests = r.status == "ok" ? Cached(pair.requests_ok, [&] {
-    return requests_->WithLabels({r.model, r.provider, "ok"});
-  })
-                                       : requests_->WithLabels({r.model, r.provider, r.status});
-  requests->Inc();
+  if (r.status == "ok") {
+    Cached(pair.requests_ok, requests_, {r.model, r.provider, "ok"})->Inc();
+  } else {
+    requests_->WithLabels({r.model, r.provider, r.status})->Inc();
+  }
 
-  static constexpr std::array<std::string_view, 4> kKinds = {"cache_read", "cache_write", "uncached",
-                                                             "output"};
+  static constexpr std::array<std::string_view, 4> kKinds = {"cache_read", "cache_write",
+                                                             "uncached", "output"};
   auto add_tokens = [&](size_t kind, std::optional<int64_t> n) {
-    if (!n || *n <= 0) return;
-    Cached(pair.tokens[kind], [&] {
-      return tokens_->WithLabels({r.model, r.provider, kKinds[kind]});
-    })->Inc(uint64_t(*n));
+    if (n && *n > 0) {
+      Cached(pair.tokens[kind], tokens_, {r.model, r.provider, kKinds[kind]})->Inc(uint64_t(*n));
+    }
   };
   const Usage& u = r.usage;
   add_tokens(0, u.cache_read);
@@ -457,22 +457,16 @@ void GatewayMetrics::Observe(const RequestRecord& r) {
   add_tokens(3, u.output);
 
   if (r.cost.priced && r.cost.total > 0) {
-    Cached(pair.cost, [&] { return cost_->WithLabels({r.model, r.provider}); })
-        ->Inc(uint64_t(r.cost.total));
+    Cached(pair.cost, cost_, {r.model, r.provider})->Inc(uint64_t(r.cost.total));
   }
   if (r.latency_us) {
-    Cached(pair.duration, [&] { return duration_->WithLabels({r.model, r.provider}); })
-        ->Observe(*r.latency_us / 1e6);
+    Cached(pair.duration, duration_, {r.model, r.provider})->Observe(*r.latency_us / 1e6);
   }
-  if (r.ttft_us) {
-    Cached(pair.ttft, [&] { return ttft_->WithLabels({r.model, r.provider}); })
-        ->Observe(*r.ttft_us / 1e6);
-  }
+  if (r.ttft_us) Cached(pair.ttft, ttft_, {r.model, r.provider})->Observe(*r.ttft_us / 1e6);
 
   const std::optional<int64_t> total = u.TotalInput();  // nullopt unless every part is known
   if (total && *total > 0 && u.cache_read) {
-    Gauge* gauge =
-        Cached(pair.hit_ratio, [&] { return hit_ratio_->WithLabels({r.model, r.provider}); });
+    Gauge* gauge = Cached(pair.hit_ratio, hit_ratio_, {r.model, r.provider});
     std::lock_guard lock(pair.ratio_mu);
     pair.ratio.cache_read += uint64_t(std::max<int64_t>(0, *u.cache_read));
     pair.ratio.total_input += uint64_t(*total);

@@ -196,7 +196,7 @@ class GatewayMetrics {
   // what was observed) and then kept; creation races are harmless, since a family hands the same
   // series to every caller for the same labels.
   struct PairSeries {
-    std::atomic<Counter*> requests_ok{nullptr};  // status "ok"; other statuses are looked up
+    std::atomic<Counter*> requests_ok{nullptr};     // status "ok"; other statuses are looked up
     std::array<std::atomic<Counter*>, 4> tokens{};  // cache_read, cache_write, uncached, output
     std::atomic<Counter*> cost{nullptr};
     std::atomic<Histogram*> duration{nullptr};

@@ -198,7 +198,8 @@ TEST(RawJsonTest, SpecialBytesAtEveryOffsetOfLongStrings) {
   const std::string specials[] = {"\\\"", "\\\\", "\\u00e9", "\xc3\xa9", "\\n"};
   for (const std::string& special : specials) {
     for (size_t offset = 0; offset < 40; ++offset) {
-      const std::string text = std::string(offset, 'a') + special + std::string(37 - offset % 7, 'b');
+      const std::string text =
+          std::string(offset, 'a') + special + std::string(37 - offset % 7, 'b');
       const std::string doc = "{\"s\":\"" + text + "\",\"t\":[\"" + text + "\", 1],\"u\":2}";
       auto v = Parse(doc);
       ASSERT_TRUE(v.has_value()) << doc;
@@ -208,7 +209,8 @@ TEST(RawJsonTest, SpecialBytesAtEveryOffsetOfLongStrings) {
       AppendMinified(*v, minified);
       ASSERT_EQ(json::parse(minified), tree) << doc;
       // Unescaped, the same bytes are invalid where they hold a raw quote or control byte.
-      const std::string raw_control = "[\"" + std::string(offset, 'a') + "\x01" + "bbbbbbbbbbbbbbbbbbbb\"]";
+      const std::string raw_control =
+          "[\"" + std::string(offset, 'a') + "\x01" + "bbbbbbbbbbbbbbbbbbbb\"]";
       EXPECT_FALSE(Parse(raw_control).has_value()) << offset;
     }
   }

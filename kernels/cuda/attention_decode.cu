@@ -39,8 +39,18 @@ struct DecodeParams {
   float* workspace;
 };
 
+// CTAs per SM the register budget must allow. Measured on an H200 (2026-11-29), group 4, D=128,
+// bf16, S=64: unbounded it took 189 registers (2 CTAs, 8 warps per SM) and reached 0.56 of copy
+// bandwidth; held to 3 CTAs (168 registers, no spill) 0.69; held to 4 (128 registers) it spills
+// and falls back to 0.60.
+template <int D, int kMaxG>
+constexpr int DecodeMinCtasPerSm() {
+  return (D == 128 && kMaxG == 4) ? 3 : 1;
+}
+
 template <typename CacheT, int D, int kMaxG>
-__global__ void __launch_bounds__(kAttnThreads) DecodeKernel(const DecodeParams p) {
+__global__ void __launch_bounds__(kAttnThreads, (DecodeMinCtasPerSm<D, kMaxG>()))
+    DecodeKernel(const DecodeParams p) {
   constexpr int kLanesPerTok = D / 8;
   constexpr int kToksPerIter = 32 / kLanesPerTok;
   constexpr int kIters = kBlockTokens / kToksPerIter;

@@ -30,13 +30,13 @@ class Scratch {
   }
   CudaStatus Reserve(size_t bytes, cudaStream_t stream) {
     if (bytes <= bytes_) return CudaStatus::Ok();
+    const size_t want = std::max(bytes, bytes_ * 2);  // before bytes_ is reset: growth doubles
     if (p_) {
       if (CudaStatus s = CudaCall(cudaStreamSynchronize(stream), "scratch sync"); !s.ok()) return s;
       cudaFree(p_);
       p_ = nullptr;
       bytes_ = 0;
     }
-    const size_t want = std::max(bytes, bytes_ * 2);
     if (CudaStatus s = CudaCall(cudaMalloc(&p_, want), "cudaMalloc(scratch)"); !s.ok()) return s;
     bytes_ = want;
     return CudaStatus::Ok();

@@ -6,6 +6,7 @@ namespace kvgate::cuda {
 namespace {
 
 constexpr int kCtasPerSmTarget = 4;
+constexpr int kDecodeG4D128CtasPerSm = 3;  // attention_decode.cu's launch bounds for that variant
 constexpr int kMinBlocksPerSplit = kAttnWarps;  // one KV block per warp at least
 
 int CeilDiv(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
@@ -35,6 +36,15 @@ CudaStatus ChooseDecodeGeometry(const DecodeShape& s, int num_sms, DecodeGeometr
   const int64_t base_ctas = static_cast<int64_t>(s.num_seqs) * s.num_kv_heads;
   const int64_t target = static_cast<int64_t>(num_sms) * kCtasPerSmTarget;
   int splits = base_ctas >= target ? 1 : CeilDiv(target, base_ctas);
+  // The group-4 (or smaller), D=128 kernel fits 3 CTAs per SM (its launch bounds), so a small launch
+  // (a long sequence alone, say) is split into exactly one full wave of those: measured on an H200
+  // (kernels/NOTES.md), one 100K sequence went from 66 splits (1.33 waves) at 0.53 of copy
+  // bandwidth to 49 at 0.70. Larger launches keep the rule above: 64 sequences unsplit measured
+  // 0.57 against 0.69 at its 2 splits.
+  const int64_t one_wave = static_cast<int64_t>(num_sms) * kDecodeG4D128CtasPerSm;
+  if (s.num_q_heads / s.num_kv_heads <= 4 && s.head_dim == 128 && base_ctas * 4 <= one_wave) {
+    splits = static_cast<int>(one_wave / base_ctas);
+  }
   splits = std::min({splits, std::max(1, max_blocks / kMinBlocksPerSplit), kMaxSplits});
   const int per_split = CeilDiv(max_blocks, splits);
   splits = CeilDiv(max_blocks, per_split);  // drop splits that would get no block at all

@@ -17,7 +17,9 @@ TEST(DecodeGeometryTest, LongSingleSequenceSplitsToFillTheChip) {
   EXPECT_EQ(g.grid_x, 8);
   EXPECT_EQ(g.grid_y, 1);
   EXPECT_EQ(g.grid_z, g.splits);
-  EXPECT_GE(8 * g.splits, 4 * kH200Sms);  // about 4 CTAs per SM
+  // One wave of 3 CTAs per SM, and not one CTA into a second wave.
+  EXPECT_LE(8 * g.splits, 3 * kH200Sms);
+  EXPECT_GT(8 * (g.splits + 1), 3 * kH200Sms);
   EXPECT_GE(g.splits * g.blocks_per_split, blocks);
   EXPECT_LT((g.splits - 1) * g.blocks_per_split, blocks);  // no empty split
   EXPECT_EQ(g.workspace_floats, size_t{1} * 32 * g.splits * 129);

@@ -32,7 +32,9 @@ struct RequestRecord {
   std::string error;           // message of the error the client saw, "" when none
   std::string upstream_request_id;  // the provider's request id header, when given
   std::string finish_reason;
-  // Prompt fingerprints at message boundaries (JSON array), for cache-drop diagnosis.
+  // Prompt fingerprints at message boundaries (JSON array, diagnosis.h's storage form). Not filled
+  // by the gateway yet: the fingerprint lives only in the ThreadTracker's memory, so this column is
+  // "" in practice and a thread's first turn after a restart is not diagnosed against the one before.
   std::string prompt_fingerprint;
   // Filled by the thread tracker: null JSON when reads were as expected.
   nlohmann::json cache_diagnosis;

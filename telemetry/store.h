@@ -152,7 +152,7 @@ class TelemetryStore {
   //  "next_cursor": string | null}, newest first.
   virtual Result<nlohmann::json> ListRequests(const RequestQuery& query) const = 0;
   // One request with every stored field: the listed turn plus "provider_type", "api_key_id",
-  // "upstream_request_id", "finish_reason", "prompt_fingerprint" (text as recorded), "usage_raw"
+  // "upstream_request_id", "finish_reason", "prompt_fingerprint" (text as recorded; "" until the gateway fills it, see record.h), "usage_raw"
   // (the provider's usage JSON), "reported_input", "cost_priced". kNotFound when there is none.
   virtual Result<nlohmann::json> GetRequest(std::string_view request_id) const = 0;
 

@@ -17,6 +17,7 @@
 
 #include "kernels/cuda/attention_internal.cuh"
 #include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/geometry.h"
 #include "kernels/cuda/kernels.h"
 
 namespace kvgate::cuda {
@@ -45,7 +46,7 @@ struct DecodeParams {
 // and falls back to 0.60.
 template <int D, int kMaxG>
 constexpr int DecodeMinCtasPerSm() {
-  return (D == 128 && kMaxG == 4) ? 3 : 1;
+  return (D == 128 && kMaxG == 4) ? kDecodeG4D128CtasPerSm : 1;
 }
 
 template <typename CacheT, int D, int kMaxG>

@@ -6,7 +6,6 @@ namespace kvgate::cuda {
 namespace {
 
 constexpr int kCtasPerSmTarget = 4;
-constexpr int kDecodeG4D128CtasPerSm = 3;  // attention_decode.cu's launch bounds for that variant
 constexpr int kMinBlocksPerSplit = kAttnWarps;  // one KV block per warp at least
 
 int CeilDiv(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }

@@ -26,6 +26,9 @@ inline constexpr int kAttnWarps = 4;
 inline constexpr int kPrefillQTile = 64;   // query rows per prefill CTA (16 per warp)
 inline constexpr int kPrefillKvTile = 64;  // keys per prefill smem tile (4 KV blocks)
 inline constexpr int kMaxSplits = 128;     // upper bound on split-K partitions
+// Decode CTAs per SM the group <= 4, D=128 kernel is built for (its launch bounds); the decode
+// geometry sizes one wave from it. Measured on an H200 in kernels/NOTES.md ("decode v1.1").
+inline constexpr int kDecodeG4D128CtasPerSm = 3;
 
 struct DecodeShape {
   int num_seqs = 0;            // S (one new token each)

@@ -9,6 +9,7 @@
 #include <emmintrin.h>
 #endif
 
+#include "common/find_bytes.h"
 #include "common/str_cat.h"
 #include "common/utf8.h"
 
@@ -378,26 +379,11 @@ const char* SkipSpace(const char* p, const char* end) {
 }
 
 // p at an opening quote; returns past the closing quote (or end, for an unterminated string).
-// Long message contents make this the navigation's hot loop: sixteen bytes at a time find the next
-// quote or backslash, and a backslash skips the byte it escapes.
+// Long message contents make this the navigation's hot loop; a backslash skips the byte it escapes.
 const char* SkipString(const char* p, const char* end) {
   ++p;
   for (;;) {
-#if defined(__SSE2__)
-    const __m128i quote = _mm_set1_epi8('"');
-    const __m128i backslash = _mm_set1_epi8('\\');
-    while (end - p >= 16) {
-      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-      const int mask = _mm_movemask_epi8(
-          _mm_or_si128(_mm_cmpeq_epi8(bytes, quote), _mm_cmpeq_epi8(bytes, backslash)));
-      if (mask != 0) {
-        p += __builtin_ctz(static_cast<unsigned>(mask));
-        break;
-      }
-      p += 16;
-    }
-#endif
-    while (p != end && *p != '"' && *p != '\\') ++p;
+    p = FindEitherByte(p, end, '"', '\\');
     if (p == end) return end;
     if (*p == '"') return p + 1;
     if (end - p < 2) return end;  // a backslash as the last byte

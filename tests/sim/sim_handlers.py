@@ -13,6 +13,23 @@ from sim_core import (ANTHROPIC_FIELDS, ANTHROPIC_MAX_BREAKPOINTS, ANTHROPIC_TTL
     output_budget, reply_words, split_pieces, sse)
 
 
+def openai_stream_and_budget(state: SimState, body: dict, budget_keys: tuple):
+    """OpenAI's checks shared by chat and completions: `stream` / `stream_options`, and the output
+    token budget read from the first of `budget_keys` present. Returns (stream, include_usage,
+    output tokens, whether the budget capped them)."""
+    stream = body.get("stream") is True
+    so = body.get("stream_options")
+    if so is not None and not stream:
+        raise openai_error(400, "The 'stream_options' parameter is only allowed when 'stream' "
+                                "is enabled.", param="stream_options")
+    include_usage = stream and isinstance(so, dict) and so.get("include_usage") is True
+    try:
+        n_out, capped = output_budget(state, body, budget_keys)
+    except SimError:
+        raise openai_error(400, "max_tokens must be a positive integer", param="max_tokens")
+    return stream, include_usage, n_out, capped
+
+
 def handle_openai_style_chat(state: SimState, provider: str, body: dict, path: str) -> Reply:
     check_fields(body, OPENAI_CHAT_FIELDS if provider == "openai" else DEEPSEEK_CHAT_FIELDS,
                  provider)
@@ -26,16 +43,8 @@ def handle_openai_style_chat(state: SimState, provider: str, body: dict, path: s
         if not isinstance(m, dict) or m.get("role") not in OPENAI_ROLES:
             raise openai_error(400, f"Invalid value for 'messages[{i}].role'",
                                param=f"messages[{i}].role")
-    stream = body.get("stream") is True
-    so = body.get("stream_options")
-    if so is not None and not stream:
-        raise openai_error(400, "The 'stream_options' parameter is only allowed when 'stream' "
-                                "is enabled.", param="stream_options")
-    include_usage = stream and isinstance(so, dict) and so.get("include_usage") is True
-    try:
-        n_out, capped = output_budget(state, body, ("max_completion_tokens", "max_tokens"))
-    except SimError:
-        raise openai_error(400, "max_tokens must be a positive integer", param="max_tokens")
+    stream, include_usage, n_out, capped = openai_stream_and_budget(
+        state, body, ("max_completion_tokens", "max_tokens"))
     tokens = flatten_openai_chat(body)
     reasoning = int(state.config["reasoning_tokens"]) if (
         provider == "openai" and is_reasoning_model(model)) else 0
@@ -97,16 +106,7 @@ def handle_openai_completions(state: SimState, body: dict, path: str) -> Reply:
         raise openai_error(400, "you must provide a model parameter", param="model")
     if "prompt" not in body:
         raise openai_error(400, "prompt is required", param="prompt")
-    stream = body.get("stream") is True
-    so = body.get("stream_options")
-    if so is not None and not stream:
-        raise openai_error(400, "The 'stream_options' parameter is only allowed when 'stream' "
-                                "is enabled.", param="stream_options")
-    include_usage = stream and isinstance(so, dict) and so.get("include_usage") is True
-    try:
-        n_out, capped = output_budget(state, body, ("max_tokens",))
-    except SimError:
-        raise openai_error(400, "max_tokens must be a positive integer", param="max_tokens")
+    stream, include_usage, n_out, capped = openai_stream_and_budget(state, body, ("max_tokens",))
     tokens = flatten_completion_prompt(body["prompt"])
     with state.lock:
         cached = state.prefix_cache_lookup_store("openai", model, tokens)

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -26,6 +27,10 @@
 #include "local_engine/kv_size.h"
 #include "telemetry/metrics.h"
 #include "telemetry/store.h"
+
+#ifdef KVGATE_WITH_MIMALLOC
+#include <mimalloc.h>
+#endif
 
 namespace {
 
@@ -51,6 +56,22 @@ constexpr char kUsage[] =
     "  kv-size   [--model NAME | --gguf PATH | --hf-config PATH] [--context N] [--gpu-mem-gib G]\n"
     "            KV-cache bytes per token and sessions that fit in GPU memory\n"
     "  version   print the version\n";
+
+// Which malloc serves this process. The build may link mimalloc (KVGATE_ALLOCATOR); this checks that
+// the dynamic linker really resolved malloc to it, which linking alone does not prove.
+std::string MallocName() {
+#ifdef KVGATE_WITH_MIMALLOC
+  void* probe = std::calloc(1, 64);  // calloc: GCC 12 flags passing malloc'd bytes as const void*
+  const bool interposed = mi_is_in_heap_region(probe);
+  std::free(probe);
+  const int v = mi_version();  // e.g. 209 for 2.0.9
+  const std::string version =
+      std::to_string(v / 100) + "." + std::to_string(v / 10 % 10) + "." + std::to_string(v % 10);
+  return interposed ? "mimalloc " + version : "system (mimalloc " + version + " linked but not in use)";
+#else
+  return "system";
+#endif
+}
 
 // The bundled model: next to the working directory, or next to the source tree of this binary
 // (build/bin/kvgate -> ../../models).
@@ -295,8 +316,9 @@ int RunGateway(gateway::GatewayConfig config) {
   std::string host = config.listen_host.find(':') != std::string::npos
                          ? "[" + config.listen_host + "]"
                          : config.listen_host;
-  std::fprintf(stderr, "kvgate: %zu models from %s; telemetry in %s\n", config.models.size(),
-               config.source.c_str(), config.sqlite_path.c_str());
+  std::fprintf(stderr, "kvgate: %zu models from %s; telemetry in %s; malloc: %s\n",
+               config.models.size(), config.source.c_str(), config.sqlite_path.c_str(),
+               MallocName().c_str());
   if (config.admin_token.empty()) {
     std::fprintf(stderr, "kvgate: warning: no server.admin_token: /api/* is open to anyone who "
                          "can reach this port\n");
@@ -340,7 +362,7 @@ int main(int argc, char** argv) {
   if (command == "generate") return engine::RunGenerateCommand(argc - 1, argv + 1);
   if (command == "kv-size") return engine::RunKvSizeCommand(argc - 1, argv + 1);
   if (command == "version" || command == "--version") {
-    std::puts("kvgate 0.1.0");
+    std::printf("kvgate 0.1.0\nmalloc: %s\n", MallocName().c_str());
     return 0;
   }
   if (command == "help" || command == "-h" || command == "--help") {

@@ -9,7 +9,7 @@ ROOT=$PWD
 APT_PACKAGES=(
   build-essential cmake ccache pkg-config ca-certificates
   libboost1.81-dev nlohmann-json3-dev libsqlite3-dev libyaml-cpp-dev libssl-dev
-  libxxhash-dev libcurl4-openssl-dev libgtest-dev libgmock-dev
+  libxxhash-dev libcurl4-openssl-dev libgtest-dev libgmock-dev libmimalloc-dev
   python3 python3-venv python3-pip unzip openssl
   prometheus  # promtool validates the /metrics exposition in the tests
 )

@@ -557,18 +557,21 @@ void AppendMinified(Value value, std::string& out) {
   const char* p = value.text.data();
   const char* end = p + value.text.size();
   out.reserve(out.size() + value.text.size());
+  // Bytes are copied in runs that end only at whitespace between tokens: compact JSON (what
+  // providers and SDKs send) is one append, not one per string and per punctuation run.
+  const char* run = p;
   while (p != end) {
     if (*p == '"') {
-      const char* string_end = SkipString(p, end);
-      out.append(p, string_end);
-      p = string_end;
-    } else {  // a run of punctuation, numbers and literals, then any whitespace after it
-      const char* run = p;
-      while (p != end && *p != '"' && !IsSpace(static_cast<unsigned char>(*p))) ++p;
+      p = SkipString(p, end);
+    } else if (IsSpace(static_cast<unsigned char>(*p))) {
       out.append(run, p);
       while (p != end && IsSpace(static_cast<unsigned char>(*p))) ++p;
+      run = p;
+    } else {
+      ++p;
     }
   }
+  out.append(run, p);
 }
 
 void AppendQuoted(std::string_view text, std::string& out) {

@@ -29,18 +29,28 @@ telemetry::CacheRules Recorder::RulesFor(std::string_view provider_type,
 }
 
 void Recorder::Record(telemetry::RequestRecord record,
-                      const std::optional<telemetry::Price>& price,
-                      const telemetry::PromptFingerprint* fingerprint) {
+                      const std::optional<telemetry::Price>& price) {
   if (price) record.cost = telemetry::ComputeCost(record.usage, *price);
-  if (fingerprint != nullptr && !record.thread_id.empty() && record.status == "ok") {
-    auto diagnosis =
-        tracker_.Diagnose(record, *fingerprint, RulesFor(record.provider_type, record.upstream_model));
+  if (record.prompt_fingerprint && !record.thread_id.empty() && record.status == "ok") {
+    auto diagnosis = tracker_.Diagnose(record, record.prompt_fingerprint,
+                                       RulesFor(record.provider_type, record.upstream_model));
     if (diagnosis) record.cache_diagnosis = diagnosis->ToJson();
+  } else {
+    record.prompt_fingerprint.reset();  // nothing will ever compare with it
   }
   metrics_.Observe(record);
   // Listeners read the record before the store takes it: moving it in saves a copy per request.
   for (const auto& listener : listeners_) listener(record);
   store_.Record(std::move(record));
+}
+
+size_t Recorder::RestoreThreads(const std::vector<telemetry::RequestRecord>& newest_first) {
+  size_t restored = 0;
+  // Oldest first, so that the newest thread ends up the most recently used one.
+  for (auto it = newest_first.rbegin(); it != newest_first.rend(); ++it) {
+    if (tracker_.Restore(*it)) ++restored;
+  }
+  return restored;
 }
 
 }  // namespace kvgate::gateway

@@ -24,9 +24,15 @@ class Recorder {
   // record (which is asynchronous either way: a listener never sees it committed).
   void AddListener(std::function<void(const telemetry::RequestRecord&)> listener);
 
-  // Fills record.cost (when `price` is known) and record.cache_diagnosis, then hands the record on.
-  void Record(telemetry::RequestRecord record, const std::optional<telemetry::Price>& price,
-              const telemetry::PromptFingerprint* fingerprint);
+  // Fills record.cost (when `price` is known) and, for a successful turn of a thread that carries
+  // its prompt_fingerprint, record.cache_diagnosis; then hands the record on. The fingerprint is
+  // kept (and stored) only for turns the tracker compared.
+  void Record(telemetry::RequestRecord record, const std::optional<telemetry::Price>& price);
+
+  // Gives the thread tracker the latest stored turn of each recently active thread (from
+  // TelemetryStore::LatestThreadTurns, newest first), so that a restarted gateway diagnoses a
+  // thread's next turn against its last one. Call before serving. Returns how many were taken.
+  size_t RestoreThreads(const std::vector<telemetry::RequestRecord>& newest_first);
 
   // The diagnosis rules for a provider type and model (exposed for tests).
   telemetry::CacheRules RulesFor(std::string_view provider_type, std::string_view model) const;

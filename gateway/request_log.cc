@@ -38,9 +38,11 @@ void RequestLog::Commit() {
   committed_ = true;
   record_.latency_us = ElapsedMicros();
   if (record_.status.empty()) record_.status = "ok";
-  std::optional<telemetry::PromptFingerprint> fingerprint;
-  if (prompt_) fingerprint = telemetry::Fingerprint(raw_json::Object(*prompt_));
-  recorder_.Record(std::move(record_), price_, fingerprint ? &*fingerprint : nullptr);
+  if (prompt_ && record_.status == "ok") {
+    record_.prompt_fingerprint = std::make_shared<const telemetry::PromptFingerprint>(
+        telemetry::Fingerprint(raw_json::Object(*prompt_)));
+  }
+  recorder_.Record(std::move(record_), price_);
 }
 
 }  // namespace kvgate::gateway

@@ -147,21 +147,33 @@ PromptFingerprint Fingerprint(const raw_json::Object& body) {
   return fp;
 }
 
-nlohmann::json ToJson(const PromptFingerprint& fp) {
-  nlohmann::json out = nlohmann::json::array();
+std::string ToJsonText(const PromptFingerprint& fp) {
+  // Written directly rather than through nlohmann::json: the telemetry writer does this for every
+  // turn of every thread, and the text is a fixed, flat shape.
+  std::string out = "[";
+  std::vector<uint8_t> bytes;
   for (const auto& e : fp.elements) {
-    std::vector<uint8_t> bytes;
-    bytes.reserve(e.chunks.size() * 4);
+    if (out.size() > 1) out += ',';
+    out += R"({"k":")";
+    out += KindName(e.kind);
+    out += '"';
+    if (e.kind == FingerprintElement::Kind::kMessage) {
+      out += R"(,"i":)";
+      out += std::to_string(e.message_index);
+    }
+    out += R"(,"h":")";
+    out += Hex16(e.prefix_hash);
+    out += R"(","n":)";
+    out += std::to_string(e.length);
+    bytes.clear();
     for (uint32_t c : e.chunks) {
       for (int b = 0; b < 4; ++b) bytes.push_back(uint8_t(c >> (8 * b)));
     }
-    nlohmann::json j = {{"k", KindName(e.kind)},
-                        {"h", Hex16(e.prefix_hash)},
-                        {"n", e.length},
-                        {"c", Base64(bytes)}};
-    if (e.kind == FingerprintElement::Kind::kMessage) j["i"] = e.message_index;
-    out.push_back(std::move(j));
+    out += R"(,"c":")";
+    out += Base64(bytes);
+    out += R"("})";
   }
+  out += ']';
   return out;
 }
 
@@ -259,12 +271,13 @@ nlohmann::json Diagnosis::ToJson() const {
   return j;
 }
 
-TurnSummary TurnSummary::Of(const RequestRecord& r, PromptFingerprint fingerprint) {
+TurnSummary TurnSummary::Of(const RequestRecord& r,
+                            std::shared_ptr<const PromptFingerprint> fingerprint) {
   TurnSummary t;
   t.model = r.model;
   t.provider = r.provider;
   t.created_at_us = r.created_at_us;
-  t.fingerprint = std::make_shared<const PromptFingerprint>(std::move(fingerprint));
+  t.fingerprint = std::move(fingerprint);
   t.cache_read = r.usage.cache_read;
   if (r.usage.cache_write_5m && r.usage.cache_write_1h) {
     t.cache_write = *r.usage.cache_write_5m + *r.usage.cache_write_1h;
@@ -374,11 +387,29 @@ ThreadTracker::Shard& ThreadTracker::ShardFor(const std::string& thread_id) {
   return *shards_[std::hash<std::string>{}(thread_id) % shards_.size()];
 }
 
+void ThreadTracker::InsertLocked(Shard& shard, const std::string& thread_id, TurnSummary turn) {
+  shard.lru.push_front(thread_id);
+  shard.threads.emplace(thread_id, Shard::Entry{std::move(turn), shard.lru.begin()});
+  while (shard.threads.size() > per_shard_cap_) {
+    shard.threads.erase(shard.lru.back());
+    shard.lru.pop_back();
+  }
+}
+
+bool ThreadTracker::Restore(const RequestRecord& turn) {
+  if (turn.thread_id.empty() || !turn.prompt_fingerprint) return false;
+  Shard& shard = ShardFor(turn.thread_id);
+  std::lock_guard lock(shard.mu);
+  if (shard.threads.contains(turn.thread_id)) return false;
+  InsertLocked(shard, turn.thread_id, TurnSummary::Of(turn, turn.prompt_fingerprint));
+  return true;
+}
+
 std::optional<Diagnosis> ThreadTracker::Diagnose(const RequestRecord& turn,
-                                                 const PromptFingerprint& fingerprint,
+                                                 std::shared_ptr<const PromptFingerprint> fingerprint,
                                                  const CacheRules& rules) {
   if (turn.thread_id.empty()) return std::nullopt;
-  TurnSummary current = TurnSummary::Of(turn, fingerprint);
+  TurnSummary current = TurnSummary::Of(turn, std::move(fingerprint));
   std::optional<TurnSummary> previous;
   {
     Shard& shard = ShardFor(turn.thread_id);
@@ -389,12 +420,7 @@ std::optional<Diagnosis> ThreadTracker::Diagnose(const RequestRecord& turn,
       it->second.turn = current;
       shard.lru.splice(shard.lru.begin(), shard.lru, it->second.lru_pos);
     } else {
-      shard.lru.push_front(turn.thread_id);
-      shard.threads.emplace(turn.thread_id, Shard::Entry{current, shard.lru.begin()});
-      while (shard.threads.size() > per_shard_cap_) {
-        shard.threads.erase(shard.lru.back());
-        shard.lru.pop_back();
-      }
+      InsertLocked(shard, turn.thread_id, current);
     }
   }
   // The comparison runs outside the lock: summaries are values and fingerprints immutable.

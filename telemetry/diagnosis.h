@@ -59,7 +59,7 @@ PromptFingerprint Fingerprint(const raw_json::Object& request_body);
 // Storage form (RequestRecord.prompt_fingerprint): a JSON array, one object per element:
 // {"k":"tools"|"system"|"message","i":message_index,"h":"<16 hex>","n":length,"c":"<base64 of
 // little-endian u32 chunk hashes>"}.
-nlohmann::json ToJson(const PromptFingerprint& fingerprint);
+std::string ToJsonText(const PromptFingerprint& fingerprint);
 Result<PromptFingerprint> FromJson(const nlohmann::json& json);
 
 // Where two fingerprints first differ.
@@ -116,7 +116,9 @@ struct TurnSummary {
   std::optional<int64_t> total_input;  // when every input component is known
   bool wrote_1h = false;               // the turn wrote with a 1-hour TTL
 
-  static TurnSummary Of(const RequestRecord& record, PromptFingerprint fingerprint);
+  // REQUIRES: fingerprint != nullptr.
+  static TurnSummary Of(const RequestRecord& record,
+                        std::shared_ptr<const PromptFingerprint> fingerprint);
 };
 
 // The diagnosis itself, without state: `previous` and `current` are consecutive turns of a thread,
@@ -153,8 +155,16 @@ class ThreadTracker {
   // Compares `turn` with the previous turn of turn.thread_id, then remembers `turn` as the latest.
   // Returns nullopt for a turn without thread id (not remembered) and for the first turn of a
   // thread; otherwise DiagnoseTurn(previous, this turn, rules).
-  std::optional<Diagnosis> Diagnose(const RequestRecord& turn, const PromptFingerprint& fingerprint,
+  // REQUIRES: fingerprint != nullptr.
+  std::optional<Diagnosis> Diagnose(const RequestRecord& turn,
+                                    std::shared_ptr<const PromptFingerprint> fingerprint,
                                     const CacheRules& rules);
+  // Remembers `turn` (a stored turn, with its prompt_fingerprint) as its thread's latest without
+  // diagnosing it, so that the thread's next turn is compared with it: how a restarted gateway
+  // picks up threads from the store. Does nothing, returning false, for a turn without thread id
+  // or fingerprint, and for a thread the tracker already knows (its remembered turn is newer).
+  // Restore the oldest first: each one becomes the most recently used thread.
+  bool Restore(const RequestRecord& turn);
   void Forget(const std::string& thread_id);
   size_t Size() const;
 
@@ -169,6 +179,9 @@ class ThreadTracker {
     std::unordered_map<std::string, Entry> threads;  // GUARDED_BY(mu)
   };
   Shard& ShardFor(const std::string& thread_id);
+  // Inserts a new thread at the front of its shard's LRU, evicting beyond the cap. REQUIRES: the
+  // shard's lock held and thread_id not in the shard.
+  void InsertLocked(Shard& shard, const std::string& thread_id, TurnSummary turn);
 
   // Constant after construction.
   const size_t per_shard_cap_;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -9,6 +10,8 @@
 #include "telemetry/usage.h"
 
 namespace kvgate::telemetry {
+
+struct PromptFingerprint;  // diagnosis.h
 
 struct RequestRecord {
   std::string request_id;      // kvgate's id, also sent to the client as x-request-id
@@ -32,10 +35,10 @@ struct RequestRecord {
   std::string error;           // message of the error the client saw, "" when none
   std::string upstream_request_id;  // the provider's request id header, when given
   std::string finish_reason;
-  // Prompt fingerprints at message boundaries (JSON array, diagnosis.h's storage form). Not filled
-  // by the gateway yet: the fingerprint lives only in the ThreadTracker's memory, so this column is
-  // "" in practice and a thread's first turn after a restart is not diagnosed against the one before.
-  std::string prompt_fingerprint;
+  // The prompt's fingerprint at message boundaries (diagnosis.h), on the turns the thread tracker
+  // compares (successful turns of a thread); null on the others. The store keeps each thread's
+  // latest one, so that a restarted gateway still diagnoses the thread's next turn against it.
+  std::shared_ptr<const PromptFingerprint> prompt_fingerprint;
   // Filled by the thread tracker: null JSON when reads were as expected.
   nlohmann::json cache_diagnosis;
 };

@@ -152,9 +152,18 @@ class TelemetryStore {
   //  "next_cursor": string | null}, newest first.
   virtual Result<nlohmann::json> ListRequests(const RequestQuery& query) const = 0;
   // One request with every stored field: the listed turn plus "provider_type", "api_key_id",
-  // "upstream_request_id", "finish_reason", "prompt_fingerprint" (text as recorded; "" until the gateway fills it, see record.h), "usage_raw"
-  // (the provider's usage JSON), "reported_input", "cost_priced". kNotFound when there is none.
+  // "upstream_request_id", "finish_reason", "usage_raw" (the provider's usage JSON),
+  // "reported_input", "cost_priced". kNotFound when there is none.
   virtual Result<nlohmann::json> GetRequest(std::string_view request_id) const = 0;
+  // For each thread last seen at or after `since_us`, most recently seen first and at most
+  // `max_threads` of them: the last turn recorded with a prompt_fingerprint (the Recorder keeps
+  // one only on successful turns), as a record with thread_id, request_id, created_at_us, model,
+  // provider, provider_type, upstream_model, status, usage (token counts, not raw) and
+  // prompt_fingerprint set. Only each thread's latest fingerprint is stored. Threads without one
+  // are left out, as are fingerprints that do not parse (counted in *skipped_corrupt when given).
+  // What a restarted gateway hands to its thread tracker (Recorder::RestoreThreads).
+  virtual Result<std::vector<RequestRecord>> LatestThreadTurns(int64_t since_us, int max_threads,
+                                                               int* skipped_corrupt) const = 0;
 
   virtual Stats stats() const = 0;
 };

@@ -2,6 +2,7 @@
 // a read-only connection from the pool, as one statement (one consistent WAL snapshot).
 //
 // Shapes: see store.h.
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include <set>
 #include <vector>
 
+#include "telemetry/diagnosis.h"
 #include "telemetry/pricing.h"
 #include "telemetry/store.h"
 #include "telemetry/store_sqlite.h"
@@ -28,13 +30,13 @@ constexpr std::string_view kTurnColumns =
     "cache_write_5m, cache_write_1h, uncached, output_tokens, reasoning_tokens, reported_input, "
     "usage_clamped, usage_raw, cost_cache_read, cost_cache_write, cost_uncached, cost_output, "
     "cost_total, cost_saved, cost_complete, cost_priced, error, upstream_request_id, finish_reason, "
-    "prompt_fingerprint, cache_diagnosis, seq";
+    "cache_diagnosis, seq";
 enum Col {
   kRequestId, kThreadId, kCreatedAt, kEndpoint, kModel, kProvider, kProviderType, kUpstreamModel,
   kApiKeyId, kStream, kStatus, kHttpStatus, kUpstreamStatus, kLatency, kTtft, kCacheRead,
   kCacheWrite5m, kCacheWrite1h, kUncached, kOutput, kReasoning, kReportedInput, kClamped, kUsageRaw,
   kCostCacheRead, kCostCacheWrite, kCostUncached, kCostOutput, kCostTotal, kCostSaved, kCostComplete,
-  kCostPriced, kError, kUpstreamRequestId, kFinishReason, kFingerprint, kDiagnosis, kSeq,
+  kCostPriced, kError, kUpstreamRequestId, kFinishReason, kDiagnosis, kSeq,
 };
 
 enum class Detail { kTurn, kListed, kFull };
@@ -99,7 +101,6 @@ json TurnJson(const internal::Stmt& s, Detail detail) {
     turn["api_key_id"] = s.Text(kApiKeyId);
     turn["upstream_request_id"] = s.Text(kUpstreamRequestId);
     turn["finish_reason"] = s.Text(kFinishReason);
-    turn["prompt_fingerprint"] = s.Text(kFingerprint);
     turn["usage_raw"] = StoredJson(s, kUsageRaw);
     turn["reported_input"] = OptInt(s.OptInt(kReportedInput));
     turn["cost_priced"] = s.Int(kCostPriced) != 0;
@@ -137,7 +138,7 @@ std::string RequestCursor(int64_t created_at_us, int64_t seq) {
 }
 
 template <class F>
-Result<json> Guarded(F&& f) {
+auto Guarded(F&& f) -> decltype(f()) {
   try {
     return f();
   } catch (const std::exception& e) {
@@ -376,6 +377,58 @@ Result<json> SqliteTelemetryStore::GetRequest(std::string_view request_id) const
     if (!row) return std::unexpected(row.error());
     if (!*row) return MakeError(ErrorCode::kNotFound, "no request \"" + std::string(request_id) + "\"");
     return TurnJson(s, Detail::kFull);
+  });
+}
+
+Result<std::vector<RequestRecord>> SqliteTelemetryStore::LatestThreadTurns(int64_t since_us,
+                                                                          int max_threads,
+                                                                          int* skipped_corrupt) const {
+  if (skipped_corrupt) *skipped_corrupt = 0;
+  auto reader = AcquireReader();
+  if (!reader) return std::unexpected(reader.error());
+  // The fingerprint comes from thread_last_prompt, the rest of the turn from its request row.
+  constexpr int kFingerprintColumn = kSeq + 1;
+  auto stmt = (*reader)->db().Prepare(
+      "SELECT " + std::string(kTurnColumns) + ", fingerprint FROM (SELECT p.request_id AS pick, "
+      "p.fingerprint AS fingerprint, t.last_seen_us AS last_seen FROM thread_last_prompt p JOIN "
+      "threads t ON t.thread_id = p.thread_id WHERE t.last_seen_us >= ?1) JOIN requests ON "
+      "requests.request_id = pick ORDER BY last_seen DESC LIMIT ?2");
+  if (!stmt) return std::unexpected(stmt.error());
+  Stmt& s = **stmt;
+  s.BindInt(1, since_us);
+  s.BindInt(2, std::max(0, max_threads));
+  return Guarded([&]() -> Result<std::vector<RequestRecord>> {
+    std::vector<RequestRecord> turns;
+    for (;;) {
+      Result<bool> row = s.Step();
+      if (!row) return std::unexpected(row.error());
+      if (!*row) break;
+      auto fingerprint =
+          FromJson(json::parse(s.Text(kFingerprintColumn), nullptr, /*allow_exceptions=*/false));
+      if (!fingerprint) {
+        if (skipped_corrupt) ++*skipped_corrupt;
+        continue;
+      }
+      RequestRecord r;
+      r.thread_id = s.Text(kThreadId);
+      r.request_id = s.Text(kRequestId);
+      r.created_at_us = s.Int(kCreatedAt);
+      r.model = s.Text(kModel);
+      r.provider = s.Text(kProvider);
+      r.provider_type = s.Text(kProviderType);
+      r.upstream_model = s.Text(kUpstreamModel);
+      r.status = s.Text(kStatus);
+      r.usage.cache_read = s.OptInt(kCacheRead);
+      r.usage.cache_write_5m = s.OptInt(kCacheWrite5m);
+      r.usage.cache_write_1h = s.OptInt(kCacheWrite1h);
+      r.usage.uncached = s.OptInt(kUncached);
+      r.usage.output = s.OptInt(kOutput);
+      r.usage.reasoning = s.OptInt(kReasoning);
+      r.usage.reported_input = s.OptInt(kReportedInput);
+      r.prompt_fingerprint = std::make_shared<const PromptFingerprint>(std::move(*fingerprint));
+      turns.push_back(std::move(r));
+    }
+    return turns;
   });
 }
 

@@ -87,8 +87,23 @@ CREATE TABLE thread_models (
 CREATE INDEX thread_models_by_model ON thread_models (model, thread_id);
 )sql";
 
-constexpr std::array<Migration, 1> kCoreMigrations = {{
+// thread_last_prompt: the prompt fingerprint (diagnosis.h's JSON form) of each thread's latest
+// diagnosable turn, overwritten turn by turn, so that a restarted gateway can compare the thread's
+// next turn with it. One row per thread rather than a column per request: a fingerprint is about
+// 1/12 of the prompt's size, which in a long agent thread would dwarf the rest of its rows. The
+// per-request column of version 1 was never filled and is dropped.
+constexpr std::string_view kThreadLastPrompt = R"sql(
+CREATE TABLE thread_last_prompt (
+  thread_id   TEXT PRIMARY KEY,
+  request_id  TEXT NOT NULL,
+  fingerprint TEXT NOT NULL
+);
+ALTER TABLE requests DROP COLUMN prompt_fingerprint;
+)sql";
+
+constexpr std::array<Migration, 2> kCoreMigrations = {{
     {1, "requests_and_threads", kRequestsAndThreads},
+    {2, "thread_last_prompt", kThreadLastPrompt},
 }};
 
 constexpr std::string_view kMigrationsTable = R"sql(

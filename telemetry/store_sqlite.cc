@@ -7,6 +7,7 @@
 #include <set>
 #include <utility>
 
+#include "telemetry/diagnosis.h"
 #include "telemetry/store.h"
 #include "telemetry/store_sqlite.h"
 
@@ -24,10 +25,9 @@ INSERT INTO requests (
   cache_read, cache_write_5m, cache_write_1h, uncached, output_tokens, reasoning_tokens,
   reported_input, usage_clamped, usage_raw,
   cost_cache_read, cost_cache_write, cost_uncached, cost_output, cost_total, cost_saved,
-  cost_complete, cost_priced, error, upstream_request_id, finish_reason, prompt_fingerprint,
-  cache_diagnosis)
+  cost_complete, cost_priced, error, upstream_request_id, finish_reason, cache_diagnosis)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20,
-        ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, ?35, ?36, ?37)
+        ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, ?35, ?36)
 ON CONFLICT (request_id) DO NOTHING)sql";
 
 // A batch's turns of one thread folded into its aggregates. Token sums count known values only;
@@ -47,6 +47,12 @@ ON CONFLICT (thread_id) DO UPDATE SET
   cost_total = cost_total + excluded.cost_total,
   known_input_read = known_input_read + excluded.known_input_read,
   known_input_total = known_input_total + excluded.known_input_total)sql";
+
+// A thread's latest diagnosable turn: its request and prompt fingerprint (see RequestRecord).
+constexpr const char* kUpsertThreadLastPrompt = R"sql(
+INSERT INTO thread_last_prompt (thread_id, request_id, fingerprint) VALUES (?1, ?2, ?3)
+ON CONFLICT (thread_id) DO UPDATE SET request_id = excluded.request_id,
+                                      fingerprint = excluded.fingerprint)sql";
 
 constexpr const char* kInsertThreadModel =
     "INSERT OR IGNORE INTO thread_models (thread_id, model) VALUES (?1, ?2)";
@@ -71,6 +77,7 @@ struct ThreadDelta {
   int64_t known_input_read = 0;
   int64_t known_input_total = 0;
   std::set<std::string> models;
+  const RequestRecord* last_prompt = nullptr;  // the batch's last turn with a prompt fingerprint
 
   void Add(const RequestRecord& r) {
     const Usage& u = r.usage;
@@ -86,6 +93,7 @@ struct ThreadDelta {
     known_input_read += total_input.has_value() ? u.cache_read.value_or(0) : 0;
     known_input_total += total_input.value_or(0);
     models.insert(r.model);
+    if (r.prompt_fingerprint) last_prompt = &r;
   }
 };
 
@@ -306,11 +314,10 @@ Status SqliteTelemetryStore::InsertRequest(const RequestRecord& r) {
   s.BindTextNoCopy(33, r.error);
   s.BindTextNoCopy(34, r.upstream_request_id);
   s.BindTextNoCopy(35, r.finish_reason);
-  s.BindTextNoCopy(36, r.prompt_fingerprint);
   if (r.cache_diagnosis.is_null()) {
-    s.BindNull(37);
+    s.BindNull(36);
   } else {
-    s.BindTextNoCopy(37, diagnosis);
+    s.BindTextNoCopy(36, diagnosis);
   }
   if (Result<bool> step = s.Step(); !step) return fail(step.error());
   if (writer_db_->Changes() == 0) {
@@ -342,6 +349,20 @@ Status SqliteTelemetryStore::UpsertThread(std::string_view thread_id, const Thre
     (*model_stmt)->BindText(1, thread_id);
     (*model_stmt)->BindText(2, model);
     if (Result<bool> step = (*model_stmt)->Step(); !step) return fail(step.error());
+  }
+  if (d.last_prompt != nullptr) {
+    std::string fingerprint;
+    try {
+      fingerprint = ToJsonText(*d.last_prompt->prompt_fingerprint);
+    } catch (const std::exception& e) {
+      return fail(Error{ErrorCode::kInternal, std::string("fingerprint: ") + e.what()});
+    }
+    auto prompt_stmt = writer_db_->Prepare(kUpsertThreadLastPrompt);
+    if (!prompt_stmt) return fail(prompt_stmt.error());
+    (*prompt_stmt)->BindText(1, thread_id);
+    (*prompt_stmt)->BindText(2, d.last_prompt->request_id);
+    (*prompt_stmt)->BindText(3, fingerprint);
+    if (Result<bool> step = (*prompt_stmt)->Step(); !step) return fail(step.error());
   }
   return {};
 }

@@ -37,6 +37,8 @@ class SqliteTelemetryStore final : public TelemetryStore {
   Result<nlohmann::json> GetThread(std::string_view thread_id) const override;
   Result<nlohmann::json> ListRequests(const RequestQuery& query) const override;
   Result<nlohmann::json> GetRequest(std::string_view request_id) const override;
+  Result<std::vector<RequestRecord>> LatestThreadTurns(int64_t since_us, int max_threads,
+                                                       int* skipped_corrupt) const override;
   Stats stats() const override;
 
   // Starts the writer thread; called once by Open().

@@ -20,6 +20,10 @@ PromptFingerprint Fingerprint(const json& body) {
   const std::string text = body.dump();
   return telemetry::Fingerprint(raw_json::Object(raw_json::Parse(text).value()));
 }
+std::shared_ptr<const PromptFingerprint> Fp(const json& body) {
+  return std::make_shared<const PromptFingerprint>(Fingerprint(body));
+}
+
 PromptFingerprint FingerprintOfText(std::string_view text) {
   return telemetry::Fingerprint(raw_json::Object(raw_json::Parse(text).value()));
 }
@@ -78,8 +82,19 @@ TEST(FingerprintTest, MinifiedAndOrderedToolsSystemMessages) {
 
 TEST(FingerprintTest, JsonRoundTripAndRejectsCorruption) {
   PromptFingerprint fp = Fingerprint(Body(kSystem, 3));
-  json stored = ToJson(fp);
+  json stored = json::parse(ToJsonText(fp));
   ASSERT_TRUE(stored.is_array());
+  ASSERT_EQ(stored.size(), fp.elements.size());
+  EXPECT_EQ(stored[0]["k"], "message");
+  EXPECT_EQ(stored[0]["i"], 0);
+  EXPECT_EQ(stored[1]["i"], 1);
+  EXPECT_EQ(stored[1]["h"].get<std::string>().size(), 16u);
+  // An Anthropic-style top-level system prompt is its own element, without a message index.
+  json top = json::parse(ToJsonText(Fingerprint(json{{"system", "be brief"}, {"messages", json::array()}})));
+  ASSERT_EQ(top.size(), 1u);
+  EXPECT_EQ(top[0]["k"], "system");
+  EXPECT_FALSE(top[0].contains("i"));
+  EXPECT_EQ(FromJson(top)->elements.size(), 1u);
   auto back = FromJson(json::parse(stored.dump()));
   ASSERT_TRUE(back.has_value()) << back.error().ToString();
   EXPECT_EQ(*back, fp);
@@ -131,39 +146,39 @@ TEST(FingerprintTest, ComparisonFindsMessageAndCharacter) {
 TEST(ThreadTrackerTest, FirstTurnAndNoThreadIdGiveNull) {
   ThreadTracker tracker;
   RequestRecord first = Turn(0, 0, 900);
-  EXPECT_FALSE(tracker.Diagnose(first, Fingerprint(Body(kSystem, 1)), kOpenAI).has_value());
+  EXPECT_FALSE(tracker.Diagnose(first, Fp(Body(kSystem, 1)), kOpenAI).has_value());
   RequestRecord anon = Turn(10, 0, 900);
   anon.thread_id.clear();
-  EXPECT_FALSE(tracker.Diagnose(anon, Fingerprint(Body(kSystem, 1)), kOpenAI).has_value());
+  EXPECT_FALSE(tracker.Diagnose(anon, Fp(Body(kSystem, 1)), kOpenAI).has_value());
   EXPECT_EQ(tracker.Size(), 1u);
 }
 
 TEST(ThreadTrackerTest, ReadsAsExpectedGiveNull) {
   ThreadTracker tracker;
-  ASSERT_FALSE(tracker.Diagnose(Turn(0, 0, 1100), Fingerprint(Body(kSystem, 1)), kOpenAI));
+  ASSERT_FALSE(tracker.Diagnose(Turn(0, 0, 1100), Fp(Body(kSystem, 1)), kOpenAI));
   // 1100 previous tokens -> 1024 cacheable (128-token steps from 1024); 1024 read: as expected.
-  auto d = tracker.Diagnose(Turn(30, 1024, 100), Fingerprint(Body(kSystem, 2)), kOpenAI);
+  auto d = tracker.Diagnose(Turn(30, 1024, 100), Fp(Body(kSystem, 2)), kOpenAI);
   EXPECT_FALSE(d.has_value()) << d->ToJson().dump();
   // One granularity step short is still within tolerance.
-  d = tracker.Diagnose(Turn(60, 1024, 300), Fingerprint(Body(kSystem, 3)), kOpenAI);
+  d = tracker.Diagnose(Turn(60, 1024, 300), Fp(Body(kSystem, 3)), kOpenAI);
   EXPECT_FALSE(d.has_value()) << d->ToJson().dump();
 }
 
 TEST(ThreadTrackerTest, UnknownUsageIsNotJudged) {
   ThreadTracker tracker;
-  ASSERT_FALSE(tracker.Diagnose(Turn(0, 0, 2000), Fingerprint(Body(kSystem, 1)), kOpenAI));
+  ASSERT_FALSE(tracker.Diagnose(Turn(0, 0, 2000), Fp(Body(kSystem, 1)), kOpenAI));
   RequestRecord unknown = Turn(400, 0, 2100);
   unknown.usage.cache_read.reset();  // e.g. vLLM without --enable-prompt-tokens-details
-  EXPECT_FALSE(tracker.Diagnose(unknown, Fingerprint(Body(kSystem, 2)), kOpenAI).has_value());
+  EXPECT_FALSE(tracker.Diagnose(unknown, Fp(Body(kSystem, 2)), kOpenAI).has_value());
   // And the turn after an unknown one cannot be judged for automatic caching either.
   RequestRecord next = Turn(800, 0, 2200);
-  EXPECT_FALSE(tracker.Diagnose(next, Fingerprint(Body(kSystem, 3)), kOpenAI).has_value());
+  EXPECT_FALSE(tracker.Diagnose(next, Fp(Body(kSystem, 3)), kOpenAI).has_value());
 }
 
 TEST(ThreadTrackerTest, ExpiredAfterIdleBeyondTtl) {
   ThreadTracker tracker;
-  ASSERT_FALSE(tracker.Diagnose(Turn(0, 0, 2000), Fingerprint(Body(kSystem, 1)), kOpenAI));
-  auto d = tracker.Diagnose(Turn(301, 0, 2100), Fingerprint(Body(kSystem, 2)), kOpenAI);
+  ASSERT_FALSE(tracker.Diagnose(Turn(0, 0, 2000), Fp(Body(kSystem, 1)), kOpenAI));
+  auto d = tracker.Diagnose(Turn(301, 0, 2100), Fp(Body(kSystem, 2)), kOpenAI);
   ASSERT_TRUE(d.has_value());
   EXPECT_EQ(d->cause, "expired");
   EXPECT_EQ(d->expected_cached, 1920);
@@ -176,8 +191,8 @@ TEST(ThreadTrackerTest, ExpiredAfterIdleBeyondTtl) {
 
 TEST(ThreadTrackerTest, ZeroReadsBeforeTtlIsEviction) {
   ThreadTracker tracker;
-  ASSERT_FALSE(tracker.Diagnose(Turn(0, 0, 2000), Fingerprint(Body(kSystem, 1)), kOpenAI));
-  auto d = tracker.Diagnose(Turn(60, 0, 2100), Fingerprint(Body(kSystem, 2)), kOpenAI);
+  ASSERT_FALSE(tracker.Diagnose(Turn(0, 0, 2000), Fp(Body(kSystem, 1)), kOpenAI));
+  auto d = tracker.Diagnose(Turn(60, 0, 2100), Fp(Body(kSystem, 2)), kOpenAI);
   ASSERT_TRUE(d.has_value());
   EXPECT_EQ(d->cause, "partial_eviction");
 }
@@ -186,8 +201,8 @@ TEST(ThreadTrackerTest, NoTtlMeansNeverExpired) {
   // Self-hosted engines evict under memory pressure only.
   CacheRules engine{.min_tokens = 0, .granularity = 16, .ttl_seconds = std::nullopt};
   ThreadTracker tracker;
-  ASSERT_FALSE(tracker.Diagnose(Turn(0, 0, 2000), Fingerprint(Body(kSystem, 1)), engine));
-  auto d = tracker.Diagnose(Turn(86'400, 0, 2100), Fingerprint(Body(kSystem, 2)), engine);
+  ASSERT_FALSE(tracker.Diagnose(Turn(0, 0, 2000), Fp(Body(kSystem, 1)), engine));
+  auto d = tracker.Diagnose(Turn(86'400, 0, 2100), Fp(Body(kSystem, 2)), engine);
   ASSERT_TRUE(d.has_value());
   EXPECT_EQ(d->cause, "partial_eviction");
   EXPECT_EQ(d->expected_cached, 2000);
@@ -195,8 +210,8 @@ TEST(ThreadTrackerTest, NoTtlMeansNeverExpired) {
 
 TEST(ThreadTrackerTest, PartialEviction) {
   ThreadTracker tracker;
-  ASSERT_FALSE(tracker.Diagnose(Turn(0, 0, 4000), Fingerprint(Body(kSystem, 1)), kOpenAI));
-  auto d = tracker.Diagnose(Turn(20, 1024, 3100), Fingerprint(Body(kSystem, 2)), kOpenAI);
+  ASSERT_FALSE(tracker.Diagnose(Turn(0, 0, 4000), Fp(Body(kSystem, 1)), kOpenAI));
+  auto d = tracker.Diagnose(Turn(20, 1024, 3100), Fp(Body(kSystem, 2)), kOpenAI);
   ASSERT_TRUE(d.has_value());
   EXPECT_EQ(d->cause, "partial_eviction");
   EXPECT_EQ(d->expected_cached, 3968);
@@ -205,12 +220,12 @@ TEST(ThreadTrackerTest, PartialEviction) {
 
 TEST(ThreadTrackerTest, PromptChangedNamesMessageAndCharacter) {
   ThreadTracker tracker;
-  ASSERT_FALSE(tracker.Diagnose(Turn(0, 0, 2000), Fingerprint(Body(kSystem, 1)), kOpenAI));
+  ASSERT_FALSE(tracker.Diagnose(Turn(0, 0, 2000), Fp(Body(kSystem, 1)), kOpenAI));
   json edited = Body(kSystem, 2);
   std::string text = kSystem;
   text[200] = '!';  // e.g. a timestamp in the system prompt
   edited["messages"][0]["content"] = text;
-  auto d = tracker.Diagnose(Turn(20, 0, 2100), Fingerprint(edited), kOpenAI);
+  auto d = tracker.Diagnose(Turn(20, 0, 2100), Fp(edited), kOpenAI);
   ASSERT_TRUE(d.has_value());
   EXPECT_EQ(d->cause, "prompt_changed");
   json j = d->ToJson();
@@ -224,10 +239,10 @@ TEST(ThreadTrackerTest, PromptChangedInToolsNamesTools) {
   ThreadTracker tracker;
   json a = Body(kSystem, 1);
   a["tools"] = json::array({{{"type", "function"}, {"function", {{"name", "search"}}}}});
-  ASSERT_FALSE(tracker.Diagnose(Turn(0, 0, 2000), Fingerprint(a), kOpenAI));
+  ASSERT_FALSE(tracker.Diagnose(Turn(0, 0, 2000), Fp(a), kOpenAI));
   json b = Body(kSystem, 2);
   b["tools"] = json::array({{{"type", "function"}, {"function", {{"name", "lookup"}}}}});
-  auto d = tracker.Diagnose(Turn(20, 0, 2100), Fingerprint(b), kOpenAI);
+  auto d = tracker.Diagnose(Turn(20, 0, 2100), Fp(b), kOpenAI);
   ASSERT_TRUE(d.has_value());
   EXPECT_EQ(d->cause, "prompt_changed");
   EXPECT_EQ(d->ToJson()["element"], "tools");
@@ -236,10 +251,10 @@ TEST(ThreadTrackerTest, PromptChangedInToolsNamesTools) {
 
 TEST(ThreadTrackerTest, ModelSwitch) {
   ThreadTracker tracker;
-  ASSERT_FALSE(tracker.Diagnose(Turn(0, 0, 2000), Fingerprint(Body(kSystem, 1)), kOpenAI));
+  ASSERT_FALSE(tracker.Diagnose(Turn(0, 0, 2000), Fp(Body(kSystem, 1)), kOpenAI));
   RequestRecord switched = Turn(20, 0, 2100);
   switched.model = "gpt-4o-mini";
-  auto d = tracker.Diagnose(switched, Fingerprint(Body(kSystem, 2)), kOpenAI);
+  auto d = tracker.Diagnose(switched, Fp(Body(kSystem, 2)), kOpenAI);
   ASSERT_TRUE(d.has_value());
   EXPECT_EQ(d->cause, "model_switch");
   EXPECT_EQ(d->ToJson()["previous_model"], "gpt-4o");
@@ -247,7 +262,7 @@ TEST(ThreadTrackerTest, ModelSwitch) {
   RequestRecord other = Turn(40, 0, 2200);
   other.model = "gpt-4o-mini";
   other.provider = "azure";
-  d = tracker.Diagnose(other, Fingerprint(Body(kSystem, 3)), kOpenAI);
+  d = tracker.Diagnose(other, Fp(Body(kSystem, 3)), kOpenAI);
   ASSERT_TRUE(d.has_value());
   EXPECT_EQ(d->cause, "model_switch");
   EXPECT_EQ(d->ToJson()["previous_provider"], "openai");
@@ -256,8 +271,8 @@ TEST(ThreadTrackerTest, ModelSwitch) {
 TEST(ThreadTrackerTest, BelowMinimum) {
   ThreadTracker tracker;
   const std::string short_system(100, 'q');
-  ASSERT_FALSE(tracker.Diagnose(Turn(0, 0, 300), Fingerprint(Body(short_system, 1)), kOpenAI));
-  auto d = tracker.Diagnose(Turn(10, 0, 400), Fingerprint(Body(short_system, 2)), kOpenAI);
+  ASSERT_FALSE(tracker.Diagnose(Turn(0, 0, 300), Fp(Body(short_system, 1)), kOpenAI));
+  auto d = tracker.Diagnose(Turn(10, 0, 400), Fp(Body(short_system, 2)), kOpenAI);
   ASSERT_TRUE(d.has_value());
   EXPECT_EQ(d->cause, "below_minimum");
   EXPECT_EQ(d->ToJson()["min_tokens"], 1024);
@@ -265,38 +280,38 @@ TEST(ThreadTrackerTest, BelowMinimum) {
   CacheRules no_min = kOpenAI;
   no_min.min_tokens = 0;
   no_min.granularity = 1;
-  d = tracker.Diagnose(Turn(20, 400, 100), Fingerprint(Body(short_system, 3)), no_min);
+  d = tracker.Diagnose(Turn(20, 400, 100), Fp(Body(short_system, 3)), no_min);
   EXPECT_FALSE(d.has_value());
 }
 
 TEST(ThreadTrackerTest, ExplicitCachingExpectsOnlyWhatWasWritten) {
   ThreadTracker tracker;
   // Anthropic-style: the first turn wrote 1500 tokens at a breakpoint, 500 left uncached.
-  ASSERT_FALSE(tracker.Diagnose(Turn(0, 0, 500, 1500), Fingerprint(Body(kSystem, 1)), kAnthropic));
-  auto d = tracker.Diagnose(Turn(20, 1500, 700), Fingerprint(Body(kSystem, 2)), kAnthropic);
+  ASSERT_FALSE(tracker.Diagnose(Turn(0, 0, 500, 1500), Fp(Body(kSystem, 1)), kAnthropic));
+  auto d = tracker.Diagnose(Turn(20, 1500, 700), Fp(Body(kSystem, 2)), kAnthropic);
   EXPECT_FALSE(d.has_value()) << d->ToJson().dump();
   // Reads falling short of what the previous turn read are judged as usual.
   auto short_read =
-      tracker.Diagnose(Turn(40, 200, 2300), Fingerprint(Body(kSystem, 3)), kAnthropic);
+      tracker.Diagnose(Turn(40, 200, 2300), Fp(Body(kSystem, 3)), kAnthropic);
   ASSERT_TRUE(short_read.has_value());
   EXPECT_EQ(short_read->cause, "partial_eviction");
   EXPECT_EQ(short_read->expected_cached, 1500);
   // A thread whose turns mark nothing (no writes, no reads) leaves nothing to expect.
   RequestRecord plain = Turn(0, 0, 2500);
   plain.thread_id = "thr_plain";
-  ASSERT_FALSE(tracker.Diagnose(plain, Fingerprint(Body(kSystem, 1)), kAnthropic));
+  ASSERT_FALSE(tracker.Diagnose(plain, Fp(Body(kSystem, 1)), kAnthropic));
   plain.created_at_us += 20'000'000;
   plain.usage.uncached = 2600;
-  EXPECT_FALSE(tracker.Diagnose(plain, Fingerprint(Body(kSystem, 2)), kAnthropic).has_value());
+  EXPECT_FALSE(tracker.Diagnose(plain, Fp(Body(kSystem, 2)), kAnthropic).has_value());
 }
 
 TEST(ThreadTrackerTest, OneHourWritesExtendTheTtl) {
   ThreadTracker tracker;
   RequestRecord first = Turn(0, 0, 100);
   first.usage.cache_write_1h = 2000;
-  ASSERT_FALSE(tracker.Diagnose(first, Fingerprint(Body(kSystem, 1)), kAnthropic));
+  ASSERT_FALSE(tracker.Diagnose(first, Fp(Body(kSystem, 1)), kAnthropic));
   // 10 minutes idle: past the 5-minute TTL but within the 1-hour one, so not "expired".
-  auto d = tracker.Diagnose(Turn(600, 0, 2200), Fingerprint(Body(kSystem, 2)), kAnthropic);
+  auto d = tracker.Diagnose(Turn(600, 0, 2200), Fp(Body(kSystem, 2)), kAnthropic);
   ASSERT_TRUE(d.has_value());
   EXPECT_EQ(d->cause, "partial_eviction");
 }
@@ -308,7 +323,7 @@ TEST(ThreadTrackerTest, LruForgetsLeastRecentlyUsedThreads) {
     r.thread_id = thread;
     return r;
   };
-  const PromptFingerprint fp = Fingerprint(Body(kSystem, 1));
+  const auto fp = Fp(Body(kSystem, 1));
   tracker.Diagnose(turn_of("a", 0), fp, kOpenAI);
   tracker.Diagnose(turn_of("b", 1), fp, kOpenAI);
   tracker.Diagnose(turn_of("a", 2), fp, kOpenAI);  // a is now the most recent
@@ -324,9 +339,50 @@ TEST(ThreadTrackerTest, LruForgetsLeastRecentlyUsedThreads) {
   EXPECT_EQ(tracker.Size(), 1u);
 }
 
+TEST(ThreadTrackerTest, RestoredTurnIsComparedWithTheThreadsNextTurn) {
+  // A turn read back from the store (with its fingerprint), as a restarted gateway restores it.
+  RequestRecord stored = Turn(0, 0, 2000);
+  stored.prompt_fingerprint = Fp(Body(kSystem, 1));
+  json edited = Body(kSystem, 2);
+  edited["messages"][0]["content"] = "EDITED " + kSystem;
+  {
+    ThreadTracker tracker;
+    ASSERT_TRUE(tracker.Restore(stored));
+    auto d = tracker.Diagnose(Turn(20, 0, 2100), Fp(edited), kOpenAI);
+    ASSERT_TRUE(d.has_value());
+    EXPECT_EQ(d->cause, "prompt_changed");
+    EXPECT_EQ(d->message_index, 0);
+  }
+  {
+    // Without the restore, the same turn is a thread's first: nothing to compare with.
+    ThreadTracker tracker;
+    EXPECT_FALSE(tracker.Diagnose(Turn(20, 0, 2100), Fp(edited), kOpenAI).has_value());
+  }
+  {
+    // A thread the tracker already knows keeps its (newer) in-memory turn.
+    ThreadTracker tracker;
+    ASSERT_FALSE(tracker.Diagnose(Turn(10, 0, 2000), Fp(edited), kOpenAI));
+    EXPECT_FALSE(tracker.Restore(stored));
+    json next = edited;
+    next["messages"].push_back({{"role", "user"}, {"content", "one more"}});
+    // Against the in-memory turn the prefix is intact (the restored one would say prompt_changed).
+    auto d = tracker.Diagnose(Turn(20, 0, 2100), Fp(next), kOpenAI);
+    ASSERT_TRUE(d.has_value());
+    EXPECT_EQ(d->cause, "partial_eviction");
+  }
+  ThreadTracker tracker;
+  RequestRecord no_thread = stored;
+  no_thread.thread_id.clear();
+  EXPECT_FALSE(tracker.Restore(no_thread));
+  RequestRecord no_fingerprint = stored;
+  no_fingerprint.prompt_fingerprint.reset();
+  EXPECT_FALSE(tracker.Restore(no_fingerprint));
+  EXPECT_EQ(tracker.Size(), 0u);
+}
+
 TEST(ThreadTrackerTest, ConcurrentThreadsAreSafe) {
   ThreadTracker tracker({.max_threads = 64, .shards = 4});
-  const PromptFingerprint fp = Fingerprint(Body(kSystem, 1));
+  const auto fp = Fp(Body(kSystem, 1));
   std::vector<std::thread> workers;
   std::atomic<int> diagnosed{0};
   for (int w = 0; w < 4; ++w) {

@@ -60,3 +60,28 @@ def test_causes_on_the_right_turns(short_ttl_gw):
     ask(client, "gpt-4o-mini", short + [{"role": "user", "content": "again"}], "diag-2")
     turns = gw.wait_turns("diag-2", 2)
     assert turns[1]["cache_diagnosis"]["cause"] == "below_minimum", turns[1]
+
+
+def test_diagnosis_continues_across_a_restart(kvgate_bin, sim, tmp_path, kvgate_process_class):
+    """The last turn of a thread is stored with its prompt fingerprint; a restarted kvgate reads it
+    back, so the thread's first turn after the restart is still compared with the one before."""
+    kg = kvgate_process_class(kvgate_bin, tmp_path / "restart", sim.port, name="restart").start()
+    system = {"role": "system", "content": long_text(7)}
+    msgs = [system, {"role": "user", "content": "before the restart"}]
+    ask(kg.gateway().client(), "gpt-4o-mini", msgs, "diag-restart")
+    ask(kg.gateway().client(), "gpt-4o-mini", [{"role": "user", "content": "no thread"}],
+        "")  # an empty thread id: no thread, so nothing to remember
+    kg.gateway().wait_turns("diag-restart", 1)
+    assert kg.terminate() == 0
+
+    kg.start()
+    assert "restored the last turn of 1 threads for cache diagnosis" in kg.stderr_tail()
+    gw = kg.gateway()
+    edited = [{"role": "system", "content": "EDITED " + system["content"]}] + msgs[1:] + \
+        [{"role": "user", "content": "after the restart"}]
+    ask(gw.client(), "gpt-4o-mini", edited, "diag-restart")
+    turns = gw.wait_turns("diag-restart", 2)
+    diagnosis = turns[1]["cache_diagnosis"]
+    assert diagnosis and diagnosis["cause"] == "prompt_changed", turns[1]
+    assert diagnosis["message_index"] == 0 and diagnosis["char_offset"] < 64, diagnosis
+    assert kg.terminate() == 0

@@ -11,6 +11,7 @@
 
 #include "common/clock.h"
 #include "store_test_util.h"
+#include "telemetry/diagnosis.h"
 
 namespace kvgate::telemetry {
 namespace {
@@ -26,6 +27,15 @@ std::unique_ptr<TelemetryStore> OpenOrDie(const std::string& path, const Clock& 
   auto store = TelemetryStore::Open(path, clock, std::move(options));
   EXPECT_TRUE(store.has_value()) << (store ? "" : store.error().ToString());
   return store ? std::move(*store) : nullptr;
+}
+
+std::shared_ptr<const PromptFingerprint> TwoElementFingerprint(uint64_t salt = 0) {
+  PromptFingerprint fp;
+  fp.elements.push_back({FingerprintElement::Kind::kSystem, -1, 0x0123456789abcdefULL ^ salt, 70,
+                         {0xdeadbeefu, 7u}});
+  fp.elements.push_back({FingerprintElement::Kind::kMessage, 0, 0xfedcba9876543210ULL ^ salt, 10,
+                         {42u}});
+  return std::make_shared<const PromptFingerprint>(std::move(fp));
 }
 
 std::set<std::string> Keys(const json& obj) {
@@ -75,7 +85,6 @@ TEST(TelemetryStoreTest, ThreadShapeAndValues) {
   first.latency_us = 1'234'567;
   first.ttft_us = 250'500;
   first.stream = true;
-  first.prompt_fingerprint = R"(["a1","b2"])";
   RequestRecord second = MakeRecord("req_2", "th_a", kT0 + 2'000'000, "claude-sonnet-4-5", UsageFlavor::kAnthropic,
                                     R"({"input_tokens": 21, "cache_creation_input_tokens": 188086,
                                         "cache_read_input_tokens": 3000, "output_tokens": 393})");
@@ -183,7 +192,6 @@ TEST(TelemetryStoreTest, GetRequestHasEveryField) {
   r.api_key_id = "key_1";
   r.upstream_request_id = "up-9";
   r.finish_reason = "stop";
-  r.prompt_fingerprint = R"(["h1"])";
   r.endpoint = "completions";
   r.created_at_us = 0;  // stamped with the clock
   store->Record(r);
@@ -200,7 +208,6 @@ TEST(TelemetryStoreTest, GetRequestHasEveryField) {
   EXPECT_EQ(g["api_key_id"], "key_1");
   EXPECT_EQ(g["upstream_request_id"], "up-9");
   EXPECT_EQ(g["finish_reason"], "stop");
-  EXPECT_EQ(g["prompt_fingerprint"], R"(["h1"])");
   EXPECT_EQ(g["usage_raw"], json::parse(r.usage.raw));
   EXPECT_EQ(g["reported_input"], 1000);
   EXPECT_EQ(g["cost_priced"], true);
@@ -210,6 +217,124 @@ TEST(TelemetryStoreTest, GetRequestHasEveryField) {
   Result<json> threads = store->ListThreads({});
   ASSERT_TRUE(threads.has_value());
   EXPECT_TRUE((*threads)["threads"].empty());
+}
+
+TEST(TelemetryStoreTest, LatestThreadTurnsGivesEachRecentThreadsNewestFingerprintedOkTurn) {
+  TempDir dir;
+  FakeClock clock;
+  auto store = OpenOrDie(dir.File("t.db"), clock);
+  const char* usage = R"({"prompt_tokens": 2000, "completion_tokens": 5,
+                          "prompt_tokens_details": {"cached_tokens": 1024}})";
+  auto turn = [&](const std::string& id, const std::string& thread, int64_t at_s, uint64_t salt) {
+    RequestRecord r = MakeRecord(id, thread, kT0 + at_s * 1'000'000, "gpt-4o-mini",
+                                 UsageFlavor::kOpenAIChat, usage);
+    r.prompt_fingerprint = TwoElementFingerprint(salt);
+    return r;
+  };
+  store->Record(turn("a_old", "a", 10, 1));
+  store->Record(turn("a_new", "a", 20, 2));
+  ASSERT_TRUE(store->Flush().has_value());  // the next turns of `a` come in a later batch
+  store->Record(turn("a_new2", "a", 30, 3));
+  store->Record(turn("a_newest", "a", 35, 8));  // same batch: the last recorded one is kept
+  RequestRecord a_plain = turn("a_plain", "a", 40, 4);  // newer, but nothing to compare with
+  a_plain.prompt_fingerprint.reset();
+  store->Record(a_plain);
+  store->Record(turn("b_only", "b", 50, 5));
+  store->Record(turn("c_stale", "c", 1, 6));  // last seen before the window
+  RequestRecord d_plain = turn("d_plain", "d", 60, 7);  // a thread with no fingerprinted turn
+  d_plain.prompt_fingerprint.reset();
+  store->Record(d_plain);
+  ASSERT_TRUE(store->Flush().has_value());
+
+  int corrupt = -1;
+  auto turns = store->LatestThreadTurns(kT0 + 5'000'000, 100, &corrupt);
+  ASSERT_TRUE(turns.has_value()) << turns.error().ToString();
+  EXPECT_EQ(corrupt, 0);
+  ASSERT_EQ(turns->size(), 2u);
+  // Most recently seen thread first: b (last seen at 50 s), then a (last seen at 40 s).
+  EXPECT_EQ((*turns)[0].request_id, "b_only");
+  EXPECT_EQ((*turns)[1].request_id, "a_newest");
+  const RequestRecord& a = (*turns)[1];
+  EXPECT_EQ(a.thread_id, "a");
+  EXPECT_EQ(a.created_at_us, kT0 + 35'000'000);
+  EXPECT_EQ(a.model, "gpt-4o-mini");
+  EXPECT_EQ(a.provider, "prov-openai");
+  EXPECT_EQ(a.usage.cache_read, 1024);
+  EXPECT_EQ(a.usage.uncached, 976);
+  ASSERT_NE(a.prompt_fingerprint, nullptr);
+  EXPECT_EQ(*a.prompt_fingerprint, *TwoElementFingerprint(8));
+
+  auto one = store->LatestThreadTurns(kT0, 1, nullptr);
+  ASSERT_TRUE(one.has_value());
+  ASSERT_EQ(one->size(), 1u);
+  EXPECT_EQ((*one)[0].request_id, "b_only");
+}
+
+TEST(TelemetryStoreTest, LatestThreadTurnsSkipsAnUnreadableFingerprint) {
+  TempDir dir;
+  FakeClock clock;
+  const std::string path = dir.File("t.db");
+  {
+    auto store = OpenOrDie(path, clock);
+    RequestRecord r = MakeRecord("r1", "th", kT0, "gpt-4o-mini", UsageFlavor::kOpenAIChat,
+                                 R"({"prompt_tokens": 10, "completion_tokens": 1})");
+    r.prompt_fingerprint = TwoElementFingerprint();
+    store->Record(r);
+    store->Close();
+  }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "UPDATE thread_last_prompt SET fingerprint = '[{\"k\":\"banana\"}]'",
+                         nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+  auto store = OpenOrDie(path, clock);
+  int corrupt = 0;
+  auto turns = store->LatestThreadTurns(0, 10, &corrupt);
+  ASSERT_TRUE(turns.has_value()) << turns.error().ToString();
+  EXPECT_TRUE(turns->empty());
+  EXPECT_EQ(corrupt, 1);
+}
+
+TEST(TelemetryStoreTest, UpgradesAVersion1DatabaseKeepingItsRows) {
+  TempDir dir;
+  FakeClock clock;
+  const std::string path = dir.File("v1.db");
+  // A database as a kvgate with only migration 1 left it, with one request in it.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  const Migration& v1 = CoreMigrations()[0];
+  ASSERT_EQ(v1.version, 1);
+  const std::string setup =
+      std::string(v1.sql) +
+      "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, "
+      "applied_at_us INTEGER NOT NULL);"
+      "INSERT INTO schema_migrations VALUES (1, 'requests_and_threads', 0);"
+      "INSERT INTO requests (request_id, thread_id, created_at_us, endpoint, model, provider, "
+      "provider_type, upstream_model, api_key_id, stream, status, http_status, upstream_status, "
+      "uncached, usage_clamped, cost_cache_read, cost_cache_write, cost_uncached, cost_output, "
+      "cost_total, cost_saved, cost_complete, cost_priced, error, upstream_request_id, "
+      "finish_reason, prompt_fingerprint) VALUES ('req_old', 'th', 1767225600000000, "
+      "'chat.completions', 'gpt-4o', 'openai', 'openai', 'gpt-4o', '', 0, 'ok', 200, 200, 42, 0, "
+      "0, 0, 0, 0, 0, 0, 1, 1, '', '', 'stop', '');";
+  char* err = nullptr;
+  ASSERT_EQ(sqlite3_exec(db, setup.c_str(), nullptr, nullptr, &err), SQLITE_OK) << (err ? err : "");
+  sqlite3_close(db);
+
+  auto store = OpenOrDie(path, clock);
+  ASSERT_NE(store, nullptr);
+  Result<json> old = store->GetRequest("req_old");
+  ASSERT_TRUE(old.has_value()) << old.error().ToString();
+  EXPECT_EQ((*old)["usage"]["uncached"], 42);
+  EXPECT_EQ((*old)["finish_reason"], "stop");
+  RequestRecord r = MakeRecord("req_new", "th", kT0 + 1, "gpt-4o", UsageFlavor::kOpenAIChat,
+                               R"({"prompt_tokens": 10, "completion_tokens": 1})");
+  r.prompt_fingerprint = TwoElementFingerprint();
+  store->Record(r);
+  ASSERT_TRUE(store->Flush().has_value());
+  auto turns = store->LatestThreadTurns(0, 10, nullptr);
+  ASSERT_TRUE(turns.has_value()) << turns.error().ToString();
+  ASSERT_EQ(turns->size(), 1u);
+  EXPECT_EQ((*turns)[0].request_id, "req_new");
 }
 
 TEST(TelemetryStoreTest, ReopenKeepsDataAndMigrationsAreIdempotent) {

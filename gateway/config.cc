@@ -71,6 +71,12 @@ struct Reader {
     if (it->is_number_integer()) return it->get<int64_t>();
     return MakeError(ErrorCode::kInvalidArgument, path + "." + key + " must be an integer");
   }
+  Result<bool> Bool(const char* key, bool fallback) const {
+    auto it = object.find(key);
+    if (it == object.end() || it->is_null()) return fallback;
+    if (it->is_boolean()) return it->get<bool>();
+    return MakeError(ErrorCode::kInvalidArgument, path + "." + key + " must be true or false");
+  }
   // YAML decimals arrive as strings (ToJson keeps them exact for prices); parsed whole here.
   Result<double> Number(const char* key, double fallback) const {
     auto it = object.find(key);
@@ -253,6 +259,9 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
       auto fraction = r.Number("gpu_memory_fraction", pc.gpu_memory_fraction);
       if (!fraction) return std::unexpected(fraction.error());
       pc.gpu_memory_fraction = *fraction;
+      auto graphs = r.Bool("cuda_graphs", pc.cuda_graphs);
+      if (!graphs) return std::unexpected(graphs.error());
+      pc.cuda_graphs = *graphs;
       while (!pc.base_url.empty() && pc.base_url.back() == '/') pc.base_url.pop_back();
       config.providers.push_back(std::move(pc));
     }
@@ -447,6 +456,9 @@ Status ValidateConfig(const GatewayConfig& config) {
         std::snprintf(got, sizeof got, "%g", p.gpu_memory_fraction);
         return MakeError(ErrorCode::kInvalidArgument,
                          where + ".gpu_memory_fraction must be in (0, 1], got " + got);
+      }
+      if (p.cuda_graphs && p.device != "cuda") {
+        return MakeError(ErrorCode::kInvalidArgument, where + ".cuda_graphs needs device: cuda");
       }
     } else if (p.base_url.rfind("http://", 0) != 0 && p.base_url.rfind("https://", 0) != 0) {
       return MakeError(ErrorCode::kInvalidArgument,

@@ -30,6 +30,9 @@ struct ProviderConfig {
   int64_t kv_cache_tokens = 0;
   std::string device = "cpu";
   double gpu_memory_fraction = 0.9;  // (0, 1]
+  // device cuda only: record decode steps as CUDA graphs (EngineOptions::cuda_graphs). Off by
+  // default: built and unit-tested without a GPU, not yet run on one.
+  bool cuda_graphs = false;
   int threads = 0;
 };
 

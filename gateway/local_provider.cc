@@ -630,6 +630,7 @@ Result<std::unique_ptr<LocalEngines>> LocalEngines::Start(const GatewayConfig& c
     options.model_path = p.model_path;
     options.device = *device;
     options.gpu_memory_fraction = p.gpu_memory_fraction;
+    options.cuda_graphs = p.cuda_graphs;
     options.threads = p.threads > 0 ? p.threads
                                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     if (p.kv_cache_tokens > 0) {

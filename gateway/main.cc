@@ -51,7 +51,7 @@ constexpr char kUsage[] =
     "            16384 tokens on cpu, on cuda F (default 0.9) of the GPU memory left after the\n"
     "            weights unless --kv-cache-tokens is given\n"
     "  generate  --model PATH [--chat] --prompt TEXT --max-tokens N [--temperature T] [--seed S]\n"
-    "            [--device cpu|cuda]\n"
+    "            [--device cpu|cuda] [--cuda-graphs]\n"
     "            run the built-in engine once and stream the text to stdout\n"
     "  kv-size   [--model NAME | --gguf PATH | --hf-config PATH] [--context N] [--gpu-mem-gib G]\n"
     "            KV-cache bytes per token and sessions that fit in GPU memory\n"

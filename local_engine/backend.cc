@@ -51,4 +51,13 @@ Status ValidateBatch(const BatchMetadata& b, int64_t num_blocks) {
   return {};
 }
 
+StepKey MakeStepKey(const BatchMetadata& batch, int64_t rows_out, uint64_t activations,
+                    bool graphs) {
+  bool decode = graphs;
+  for (size_t i = 0; decode && i + 1 < batch.query_start.size(); ++i) {
+    decode = batch.query_start[i + 1] - batch.query_start[i] == 1;
+  }
+  return StepKey{batch.num_tokens(), rows_out, batch.max_blocks_per_seq, activations, decode};
+}
+
 }  // namespace kvgate::engine

@@ -13,6 +13,7 @@
 // Thread safety: a Backend is used by one thread at a time (the engine thread).
 #pragma once
 
+#include <compare>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -63,6 +64,7 @@ struct MatMulOutput {
 struct KvCacheLayer {
   uint16_t* k = nullptr;
   uint16_t* v = nullptr;
+  int32_t num_blocks = 0;  // the pool size (a device backend's kernel argument: fixed per cache)
 };
 
 struct AttentionShape {
@@ -80,6 +82,32 @@ struct DeviceBuffer {
   float* f32() const { return static_cast<float*>(mem.get()); }
 };
 
+// How a backend runs one whole step (ModelRunner::Forward between BeginStep and EndStep):
+//   kEager    the ops run as they are issued (the CPU backend, and any step not captured);
+//   kCapture  the ops are recorded, not run; EndStep runs the recording (a CUDA graph);
+//   kReplayed the backend already launched the recording of an earlier step with the same key:
+//             the caller issues no ops, only EndStep.
+enum class StepMode { kEager, kCapture, kReplayed };
+
+// What makes two steps replayable by one recording: every op argument the caller passes that is
+// not per-step metadata (BatchMetadata contents and the gather rows, which the backend stages at a
+// fixed address in BeginStep) must be a function of the key. The split-K context bound of a
+// recorded decode step is table_width * block_size, so the caller keeps table_width to a few
+// values (the engine pads it to a power of two).
+struct StepKey {
+  int64_t tokens = 0;        // T
+  int64_t rows_out = 0;      // R (rows of the output head)
+  int32_t table_width = 0;   // BatchMetadata::max_blocks_per_seq
+  uint64_t activations = 0;  // generation of the caller's activation buffers (bumped on regrowth)
+  bool graph = false;        // may be recorded: a decode step (one token per sequence) whose caller
+                             // asked for graphs; false: always eager
+  friend auto operator<=>(const StepKey&, const StepKey&) = default;
+};
+
+// The key of a step of `batch` with `rows_out` output rows; graph only when `graphs` and every
+// sequence has exactly one query token.
+StepKey MakeStepKey(const BatchMetadata& batch, int64_t rows_out, uint64_t activations, bool graphs);
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -96,6 +124,19 @@ class Backend {
   // backend keeps its first failure here (later ops then do nothing) and the caller checks it
   // after Synchronize().
   virtual Status status() const { return {}; }
+
+  // Brackets the ops of one step. `batch` and `gather_rows` (GatherRows' rows) are the spans the
+  // step's ops will receive; a device backend copies them to fixed device addresses here (one copy
+  // per step) and may return kCapture or kReplayed for a key.graph step; the default (CPU) is
+  // kEager and changes nothing. EndStep returns false when the backend abandoned the capture (it
+  // needed an allocation it cannot record): the caller issues the step's ops again, which then run
+  // eagerly, and calls EndStep once more (true then). Errors go to status(), as for ops.
+  virtual StepMode BeginStep(const BatchMetadata& batch, std::span<const int32_t> gather_rows,
+                             const StepKey& key) {
+    (void)batch, (void)gather_rows, (void)key;
+    return StepMode::kEager;
+  }
+  virtual bool EndStep() { return true; }
 
   // out [T, D] = rows batch.token_ids of table [V, D] (Q8_0 or Q4_1), dequantized.
   // REQUIRES: every token id < table.rows (ModelRunner checks).

@@ -15,7 +15,9 @@ namespace {
 constexpr const char* kUsage =
     "usage: kvgate generate --model PATH [--chat] --prompt TEXT [--max-tokens N] "
     "[--temperature T] [--seed S] [--device cpu|cuda] [--threads N] [--top-k K] [--top-p P] "
-    "[--min-p P] [--repeat-penalty R] [--stop STR]... [--ignore-eos] [--verbose]\n";
+    "[--min-p P] [--repeat-penalty R] [--stop STR]... [--ignore-eos] [--verbose] [--cuda-graphs]\n"
+    "  --cuda-graphs: with --device cuda, replay decode steps as CUDA graphs (experimental: not yet\n"
+    "  run on a GPU)\n";
 
 template <class T>
 std::optional<T> Parse(const std::string& s) {
@@ -57,6 +59,8 @@ int RunGenerateCommand(int argc, char** argv) {
       verbose = true;
     } else if (a == "--ignore-eos") {
       sp.ignore_eos = true;
+    } else if (a == "--cuda-graphs") {
+      opts.cuda_graphs = true;
     } else if (a == "--help" || a == "-h") {
       std::fputs(kUsage, stdout);
       return 0;
@@ -119,6 +123,10 @@ int RunGenerateCommand(int argc, char** argv) {
     return 2;
   }
   opts.model_path = model;
+  if (opts.cuda_graphs && opts.device != Device::kCuda) {
+    std::fprintf(stderr, "kvgate generate: --cuda-graphs needs --device cuda\n%s", kUsage);
+    return 2;
+  }
   if (auto s = CheckDevice(opts.device); !s) {
     std::fprintf(stderr, "kvgate generate: %s; use --device cpu\n", s.error().message.c_str());
     return 1;

@@ -129,8 +129,16 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
     if (!blocks) return std::unexpected(blocks.error());
     e->options_.num_kv_blocks = *blocks;
   }
+  int32_t pool_blocks = e->options_.num_kv_blocks;
+  if (options.cuda_graphs) {
+    if (pool_blocks < 2) {
+      return MakeError(ErrorCode::kInvalidArgument, "cuda_graphs needs a KV pool of 2 blocks or more");
+    }
+    e->scratch_block_ = --pool_blocks;
+  }
   auto runner = ModelRunner::Create(e->weights_, *e->backend_,
-                                    KvCacheConfig{e->options_.num_kv_blocks, kBlockSize});
+                                    KvCacheConfig{e->options_.num_kv_blocks, kBlockSize},
+                                    RunnerOptions{.decode_graphs = options.cuda_graphs});
   if (!runner) return std::unexpected(runner.error());
   e->runner_ = std::move(*runner);
   auto tok = Tokenizer::FromGguf(*e->file_);
@@ -145,7 +153,7 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   std::sort(e->eog_tokens_.begin(), e->eog_tokens_.end());
   e->eog_tokens_.erase(std::unique(e->eog_tokens_.begin(), e->eog_tokens_.end()),
                        e->eog_tokens_.end());
-  e->blocks_ = std::make_unique<BlockManager>(e->options_.num_kv_blocks);
+  e->blocks_ = std::make_unique<BlockManager>(pool_blocks);
   return e;
 }
 
@@ -163,7 +171,7 @@ Result<uint64_t> Engine::AddRequest(EngineRequest request) {
     return bad("prompt of " + std::to_string(n) + " tokens does not fit the context length " +
                std::to_string(weights_.dims.context_length));
   }
-  if (n + 1 > static_cast<int64_t>(options_.num_kv_blocks) * 16) {
+  if (n + 1 > static_cast<int64_t>(blocks_->num_blocks()) * 16) {
     return MakeError(ErrorCode::kResourceExhausted, "prompt does not fit the KV cache");
   }
   std::lock_guard lock(inbox_mu_);
@@ -363,26 +371,17 @@ Status Engine::Step() {
     return {};
   }
 
-  std::vector<int32_t> ids, positions, qstart{0}, ctx, tables;
-  std::vector<int64_t> slots;
   int32_t max_blocks = 1;
   for (const auto& p : plan) {
     max_blocks = std::max<int32_t>(max_blocks, static_cast<int32_t>(p.s->blocks.block_ids.size()));
   }
+  batch_ = StepBatch{};
+  batch_.table_width = options_.cuda_graphs ? PowerOfTwoBucket(max_blocks) : max_blocks;
   for (const auto& p : plan) {
-    Sequence& s = *p.s;
-    for (int64_t j = 0; j < p.n; ++j) {
-      const int64_t pos = s.num_computed + j;
-      ids.push_back(s.tokens[pos]);
-      positions.push_back(static_cast<int32_t>(pos));
-      slots.push_back(static_cast<int64_t>(s.blocks.block_ids[pos / 16]) * 16 + pos % 16);
-    }
-    qstart.push_back(static_cast<int32_t>(ids.size()));
-    ctx.push_back(static_cast<int32_t>(s.num_computed + p.n));
-    tables.insert(tables.end(), s.blocks.block_ids.begin(), s.blocks.block_ids.end());
-    tables.resize(tables.size() + (max_blocks - s.blocks.block_ids.size()), -1);
+    batch_.AddSequence(p.s->tokens, p.s->num_computed, p.n, p.s->blocks.block_ids, kBlockSize);
   }
-  const BatchMetadata batch{ids, positions, slots, qstart, ctx, tables, max_blocks, 16};
+  if (options_.cuda_graphs) PadDecodeBatch(batch_, scratch_block_);  // rows past plan: ignored
+  const BatchMetadata batch = batch_.View(kBlockSize);
   // The forward pass only writes slots of blocks these sequences own exclusively (shared prefix
   // blocks are read-only), so lookups may read the block pool meanwhile.
   blocks_lock.unlock();

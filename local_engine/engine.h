@@ -37,6 +37,7 @@
 #include "local_engine/device.h"
 #include "local_engine/model.h"
 #include "local_engine/sampler.h"
+#include "local_engine/step_batch.h"
 #include "local_engine/tokenizer.h"
 #include "local_engine/weights.h"
 
@@ -98,6 +99,11 @@ struct EngineOptions {
   int32_t max_running = 16;        // sequences in a batch
   bool force_scalar = false;       // portable kernels even on AVX2 CPUs (tests)
   bool enable_prefix_caching = true;
+  // Record decode steps as CUDA graphs and replay them (device cuda): decode batches are padded
+  // to power-of-two sizes and one KV block is kept aside for the padding (step_batch.h); on cpu
+  // only the padding happens (tests use that). Off by default: built and tested without a GPU,
+  // never run on one yet (kernels/NOTES.md, "CUDA graphs for decode").
+  bool cuda_graphs = false;
 };
 
 class Engine {
@@ -142,7 +148,8 @@ class Engine {
   void OnSampled(Sequence& s, int32_t token);
   void Emit(Sequence& s, int32_t token, std::string_view text, FinishReason reason);
 
-  // Constant after Create. options_.num_kv_blocks is the pool's actual size.
+  // Constant after Create. options_.num_kv_blocks is the pool's actual size; with cuda_graphs its
+  // last block is the padding's scratch block (scratch_block_), outside the BlockManager's pool.
   EngineOptions options_;
   std::unique_ptr<GgufFile> file_;
   std::unique_ptr<kernels::cpu::ThreadPool> pool_;  // cpu only
@@ -151,6 +158,7 @@ class Engine {
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::vector<int32_t> eog_tokens_;  // end-of-generation ids, sorted
+  int32_t scratch_block_ = -1;       // cuda_graphs only
 
   // Protected by inbox_mu_.
   mutable std::mutex inbox_mu_;
@@ -171,6 +179,7 @@ class Engine {
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;  // admission order
   std::vector<float> logits_;
+  StepBatch batch_;  // the step's host arrays, reused
 };
 
 }  // namespace kvgate::engine

@@ -6,11 +6,12 @@
 namespace kvgate::engine {
 
 Result<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelWeights& weights,
-                                                         Backend& backend, KvCacheConfig config) {
+                                                         Backend& backend, KvCacheConfig config,
+                                                         RunnerOptions options) {
   if (config.num_blocks <= 0 || config.block_size <= 0 || config.block_size > 64) {
     return MakeError(ErrorCode::kInvalidArgument, "kv cache: bad block configuration");
   }
-  std::unique_ptr<ModelRunner> r(new ModelRunner(weights, backend, config));
+  std::unique_ptr<ModelRunner> r(new ModelRunner(weights, backend, config, options));
   const LlamaDims& d = weights.dims;
   const size_t layer_bytes = static_cast<size_t>(config.num_blocks) * config.block_size *
                              d.kv_heads * d.head_dim * sizeof(uint16_t);
@@ -46,13 +47,55 @@ Status ModelRunner::EnsureActivations(int64_t t, int64_t rows_out) {
       if (auto s = alloc(*buf, t * width); !s) return s;
     }
     capacity_tokens_ = t;
+    ++activation_generation_;
   }
   if (rows_out > capacity_rows_) {
     if (auto s = alloc(last_, rows_out * d.hidden); !s) return s;
     if (auto s = alloc(logits_, rows_out * d.vocab); !s) return s;
     capacity_rows_ = rows_out;
+    ++activation_generation_;
   }
   return {};
+}
+
+void ModelRunner::IssueOps(const BatchMetadata& batch, int64_t rows_out) {
+  const LlamaDims& d = weights_.dims;
+  const int64_t t = batch.num_tokens();
+  const int64_t dm = d.hidden, qd = d.heads * d.head_dim, kvd = d.kv_heads * d.head_dim;
+  const AttentionShape shape{d.heads, d.kv_heads, d.head_dim,
+                             1.0f / std::sqrt(static_cast<float>(d.head_dim))};
+  Backend& be = backend_;
+  float *x = x_.f32(), *xn = xn_.f32(), *q = q_.f32(), *k = k_.f32(), *v = v_.f32();
+  float *attn = attn_.f32(), *tmp = tmp_.f32(), *gate = gate_.f32(), *up = up_.f32();
+
+  be.Embed(weights_.token_embd, batch, x);  // x [T, D]
+  for (int64_t l = 0; l < d.n_layers; ++l) {
+    const LayerWeights& w = weights_.layers[l];
+    const KvCacheLayer cache{static_cast<uint16_t*>(k_cache_[l].data()),
+                             static_cast<uint16_t*>(v_cache_[l].data()), config_.num_blocks};
+    be.RmsNorm(x, w.attn_norm, t, dm, d.rms_eps, xn);
+    const MatMulOutput qkv[] = {{&w.q, q}, {&w.k, k}, {&w.v, v}};  // [T, H*Dh], [T, Hkv*Dh] x2
+    be.MatMul(xn, t, dm, qkv);
+    be.Rope(q, d.heads, d.head_dim, d.rope_theta, batch);
+    be.Rope(k, d.kv_heads, d.head_dim, d.rope_theta, batch);
+    be.WriteKv(k, v, kvd, batch, cache);
+    be.Attention(q, cache, shape, batch, attn);  // attn [T, H*Dh]
+    const MatMulOutput o[] = {{&w.o, tmp}};       // tmp [T, D]
+    be.MatMul(attn, t, qd, o);
+    be.Add(x, tmp, t * dm);
+    be.RmsNorm(x, w.ffn_norm, t, dm, d.rms_eps, xn);
+    const MatMulOutput gu[] = {{&w.gate, gate}, {&w.up, up}};  // [T, F] x2
+    be.MatMul(xn, t, dm, gu);
+    be.SwiGlu(gate, up, t * d.ffn, gate);
+    const MatMulOutput down[] = {{&w.down, tmp}};  // tmp [T, D]
+    be.MatMul(gate, t, d.ffn, down);
+    be.Add(x, tmp, t * dm);
+  }
+  float* last = last_.f32();
+  be.GatherRows(x, dm, rows_, last);                              // [R, D]
+  be.RmsNorm(last, weights_.output_norm, rows_out, dm, d.rms_eps, last);
+  const MatMulOutput head[] = {{&weights_.output, logits_.f32()}};  // [R, V]
+  be.MatMul(last, rows_out, dm, head);
 }
 
 Status ModelRunner::Forward(const BatchMetadata& batch, LogitsMode mode,
@@ -78,45 +121,17 @@ Status ModelRunner::Forward(const BatchMetadata& batch, LogitsMode mode,
   const int64_t rows_out = mode == LogitsMode::kAllTokens ? t : s;
   if (auto st = EnsureActivations(t, rows_out); !st) return st;
 
-  const int64_t dm = d.hidden, qd = d.heads * d.head_dim, kvd = d.kv_heads * d.head_dim;
-  const AttentionShape shape{d.heads, d.kv_heads, d.head_dim,
-                             1.0f / std::sqrt(static_cast<float>(d.head_dim))};
-  Backend& be = backend_;
-  float *x = x_.f32(), *xn = xn_.f32(), *q = q_.f32(), *k = k_.f32(), *v = v_.f32();
-  float *attn = attn_.f32(), *tmp = tmp_.f32(), *gate = gate_.f32(), *up = up_.f32();
-
-  be.Embed(weights_.token_embd, batch, x);  // x [T, D]
-  for (int64_t l = 0; l < d.n_layers; ++l) {
-    const LayerWeights& w = weights_.layers[l];
-    const KvCacheLayer cache{static_cast<uint16_t*>(k_cache_[l].data()),
-                             static_cast<uint16_t*>(v_cache_[l].data())};
-    be.RmsNorm(x, w.attn_norm, t, dm, d.rms_eps, xn);
-    const MatMulOutput qkv[] = {{&w.q, q}, {&w.k, k}, {&w.v, v}};  // [T, H*Dh], [T, Hkv*Dh] x2
-    be.MatMul(xn, t, dm, qkv);
-    be.Rope(q, d.heads, d.head_dim, d.rope_theta, batch);
-    be.Rope(k, d.kv_heads, d.head_dim, d.rope_theta, batch);
-    be.WriteKv(k, v, kvd, batch, cache);
-    be.Attention(q, cache, shape, batch, attn);  // attn [T, H*Dh]
-    const MatMulOutput o[] = {{&w.o, tmp}};       // tmp [T, D]
-    be.MatMul(attn, t, qd, o);
-    be.Add(x, tmp, t * dm);
-    be.RmsNorm(x, w.ffn_norm, t, dm, d.rms_eps, xn);
-    const MatMulOutput gu[] = {{&w.gate, gate}, {&w.up, up}};  // [T, F] x2
-    be.MatMul(xn, t, dm, gu);
-    be.SwiGlu(gate, up, t * d.ffn, gate);
-    const MatMulOutput down[] = {{&w.down, tmp}};  // tmp [T, D]
-    be.MatMul(gate, t, d.ffn, down);
-    be.Add(x, tmp, t * dm);
-  }
   rows_.resize(rows_out);
   for (int64_t r = 0; r < rows_out; ++r) {
     rows_[r] = mode == LogitsMode::kAllTokens ? static_cast<int32_t>(r) : batch.query_start[r + 1] - 1;
   }
-  float* last = last_.f32();
-  be.GatherRows(x, dm, rows_, last);                              // [R, D]
-  be.RmsNorm(last, weights_.output_norm, rows_out, dm, d.rms_eps, last);
-  const MatMulOutput head[] = {{&weights_.output, logits_.f32()}};  // [R, V]
-  be.MatMul(last, rows_out, dm, head);
+  Backend& be = backend_;
+  const StepKey key = MakeStepKey(batch, rows_out, activation_generation_, options_.decode_graphs);
+  if (be.BeginStep(batch, rows_, key) != StepMode::kReplayed) IssueOps(batch, rows_out);
+  if (!be.EndStep()) {  // capture abandoned: the same ops again, eagerly
+    IssueOps(batch, rows_out);
+    be.EndStep();
+  }
   be.Synchronize();
   if (auto st = be.status(); !st) return st;
   logits.resize(static_cast<size_t>(rows_out * d.vocab));

@@ -21,6 +21,13 @@ struct KvCacheConfig {
   int32_t block_size = 16;
 };
 
+struct RunnerOptions {
+  // Mark decode steps (one token per sequence) as recordable (StepKey::graph): a device backend
+  // may then capture and replay them (CUDA graphs). The caller keeps such steps shape-stable
+  // (EngineOptions::cuda_graphs pads them). Off: every step is eager.
+  bool decode_graphs = false;
+};
+
 enum class LogitsMode {
   kLastPerSequence,  // logits [S, V] for each sequence's last token in the batch
   kAllTokens,        // logits [T, V] (tests)
@@ -31,9 +38,11 @@ class ModelRunner {
   // `weights` and `backend` must outlive the runner. Allocates the KV cache: per layer K and V of
   // [num_blocks, block_size, Hkv, Dh] f16.
   static Result<std::unique_ptr<ModelRunner>> Create(const ModelWeights& weights, Backend& backend,
-                                                     KvCacheConfig config);
+                                                     KvCacheConfig config,
+                                                     RunnerOptions options = {});
 
-  // Runs one step. Errors (kInvalidArgument) for inconsistent metadata or token ids >= V; the
+  // Runs one step, bracketed by Backend::BeginStep/EndStep (the ops are not issued when the
+  // backend replays a recording; issued twice when it abandons a capture). Errors (kInvalidArgument) for inconsistent metadata or token ids >= V; the
   // cache is left untouched then. A device backend's failure (Backend::status()) is returned too;
   // the cache's contents are undefined after one.
   Status Forward(const BatchMetadata& batch, LogitsMode mode, std::vector<float>& logits);
@@ -44,18 +53,23 @@ class ModelRunner {
   int64_t KvBytesPerToken() const;
 
  private:
-  ModelRunner(const ModelWeights& weights, Backend& backend, KvCacheConfig config)
-      : weights_(weights), backend_(backend), config_(config) {}
+  ModelRunner(const ModelWeights& weights, Backend& backend, KvCacheConfig config,
+              RunnerOptions options)
+      : weights_(weights), backend_(backend), config_(config), options_(options) {}
   Status EnsureActivations(int64_t t, int64_t rows_out);
+  // Every op of one forward pass (the layers, the gather and the output head).
+  void IssueOps(const BatchMetadata& batch, int64_t rows_out);
 
   // Constant after construction.
   const ModelWeights& weights_;
   Backend& backend_;
   const KvCacheConfig config_;
+  const RunnerOptions options_;
   std::vector<DeviceBuffer> k_cache_, v_cache_;  // per layer
 
-  // Activations, grown to the largest batch seen.
+  // Activations, grown to the largest batch seen; the generation counts regrowths (StepKey).
   int64_t capacity_tokens_ = 0, capacity_rows_ = 0;
+  uint64_t activation_generation_ = 0;
   DeviceBuffer x_, xn_, q_, k_, v_, attn_, tmp_, gate_, up_;  // [T, *]
   DeviceBuffer last_, logits_;                                // [R, D], [R, V]
   std::vector<int32_t> rows_;

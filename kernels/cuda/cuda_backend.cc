@@ -13,6 +13,7 @@
 #include "kernels/cuda/geometry.h"
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/status.h"
+#include "kernels/cuda/step_staging.h"
 
 namespace kvgate::cuda {
 namespace {
@@ -22,12 +23,19 @@ CudaStatus CudaCall(cudaError_t e, const char* what) {
   return {CudaStatusKind::kCudaError, static_cast<int>(e), what};
 }
 
+std::vector<int32_t> QueryLengths(std::span<const int32_t> query_start) {
+  std::vector<int32_t> q(query_start.empty() ? 0 : query_start.size() - 1);
+  for (size_t i = 0; i < q.size(); ++i) q[i] = query_start[i + 1] - query_start[i];
+  return q;
+}
+
 // Device memory that only grows; growth waits for the stream so no in-flight kernel reads the old.
 class Scratch {
  public:
   ~Scratch() {
     if (p_) cudaFree(p_);
   }
+  bool Fits(size_t bytes) const { return bytes <= bytes_; }
   CudaStatus Reserve(size_t bytes, cudaStream_t stream) {
     if (bytes <= bytes_) return CudaStatus::Ok();
     const size_t want = std::max(bytes, bytes_ * 2);  // before bytes_ is reset: growth doubles
@@ -49,12 +57,56 @@ class Scratch {
   size_t bytes_ = 0;
 };
 
+// Pinned host memory that only grows (the staging side of the per-step metadata copy).
+class PinnedHost {
+ public:
+  ~PinnedHost() {
+    if (p_) cudaFreeHost(p_);
+  }
+  CudaStatus Reserve(size_t bytes) {
+    if (bytes <= bytes_) return CudaStatus::Ok();
+    const size_t want = std::max(bytes, bytes_ * 2);
+    if (p_) cudaFreeHost(p_);
+    p_ = nullptr;
+    bytes_ = 0;
+    if (CudaStatus s = CudaCall(cudaHostAlloc(&p_, want, cudaHostAllocDefault), "cudaHostAlloc(staging)"); !s.ok())
+      return s;
+    bytes_ = want;
+    return CudaStatus::Ok();
+  }
+  std::span<std::byte> bytes() const { return {static_cast<std::byte*>(p_), bytes_}; }
+
+ private:
+  void* p_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// The step between BeginStep and EndStep: which host spans were staged and where they are on the
+// device. Ops recognise the step's batch by address (ModelRunner hands every op the same one).
+struct ActiveStep {
+  bool active = false;
+  const engine::BatchMetadata* batch = nullptr;
+  const int32_t* gather_rows = nullptr;
+  StepLayout layout;
+  char* device = nullptr;  // the staged copy
+  int geometry_context = 0;  // the decode split-K context bound (bucketed for a graph step)
+  engine::StepKey key;
+  template <typename T>
+  const T* at(StepArray a) const { return reinterpret_cast<const T*>(device + layout.offset[a]); }
+};
+
 class CudaBackendImpl final : public CudaBackend {
  public:
   CudaBackendImpl(int device, cudaStream_t stream, int num_sms, std::unique_ptr<GemmBf16> gemm)
       : device_(device), stream_(stream), num_sms_(num_sms), gemm_(std::move(gemm)) {}
   ~CudaBackendImpl() override {
+    if (capturing_) {
+      cudaGraph_t g = nullptr;
+      if (cudaStreamEndCapture(stream_, &g) == cudaSuccess && g) cudaGraphDestroy(g);
+    }
     cudaStreamSynchronize(stream_);
+    graphs_.Clear();
+    if (staged_event_) cudaEventDestroy(staged_event_);
     gemm_.reset();
     dequantized_.clear();
     uploaded_.clear();
@@ -62,6 +114,7 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   std::string_view Name() const override { return name_; }
+  size_t cached_graphs() const override { return graphs_.graphs(); }
   Status status() const override { return ToStatus(error_); }
 
   Result<engine::DeviceBuffer> Allocate(size_t bytes) override {
@@ -88,6 +141,10 @@ class CudaBackendImpl final : public CudaBackend {
     return static_cast<const void*>(buf->data());
   }
 
+  engine::StepMode BeginStep(const engine::BatchMetadata& batch, std::span<const int32_t> gather_rows,
+                             const engine::StepKey& key) override;
+  bool EndStep() override;
+
   void CopyToHost(const void* src, void* dst, size_t bytes) override {
     if (!error_.ok()) return;
     Check(CudaCall(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "CopyToHost")) &&
@@ -100,24 +157,24 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   void Embed(const engine::WeightMatrix& table, const engine::BatchMetadata& batch, float* out) override {
-    if (!error_.ok()) return;
-    const int32_t* ids = Upload(batch.token_ids, 0);
+    if (!Live()) return;
+    const int32_t* ids = InStep(batch) ? step_.at<int32_t>(kStepTokenIds) : Upload(batch.token_ids, 0);
     if (!ids) return;
     Check(EmbedRowsF32(static_cast<const uint8_t*>(table.data), table.type == engine::GgmlType::kQ8_0, table.cols,
                        ids, batch.num_tokens(), out, stream_));
   }
 
   void RmsNorm(const float* x, const float* weight, int64_t t, int64_t d, float eps, float* out) override {
-    if (!error_.ok()) return;
+    if (!Live()) return;
     Check(RmsNormF32(x, weight, out, t, d, eps, stream_));
   }
 
   void MatMul(const float* x, int64_t t, int64_t k, std::span<const engine::MatMulOutput> outs) override {
-    if (!error_.ok() || t <= 0) return;
+    if (!Live() || t <= 0) return;
     int64_t max_n = 0;
     for (const auto& o : outs) max_n = std::max(max_n, o.w->rows);
     const size_t xb = static_cast<size_t>(t * k) * 2;
-    if (!Check(act_.Reserve(xb + static_cast<size_t>(t * max_n) * 2, stream_))) return;
+    if (!Reserve(act_, xb + static_cast<size_t>(t * max_n) * 2)) return;
     auto* xbf = act_.as<__nv_bfloat16>();
     auto* ybf = act_.as<__nv_bfloat16>(xb);
     if (!Check(F32ToBf16(x, xbf, t * k, stream_))) return;
@@ -131,16 +188,16 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   void Rope(float* x, int64_t heads, int64_t head_dim, float theta, const engine::BatchMetadata& batch) override {
-    if (!error_.ok()) return;
-    const int32_t* pos = Upload(batch.positions, 0);
+    if (!Live()) return;
+    const int32_t* pos = InStep(batch) ? step_.at<int32_t>(kStepPositions) : Upload(batch.positions, 0);
     if (!pos) return;
     Check(RopeInterleavedF32(x, batch.num_tokens(), heads, head_dim, pos, theta, stream_));
   }
 
   void WriteKv(const float* k, const float* v, int64_t kv_dim, const engine::BatchMetadata& batch,
                const engine::KvCacheLayer& cache) override {
-    if (!error_.ok()) return;
-    const int64_t* slots = Upload(batch.slot_mapping, 0);
+    if (!Live()) return;
+    const int64_t* slots = InStep(batch) ? step_.at<int64_t>(kStepSlots) : Upload(batch.slot_mapping, 0);
     if (!slots) return;
     Check(WriteKvF16(k, v, batch.num_tokens(), kv_dim, slots, cache.k, cache.v, stream_));
   }
@@ -149,18 +206,19 @@ class CudaBackendImpl final : public CudaBackend {
                  const engine::BatchMetadata& batch, float* out) override;
 
   void SwiGlu(const float* gate, const float* up, int64_t n, float* out) override {
-    if (!error_.ok()) return;
+    if (!Live()) return;
     Check(SwiGluF32(gate, up, n, out, stream_));
   }
 
   void Add(float* x, const float* y, int64_t n) override {
-    if (!error_.ok()) return;
+    if (!Live()) return;
     Check(AddF32(x, y, n, stream_));
   }
 
   void GatherRows(const float* x, int64_t d, std::span<const int32_t> rows, float* out) override {
-    if (!error_.ok()) return;
-    const int32_t* r = Upload(rows, 0);
+    if (!Live()) return;
+    const int32_t* r = step_.active && rows.data() == step_.gather_rows ? step_.at<int32_t>(kStepGatherRows)
+                                                                        : Upload(rows, 0);
     if (!r) return;
     Check(GatherRowsF32(x, d, r, static_cast<int64_t>(rows.size()), out, stream_));
   }
@@ -171,13 +229,36 @@ class CudaBackendImpl final : public CudaBackend {
     return s.ok();
   }
   std::unexpected<Error> ToStatusError() const { return std::unexpected(status().error()); }
+  // Ops do nothing after an error, and for the rest of a capture the backend abandoned.
+  bool Live() const { return error_.ok() && !abandoned_; }
+  bool InStep(const engine::BatchMetadata& batch) const { return step_.active && step_.batch == &batch; }
+
+  // Grows `s` to `bytes`. Growth cannot be recorded (cudaMalloc, a stream sync), so during a capture
+  // it abandons the capture instead (the step reruns eagerly and grows then). Graphs hold the old
+  // address, so growth drops them.
+  bool Reserve(Scratch& s, size_t bytes) {
+    if (s.Fits(bytes)) return true;
+    if (capturing_) {
+      abandoned_ = true;
+      return false;
+    }
+    if (!Check(s.Reserve(bytes, stream_))) return false;
+    graphs_.Clear();
+    return true;
+  }
 
   // Copies a host span into the metadata scratch at `offset` bytes (16-byte aligned by callers);
   // stream-ordered, so reusing the region for the next op is safe. Null on failure.
+  // Ops called outside a step (tests, direct callers) only: a pageable copy cannot be recorded, so
+  // one during a capture abandons it.
   template <typename T>
   T* Upload(std::span<const T> v, size_t offset) {
+    if (capturing_) {
+      abandoned_ = true;
+      return nullptr;
+    }
     const size_t bytes = v.size() * sizeof(T);
-    if (!Check(meta_.Reserve(offset + bytes + 16, stream_))) return nullptr;
+    if (!Reserve(meta_, offset + bytes + 16)) return nullptr;
     if (bytes && !Check(CudaCall(cudaMemcpyAsync(meta_.as<char>(offset), v.data(), bytes, cudaMemcpyHostToDevice,
                                                  stream_), "metadata upload")))
       return nullptr;
@@ -187,6 +268,10 @@ class CudaBackendImpl final : public CudaBackend {
   const __nv_bfloat16* Dequantized(const engine::WeightMatrix& w) {
     auto it = dequantized_.find(w.data);
     if (it != dequantized_.end()) return static_cast<const __nv_bfloat16*>(it->second.data());
+    if (capturing_) {  // an allocation: the step's eager rerun converts it
+      abandoned_ = true;
+      return nullptr;
+    }
     if (w.cols % 32 != 0 || (w.type != engine::GgmlType::kQ4_1 && w.type != engine::GgmlType::kQ8_0)) {
       Check(CudaStatus::Invalid("cuda backend: weights must be Q4_1 or Q8_0 with K % 32 == 0"));
       return nullptr;
@@ -212,6 +297,16 @@ class CudaBackendImpl final : public CudaBackend {
   std::string name_ = "cuda";
   CudaStatus error_;
   Scratch meta_, act_, attn_;
+  // Whole steps: the staged metadata (pinned host -> step_meta_, one copy per step; the event
+  // marks when the host side may be rewritten) and the graphs of recorded decode steps.
+  Scratch step_meta_;
+  PinnedHost staging_;
+  cudaEvent_t staged_event_ = nullptr;
+  std::vector<int32_t> step_tiles_;
+  ActiveStep step_;
+  StepGraphCache<engine::StepKey> graphs_;
+  uint64_t graphs_generation_ = 0;  // StepKey::activations the cached graphs were recorded at
+  bool capturing_ = false, abandoned_ = false;
   std::vector<engine::DeviceBuffer> uploaded_;                   // weights copied by UploadWeights
   std::map<const void*, engine::DeviceBuffer> dequantized_;      // quantized data -> bf16 copy
 };
@@ -219,7 +314,7 @@ class CudaBackendImpl final : public CudaBackend {
 void CudaBackendImpl::Attention(const float* q, const engine::KvCacheLayer& cache,
                                 const engine::AttentionShape& shape, const engine::BatchMetadata& batch,
                                 float* out) {
-  if (!error_.ok()) return;
+  if (!Live()) return;
   const int64_t t = batch.num_tokens(), s = batch.num_seqs();
   const int h = static_cast<int>(shape.heads), hkv = static_cast<int>(shape.kv_heads),
             d = static_cast<int>(shape.head_dim);
@@ -227,30 +322,39 @@ void CudaBackendImpl::Attention(const float* q, const engine::KvCacheLayer& cach
     Check(CudaStatus::Invalid("cuda backend: KV block size must be 16"));
     return;
   }
-  bool decode = true;
-  int max_ctx = 0;
-  std::vector<int32_t> q_lens(static_cast<size_t>(s));
-  for (int64_t i = 0; i < s; ++i) {
-    q_lens[static_cast<size_t>(i)] = batch.query_start[static_cast<size_t>(i) + 1] - batch.query_start[static_cast<size_t>(i)];
-    decode &= q_lens[static_cast<size_t>(i)] == 1;
-    max_ctx = std::max(max_ctx, batch.context_lens[static_cast<size_t>(i)]);
+  if (cache.num_blocks <= 0) {
+    Check(CudaStatus::Invalid("cuda backend: KvCacheLayer.num_blocks must be the pool size"));
+    return;
   }
-  int32_t max_block = 0;
-  for (int32_t b : batch.block_tables) max_block = std::max(max_block, b);
-  std::vector<int32_t> tiles;
-  if (!decode && !Check(BuildPrefillTiles(q_lens, &tiles))) return;
-  // Metadata layout in meta_: tables | context_lens | query_start | tiles, each 256-byte aligned.
-  auto align = [](size_t x) { return (x + 255) / 256 * 256; };
-  const size_t o_ctx = align(batch.block_tables.size_bytes());
-  const size_t o_qs = o_ctx + align(batch.context_lens.size_bytes());
-  const size_t o_tiles = o_qs + align(batch.query_start.size_bytes());
-  if (!Check(meta_.Reserve(o_tiles + align(tiles.size() * 4) + 16, stream_))) return;
-  const int32_t* tables = Upload(batch.block_tables, 0);
-  const int32_t* ctx = Upload(batch.context_lens, o_ctx);
-  const int32_t* qs = Upload(batch.query_start, o_qs);
-  const int32_t* dtiles = Upload(std::span<const int32_t>(tiles), o_tiles);
+  const bool decode = t == s;  // every sequence has at least one token (ValidateBatch)
+  int max_ctx = 0;
+  for (int32_t c : batch.context_lens) max_ctx = std::max(max_ctx, c);
+  const int32_t *tables, *ctx, *qs, *dtiles;
+  size_t num_tiles = 0;
+  if (InStep(batch)) {
+    tables = step_.at<int32_t>(kStepBlockTables);
+    ctx = step_.at<int32_t>(kStepContextLens);
+    qs = step_.at<int32_t>(kStepQueryStart);
+    dtiles = step_.at<int32_t>(kStepPrefillTiles);
+    num_tiles = step_tiles_.size() / 2;
+    max_ctx = std::max(max_ctx, step_.geometry_context);
+  } else {
+    std::vector<int32_t> tiles;
+    if (!decode && !Check(BuildPrefillTiles(QueryLengths(batch.query_start), &tiles))) return;
+    // Metadata layout in meta_: tables | context_lens | query_start | tiles, each 256-byte aligned.
+    auto align = [](size_t x) { return (x + 255) / 256 * 256; };
+    const size_t o_ctx = align(batch.block_tables.size_bytes());
+    const size_t o_qs = o_ctx + align(batch.context_lens.size_bytes());
+    const size_t o_tiles = o_qs + align(batch.query_start.size_bytes());
+    if (!Reserve(meta_, o_tiles + align(tiles.size() * 4) + 16)) return;
+    tables = Upload(batch.block_tables, 0);
+    ctx = Upload(batch.context_lens, o_ctx);
+    qs = Upload(batch.query_start, o_qs);
+    dtiles = Upload(std::span<const int32_t>(tiles), o_tiles);
+    num_tiles = tiles.size() / 2;
+  }
   if (!tables || !ctx || !qs || !dtiles) return;
-  const PagedKv kv{cache.k, cache.v, nullptr, nullptr, max_block + 1, hkv, d, KvDtype::kF16};
+  const PagedKv kv{cache.k, cache.v, nullptr, nullptr, cache.num_blocks, hkv, d, KvDtype::kF16};
   const size_t qo = static_cast<size_t>(t) * h * d * 2;
   size_t ws_floats = 0;
   DecodeGeometry dg;
@@ -260,11 +364,11 @@ void CudaBackendImpl::Attention(const float* q, const engine::KvCacheLayer& cach
     ws_floats = dg.workspace_floats;
   } else {
     if (!Check(ChoosePrefillGeometry({static_cast<int>(s), static_cast<int>(t), h, hkv, d, max_ctx},
-                                     static_cast<int>(tiles.size() / 2), num_sms_, &pg)))
+                                     static_cast<int>(num_tiles), num_sms_, &pg)))
       return;
     ws_floats = pg.workspace_floats;
   }
-  if (!Check(attn_.Reserve(2 * qo + ws_floats * 4, stream_))) return;
+  if (!Reserve(attn_, 2 * qo + ws_floats * 4)) return;
   auto* qb = attn_.as<__nv_bfloat16>();
   auto* ob = attn_.as<__nv_bfloat16>(qo);
   float* ws = ws_floats ? attn_.as<float>(2 * qo) : nullptr;
@@ -301,6 +405,96 @@ void CudaBackendImpl::Attention(const float* q, const engine::KvCacheLayer& cach
     if (!Check(PrefillAttention(a, stream_))) return;
   }
   Check(Bf16ToF32(ob, out, t * h * d, stream_));
+}
+
+engine::StepMode CudaBackendImpl::BeginStep(const engine::BatchMetadata& batch,
+                                           std::span<const int32_t> gather_rows, const engine::StepKey& key) {
+  step_ = ActiveStep{};
+  abandoned_ = false;
+  if (!error_.ok()) return engine::StepMode::kEager;
+  const bool decode = batch.num_tokens() == batch.num_seqs();
+  step_tiles_.clear();
+  if (!decode && !Check(BuildPrefillTiles(QueryLengths(batch.query_start), &step_tiles_)))
+    return engine::StepMode::kEager;
+  StepSources src;
+  auto add = [&src](StepArray a, auto span) {
+    src.data[a] = span.data();
+    src.bytes[a] = span.size_bytes();
+  };
+  add(kStepTokenIds, batch.token_ids);
+  add(kStepPositions, batch.positions);
+  add(kStepSlots, batch.slot_mapping);
+  add(kStepQueryStart, batch.query_start);
+  add(kStepContextLens, batch.context_lens);
+  add(kStepBlockTables, batch.block_tables);
+  add(kStepGatherRows, gather_rows);
+  add(kStepPrefillTiles, std::span<const int32_t>(step_tiles_));
+  const StepLayout layout = PlanStepLayout(src);
+  // The previous step's copy reads the pinned buffer until its event; growing the device side
+  // frees the address the graphs read, so they go (Scratch::Reserve waits for the stream first).
+  if (staged_event_ == nullptr &&
+      !Check(CudaCall(cudaEventCreateWithFlags(&staged_event_, cudaEventDisableTiming), "cudaEventCreate")))
+    return engine::StepMode::kEager;
+  if (!Check(CudaCall(cudaEventSynchronize(staged_event_), "staging event")) || !Check(staging_.Reserve(layout.total)) ||
+      !Reserve(step_meta_, layout.total))
+    return engine::StepMode::kEager;
+  PackStep(src, layout, staging_.bytes());
+  if (!Check(CudaCall(cudaMemcpyAsync(step_meta_.as<char>(), staging_.bytes().data(), layout.total,
+                                      cudaMemcpyHostToDevice, stream_), "step metadata copy")) ||
+      !Check(CudaCall(cudaEventRecord(staged_event_, stream_), "staging event record")))
+    return engine::StepMode::kEager;
+  step_.active = true;
+  step_.batch = &batch;
+  step_.gather_rows = gather_rows.data();
+  step_.layout = layout;
+  step_.device = step_meta_.as<char>();
+  step_.key = key;
+  if (!key.graph || !decode) return engine::StepMode::kEager;
+  // The bound every recording of this key is planned for (the kernels skip splits past a context).
+  step_.geometry_context = key.table_width * batch.block_size;
+  if (key.activations != graphs_generation_) {  // the runner's buffers moved: old graphs are stale
+    graphs_.Clear();
+    graphs_generation_ = key.activations;
+  }
+  switch (graphs_.Next(key)) {
+    case StepGraphCache<engine::StepKey>::Action::kReplay:
+      Check(CudaCall(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graphs_.exec(key)), stream_), "cudaGraphLaunch"));
+      return engine::StepMode::kReplayed;
+    case StepGraphCache<engine::StepKey>::Action::kCapture:
+      if (!Check(CudaCall(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture")))
+        return engine::StepMode::kEager;
+      capturing_ = true;
+      return engine::StepMode::kCapture;
+    case StepGraphCache<engine::StepKey>::Action::kEager:
+      break;
+  }
+  return engine::StepMode::kEager;
+}
+
+bool CudaBackendImpl::EndStep() {
+  if (!capturing_) {
+    step_.active = false;
+    return true;
+  }
+  capturing_ = false;
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
+  const std::unique_ptr<CUgraph_st, cudaError_t (*)(cudaGraph_t)> owned(graph, cudaGraphDestroy);
+  if (abandoned_ && error_.ok()) {
+    // Not an error: the step needed an allocation. The ops come again, eagerly (step_ stays).
+    abandoned_ = false;
+    graphs_.Abandoned(step_.key);
+    return false;
+  }
+  step_.active = false;
+  if (!Check(CudaCall(end, "cudaStreamEndCapture")) || !error_.ok()) return true;
+  cudaGraphExec_t exec = nullptr;
+  if (!Check(CudaCall(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate"))) return true;
+  graphs_.Captured(step_.key, std::shared_ptr<void>(exec, [](void* e) {
+                     cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(e));
+                   }));
+  Check(CudaCall(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch"));
+  return true;
 }
 
 }  // namespace

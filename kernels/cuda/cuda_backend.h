@@ -6,8 +6,11 @@
 // Errors: creation fails with kUnavailable "no CUDA device found" when cudaGetDeviceCount reports
 // none. The interface's ops return void, so an op that fails records the first error, every later
 // op becomes a no-op, and Backend::status() reports it (ModelRunner checks it after Synchronize()).
-// Not implemented yet: CUDA graphs for decode (the op-by-op interface hands each op fresh host
-// spans; capturing a step needs a whole-step hook in backend.h, see kernels/NOTES.md).
+// Whole steps (Backend::BeginStep/EndStep): each step's metadata goes to the device in one copy
+// from pinned memory, to fixed addresses the ops read; a StepKey::graph step (a decode step of an
+// engine with cuda_graphs) is recorded as a CUDA graph on its key's second occurrence and replayed
+// after that (kernels/NOTES.md, "CUDA graphs for decode"; not yet run on a GPU). Ops called outside
+// a step upload their spans themselves.
 // Thread safety: one thread at a time, like every Backend.
 #pragma once
 
@@ -26,7 +29,11 @@ struct CudaBackendOptions {
 };
 
 // status() (from engine::Backend) reports the first error an op met.
-class CudaBackend : public engine::Backend {};
+class CudaBackend : public engine::Backend {
+ public:
+  // Recorded decode-step graphs held now (tests and diagnostics).
+  virtual size_t cached_graphs() const = 0;
+};
 
 Result<std::unique_ptr<CudaBackend>> MakeCudaBackend(const CudaBackendOptions& options = {});
 

@@ -25,7 +25,7 @@ Result<int64_t> KvTokensForMemoryFraction(double fraction, int64_t kv_bytes_per_
 // What the plugin exports (plugin.cc), through `extern "C" const PluginApi*
 // kvgate_cuda_plugin_api()`. The plugin is built with the binary that loads it (same compiler and
 // flags), so C++ types cross the boundary; the version guards against a stale plugin file.
-inline constexpr int kPluginAbiVersion = 1;
+inline constexpr int kPluginAbiVersion = 2;  // 2: Backend::BeginStep/EndStep
 struct PluginApi {
   int abi_version;
   int (*device_count)(std::string* why);

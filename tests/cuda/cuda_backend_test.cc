@@ -30,6 +30,52 @@ uint16_t ToHalf(float f) {  // exact for the small values used here (multiples o
   return 0x7e00;
 }
 
+// Values on a 1/1024 grid in [-1, 1): exact in f16.
+float GridValue(std::mt19937& rng) {
+  return static_cast<float>(static_cast<int>(rng() % 2048) - 1024) / 1024.0f;
+}
+
+// The GPU tests' setup: a backend and a random f16 paged cache of 12 blocks, 3 kv heads of 64,
+// on the host (the reference's) and in backend memory; two sequences' block tables [2][4].
+struct GpuCase {
+  static constexpr int kBlocks = 12, kKvHeads = 3, kHeadDim = 64;
+  std::mt19937 rng;
+  std::unique_ptr<CudaBackend> backend;
+  std::string error;
+  ref::HostPagedKv kv;
+  engine::DeviceBuffer k, v;
+  engine::KvCacheLayer cache;
+  const std::vector<int32_t> tables = {3, 7, 1, -1, 10, 0, 5, 2};
+
+  explicit GpuCase(uint32_t seed) : rng(seed) {
+    auto created = MakeCudaBackend();
+    if (!created) {
+      error = created.error().ToString();
+      return;
+    }
+    backend = std::move(*created);
+    kv.num_blocks = kBlocks;
+    kv.num_kv_heads = kKvHeads;
+    kv.head_dim = kHeadDim;
+    kv.f16 = true;
+    for (int i = 0; i < kBlocks * 16 * kKvHeads * kHeadDim; ++i) {
+      kv.k16.push_back(ToHalf(val()));
+      kv.v16.push_back(ToHalf(val()));
+    }
+    auto kb = backend->Allocate(kv.k16.size() * 2), vb = backend->Allocate(kv.v16.size() * 2);
+    if (!kb || !vb) {
+      error = "cannot allocate the cache";
+      return;
+    }
+    k = *kb, v = *vb;
+    cudaMemcpy(k.data(), kv.k16.data(), kv.k16.size() * 2, cudaMemcpyHostToDevice);
+    cudaMemcpy(v.data(), kv.v16.data(), kv.v16.size() * 2, cudaMemcpyHostToDevice);
+    cache = {static_cast<uint16_t*>(k.data()), static_cast<uint16_t*>(v.data()), kBlocks};
+  }
+  bool ok() const { return error.empty(); }
+  float val() { return GridValue(rng); }
+};
+
 TEST(CudaBackendTest, CreationWithoutDeviceIsAClearError) {
   EXPECT_EQ(KvCacheTokensForMemoryFraction(1.5, 1000).error().code, ErrorCode::kInvalidArgument);
   if (HaveDevice()) GTEST_SKIP() << "a CUDA device is present";
@@ -42,49 +88,31 @@ TEST(CudaBackendTest, CreationWithoutDeviceIsAClearError) {
 
 TEST(CudaBackendTest, AttentionAndMatMulMatchReferences) {
   if (!HaveDevice()) GTEST_SKIP() << "no CUDA device found: run on a GPU machine";
-  auto created = MakeCudaBackend();
-  ASSERT_TRUE(created.has_value()) << created.error().ToString();
-  engine::Backend& be = **created;
-  const int h = 9, hkv = 3, d = 64, nb = 12, kv_dim = hkv * d;
-  std::mt19937 rng(4);
-  // Values on a 1/1024 grid in [-1, 1): exact in f16.
-  auto val = [&] { return static_cast<float>(static_cast<int>(rng() % 2048) - 1024) / 1024.0f; };
-  ref::HostPagedKv kv;
-  kv.num_blocks = nb;
-  kv.num_kv_heads = hkv;
-  kv.head_dim = d;
-  kv.f16 = true;
-  for (int i = 0; i < nb * 16 * kv_dim; ++i) {
-    kv.k16.push_back(ToHalf(val()));
-    kv.v16.push_back(ToHalf(val()));
-  }
-  auto kbuf = be.Allocate(kv.k16.size() * 2), vbuf = be.Allocate(kv.v16.size() * 2);
-  ASSERT_TRUE(kbuf && vbuf);
-  cudaMemcpy(kbuf->data(), kv.k16.data(), kv.k16.size() * 2, cudaMemcpyHostToDevice);
-  cudaMemcpy(vbuf->data(), kv.v16.data(), kv.v16.size() * 2, cudaMemcpyHostToDevice);
-  const engine::KvCacheLayer cache{static_cast<uint16_t*>(kbuf->data()), static_cast<uint16_t*>(vbuf->data())};
-  const std::vector<int32_t> tables = {3, 7, 1, -1, 10, 0, 5, 2};  // [2][4]
+  GpuCase g(4);
+  ASSERT_TRUE(g.ok()) << g.error;
+  CudaBackend& be = *g.backend;
+  const int h = 9, hkv = GpuCase::kKvHeads, d = GpuCase::kHeadDim;
   for (const bool decode : {true, false}) {
     const std::vector<int32_t> q_start = decode ? std::vector<int32_t>{0, 1, 2} : std::vector<int32_t>{0, 20, 61};
     const std::vector<int32_t> ctx = decode ? std::vector<int32_t>{40, 64} : std::vector<int32_t>{45, 41};
     const int t = q_start.back();
     std::vector<int32_t> ids(static_cast<size_t>(t), 0), pos(static_cast<size_t>(t), 0);
     std::vector<int64_t> slots(static_cast<size_t>(t), -1);
-    engine::BatchMetadata batch{ids, pos, slots, q_start, ctx, tables, 4, 16};
+    engine::BatchMetadata batch{ids, pos, slots, q_start, ctx, g.tables, 4, 16};
     std::vector<float> q(static_cast<size_t>(t) * h * d);
-    for (auto& x : q) x = val();
+    for (auto& x : q) x = g.val();
     auto dq = be.Allocate(q.size() * 4), dout = be.Allocate(q.size() * 4);
     ASSERT_TRUE(dq && dout);
     cudaMemcpy(dq->data(), q.data(), q.size() * 4, cudaMemcpyHostToDevice);
-    be.Attention(dq->f32(), cache, {h, hkv, d, 0.125f}, batch, dout->f32());
+    be.Attention(dq->f32(), g.cache, {h, hkv, d, 0.125f}, batch, dout->f32());
     std::vector<float> got(q.size());
     be.CopyToHost(dout->data(), got.data(), got.size() * 4);
-    ASSERT_TRUE((*created)->status().has_value()) << (*created)->status().error().ToString();
+    ASSERT_TRUE(be.status().has_value()) << be.status().error().ToString();
     std::vector<double> want(q.size());
     for (int s = 0; s < 2; ++s)
       for (int row = q_start[s]; row < q_start[s + 1]; ++row)
         for (int hh = 0; hh < h; ++hh)
-          ref::AttendOne(kv, &tables[s * 4], ctx[s] - (q_start[s + 1] - row) + 1, hh / 3,
+          ref::AttendOne(g.kv, &g.tables[s * 4], ctx[s] - (q_start[s + 1] - row) + 1, hh / 3,
                          &q[(static_cast<size_t>(row) * h + hh) * d], 0.125,
                          &want[(static_cast<size_t>(row) * h + hh) * d]);
     EXPECT_LT(ref::RelError(got, want), 1e-2) << (decode ? "decode" : "prefill");
@@ -95,13 +123,13 @@ TEST(CudaBackendTest, AttentionAndMatMulMatchReferences) {
   for (size_t b = 0; b < w.size() / 34; ++b) {
     const uint16_t dh = 0x2000;  // 2^-7
     std::memcpy(&w[b * 34], &dh, 2);
-    for (int j = 0; j < 32; ++j) w[b * 34 + 2 + j] = static_cast<uint8_t>(rng());
+    for (int j = 0; j < 32; ++j) w[b * 34 + 2 + j] = static_cast<uint8_t>(g.rng());
   }
   auto dw = be.UploadWeights(w.data(), w.size());
   ASSERT_TRUE(dw.has_value());
   const engine::WeightMatrix wm{engine::GgmlType::kQ8_0, *dw, n, k};
   std::vector<float> x(static_cast<size_t>(tt) * k);
-  for (auto& v : x) v = val();
+  for (auto& v : x) v = g.val();
   auto dx = be.Allocate(x.size() * 4), dy = be.Allocate(static_cast<size_t>(tt) * n * 4);
   ASSERT_TRUE(dx && dy);
   cudaMemcpy(dx->data(), x.data(), x.size() * 4, cudaMemcpyHostToDevice);
@@ -118,7 +146,51 @@ TEST(CudaBackendTest, AttentionAndMatMulMatchReferences) {
       yref[static_cast<size_t>(r) * n + c] = acc;
     }
   EXPECT_LT(ref::RelError(y, yref), 1e-2);
-  EXPECT_TRUE((*created)->status().has_value());
+  EXPECT_TRUE(be.status().has_value());
+}
+
+// Whole decode steps through BeginStep/EndStep with StepKey::graph: eager, then captured, then
+// replayed with new query values and new context lengths in the same staged arrays; each result
+// against the reference. A new activation generation drops the graphs and records again.
+TEST(CudaBackendTest, DecodeStepsAreCapturedAndReplayed) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device found: run on a GPU machine";
+  GpuCase g(7);
+  ASSERT_TRUE(g.ok()) << g.error;
+  CudaBackend& be = *g.backend;
+  const int h = 9, hkv = GpuCase::kKvHeads, d = GpuCase::kHeadDim;
+  const std::vector<int32_t> q_start{0, 1, 2}, ids{0, 0};
+  const std::vector<int64_t> slots{-1, -1};
+  std::vector<int32_t> ctx(2), pos(2);
+  const engine::BatchMetadata batch{ids, pos, slots, q_start, ctx, g.tables, 4, 16};
+  std::vector<float> q(static_cast<size_t>(2) * h * d);
+  auto dq = be.Allocate(q.size() * 4), dout = be.Allocate(q.size() * 4);
+  ASSERT_TRUE(dq && dout);
+  engine::StepKey key{2, 2, 4, 1, true};
+  const engine::StepMode want[] = {engine::StepMode::kEager, engine::StepMode::kCapture,
+                                   engine::StepMode::kReplayed, engine::StepMode::kReplayed,
+                                   engine::StepMode::kEager, engine::StepMode::kCapture,
+                                   engine::StepMode::kReplayed};
+  for (int step = 0; step < 7; ++step) {
+    if (step == 4) key.activations = 2;  // the runner's buffers moved
+    ctx = {40 - 3 * step, 64 - 5 * step};  // 1..4 blocks: every split plan keeps its bound (64)
+    for (int s = 0; s < 2; ++s) pos[s] = ctx[s] - 1;
+    for (auto& x : q) x = g.val();
+    cudaMemcpy(dq->data(), q.data(), q.size() * 4, cudaMemcpyHostToDevice);
+    const engine::StepMode mode = be.BeginStep(batch, {}, key);
+    EXPECT_EQ(mode, want[step]) << "step " << step;
+    if (mode != engine::StepMode::kReplayed) be.Attention(dq->f32(), g.cache, {h, hkv, d, 0.125f}, batch, dout->f32());
+    EXPECT_TRUE(be.EndStep());
+    std::vector<float> got(q.size());
+    be.CopyToHost(dout->data(), got.data(), got.size() * 4);
+    ASSERT_TRUE(be.status().has_value()) << be.status().error().ToString();
+    EXPECT_EQ(be.cached_graphs(), (step == 4 ? 0u : step >= 1 ? 1u : 0u)) << "step " << step;
+    std::vector<double> ref_out(q.size());
+    for (int s = 0; s < 2; ++s)
+      for (int hh = 0; hh < h; ++hh)
+        ref::AttendOne(g.kv, &g.tables[s * 4], ctx[s], hh / 3, &q[(static_cast<size_t>(s) * h + hh) * d], 0.125,
+                       &ref_out[(static_cast<size_t>(s) * h + hh) * d]);
+    EXPECT_LT(ref::RelError(got, ref_out), 1e-2) << "step " << step;
+  }
 }
 
 }  // namespace

@@ -69,6 +69,7 @@ TEST_F(CliDeviceTest, HelpMentionsDevice) {
   const Outcome gen = Kvgate({"generate", "--help"});
   EXPECT_EQ(gen.exit_code, 0);
   EXPECT_NE(gen.out.find("[--device cpu|cuda]"), std::string::npos) << gen.out;
+  EXPECT_NE(gen.out.find("[--cuda-graphs]"), std::string::npos) << gen.out;
 }
 
 TEST_F(CliDeviceTest, BadDeviceIsUsageError) {
@@ -81,6 +82,9 @@ TEST_F(CliDeviceTest, BadDeviceIsUsageError) {
   const Outcome frac = Kvgate({"engine", "--model", kModel, "--gpu-memory-fraction", "1.5"});
   EXPECT_EQ(frac.exit_code, 2);
   EXPECT_NE(frac.err.find("bad option --gpu-memory-fraction 1.5"), std::string::npos) << frac.err;
+  const Outcome graphs = Kvgate({"generate", "--model", kModel, "--prompt", "x", "--cuda-graphs"});
+  EXPECT_EQ(graphs.exit_code, 2) << "graphs need --device cuda";
+  EXPECT_NE(graphs.err.find("--cuda-graphs needs --device cuda"), std::string::npos) << graphs.err;
 }
 
 TEST_F(CliDeviceTest, CudaWithoutDeviceFailsClearly) {

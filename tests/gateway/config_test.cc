@@ -137,7 +137,7 @@ providers:
   - {name: b, type: local, model_path: m.gguf, device: cuda, gpu_memory_fraction: 0.5}
   - {name: c, type: local, model_path: m.gguf, device: cpu, gpu_memory_fraction: 1}
   - {name: d, type: local, model_path: m.gguf, device: cuda, gpu_memory_fraction: "0.25",
-     kv_cache_tokens: 4096}
+     kv_cache_tokens: 4096, cuda_graphs: true}
 )",
                             env);
   ASSERT_TRUE(config.has_value()) << config.error().message;
@@ -149,6 +149,8 @@ providers:
   EXPECT_DOUBLE_EQ(config->providers[2].gpu_memory_fraction, 1.0);
   EXPECT_DOUBLE_EQ(config->providers[3].gpu_memory_fraction, 0.25);
   EXPECT_EQ(config->providers[3].kv_cache_tokens, 4096);
+  EXPECT_FALSE(config->providers[1].cuda_graphs) << "cuda graphs are off unless asked for";
+  EXPECT_TRUE(config->providers[3].cuda_graphs);
 
   struct Case {
     const char* yaml;
@@ -170,6 +172,10 @@ providers:
        "providers[0].gpu_memory_fraction must be a number"},
       {"providers: [{name: l, type: local, model_path: m, gpu_memory_fraction: nan}]",
        "providers[0].gpu_memory_fraction must be a number"},
+      {"providers: [{name: l, type: local, model_path: m, cuda_graphs: true}]",
+       "providers[0].cuda_graphs needs device: cuda"},
+      {"providers: [{name: l, type: local, model_path: m, device: cuda, cuda_graphs: 1}]",
+       "providers[0].cuda_graphs must be true or false"},
   };
   for (const Case& c : cases) {
     auto bad = ParseConfig(c.yaml, env, "test.yaml");

@@ -13,15 +13,6 @@
 namespace kvgate::providers::internal {
 namespace {
 
-// The object NormalizeUsage reads: llama.cpp's whole response / chunk (for `timings`), otherwise
-// the `usage` member.
-telemetry::Usage NormalizeFrom(ProviderType type, const json& object) {
-  const telemetry::UsageFlavor flavor = UsageFlavorFor(type);
-  if (type == ProviderType::kLlamaCpp) return telemetry::NormalizeUsage(flavor, object);
-  const json* usage = Member(object, "usage");
-  return telemetry::NormalizeUsage(flavor, usage != nullptr ? *usage : json());
-}
-
 // A non-null `error` member -> its message (the object form or a bare string).
 std::optional<std::string> ErrorMessageOf(const json& object) {
   const json* error = Member(object, "error");
@@ -30,18 +21,6 @@ std::optional<std::string> ErrorMessageOf(const json& object) {
   std::string_view message = StringMember(*error, "message");
   if (!message.empty()) return std::string(message);
   return Dump(*error);
-}
-
-// The last non-null finish_reason among the choices, or "".
-std::string FinishReasonOf(const json& object) {
-  std::string reason;
-  const json* choices = Member(object, "choices");
-  if (choices == nullptr || !choices->is_array()) return reason;
-  for (const json& choice : *choices) {
-    std::string_view r = StringMember(choice, "finish_reason");
-    if (!r.empty()) reason = std::string(r);
-  }
-  return reason;
 }
 
 // A value that carries something: not null, "", [] or {}.
@@ -64,6 +43,9 @@ struct ChunkFacts {
   bool has_error = false;
   bool has_finish_reason = false;
   bool has_timings = false;  // llama.cpp
+  bool choices_empty = true;  // no "choices", or an empty array (the usage-only chunk)
+  std::optional<raw_json::Value> usage;  // the usage member, when present and not null
+  std::string finish_reason;  // the last non-null finish_reason among the choices (decoded)
 };
 
 // (Small objects: each lookup walks the object, which beats allocating a member list.)
@@ -71,15 +53,25 @@ ChunkFacts ReadChunk(raw_json::Value chunk) {
   ChunkFacts facts;
   std::optional<raw_json::Value> choices;
   raw_json::ForEachMember(chunk, [&](const raw_json::Member& m) {
-    if (m.KeyIs("usage")) facts.has_usage = NonNull(m.value);
+    if (m.KeyIs("usage")) {
+      facts.has_usage = NonNull(m.value);
+      facts.usage = facts.has_usage ? std::optional(m.value) : std::nullopt;
+    }
     if (m.KeyIs("error")) facts.has_error = NonNull(m.value);
     if (m.KeyIs("timings")) facts.has_timings = NonNull(m.value);
     if (m.KeyIs("choices")) choices = m.value;
   });
   if (!choices || !choices->is_array()) return facts;
   raw_json::ForEachElement(*choices, [&](raw_json::Value choice) {
+    facts.choices_empty = false;
     raw_json::ForEachMember(choice, [&](const raw_json::Member& m) {
-      if (m.KeyIs("finish_reason") && NonNull(m.value)) facts.has_finish_reason = true;
+      if (m.KeyIs("finish_reason") && NonNull(m.value)) {
+        std::optional<std::string> reason = raw_json::DecodeString(m.value);
+        if (reason && !reason->empty()) {
+          facts.has_finish_reason = true;
+          facts.finish_reason = std::move(*reason);
+        }
+      }
       if (m.KeyIs("text") && NonEmpty(m.value)) facts.has_content = true;  // completions
       if (!m.KeyIs("delta")) return;
       raw_json::ForEachMember(m.value, [&](const raw_json::Member& d) {
@@ -98,106 +90,6 @@ std::string_view TrimSpace(std::string_view s) {
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
     s.remove_suffix(1);
   return s;
-}
-
-class OpenAICompatStream final : public SseStreamTranslator {
- public:
-  OpenAICompatStream(ProviderType type, const CallOptions& options)
-      : SseStreamTranslator("[DONE]"), type_(type), strip_usage_(!options.client_wants_usage) {}
-
- private:
-  void Handle(const SseEvent& event, Output& out) override {
-    if (!event.has_data) {
-      AppendRawEvent(out.bytes, event.raw);  // comments / keep-alives reach the client too
-      return;
-    }
-    const std::string_view data = TrimSpace(event.data);
-    if (data == "[DONE]") {
-      completed_ = true;
-      AppendRawEvent(out.bytes, event.raw);
-      return;
-    }
-    // Validated and read once from its bytes; only chunks that carry usage, an error or a
-    // finish_reason (the last one or two of a stream) are parsed into a tree.
-    Result<raw_json::Value> parsed = raw_json::Parse(data);
-    if (!parsed) {
-      Fail(out.bytes, "upstream sent malformed JSON in a stream event: " + Snippet(data));
-      return;
-    }
-    const ChunkFacts facts = ReadChunk(*parsed);
-    const bool needs_tree = facts.has_usage || event.event == "error" || facts.has_error ||
-                            facts.has_finish_reason ||
-                            (type_ == ProviderType::kLlamaCpp && facts.has_timings);
-    if (!needs_tree) {  // most chunks: out byte for byte
-      if (facts.has_content) out.has_content = true;
-      AppendRawEvent(out.bytes, event.raw);
-      return;
-    }
-
-    json chunk = ParseJson(data);
-    if (chunk.is_discarded() || !chunk.is_object()) {
-      Fail(out.bytes, "upstream sent malformed JSON in a stream event: " + Snippet(data));
-      return;
-    }
-    if (std::optional<std::string> message = ErrorMessageOf(chunk);
-        message.has_value() || event.event == "error") {
-      std::string text = message.value_or(Snippet(data));
-      upstream_error_ = text;
-      client_error_ = text;
-      failed_ = true;
-      const json* error = Member(chunk, "error");
-      if (error != nullptr && error->is_object()) {
-        AppendRawEvent(out.bytes, event.raw);  // already OpenAI-shaped
-      } else {
-        out.bytes += ErrorEventBytes(MakeOpenAIError(502, std::move(text), "upstream_error"));
-      }
-      return;
-    }
-    if (std::string reason = FinishReasonOf(chunk); !reason.empty())
-      finish_reason_ = std::move(reason);
-    const bool content = facts.has_content;
-    const json* usage = Member(chunk, "usage");
-    const bool usage_present = usage != nullptr && !usage->is_null();
-    if (usage_present ||
-        (type_ == ProviderType::kLlamaCpp && Member(chunk, "timings") != nullptr)) {
-      usage_ = NormalizeFrom(type_, chunk);
-    }
-    if (usage_present && strip_usage_) {
-      const json* choices = Member(chunk, "choices");
-      if (choices == nullptr || (choices->is_array() && choices->empty()))
-        return;  // the extra chunk
-      chunk.erase("usage");
-      out.bytes += "data: ";
-      out.bytes += Dump(chunk);
-      out.bytes += "\n\n";
-      if (content) out.has_content = true;
-      return;
-    }
-    if (content) out.has_content = true;
-    AppendRawEvent(out.bytes, event.raw);
-  }
-
-  // Constant after construction.
-  const ProviderType type_;
-  const bool strip_usage_;
-
-};
-
-}  // namespace
-
-namespace {
-
-// The members BuildOpenAICompatCall rewrites. Each is written once, at the place of its last
-// occurrence (the one a parser keeps), or appended when the body lacks it.
-enum class Rewritten { kNone, kModel, kStream, kStreamOptions, kMetadata, kDropped };
-
-Rewritten Classify(const raw_json::Member& m) {
-  if (m.KeyIs("model")) return Rewritten::kModel;
-  if (m.KeyIs("stream")) return Rewritten::kStream;
-  if (m.KeyIs("stream_options")) return Rewritten::kStreamOptions;
-  if (m.KeyIs("metadata")) return Rewritten::kMetadata;
-  if (m.KeyIs("thread_identifier")) return Rewritten::kDropped;
-  return Rewritten::kNone;
 }
 
 void AppendKey(std::string_view raw_key, std::string& out) {
@@ -226,6 +118,94 @@ bool AppendObjectWithout(raw_json::Value object, std::string_view drop, std::str
   out += '}';
   return true;
 }
+
+class OpenAICompatStream final : public SseStreamTranslator {
+ public:
+  OpenAICompatStream(ProviderType type, const CallOptions& options)
+      : SseStreamTranslator("[DONE]"), type_(type), strip_usage_(!options.client_wants_usage) {}
+
+ private:
+  void Handle(const SseEvent& event, Output& out) override {
+    if (!event.has_data) {
+      AppendRawEvent(out.bytes, event.raw);  // comments / keep-alives reach the client too
+      return;
+    }
+    const std::string_view data = TrimSpace(event.data);
+    if (data == "[DONE]") {
+      completed_ = true;
+      AppendRawEvent(out.bytes, event.raw);
+      return;
+    }
+    // Validated and read once from its bytes, never parsed into a tree: only an error chunk
+    // (rare, and the end of the stream) is.
+    Result<raw_json::Value> parsed = raw_json::Parse(data);
+    if (!parsed) {
+      Fail(out.bytes, "upstream sent malformed JSON in a stream event: " + Snippet(data));
+      return;
+    }
+    const ChunkFacts facts = ReadChunk(*parsed);
+    if (event.event == "error" || facts.has_error) {
+      HandleError(event, data, out);
+      return;
+    }
+    if (facts.has_finish_reason) finish_reason_ = facts.finish_reason;
+    const bool llama_timings = type_ == ProviderType::kLlamaCpp && facts.has_timings;
+    if (facts.has_usage || llama_timings) {
+      // llama.cpp's usage includes `timings`, a sibling of `usage`: it reads the whole chunk.
+      usage_ = telemetry::NormalizeUsage(
+          UsageFlavorFor(type_),
+          type_ == ProviderType::kLlamaCpp ? *parsed : facts.usage.value_or(raw_json::Value{}));
+    }
+    if (facts.has_content) out.has_content = true;
+    if (facts.has_usage && strip_usage_) {
+      if (facts.choices_empty) return;  // the extra chunk kvgate asked for
+      // The chunk minus its usage member, every other byte as the upstream sent it.
+      out.bytes += "data: ";
+      AppendObjectWithout(*parsed, "usage", "", out.bytes);
+      out.bytes += "\n\n";
+      return;
+    }
+    AppendRawEvent(out.bytes, event.raw);
+  }
+
+  void HandleError(const SseEvent& event, std::string_view data, Output& out) {
+    json chunk = ParseJson(data);
+    std::optional<std::string> message;
+    if (chunk.is_object()) message = ErrorMessageOf(chunk);
+    std::string text = message.value_or(Snippet(data));
+    upstream_error_ = text;
+    client_error_ = text;
+    failed_ = true;
+    const json* error = chunk.is_object() ? Member(chunk, "error") : nullptr;
+    if (error != nullptr && error->is_object()) {
+      AppendRawEvent(out.bytes, event.raw);  // already OpenAI-shaped
+    } else {
+      out.bytes += ErrorEventBytes(MakeOpenAIError(502, std::move(text), "upstream_error"));
+    }
+  }
+
+  // Constant after construction.
+  const ProviderType type_;
+  const bool strip_usage_;
+};
+
+}  // namespace
+
+namespace {
+
+// The members BuildOpenAICompatCall rewrites. Each is written once, at the place of its last
+// occurrence (the one a parser keeps), or appended when the body lacks it.
+enum class Rewritten { kNone, kModel, kStream, kStreamOptions, kMetadata, kDropped };
+
+Rewritten Classify(const raw_json::Member& m) {
+  if (m.KeyIs("model")) return Rewritten::kModel;
+  if (m.KeyIs("stream")) return Rewritten::kStream;
+  if (m.KeyIs("stream_options")) return Rewritten::kStreamOptions;
+  if (m.KeyIs("metadata")) return Rewritten::kMetadata;
+  if (m.KeyIs("thread_identifier")) return Rewritten::kDropped;
+  return Rewritten::kNone;
+}
+
 
 }  // namespace
 

@@ -258,3 +258,29 @@ TEST(RawJsonTest, AppendQuotedRoundTripsThroughAParser) {
 
 }  // namespace
 }  // namespace kvgate::raw_json
+
+namespace kvgate::raw_json {
+namespace {
+
+TEST(RawJsonKeyTest, KeyIsMatchesEscapedKeysAndRejectsOthers) {
+  auto key_of = [](std::string_view doc) {
+    Result<Value> v = Parse(doc);
+    EXPECT_TRUE(v.has_value()) << doc;
+    std::vector<Member> members = Members(*v);
+    EXPECT_EQ(members.size(), 1u) << doc;
+    return members.at(0);
+  };
+  for (std::string_view doc : {R"({"model":1})", R"({"\u006dodel":1})", R"({"m\u006fdel":1})",
+                               R"({"mode\u006c":1})", R"({"\u006d\u006f\u0064\u0065\u006c":1})"}) {
+    EXPECT_TRUE(key_of(doc).KeyIs("model")) << doc;
+  }
+  for (std::string_view doc : {R"({"models":1})", R"({"mode":1})", R"({"\u0078odel":1})",
+                               R"({"xmodel\n":1})", R"({"mo\"del":1})", R"({"":1})"}) {
+    EXPECT_FALSE(key_of(doc).KeyIs("model")) << doc;
+  }
+  EXPECT_TRUE(key_of(R"({"":1})").KeyIs(""));
+  EXPECT_FALSE(key_of(R"({"\u0061":1})").KeyIs(""));
+}
+
+}  // namespace
+}  // namespace kvgate::raw_json

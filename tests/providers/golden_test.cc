@@ -187,13 +187,13 @@ TEST(GoldenStreamTest, LlamaCppStreamUsageAndTimings) {
       R"("timings":{"cache_n":496,"prompt_n":16,"prompt_ms":11.2,"prompt_per_token_ms":0.7,"prompt_per_second":1428.5,)"
       R"("predicted_n":2,"predicted_ms":19.9,"predicted_per_token_ms":9.95,"predicted_per_second":100.5}})"
       "\n\n";
-  // Re-serialized without `usage` (nlohmann orders keys; timings are kept for the client).
+  // Without `usage`, every other byte as llama.cpp sent it (timings are kept for the client).
   const std::string last_out =
-      R"(data: {"choices":[{"delta":{},"finish_reason":"stop","index":0}],"created":1754000000,)"
-      R"("id":"chatcmpl-Qm7sLx0Vb2","model":"gpt-3.5-turbo","object":"chat.completion.chunk",)"
-      R"("system_fingerprint":"b6100-5c0eb5ef","timings":{"cache_n":496,"predicted_ms":19.9,"predicted_n":2,)"
-      R"("predicted_per_second":100.5,"predicted_per_token_ms":9.95,"prompt_ms":11.2,"prompt_n":16,)"
-      R"("prompt_per_second":1428.5,"prompt_per_token_ms":0.7}})"
+      R"(data: {"choices":[{"finish_reason":"stop","index":0,"delta":{}}],"created":1754000000,)"
+      R"("id":"chatcmpl-Qm7sLx0Vb2","model":"gpt-3.5-turbo","system_fingerprint":"b6100-5c0eb5ef",)"
+      R"("object":"chat.completion.chunk",)"
+      R"("timings":{"cache_n":496,"prompt_n":16,"prompt_ms":11.2,"prompt_per_token_ms":0.7,"prompt_per_second":1428.5,)"
+      R"("predicted_n":2,"predicted_ms":19.9,"predicted_per_token_ms":9.95,"predicted_per_second":100.5}})"
       "\n\n";
   std::string expected = stream;
   const size_t pos = expected.find(last_in);

@@ -328,9 +328,10 @@ TEST(OpenAICompatStreamTest, LastUsageWinsAndEveryUsageStrippedFromChoicesChunks
   auto r = RunStream(*t, c1 + c2 + "data: [DONE]\n\n");
   EXPECT_EQ(
       r.bytes,
-      "data: {\"choices\":[{\"delta\":{\"content\":\"a\"},\"index\":0}]}\n\n"
+      // Only the usage member goes; every other byte is the upstream's.
+      "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n"
       "data: "
-      "{\"choices\":[{\"delta\":{\"content\":\"b\"},\"finish_reason\":\"length\",\"index\":0}]}\n\n"
+      "{\"choices\":[{\"index\":0,\"delta\":{\"content\":\"b\"},\"finish_reason\":\"length\"}]}\n\n"
       "data: [DONE]\n\n");
   EXPECT_EQ(t->usage().output, 2);
   EXPECT_EQ(t->usage().cache_read, 64);

@@ -509,15 +509,9 @@ std::string DecodeInner(std::string_view in) {
 
 }  // namespace
 
-bool Member::KeyIs(std::string_view name) const {
-  // An escape makes the raw key longer than its decoded form, so a raw key of the same length
-  // matches only byte for byte, and a shorter one never does.
-  if (key.size() <= name.size()) return key == name;
-  // Longer, so equal only through escapes: at most 6 raw bytes (\u00XX) per decoded byte, and a
-  // first byte that is the name's or starts an escape. This rejects most keys without a scan.
-  if (name.empty() || key.size() > 6 * name.size() || (key[0] != name[0] && key[0] != '\\')) {
-    return false;
-  }
+// (An escape makes the raw key longer than its decoded form, so KeyIs settles keys no longer than
+// the name byte for byte and sends only longer ones here.)
+bool Member::EscapedKeyIs(std::string_view name) const {
   return key.find('\\') != std::string_view::npos && DecodeInner(key) == name;
 }
 

@@ -48,8 +48,21 @@ struct Value {
 struct Member {
   std::string_view key;  // the key's bytes between its quotes, escapes not decoded
   Value value;
-  // The key equals `name` once its escapes are decoded.
-  bool KeyIs(std::string_view name) const;
+  // The key equals `name` once its escapes are decoded. Inline: translators test every member of
+  // every stream chunk against a few names, and almost every test is decided by the sizes or the
+  // first byte.
+  bool KeyIs(std::string_view name) const {
+    if (key.size() <= name.size()) return key == name;
+    // Longer, so equal only through escapes: at most 6 raw bytes (\u00XX) per decoded byte, and a
+    // first byte that is the name's or starts an escape.
+    if (name.empty() || key.size() > 6 * name.size() || (key[0] != name[0] && key[0] != '\\')) {
+      return false;
+    }
+    return EscapedKeyIs(name);
+  }
+
+ private:
+  bool EscapedKeyIs(std::string_view name) const;
 };
 
 // Validates `text` as exactly one JSON value and returns it. Errors are kInvalidArgument with the

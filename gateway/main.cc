@@ -211,25 +211,21 @@ int Serve(int argc, char** argv) {
 // A restarted gateway picks up where it left off: the last turn of each thread seen in the past day
 // goes back to the thread tracker, so the thread's next turn is still diagnosed (a day is well past
 // every provider's cache TTL, so older threads' next turns could only say "expired").
-void RestoreThreads(const telemetry::TelemetryStore& store, const Clock& clock,
-                    gateway::Recorder& recorder) {
+void RestoreThreads(const Clock& clock, gateway::Recorder& recorder) {
   constexpr int64_t kRestoreWindowUs = 24LL * 3600 * 1'000'000;
-  const auto capacity = static_cast<int>(telemetry::ThreadTrackerOptions{}.max_threads);
-  int corrupt = 0;
-  auto turns = store.LatestThreadTurns(clock.NowUnixMicros() - kRestoreWindowUs, capacity, &corrupt);
-  if (!turns) {  // not fatal: those threads' next turns are simply not diagnosed
+  auto restored = recorder.RestoreThreads(clock.NowUnixMicros() - kRestoreWindowUs);
+  if (!restored) {  // not fatal: those threads' next turns are simply not diagnosed
     std::fprintf(stderr, "kvgate: warning: cannot restore threads for cache diagnosis: %s\n",
-                 turns.error().message.c_str());
+                 restored.error().message.c_str());
     return;
   }
-  const size_t restored = recorder.RestoreThreads(*turns);
-  if (restored > 0) {
+  if (restored->threads > 0) {
     std::fprintf(stderr, "kvgate: restored the last turn of %zu threads for cache diagnosis\n",
-                 restored);
+                 restored->threads);
   }
-  if (corrupt > 0) {
+  if (restored->unreadable > 0) {
     std::fprintf(stderr, "kvgate: warning: %d threads' stored prompt fingerprints do not parse; "
-                         "their next turns are not diagnosed\n", corrupt);
+                         "their next turns are not diagnosed\n", restored->unreadable);
   }
 }
 
@@ -305,7 +301,7 @@ int RunGateway(gateway::GatewayConfig config) {
     return 2;
   }
   gateway::Recorder recorder(**store, **metrics, catalog);
-  RestoreThreads(**store, clock, recorder);
+  RestoreThreads(clock, recorder);
   recorder.AddListener([a = alerting->get()](const telemetry::RequestRecord& record) {
     a->Submit(record);
   });

@@ -44,11 +44,14 @@ void Recorder::Record(telemetry::RequestRecord record,
   store_.Record(std::move(record));
 }
 
-size_t Recorder::RestoreThreads(const std::vector<telemetry::RequestRecord>& newest_first) {
-  size_t restored = 0;
+Result<Recorder::Restored> Recorder::RestoreThreads(int64_t since_us) {
+  Restored restored;
+  auto turns = store_.LatestThreadTurns(since_us, static_cast<int>(tracker_.capacity()),
+                                        &restored.unreadable);
+  if (!turns) return std::unexpected(turns.error());
   // Oldest first, so that the newest thread ends up the most recently used one.
-  for (auto it = newest_first.rbegin(); it != newest_first.rend(); ++it) {
-    if (tracker_.Restore(*it)) ++restored;
+  for (auto it = turns->rbegin(); it != turns->rend(); ++it) {
+    if (tracker_.Restore(*it)) ++restored.threads;
   }
   return restored;
 }

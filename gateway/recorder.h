@@ -29,10 +29,14 @@ class Recorder {
   // kept (and stored) only for turns the tracker compared.
   void Record(telemetry::RequestRecord record, const std::optional<telemetry::Price>& price);
 
-  // Gives the thread tracker the latest stored turn of each recently active thread (from
-  // TelemetryStore::LatestThreadTurns, newest first), so that a restarted gateway diagnoses a
-  // thread's next turn against its last one. Call before serving. Returns how many were taken.
-  size_t RestoreThreads(const std::vector<telemetry::RequestRecord>& newest_first);
+  // Gives the thread tracker the latest stored turn of each thread seen at or after `since_us` (as
+  // many as it holds, newest first, from TelemetryStore::LatestThreadTurns), so that a restarted
+  // gateway diagnoses a thread's next turn against its last one. Call before serving.
+  struct Restored {
+    size_t threads = 0;      // turns the tracker took
+    int unreadable = 0;      // stored fingerprints that did not parse (skipped)
+  };
+  Result<Restored> RestoreThreads(int64_t since_us);
 
   // The diagnosis rules for a provider type and model (exposed for tests).
   telemetry::CacheRules RulesFor(std::string_view provider_type, std::string_view model) const;

@@ -42,9 +42,10 @@ class ModelRunner {
                                                      RunnerOptions options = {});
 
   // Runs one step, bracketed by Backend::BeginStep/EndStep (the ops are not issued when the
-  // backend replays a recording; issued twice when it abandons a capture). Errors (kInvalidArgument) for inconsistent metadata or token ids >= V; the
-  // cache is left untouched then. A device backend's failure (Backend::status()) is returned too;
-  // the cache's contents are undefined after one.
+  // backend replays a recording; issued twice when it abandons a capture). Errors
+  // (kInvalidArgument) for inconsistent metadata or token ids >= V; the cache is left untouched
+  // then. A device backend's failure (Backend::status()) is returned too; the cache's contents are
+  // undefined after one.
   Status Forward(const BatchMetadata& batch, LogitsMode mode, std::vector<float>& logits);
 
   const LlamaDims& dims() const { return weights_.dims; }

@@ -167,6 +167,8 @@ class ThreadTracker {
   bool Restore(const RequestRecord& turn);
   void Forget(const std::string& thread_id);
   size_t Size() const;
+  // The most threads it remembers (max_threads rounded down to a multiple of the shard count).
+  size_t capacity() const { return per_shard_cap_ * shards_.size(); }
 
  private:
   struct Shard {

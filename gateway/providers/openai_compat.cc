@@ -39,13 +39,11 @@ bool NonNull(std::optional<raw_json::Value> v) { return v && !v->is_null(); }
 // What the translator needs to know about one chunk, read from its bytes (no tree).
 struct ChunkFacts {
   bool has_content = false;  // generated text, reasoning, refusal or a tool call
-  bool has_usage = false;
   bool has_error = false;
-  bool has_finish_reason = false;
   bool has_timings = false;  // llama.cpp
   bool choices_empty = true;  // no "choices", or an empty array (the usage-only chunk)
   std::optional<raw_json::Value> usage;  // the usage member, when present and not null
-  std::string finish_reason;  // the last non-null finish_reason among the choices (decoded)
+  std::string finish_reason;  // the last non-empty finish_reason among the choices (decoded)
 };
 
 // (Small objects: each lookup walks the object, which beats allocating a member list.)
@@ -53,10 +51,7 @@ ChunkFacts ReadChunk(raw_json::Value chunk) {
   ChunkFacts facts;
   std::optional<raw_json::Value> choices;
   raw_json::ForEachMember(chunk, [&](const raw_json::Member& m) {
-    if (m.KeyIs("usage")) {
-      facts.has_usage = NonNull(m.value);
-      facts.usage = facts.has_usage ? std::optional(m.value) : std::nullopt;
-    }
+    if (m.KeyIs("usage")) facts.usage = NonNull(m.value) ? std::optional(m.value) : std::nullopt;
     if (m.KeyIs("error")) facts.has_error = NonNull(m.value);
     if (m.KeyIs("timings")) facts.has_timings = NonNull(m.value);
     if (m.KeyIs("choices")) choices = m.value;
@@ -67,10 +62,7 @@ ChunkFacts ReadChunk(raw_json::Value chunk) {
     raw_json::ForEachMember(choice, [&](const raw_json::Member& m) {
       if (m.KeyIs("finish_reason") && NonNull(m.value)) {
         std::optional<std::string> reason = raw_json::DecodeString(m.value);
-        if (reason && !reason->empty()) {
-          facts.has_finish_reason = true;
-          facts.finish_reason = std::move(*reason);
-        }
+        if (reason && !reason->empty()) facts.finish_reason = std::move(*reason);
       }
       if (m.KeyIs("text") && NonEmpty(m.value)) facts.has_content = true;  // completions
       if (!m.KeyIs("delta")) return;
@@ -148,16 +140,16 @@ class OpenAICompatStream final : public SseStreamTranslator {
       HandleError(event, data, out);
       return;
     }
-    if (facts.has_finish_reason) finish_reason_ = facts.finish_reason;
+    if (!facts.finish_reason.empty()) finish_reason_ = facts.finish_reason;
     const bool llama_timings = type_ == ProviderType::kLlamaCpp && facts.has_timings;
-    if (facts.has_usage || llama_timings) {
+    if (facts.usage || llama_timings) {
       // llama.cpp's usage includes `timings`, a sibling of `usage`: it reads the whole chunk.
       usage_ = telemetry::NormalizeUsage(
           UsageFlavorFor(type_),
           type_ == ProviderType::kLlamaCpp ? *parsed : facts.usage.value_or(raw_json::Value{}));
     }
     if (facts.has_content) out.has_content = true;
-    if (facts.has_usage && strip_usage_) {
+    if (facts.usage && strip_usage_) {
       if (facts.choices_empty) return;  // the extra chunk kvgate asked for
       // The chunk minus its usage member, every other byte as the upstream sent it.
       out.bytes += "data: ";

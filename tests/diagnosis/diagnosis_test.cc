@@ -317,7 +317,9 @@ TEST(ThreadTrackerTest, OneHourWritesExtendTheTtl) {
 }
 
 TEST(ThreadTrackerTest, LruForgetsLeastRecentlyUsedThreads) {
+  EXPECT_EQ(ThreadTracker({.max_threads = 10, .shards = 4}).capacity(), 8u);
   ThreadTracker tracker({.max_threads = 2, .shards = 1});
+  EXPECT_EQ(tracker.capacity(), 2u);
   auto turn_of = [](const std::string& thread, int64_t at) {
     RequestRecord r = Turn(at, 0, 2000);
     r.thread_id = thread;

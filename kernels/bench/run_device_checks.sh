@@ -47,8 +47,8 @@ if command -v cuobjdump >/dev/null 2>&1 && [ -n "$lib" ]; then
   echo "SASS census: HMMA $(grep -c HMMA "$OUT/sass.txt"), LDG.E.128 $(grep -c 'LDG.E.128' "$OUT/sass.txt")," \
        "LDSM $(grep -c LDSM "$OUT/sass.txt"), LDGSTS $(grep -c LDGSTS "$OUT/sass.txt")," \
        "local memory LDL/STL $(grep -cE '\bLDL|\bSTL' "$OUT/sass.txt")"
-  grep -A1 PrefillV2Kernel "$OUT/resource_usage.txt" | grep -oE 'REG:[0-9]+|STACK:[0-9]+|SHARED:[0-9]+|LOCAL:[0-9]+' |
-    paste -sd' ' | sed 's/^/prefill v2 resource usage (per instantiation): /' || true
+  awk '/Function .*PrefillV2Kernel/ { n = $0; sub(/.*PrefillV2KernelI/, "", n); sub(/EEEvNS.*/, "", n);
+         getline; print "prefill v2 " n ": " $1, $2, $3, $4 }' "$OUT/resource_usage.txt" || true
   gzip -f "$OUT/sass.txt" || true
 fi
 

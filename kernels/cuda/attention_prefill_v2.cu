@@ -201,12 +201,15 @@ __global__ void __launch_bounds__(kPrefillV2Threads, kPrefillV2CtasPerSm) Prefil
         CpAsync16(smem_base + L::kQBase + r * kRowPitchBytes + col * 2, src, valid ? 16 : 0);
       }
     }
-    // The first stages - 1 tiles, one cp.async group each (Q joins the first group).
+    // The first stages - 1 tiles, one cp.async group each (Q joins the first group; a split
+    // shorter than that commits empty groups, so the group count per tile stays fixed).
     int32_t phys[L::kPasses];
 #pragma unroll
     for (int s = 0; s < L::kStages - 1; ++s) {
-      LoadTileBlocks<L>(p, seq, ctx, t_begin + s, t_end, phys);
-      IssueTile<CacheT, L>(p, kvh, phys, smem_base + L::kStageBase + s * L::kStageBytes);
+      if (t_begin + s < t_end) {
+        LoadTileBlocks<L>(p, seq, ctx, t_begin + s, t_end, phys);
+        IssueTile<CacheT, L>(p, kvh, phys, smem_base + L::kStageBase + s * L::kStageBytes);
+      }
       CpAsyncCommit();
     }
     LoadTileBlocks<L>(p, seq, ctx, t_begin + L::kStages - 1, t_end, phys);
@@ -356,6 +359,7 @@ __global__ void __launch_bounds__(kPrefillV2Threads, kPrefillV2CtasPerSm) Prefil
       }
       __syncthreads();  // every warp is done with this stage before it is refilled
     }
+    CpAsyncWait<0>();  // nothing is left in flight (only empty groups can be): no copy outlives the CTA
   }
 
   // ---- epilogue: normalise and write, as v1 (rows mapped back to (token, head)) ----------------

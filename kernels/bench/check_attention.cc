@@ -1,10 +1,13 @@
 // Device checks of paged decode and prefill attention against ref::AttendOne (double precision over
 // the same cache contents), on random pools with shuffled block tables and NaN-poisoned unused slots.
+// Prefill runs every case on v1 and then on v2 (PrefillVariant), each on the same inputs (rebuilt
+// from the same seeds), so a fault in v2 cannot cost v1's rows.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
 #include <string>
 
@@ -26,8 +29,19 @@ struct Pool {
   PagedKv view;
 };
 
-bool BuildPool(CheckContext& c, std::mt19937_64& rng, const std::vector<int>& ctx, int hkv, int d, bool fp8,
+// IEEE half bits of m / 1024 for |m| <= 1024 (exact: 11 significant bits suffice).
+uint16_t HalfOfMilli(int m) {
+  if (m == 0) return 0;
+  const uint16_t sign = m < 0 ? 0x8000 : 0;
+  int a = m < 0 ? -m : m, e = 0;  // a / 1024 = (a / 2^e) * 2^(e - 10) with a / 2^e in [1, 2)
+  while ((a >> (e + 1)) != 0) ++e;
+  const int mant = ((a << (10 - e)) & 0x3ff);
+  return static_cast<uint16_t>(sign | ((e - 10 + 15) << 10) | mant);
+}
+
+bool BuildPool(CheckContext& c, std::mt19937_64& rng, const std::vector<int>& ctx, int hkv, int d, KvDtype dtype,
                Pool* p) {
+  const bool fp8 = dtype == KvDtype::kFp8E4M3, f16 = dtype == KvDtype::kF16;
   std::vector<std::vector<int32_t>> seq_blocks;
   int total = 0;
   for (int n : ctx) {
@@ -78,6 +92,16 @@ bool BuildPool(CheckContext& c, std::mt19937_64& rng, const std::vector<int>& ct
         !p->k.Upload(p->host.k8) || !p->v.Upload(p->host.v8) || !p->ks.Upload(p->host.k_scale) ||
         !p->vs.Upload(p->host.v_scale))
       return false;
+  } else if (f16) {  // the engine's cache type; values m / 1024 in [-1, 1], exact in f16
+    auto halves = [&] {
+      std::vector<uint16_t> v(elems);
+      for (auto& x : v) x = HalfOfMilli(static_cast<int>(rng() % 2049) - 1024);
+      return v;
+    };
+    p->host.f16 = true;
+    p->host.k16 = halves();
+    p->host.v16 = halves();
+    if (!p->k.Upload(p->host.k16) || !p->v.Upload(p->host.v16)) return false;
   } else {
     KV_TRY(FillUniformBf16(p->k.as<bf16>(), static_cast<int64_t>(elems), rng(), 1.0f, c.stream));
     KV_TRY(FillUniformBf16(p->v.as<bf16>(), static_cast<int64_t>(elems), rng(), 1.0f, c.stream));
@@ -94,9 +118,10 @@ bool BuildPool(CheckContext& c, std::mt19937_64& rng, const std::vector<int>& ct
     }
   }
   KV_TRY(cudaStreamSynchronize(c.stream));
+  // Download the bf16/f16 pools again: the host copy must hold the NaN poison exactly as the device.
   if (!fp8 && (!p->k.Download(&p->host.k16, elems) || !p->v.Download(&p->host.v16, elems))) return false;
   p->view = {p->k.get(), p->v.get(), fp8 ? p->ks.as<float>() : nullptr, fp8 ? p->vs.as<float>() : nullptr, nb, hkv,
-             d, fp8 ? KvDtype::kFp8E4M3 : KvDtype::kBf16};
+             d, dtype};
   return true;
 }
 
@@ -113,7 +138,7 @@ bool RunDecode(CheckContext& c, const DecodeSpec& sp) {
   auto rng = Rng(c, 100 + sp.ctx.size() * 7 + static_cast<uint64_t>(sp.hq));
   const int s = static_cast<int>(sp.ctx.size());
   Pool pool;
-  if (!BuildPool(c, rng, sp.ctx, sp.hkv, sp.d, sp.fp8, &pool)) return false;
+  if (!BuildPool(c, rng, sp.ctx, sp.hkv, sp.d, sp.fp8 ? KvDtype::kFp8E4M3 : KvDtype::kBf16, &pool)) return false;
   const int64_t q_stride = static_cast<int64_t>(sp.hq) * sp.d + sp.q_pad;
   const auto q = RandomBf16(static_cast<size_t>(s * q_stride), rng, 1.0f);
   DecodeGeometry geo;
@@ -169,25 +194,29 @@ struct PrefillSpec {
   std::string name;
   int hq, hkv, d;
   std::vector<int> q_lens, ctx;
-  bool fp8;
+  KvDtype dtype;
   int samples;  // 0: compare every (row, head); else this many random ones plus each sequence's last row
 };
 
-bool RunPrefill(CheckContext& c, const PrefillSpec& sp) {
+const char* VariantName(PrefillVariant v) { return v == PrefillVariant::kV2 ? "v2" : "v1"; }
+
+// Runs one case on one kernel variant. *passed: the row's verdict. *ms: the median time.
+bool RunPrefill(CheckContext& c, const PrefillSpec& sp, PrefillVariant variant, bool* passed, double* ms_out) {
   auto rng = Rng(c, 200 + sp.q_lens.size() * 13 + static_cast<uint64_t>(sp.ctx.back()));
   Pool pool;
-  if (!BuildPool(c, rng, sp.ctx, sp.hkv, sp.d, sp.fp8, &pool)) return false;
+  if (!BuildPool(c, rng, sp.ctx, sp.hkv, sp.d, sp.dtype, &pool)) return false;
   std::vector<int32_t> q_start = {0};
   for (int n : sp.q_lens) q_start.push_back(q_start.back() + n);
-  const int t = q_start.back(), s = static_cast<int>(sp.q_lens.size());
+  const int t = q_start.back(), s = static_cast<int>(sp.q_lens.size()), g = sp.hq / sp.hkv;
   const int64_t q_stride = static_cast<int64_t>(sp.hq + 2 * sp.hkv) * sp.d;  // fused QKV rows
   const auto q = RandomBf16(static_cast<size_t>(t * q_stride), rng, 1.0f);
   std::vector<int32_t> tiles;
-  if (!Ok(BuildPrefillTiles(sp.q_lens, &tiles), "tiles")) return false;
+  if (!Ok(BuildPrefillTiles(sp.q_lens, PrefillTileTokens(variant, g), &tiles), "tiles")) return false;
   PrefillGeometry geo;
   const int max_ctx = *std::max_element(sp.ctx.begin(), sp.ctx.end());
-  if (!Ok(ChoosePrefillGeometry({s, t, sp.hq, sp.hkv, sp.d, max_ctx}, static_cast<int>(tiles.size() / 2),
-                                c.num_sms, &geo), "geometry"))
+  PrefillShape shape{s, t, sp.hq, sp.hkv, sp.d, max_ctx};
+  shape.variant = variant;
+  if (!Ok(ChoosePrefillGeometry(shape, static_cast<int>(tiles.size() / 2), c.num_sms, &geo), "geometry"))
     return false;
   DeviceBuffer dq, dout, dctx, dstart, dtiles, ws;
   const size_t out_elems = static_cast<size_t>(t) * sp.hq * sp.d;
@@ -222,7 +251,6 @@ bool RunPrefill(CheckContext& c, const PrefillSpec& sp) {
         if (sp.samples == 0 || i == sp.q_lens[static_cast<size_t>(seq)] - 1 || i == 0 ||
             rng() % static_cast<uint64_t>(std::max<int64_t>(1, static_cast<int64_t>(t) * sp.hq / sp.samples)) == 0)
           picks.push_back({seq, i, h});
-  const int g = sp.hq / sp.hkv;
   std::vector<double> ref(picks.size() * static_cast<size_t>(sp.d));
   std::vector<float> got(ref.size());
   ref::ParallelFor(static_cast<int64_t>(picks.size()), [&](int64_t k) {
@@ -246,10 +274,18 @@ bool RunPrefill(CheckContext& c, const PrefillSpec& sp) {
       flops += 4.0 * sp.d * sp.hq * (sp.ctx[static_cast<size_t>(seq)] - sp.q_lens[static_cast<size_t>(seq)] + i + 1);
   std::string size = "q=" + std::to_string(t) + " ctx<=" + std::to_string(max_ctx) + " " + std::to_string(sp.hq) +
                      "/" + std::to_string(sp.hkv) + "x" + std::to_string(sp.d);
-  c.rows->push_back({sp.name, size, err, 1e-2, err <= 1e-2 && all_written, ms, flops / ms / 1e9, "TFLOP/s",
-                     c.gemm_tflops,
-                     "splits=" + std::to_string(geo.splits) + " rows=" + std::to_string(picks.size()) +
-                         (all_written ? "" : " UNWRITTEN OUTPUT")});
+  const bool pass = err <= 1e-2 && all_written && ms > 0;
+  std::string note = std::string(VariantName(variant)) + " splits=" + std::to_string(geo.splits) +
+                     " rows=" + std::to_string(picks.size()) + (all_written ? "" : " UNWRITTEN OUTPUT");
+  if (variant == PrefillVariant::kV2 && *ms_out > 0 && ms > 0) {  // *ms_out: v1's time on this case
+    char speedup[48];
+    std::snprintf(speedup, sizeof(speedup), " %.2fx v1", *ms_out / ms);
+    note += speedup;
+  }
+  c.rows->push_back({sp.name + (variant == PrefillVariant::kV2 ? " [v2]" : ""), size, err, 1e-2, pass, ms,
+                     flops / ms / 1e9, "TFLOP/s", c.gemm_tflops, note});
+  *passed = pass;
+  *ms_out = ms;
   return true;
 }
 
@@ -281,16 +317,35 @@ bool CheckDecodeAttention(CheckContext& c) {
 
 bool CheckPrefillAttention(CheckContext& c) {
   const int chunk = c.quick ? 2048 : 8192, prefix_ctx = c.quick ? 16384 : 65536, long_ctx = c.quick ? 20000 : 100000;
+  const KvDtype bf = KvDtype::kBf16;
   const std::vector<PrefillSpec> specs = {
-      {"prefill attn bf16 varlen", 32, 8, 128, {300, 200, 1, 64}, {300, 1000, 77, 64}, false, 0},
-      {"prefill attn fp8 varlen", 32, 8, 128, {300, 200, 1, 64}, {300, 1000, 77, 64}, true, 0},
-      {"prefill attn bf16 G=3 D=64", 9, 3, 64, {130, 50}, {130, 500}, false, 0},
-      {"prefill attn chunk", 32, 8, 128, {chunk}, {chunk}, false, 64},
-      {"prefill attn chunk+prefix", 32, 8, 128, {chunk}, {prefix_ctx}, false, 64},
-      {"prefill attn warm tail (split)", 32, 8, 128, {16}, {long_ctx}, false, 32},
+      {"prefill attn bf16 varlen", 32, 8, 128, {300, 200, 1, 64}, {300, 1000, 77, 64}, bf, 0},
+      {"prefill attn fp8 varlen", 32, 8, 128, {300, 200, 1, 64}, {300, 1000, 77, 64}, KvDtype::kFp8E4M3, 0},
+      {"prefill attn f16 varlen", 32, 8, 128, {300, 200, 1, 64}, {300, 1000, 77, 64}, KvDtype::kF16, 0},
+      {"prefill attn bf16 G=3 D=64", 9, 3, 64, {130, 50}, {130, 500}, bf, 0},
+      {"prefill attn fp8 G=3 D=64", 9, 3, 64, {130, 50}, {130, 500}, KvDtype::kFp8E4M3, 0},
+      {"prefill attn bf16 G=8 D=64", 16, 2, 64, {100, 37}, {100, 700}, bf, 0},
+      {"prefill attn bf16 G=1", 4, 4, 128, {200, 130}, {200, 900}, bf, 0},
+      {"prefill attn chunk", 32, 8, 128, {chunk}, {chunk}, bf, 64},
+      {"prefill attn chunk+prefix", 32, 8, 128, {chunk}, {prefix_ctx}, bf, 64},
+      {"prefill attn warm tail (split)", 32, 8, 128, {16}, {long_ctx}, bf, 32},
   };
-  for (const auto& sp : specs)
-    if (!RunPrefill(c, sp)) return false;
+  // v1 first for every case (its rows survive a v2 fault), then v2 on the same inputs.
+  std::vector<double> v1_ms(specs.size(), 0.0);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    bool passed = false;
+    if (!RunPrefill(c, specs[i], PrefillVariant::kV1, &passed, &v1_ms[i])) return false;
+  }
+  c.prefill_v2_passed = false;
+  bool all_v2 = true;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    bool passed = false;
+    double ms = v1_ms[i];
+    if (!RunPrefill(c, specs[i], PrefillVariant::kV2, &passed, &ms)) return false;
+    all_v2 &= passed;
+  }
+  c.prefill_v2_passed = all_v2;
+  std::printf("prefill v2: %s\n", all_v2 ? "every case matches the reference" : "FAILED at least one case");
   return true;
 }
 

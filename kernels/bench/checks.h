@@ -23,6 +23,9 @@ struct CheckContext {
   GemmBf16* gemm = nullptr;
   std::vector<Row>* rows = nullptr;
   bool quick = false;         // smaller sizes (for a smoke run)
+  // Set by CheckPrefillAttention: every prefill v2 case matched the reference in this run. The
+  // end-to-end run uses v2 only then (v2 has not been verified on a GPU before).
+  bool prefill_v2_passed = false;
 };
 
 // Fresh generator per check: seed mixed with a per-check tag.

@@ -42,9 +42,13 @@ lib=$(find "$BUILD_DIR" -name 'libkvgate_kernels_cuda.a' | head -1)
 if command -v cuobjdump >/dev/null 2>&1 && [ -n "$lib" ]; then
   cuobjdump --dump-resource-usage "$lib" > "$OUT/resource_usage.txt" 2>&1 || true
   cuobjdump --dump-sass "$lib" > "$OUT/sass.txt" 2>&1 || true
-  # The prefill kernel must use tensor-core MMA (HMMA); loads should be 128-bit (LDG.E.128).
+  # The prefill kernels must use tensor-core MMA (HMMA); loads should be 128-bit (LDG.E.128).
+  # Prefill v2 adds ldmatrix (LDSM) and cp.async (LDGSTS) and must not touch local memory.
   echo "SASS census: HMMA $(grep -c HMMA "$OUT/sass.txt"), LDG.E.128 $(grep -c 'LDG.E.128' "$OUT/sass.txt")," \
+       "LDSM $(grep -c LDSM "$OUT/sass.txt"), LDGSTS $(grep -c LDGSTS "$OUT/sass.txt")," \
        "local memory LDL/STL $(grep -cE '\bLDL|\bSTL' "$OUT/sass.txt")"
+  awk '/Function .*PrefillV2Kernel/ { n = $0; sub(/.*PrefillV2KernelI/, "", n); sub(/EEEvNS.*/, "", n);
+         getline; print "prefill v2 " n ": " $1, $2, $3, $4 }' "$OUT/resource_usage.txt" || true
   gzip -f "$OUT/sass.txt" || true
 fi
 

@@ -20,6 +20,31 @@ CudaStatus LaunchSplitReduce(const float* ws, int rows, int num_q_heads, int spl
 
 CudaStatus CheckPagedKv(const PagedKv& kv);
 
+// Kernel arguments of both prefill variants (attention_prefill.cu validates and fills them).
+struct PrefillParams {
+  const __nv_bfloat16* q;  // [T][q_stride] holding [Hq][D]
+  int64_t q_stride;
+  __nv_bfloat16* out;      // [T][Hq][D]
+  const void* k;           // [NB][B][Hkv][D]
+  const void* v;
+  const float* k_scale;    // [NB][Hkv]
+  const float* v_scale;
+  const int32_t* block_tables;  // [S][bt_stride]
+  int bt_stride;
+  const int32_t* q_start;       // [S + 1]
+  const int32_t* context_lens;  // [S]
+  const int32_t* tiles;         // [num_tiles][2]
+  int num_q_heads, num_kv_heads, group, splits, num_q_tokens;
+  int tile_tokens;              // query tokens per tile (v2: 128 / G)
+  float scale_log2;
+  float* workspace;
+};
+
+// Launches the prefill v2 kernel (attention_prefill_v2.cu) for a validated launch; grid from
+// PrefillGeometry (variant kV2). Does not run the split reduction.
+CudaStatus LaunchPrefillV2(const PrefillParams& p, KvDtype dtype, int head_dim, dim3 grid,
+                           cudaStream_t stream);
+
 inline constexpr float kLog2e = 1.4426950408889634f;
 
 // The attention launchers' one dispatch from run-time (cache element type, head dim) to the

@@ -9,7 +9,9 @@
 // tiles. A short chunk over a long prefix (few tiles) is split over the key range and merged by
 // LaunchSplitReduce. Known v1 limits (see kernels/NOTES.md): no cp.async double buffering, V
 // fragments read with 16-bit shared loads (no ldmatrix.trans), mma.sync rather than wgmma, K/V
-// read once per query head (L2 absorbs most of the G-fold re-read).
+// read once per query head (L2 absorbs most of the G-fold re-read). attention_prefill_v2.cu
+// addresses all but wgmma; PrefillGeometry::variant picks the kernel, and this file's launcher
+// validates and dispatches both.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -21,40 +23,10 @@
 #include "kernels/cuda/attention_internal.cuh"
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/kernels.h"
+#include "kernels/cuda/mma_sm80.cuh"
 
 namespace kvgate::cuda {
 namespace {
-
-struct PrefillParams {
-  const __nv_bfloat16* q;  // [T][q_stride] holding [Hq][D]
-  int64_t q_stride;
-  __nv_bfloat16* out;      // [T][Hq][D]
-  const void* k;           // [NB][B][Hkv][D]
-  const void* v;
-  const float* k_scale;    // [NB][Hkv]
-  const float* v_scale;
-  const int32_t* block_tables;  // [S][bt_stride]
-  int bt_stride;
-  const int32_t* q_start;       // [S + 1]
-  const int32_t* context_lens;  // [S]
-  const int32_t* tiles;         // [num_tiles][2]
-  int num_q_heads, num_kv_heads, group, splits, num_q_tokens;
-  float scale_log2;
-  float* workspace;
-};
-
-__device__ __forceinline__ void Mma16816(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x = lo (low 16 bits)
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
 
 __device__ __forceinline__ uint32_t PackRaw(__nv_bfloat16 lo, __nv_bfloat16 hi) {
   return static_cast<uint32_t>(__bfloat16_as_ushort(lo)) |
@@ -271,9 +243,17 @@ CudaStatus PrefillAttention(const PrefillAttentionArgs& a, cudaStream_t stream) 
     return CudaStatus::Invalid("prefill attention pointer is null");
   if (a.q_stride < static_cast<int64_t>(a.num_q_heads) * d || a.q_stride % 2 != 0)
     return CudaStatus::Invalid("q stride must cover Hq*D and be even");
-  if (a.geo.grid_x != a.num_q_heads || a.geo.num_tiles <= 0 || a.geo.grid_y != a.geo.num_tiles ||
-      a.geo.splits < 1 || a.geo.grid_z != a.geo.splits)
+  const int group = a.num_q_heads / hkv;
+  const bool v2 = a.geo.variant == PrefillVariant::kV2;
+  if (a.geo.grid_x != (v2 ? hkv : a.num_q_heads) || a.geo.num_tiles <= 0 || a.geo.grid_y != a.geo.num_tiles ||
+      a.geo.splits < 1 || a.geo.grid_z != a.geo.splits ||
+      a.geo.tile_tokens != PrefillTileTokens(a.geo.variant, group) ||
+      a.geo.threads != (v2 ? kPrefillV2Threads : kAttnThreads))
     return CudaStatus::Invalid("prefill geometry does not match the arguments");
+  // v2 copies Q, K and V rows in 16-byte cp.async chunks.
+  if (v2 && (a.q_stride % 8 != 0 || reinterpret_cast<uintptr_t>(a.q) % 16 != 0 ||
+             reinterpret_cast<uintptr_t>(a.kv.k) % 16 != 0 || reinterpret_cast<uintptr_t>(a.kv.v) % 16 != 0))
+    return CudaStatus::Invalid("prefill v2 needs 16-byte aligned q, k, v and a q stride multiple of 8");
   if (a.geo.splits > 1 && !a.workspace) return CudaStatus::Invalid("split prefill needs a workspace");
   if (a.geo.num_q_tokens <= 0) return CudaStatus::Invalid("prefill geometry has no tokens");
   PrefillParams p{};
@@ -291,17 +271,22 @@ CudaStatus PrefillAttention(const PrefillAttentionArgs& a, cudaStream_t stream) 
   p.tiles = a.tiles;
   p.num_q_heads = a.num_q_heads;
   p.num_kv_heads = hkv;
-  p.group = a.num_q_heads / hkv;
+  p.group = group;
+  p.tile_tokens = a.geo.tile_tokens;
   p.splits = a.geo.splits;
   p.num_q_tokens = a.geo.num_q_tokens;
   p.scale_log2 = a.softmax_scale * kLog2e;
   p.workspace = a.workspace;
   const dim3 grid(static_cast<unsigned>(a.geo.grid_x), static_cast<unsigned>(a.geo.grid_y),
                   static_cast<unsigned>(a.geo.grid_z));
-  DispatchCacheTypeAndHeadDim(a.kv.dtype, d, [&](auto type, auto head_dim) {
-    LaunchPrefill<typename decltype(type)::type, decltype(head_dim)::value>(p, grid, stream);
-  });
-  if (CudaStatus st = LaunchStatus("PrefillKernel"); !st.ok()) return st;
+  if (v2) {
+    if (CudaStatus st = LaunchPrefillV2(p, a.kv.dtype, d, grid, stream); !st.ok()) return st;
+  } else {
+    DispatchCacheTypeAndHeadDim(a.kv.dtype, d, [&](auto type, auto head_dim) {
+      LaunchPrefill<typename decltype(type)::type, decltype(head_dim)::value>(p, grid, stream);
+    });
+    if (CudaStatus st = LaunchStatus("PrefillKernel"); !st.ok()) return st;
+  }
   if (a.geo.splits > 1)
     return LaunchSplitReduce(a.workspace, p.num_q_tokens, a.num_q_heads, a.geo.splits, d, a.out, stream);
   return CudaStatus::Ok();

@@ -58,6 +58,11 @@ CudaStatus ChooseDecodeGeometry(const DecodeShape& s, int num_sms, DecodeGeometr
   return CudaStatus::Ok();
 }
 
+int PrefillTileTokens(PrefillVariant variant, int group) {
+  if (group < 1 || group > 8) return 0;
+  return variant == PrefillVariant::kV2 ? kPrefillV2Rows / group : kPrefillQTile;
+}
+
 CudaStatus ChoosePrefillGeometry(const PrefillShape& s, int num_tiles, int num_sms,
                                  PrefillGeometry* out) {
   if (CudaStatus st = CheckHeads(s.num_q_heads, s.num_kv_heads, s.head_dim); !st.ok()) return st;
@@ -66,30 +71,47 @@ CudaStatus ChoosePrefillGeometry(const PrefillShape& s, int num_tiles, int num_s
   if (s.max_context_tokens <= 0) return CudaStatus::Invalid("context must be positive");
   if (num_sms <= 0) return CudaStatus::Invalid("num_sms must be positive");
   if (num_tiles > 65535) return CudaStatus::Invalid("too many query tiles for one launch");
-  const int64_t base_ctas = static_cast<int64_t>(num_tiles) * s.num_q_heads;
-  const int64_t target = static_cast<int64_t>(num_sms) * kCtasPerSmTarget;
+  const bool v2 = s.variant == PrefillVariant::kV2;
   const int kv_tiles = CeilDiv(s.max_context_tokens, kPrefillKvTile);
+  const int max_splits = std::min(std::max(1, kv_tiles / 4), kMaxSplits);
   int splits = 1;
-  if (base_ctas < target) {
-    splits = std::min({CeilDiv(target, base_ctas), std::max(1, kv_tiles / 4), kMaxSplits});
+  if (v2) {
+    // A v2 CTA is 8 warps and kPrefillV2CtasPerSm of them fit an SM: split a short launch into as
+    // many CTAs as one wave holds, never into a partial second wave (v1 measured the cost of that
+    // in decode: kernels/NOTES.md, "decode v1.2").
+    const int64_t base_ctas = static_cast<int64_t>(num_tiles) * s.num_kv_heads;
+    const int64_t wave = static_cast<int64_t>(num_sms) * kPrefillV2CtasPerSm;
+    if (base_ctas < wave) splits = std::min(static_cast<int>(wave / base_ctas), max_splits);
+  } else {
+    const int64_t base_ctas = static_cast<int64_t>(num_tiles) * s.num_q_heads;
+    const int64_t target = static_cast<int64_t>(num_sms) * kCtasPerSmTarget;
+    if (base_ctas < target) splits = std::min(CeilDiv(target, base_ctas), max_splits);
   }
+  out->variant = s.variant;
+  out->tile_tokens = PrefillTileTokens(s.variant, s.num_q_heads / s.num_kv_heads);
   out->num_tiles = num_tiles;
   out->num_q_tokens = s.num_q_tokens;
   out->splits = splits;
-  out->grid_x = s.num_q_heads;
+  out->grid_x = v2 ? s.num_kv_heads : s.num_q_heads;
   out->grid_y = num_tiles;
   out->grid_z = splits;
-  out->threads = kAttnThreads;
+  out->threads = v2 ? kPrefillV2Threads : kAttnThreads;
   out->workspace_floats = SplitWorkspaceFloats(static_cast<size_t>(s.num_q_tokens), s.num_q_heads,
                                                splits, s.head_dim);
   return CudaStatus::Ok();
 }
 
 CudaStatus BuildPrefillTiles(std::span<const int32_t> q_lens, std::vector<int32_t>* tiles) {
+  return BuildPrefillTiles(q_lens, kPrefillQTile, tiles);
+}
+
+CudaStatus BuildPrefillTiles(std::span<const int32_t> q_lens, int tile_tokens,
+                             std::vector<int32_t>* tiles) {
   tiles->clear();
+  if (tile_tokens <= 0) return CudaStatus::Invalid("tile_tokens must be positive");
   for (size_t seq = 0; seq < q_lens.size(); ++seq) {
     if (q_lens[seq] < 0) return CudaStatus::Invalid("negative query length");
-    for (int32_t start = 0; start < q_lens[seq]; start += kPrefillQTile) {
+    for (int32_t start = 0; start < q_lens[seq]; start += tile_tokens) {
       tiles->push_back(static_cast<int32_t>(seq));
       tiles->push_back(start);
     }

@@ -25,6 +25,12 @@ inline constexpr int kAttnThreads = 128;   // 4 warps per attention CTA
 inline constexpr int kAttnWarps = 4;
 inline constexpr int kPrefillQTile = 64;   // query rows per prefill CTA (16 per warp)
 inline constexpr int kPrefillKvTile = 64;  // keys per prefill smem tile (4 KV blocks)
+// Prefill v2 (attention_prefill_v2.cu): 8 warps x 16 rows; a row is one (query token, query head)
+// pair of the CTA's kv head, so a CTA holds 128 / G tokens of all G heads (see PrefillGeometry).
+inline constexpr int kPrefillV2Threads = 256;
+inline constexpr int kPrefillV2Rows = 128;
+inline constexpr int kPrefillV2Stages = 3;     // K/V tile buffers: the one in use + 2 in flight
+inline constexpr int kPrefillV2CtasPerSm = 1;  // its launch bounds; the split rule fills one wave
 inline constexpr int kMaxSplits = 128;     // upper bound on split-K partitions
 // Decode CTAs per SM the group <= 4, D=128 kernel is built for (its launch bounds); the decode
 // geometry sizes one wave from it. Measured on an H200 in kernels/NOTES.md ("decode v1.1").
@@ -54,6 +60,10 @@ struct DecodeGeometry {
 // sizes, Hq not a multiple of Hkv, G > 8, D not 64/128) are errors.
 CudaStatus ChooseDecodeGeometry(const DecodeShape& shape, int num_sms, DecodeGeometry* out);
 
+// The prefill attention kernel a launch uses. kV1 is the default everywhere: kV2 has been compiled
+// but never run on a GPU (kernels/NOTES.md, "prefill v2"); a caller opts in per launch.
+enum class PrefillVariant { kV1, kV2 };
+
 struct PrefillShape {
   int num_seqs = 0;            // S
   int num_q_tokens = 0;        // T: new tokens of all sequences, concatenated
@@ -61,27 +71,58 @@ struct PrefillShape {
   int num_kv_heads = 0;        // Hkv
   int head_dim = 0;            // D: 64 or 128
   int max_context_tokens = 0;  // the longest context (cached prefix + new tokens)
+  PrefillVariant variant = PrefillVariant::kV1;
 };
 
-// One CTA per (query head, query tile of 64 rows, split). Tiles come from BuildPrefillTiles.
-// splits > 1 only when there are too few tiles to fill the chip (a short chunk over a long cached
-// prefix: the warm prefix-cache hit); the workspace is then o [T][Hq][splits][D] + lse [T][Hq][splits].
+// Query tokens per tile (the tile_tokens of BuildPrefillTiles): v1 64; v2 floor(128 / G), so a v2
+// CTA's 128 rows hold every (token, head) pair of its tokens for the G heads of one kv head. 0 for
+// a group outside 1..8.
+int PrefillTileTokens(PrefillVariant variant, int group);
+
+// v1: one CTA per (query head, tile of 64 tokens, split), 128 threads. v2: one CTA per (kv head,
+// tile of PrefillTileTokens tokens, split), 256 threads, PrefillV2SmemBytes of dynamic smem.
+// Tiles come from BuildPrefillTiles with tile_tokens. splits > 1 only when there are too few tiles
+// to fill the chip (a short chunk over a long cached prefix: the warm prefix-cache hit); the
+// workspace is then o [T][Hq][splits][D] + lse [T][Hq][splits], for both variants.
 struct PrefillGeometry {
+  PrefillVariant variant = PrefillVariant::kV1;
+  int tile_tokens = kPrefillQTile;
   int num_tiles = 0;
   int num_q_tokens = 0;  // T (rows of the split workspace)
   int splits = 1;
-  int grid_x = 0, grid_y = 0, grid_z = 0;  // (Hq, tiles, splits): heads fastest so the G heads of a
-                                           // kv head run together and share K/V through L2
+  int grid_x = 0, grid_y = 0, grid_z = 0;  // v1 (Hq, tiles, splits): heads fastest so the G heads
+                                           // of a kv head run together and share K/V through L2;
+                                           // v2 (Hkv, tiles, splits)
   int threads = kAttnThreads;
   size_t workspace_floats = 0;
 };
 
+// The split rule: v1 aims at about 4 CTAs per SM; v2 (kPrefillV2CtasPerSm resident) at one full
+// wave, without a partial second one. Both keep at least 4 key tiles per split.
 CudaStatus ChoosePrefillGeometry(const PrefillShape& shape, int num_tiles, int num_sms,
                                  PrefillGeometry* out);
 
-// tiles [num_tiles][2] = {sequence, first query row within the sequence} for q_lens [S].
-// Sequences with q_len 0 get no tile. Negative lengths are an error.
+// tiles [num_tiles][2] = {sequence, first query row within the sequence} for q_lens [S], one tile
+// per tile_tokens rows (default: v1's 64). Sequences with q_len 0 get no tile. Negative lengths
+// or a non-positive tile_tokens are an error.
 CudaStatus BuildPrefillTiles(std::span<const int32_t> q_lens, std::vector<int32_t>* tiles);
+CudaStatus BuildPrefillTiles(std::span<const int32_t> q_lens, int tile_tokens,
+                             std::vector<int32_t>* tiles);
+
+// Dynamic shared memory of one v2 CTA, in bytes. Every smem K or V tile is [64 keys][D + 8] bf16:
+// the 8-element pad puts the 8 rows an ldmatrix reads in 8 different 16-byte bank groups. A bf16
+// cache is copied straight into kPrefillV2Stages K/V tile pairs. Any other cache (f16, FP8) lands
+// raw in kPrefillV2Stages raw pairs [64][D * cache_elem_bytes] and is converted into one bf16
+// pair; FP8 adds each stage's block scales, one float per (K|V, copy pass, thread): D / 64 passes.
+// The Q tile [128][D + 8] is staged before the key loop in a pair's place (the same size), so it
+// adds nothing. attention_prefill_v2.cu static_asserts its layout against this.
+constexpr size_t PrefillV2SmemBytes(int head_dim, int cache_elem_bytes, bool cache_is_bf16) {
+  const size_t tile = static_cast<size_t>(kPrefillKvTile) * (head_dim + 8) * 2;
+  const size_t raw = static_cast<size_t>(kPrefillKvTile) * head_dim * cache_elem_bytes;
+  if (cache_is_bf16) return kPrefillV2Stages * 2 * tile;
+  const size_t scales = cache_elem_bytes == 1 ? 2 * static_cast<size_t>(head_dim / 64) * kPrefillV2Threads * 4 : 0;
+  return 2 * tile + kPrefillV2Stages * (2 * raw + scales);
+}
 
 // Workspace floats for a split-K result over `rows` (sequence or token) x Hq x splits.
 size_t SplitWorkspaceFloats(size_t rows, int num_q_heads, int splits, int head_dim);

@@ -61,6 +61,27 @@ TEST(CudaDeviceTest, LaunchersRejectBadArgumentsBeforeLaunching) {
 
   PrefillAttentionArgs p;
   EXPECT_EQ(PrefillAttention(p, nullptr).kind, CudaStatusKind::kInvalidArgument);
+  // Prefill v2: its geometry must be a v2 one, and q must suit 16-byte cp.async rows.
+  p.kv = {fake, fake, nullptr, nullptr, 1, 8, 128, KvDtype::kBf16};
+  p.num_q_heads = 32;
+  p.q = reinterpret_cast<const bf16*>(fake);
+  p.out = reinterpret_cast<bf16*>(fake);
+  p.block_tables = p.q_start = p.context_lens = p.tiles = reinterpret_cast<const int32_t*>(fake);
+  p.q_stride = 32 * 128;
+  PrefillShape shape{1, 16, 32, 8, 128, 16};
+  shape.variant = PrefillVariant::kV2;
+  ASSERT_TRUE(ChoosePrefillGeometry(shape, 1, 132, &p.geo).ok());
+  p.geo.grid_x = 32;  // v1's grid over query heads
+  EXPECT_EQ(PrefillAttention(p, nullptr).kind, CudaStatusKind::kInvalidArgument);
+  ASSERT_TRUE(ChoosePrefillGeometry(shape, 1, 132, &p.geo).ok());
+  p.geo.tile_tokens = kPrefillQTile;  // tiles of v1's size
+  EXPECT_EQ(PrefillAttention(p, nullptr).kind, CudaStatusKind::kInvalidArgument);
+  ASSERT_TRUE(ChoosePrefillGeometry(shape, 1, 132, &p.geo).ok());
+  p.q_stride = 32 * 128 + 2;  // even, enough for v1, not whole 16-byte rows
+  EXPECT_EQ(PrefillAttention(p, nullptr).kind, CudaStatusKind::kInvalidArgument);
+  p.q_stride = 32 * 128;
+  p.q = reinterpret_cast<const bf16*>(fake + 2);
+  EXPECT_EQ(PrefillAttention(p, nullptr).kind, CudaStatusKind::kInvalidArgument);
   auto* b = reinterpret_cast<bf16*>(fake);
   EXPECT_EQ(RmsNorm(b, 12, b, b, 12, 1, 12, 1e-6f, nullptr).kind, CudaStatusKind::kInvalidArgument);
   EXPECT_EQ(SiluMul(b, b, 1, 12, nullptr).kind, CudaStatusKind::kInvalidArgument);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <utility>
 #include <vector>
 
 namespace kvgate::cuda {
@@ -96,6 +97,77 @@ TEST(PrefillGeometryTest, FullChunkHasNoSplitAndWarmTailSplits) {
   EXPECT_EQ(g.splits, 2);
 }
 
+TEST(PrefillGeometryTest, V2ServesTheGroupOfAKvHeadPerCta) {
+  EXPECT_EQ(PrefillTileTokens(PrefillVariant::kV1, 4), kPrefillQTile);
+  EXPECT_EQ(PrefillTileTokens(PrefillVariant::kV2, 4), 32);   // 32 tokens x 4 heads = 128 rows
+  EXPECT_EQ(PrefillTileTokens(PrefillVariant::kV2, 3), 42);   // 126 rows, 2 idle
+  EXPECT_EQ(PrefillTileTokens(PrefillVariant::kV2, 1), 128);
+  EXPECT_EQ(PrefillTileTokens(PrefillVariant::kV2, 8), 16);
+  EXPECT_EQ(PrefillTileTokens(PrefillVariant::kV2, 9), 0);
+  for (int g = 1; g <= 8; ++g) EXPECT_LE(PrefillTileTokens(PrefillVariant::kV2, g) * g, kPrefillV2Rows);
+
+  // The cold chunk: 8192 tokens / 32 per tile = 256 tiles x 8 kv heads, no split.
+  PrefillShape chunk{1, 8192, 32, 8, 128, 8192};
+  chunk.variant = PrefillVariant::kV2;
+  PrefillGeometry g;
+  ASSERT_TRUE(ChoosePrefillGeometry(chunk, 256, kH200Sms, &g).ok());
+  EXPECT_EQ(g.variant, PrefillVariant::kV2);
+  EXPECT_EQ(g.tile_tokens, 32);
+  EXPECT_EQ(g.grid_x, 8);
+  EXPECT_EQ(g.grid_y, 256);
+  EXPECT_EQ(g.grid_z, 1);
+  EXPECT_EQ(g.threads, kPrefillV2Threads);
+  EXPECT_EQ(g.workspace_floats, 0u);
+
+  // The warm tail: 16 tokens fit one tile per kv head (8 CTAs); splits fill exactly one wave of
+  // kPrefillV2CtasPerSm CTAs per SM and not one CTA more.
+  PrefillShape tail{1, 16, 32, 8, 128, 100000};
+  tail.variant = PrefillVariant::kV2;
+  ASSERT_TRUE(ChoosePrefillGeometry(tail, 1, kH200Sms, &g).ok());
+  EXPECT_EQ(g.splits, kH200Sms * kPrefillV2CtasPerSm / 8);
+  EXPECT_LE(g.grid_x * g.grid_y * g.grid_z, kH200Sms * kPrefillV2CtasPerSm);
+  EXPECT_EQ(g.workspace_floats, size_t{16} * 32 * static_cast<size_t>(g.splits) * 129);  // same layout as v1
+  // A short context still keeps 4 key tiles per split.
+  tail.max_context_tokens = 512;
+  ASSERT_TRUE(ChoosePrefillGeometry(tail, 1, kH200Sms, &g).ok());
+  EXPECT_EQ(g.splits, 2);
+  // A launch of a wave or more is never split.
+  PrefillShape wide{1, 16, 32, 8, 128, 100000};
+  wide.variant = PrefillVariant::kV2;
+  ASSERT_TRUE(ChoosePrefillGeometry(wide, kH200Sms, kH200Sms, &g).ok());
+  EXPECT_EQ(g.splits, 1);
+
+  // The default stays v1.
+  ASSERT_TRUE(ChoosePrefillGeometry({1, 8192, 32, 8, 128, 8192}, 128, kH200Sms, &g).ok());
+  EXPECT_EQ(g.variant, PrefillVariant::kV1);
+  EXPECT_EQ(g.tile_tokens, kPrefillQTile);
+  EXPECT_EQ(g.threads, kAttnThreads);
+}
+
+TEST(PrefillGeometryTest, V2SharedMemoryFitsAnSm) {
+  constexpr size_t kSmemPerBlockOptin = 227 * 1024;  // sm_90
+  // bf16 D=128: kPrefillV2Stages pairs of [64][136] bf16 tiles.
+  EXPECT_EQ(PrefillV2SmemBytes(128, 2, true), size_t{kPrefillV2Stages} * 2 * 64 * 136 * 2);
+  EXPECT_EQ(PrefillV2SmemBytes(64, 2, true), size_t{kPrefillV2Stages} * 2 * 64 * 72 * 2);
+  // f16: one bf16 pair + raw stages; FP8: raw stages + one float scale per (K|V, pass, thread).
+  EXPECT_EQ(PrefillV2SmemBytes(128, 2, false), size_t{2} * 64 * 136 * 2 + size_t{kPrefillV2Stages} * 2 * 64 * 256);
+  EXPECT_EQ(PrefillV2SmemBytes(128, 1, false),
+            size_t{2} * 64 * 136 * 2 + size_t{kPrefillV2Stages} * (2 * 64 * 128 + 2 * 2 * 256 * 4));
+  EXPECT_EQ(PrefillV2SmemBytes(64, 1, false),
+            size_t{2} * 64 * 72 * 2 + size_t{kPrefillV2Stages} * (2 * 64 * 64 + 2 * 1 * 256 * 4));
+  for (int d : {64, 128}) {
+    for (auto [bytes, bf16] : {std::pair{2, true}, std::pair{2, false}, std::pair{1, false}}) {
+      const size_t smem = PrefillV2SmemBytes(d, bytes, bf16);
+      EXPECT_LE(smem * kPrefillV2CtasPerSm, kSmemPerBlockOptin) << "D=" << d << " bytes=" << bytes;
+      // The Q tile [128][D + 8] is staged in the space of one K/V tile pair.
+      EXPECT_EQ(size_t{kPrefillV2Rows} * (d + 8) * 2, size_t{2} * 64 * (d + 8) * 2);
+    }
+  }
+  // The padded row pitch is 16 bytes past a multiple of 128: an ldmatrix's 8 rows hit 8 bank groups.
+  EXPECT_EQ((128 + 8) * 2 % 128, 16);
+  EXPECT_EQ((64 + 8) * 2 % 128, 16);
+}
+
 TEST(PrefillTilesTest, TilesPerSequence) {
   std::vector<int32_t> tiles;
   const std::vector<int32_t> q_lens = {130, 0, 64, 1};
@@ -103,6 +175,10 @@ TEST(PrefillTilesTest, TilesPerSequence) {
   EXPECT_EQ(tiles, (std::vector<int32_t>{0, 0, 0, 64, 0, 128, 2, 0, 3, 0}));
   const std::vector<int32_t> bad = {3, -1};
   EXPECT_FALSE(BuildPrefillTiles(bad, &tiles).ok());
+  // v2 tiles for G = 3: 42 tokens each.
+  ASSERT_TRUE(BuildPrefillTiles(q_lens, PrefillTileTokens(PrefillVariant::kV2, 3), &tiles).ok());
+  EXPECT_EQ(tiles, (std::vector<int32_t>{0, 0, 0, 42, 0, 84, 0, 126, 2, 0, 2, 42, 3, 0}));
+  EXPECT_FALSE(BuildPrefillTiles(q_lens, 0, &tiles).ok());
 }
 
 TEST(SlotMappingTest, MapsPositionsThroughBlocks) {

@@ -1,0 +1,94 @@
+// Warp-level tensor-core building blocks shared by the prefill attention kernels (nvcc only):
+// mma.sync m16n8k16 bf16 -> f32, ldmatrix (plain and .trans) and cp.async. Fragment layouts, as the
+// PTX ISA defines them; every kernel that pairs these states which smem rows each lane addresses
+// and why the result is the fragment the mma wants.
+//
+// Lane names: g = lane / 4 (groupID), t = lane % 4 (threadID_in_group).
+//
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, D = A [16 x 16] * B [16 x 8] + C:
+//   A: 4 x .b32, 2 bf16 each (low half = lower column):
+//        a[0] = A[g][2t, 2t+1]      a[1] = A[g+8][2t, 2t+1]
+//        a[2] = A[g][2t+8, 2t+9]    a[3] = A[g+8][2t+8, 2t+9]
+//   B: 2 x .b32:  b[0] = B[2t, 2t+1][g]   b[1] = B[2t+8, 2t+9][g]   (k index first)
+//   C/D: 4 x f32: c[0], c[1] = C[g][2t, 2t+1]   c[2], c[3] = C[g+8][2t, 2t+1]
+// (v1's prefill kernel builds these fragments with plain shared loads and passed its checks on an
+// H200, which pins these three layouts down independently of the ldmatrix reasoning below.)
+//
+// ldmatrix.sync.aligned.m8n8.x4.shared.b16 {r0..r3}, [addr]: four 8 x 8 b16 matrices. Lane
+// 8 m + i supplies the address of row i of matrix m (16 contiguous, 16-byte aligned bytes; rows
+// may lie anywhere). Without .trans, r[m] of lane L holds row L / 4, columns 2 (L % 4) and
+// 2 (L % 4) + 1 of matrix m, i.e. M_m[g][2t, 2t+1]: the layout of an A or B register above. With
+// .trans the matrix is read column-major: r[m] holds M_m[2t][g] and M_m[2t+1][g], where M_m[i]
+// is the 16-byte row lane 8 m + i addressed.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace kvgate::cuda {
+
+__device__ __forceinline__ void Mma16816(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x = lo (low 16 bits)
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Shared-memory address (the 32-bit .shared window) of a generic pointer into shared memory.
+__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// The ldmatrix and cp.async wrappers are volatile so the compiler keeps them in program order
+// with __syncthreads and with each other; the waits also clobber memory, so plain C++ reads of a
+// landed tile are not hoisted above them.
+__device__ __forceinline__ void LdMatrixX4(uint32_t* r, uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+__device__ __forceinline__ void LdMatrixX4Trans(uint32_t* r, uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// Copies 16 bytes global -> shared without passing through registers (.cg: L2 only, L1 bypassed;
+// K/V tiles are read once per CTA). src_bytes 0 reads nothing and zero-fills the 16 bytes (keys
+// past the context: their slots may hold NaN), 16 copies them; src must still be a valid address.
+__device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
+               : "memory");
+}
+
+// 4 bytes (.ca: the only cp.async kind below 16 bytes), same zero-fill rule.
+__device__ __forceinline__ void CpAsync4(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+// Waits until at most `kPending` of this thread's committed groups are still in flight. Makes the
+// completed copies visible to this thread only; other threads need a barrier after it.
+template <int kPending>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// 2^x, MUFU.EX2 with flush-to-zero; 2^-inf = +0, which the online softmax relies on.
+__device__ __forceinline__ float Exp2Approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+}  // namespace kvgate::cuda

@@ -18,6 +18,7 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include "common/ids.h"
+#include "common/thread_name.h"
 #include "gateway/gateway.h"
 #include "gateway/request_log.h"
 #include "local_engine/chat_template.h"
@@ -58,7 +59,10 @@ class EngineHost {
  public:
   EngineHost(std::string name, std::unique_ptr<engine::Engine> engine, engine::ChatTemplate tmpl)
       : name_(std::move(name)), engine_(std::move(engine)), template_(std::move(tmpl)),
-        thread_([this] { Loop(); }) {}
+        thread_([this] {
+          NameThisThread("engine-" + name_);
+          Loop();
+        }) {}
   ~EngineHost() { Stop(); }
 
   void Stop() {

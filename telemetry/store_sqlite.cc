@@ -7,6 +7,7 @@
 #include <set>
 #include <utility>
 
+#include "common/thread_name.h"
 #include "telemetry/diagnosis.h"
 #include "telemetry/store.h"
 #include "telemetry/store_sqlite.h"
@@ -112,7 +113,10 @@ SqliteTelemetryStore::~SqliteTelemetryStore() { Close(); }
 void SqliteTelemetryStore::Start() {
   std::lock_guard<std::mutex> lock(mu_);
   started_ = true;
-  writer_ = std::thread([this] { WriterLoop(); });
+  writer_ = std::thread([this] {
+    NameThisThread("telemetry-write");
+    WriterLoop();
+  });
 }
 
 void SqliteTelemetryStore::Record(RequestRecord record) {

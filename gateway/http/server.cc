@@ -29,6 +29,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include "common/thread_name.h"
 #include "gateway/http/server.h"
 #include "gateway/http/session.h"
 
@@ -194,7 +195,10 @@ class ServerImpl final : public Server {
       }
       asio::co_spawn(worker->ioc, AcceptLoop(*worker), asio::detached);
       ArmDeadlineSentinel(*worker);
-      worker->thread = std::thread([worker] { RunLoop(worker->ioc); });
+      worker->thread = std::thread([worker] {
+        NameThisThread("http-" + std::to_string(worker->state.index));
+        RunLoop(worker->ioc);
+      });
     }
     started_ = true;
     return {};

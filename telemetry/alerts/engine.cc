@@ -7,6 +7,7 @@
 #include <ctime>
 
 #include "common/ids.h"
+#include "common/thread_name.h"
 
 namespace kvgate::telemetry::alerts {
 namespace {
@@ -458,6 +459,7 @@ void AlertEngine::Start() {
     stop_ = false;
   }
   thread_ = std::thread([this] {
+    NameThisThread("alerts");
     while (true) {
       RunOnce();
       int64_t wait_ms = options_.tick_ms;

@@ -1,4 +1,6 @@
 // The HTTP server on real sockets (127.0.0.1, port 0), driven by a raw blocking client.
+#include <pthread.h>
+
 #include <atomic>
 #include <chrono>
 #include <future>
@@ -405,12 +407,16 @@ TEST(ServerTest, RejectsHeaderInjection) {
 TEST(ServerTest, AllLoopsShareOnePortAndThreadStartHookRuns) {
   std::mutex mu;
   std::set<size_t> started;
+  std::set<std::string> thread_names;  // what `top -H` shows for each loop
   std::set<size_t> served;
   ServerOptions options;
   options.threads = 2;
   options.on_thread_start = [&](size_t index, asio::any_io_executor) {
+    char name[16] = {};
+    pthread_getname_np(pthread_self(), name, sizeof name);
     std::lock_guard lock(mu);
     started.insert(index);
+    thread_names.insert(name);
   };
   auto server = StartOrDie(options, [&](Request& req, ResponseWriter& w) -> asio::awaitable<void> {
     {
@@ -427,6 +433,7 @@ TEST(ServerTest, AllLoopsShareOnePortAndThreadStartHookRuns) {
   }
   std::lock_guard lock(mu);
   EXPECT_EQ(started, (std::set<size_t>{0, 1}));
+  EXPECT_EQ(thread_names, (std::set<std::string>{"http-0", "http-1"}));
   EXPECT_EQ(served, (std::set<size_t>{0, 1}));  // 64 connections all on one loop: ~2^-63
 }
 

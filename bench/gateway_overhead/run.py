@@ -6,6 +6,14 @@ nginx itself as a reverse proxy (the floor any proxy can reach on this machine),
 telemetry on: SQLite, metrics, threads) and LiteLLM's proxy at c=1 and c=64.
 Prints one table: p50/p99 latency, added latency vs direct, req/s and the ratio to direct,
 kvgate's telemetry rows written / requests answered, and peak RSS.
+
+Machines here are shared and their speed drifts by 2x within minutes, so every case runs once per
+round for every target, in alternating order, and the table gives medians over the rounds (with the
+added p50 of each round, to show the spread). kvgate's CPU time per request at c=64 is read from
+/proc per thread (event loops vs the telemetry writer): unlike req/s it does not depend on how much
+of the machine the other processes got.
+
+  python3 bench/gateway_overhead/run.py [--rounds 5] [--seconds 3] [--no-litellm]
 """
 import argparse
 import json
@@ -228,98 +236,193 @@ def peak_rss_mb(pid):
     return float("nan")
 
 
+def cpu_ticks_by_thread(pid):
+    """{thread name: user+system clock ticks} of a process (kvgate names its threads: http-N,
+    telemetry-write, ...); http-N are summed as 'event loops'."""
+    ticks = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                name = f.read().strip()
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the thread exited
+        name = "event loops" if name.startswith("http-") else name
+        ticks[name] = ticks.get(name, 0) + int(fields[11]) + int(fields[12])
+    return ticks
+
+
+def median(values):
+    values = sorted(values)
+    n = len(values)
+    return values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
+
+
+def write_bodies(tmp):
+    """The request bodies: kvgate's carry a thread id; the peers reject kvgate's own fields."""
+    body = {"model": "gpt-4o-mini", "messages": [{"role": "system", "content": "You are a helpful assistant. " * 40},
+                                                 {"role": "user", "content": "Say hello."}],
+            "thread_identifier": "bench-thread"}
+    plain = {k: v for k, v in body.items() if k != "thread_identifier"}
+    variants = {"kvgate": body, "kvgate-stream": dict(body, stream=True, model="gpt-4o-mini-sse"),
+                "peer": plain, "peer-stream": dict(plain, stream=True, model="gpt-4o-mini-sse")}
+    paths = {}
+    for name, data in variants.items():
+        paths[name] = os.path.join(tmp, f"body-{name}.json")
+        with open(paths[name], "w") as f:
+            json.dump(data, f)
+    return paths
+
+
+class Target:
+    """One gateway under test (or the direct path), with every run's results."""
+
+    def __init__(self, name, port, body, stream_body, proc=None, sse_path="/v1/chat/completions"):
+        self.name, self.port, self.body, self.stream_body = name, port, body, stream_body
+        self.proc, self.sse_path = proc, sse_path
+        self.runs = {}  # (c, "json" | "sse") -> [wrk result per round]
+        self.answered = 0  # every request wrk saw answered, warm-ups too
+        self.cpu_ticks = {}  # kvgate only: thread name -> ticks during measured runs
+        self.measured_requests = 0
+        self.rss = float("nan")  # peak RSS in MB, when known
+
+    def warm_up(self):
+        for conns in (1, 64):
+            self.answered += run_wrk(self.port, self.body, conns, 2)["requests"]
+
+    def measure(self, kind, conns, seconds):
+        before = cpu_ticks_by_thread(self.proc.pid) if self.name == "kvgate" else None
+        if kind == "json":
+            r = run_wrk(self.port, self.body, conns, seconds)
+        else:
+            r = run_wrk(self.port, self.stream_body, conns, seconds, self.sse_path)
+        if before is not None and kind == "json" and conns == 64:
+            after = cpu_ticks_by_thread(self.proc.pid)
+            for name, t in after.items():
+                self.cpu_ticks[name] = self.cpu_ticks.get(name, 0) + t - before.get(name, 0)
+            self.measured_requests += r["requests"]
+        self.answered += r["requests"]
+        self.runs.setdefault((conns, kind), []).append(r)
+        return r
+
+    def med(self, conns, kind, key):
+        return median([r[key] for r in self.runs[(conns, kind)]])
+
+
+def measure_rounds(targets, rounds, seconds):
+    """Every round runs every target once per case, in alternating order, so that a machine that
+    slows down or speeds up during the benchmark moves all of them alike; medians are reported."""
+    for i in range(rounds):
+        order = targets if i % 2 == 0 else targets[::-1]
+        for kind, conns in (("json", 1), ("json", 64), ("sse", 1)):
+            for t in order:
+                t.measure(kind, conns, seconds)
+
+
+def print_report(targets, direct, rounds, seconds, kv, rows, ok_rows):
+    print(f"\nGateway overhead, {os.cpu_count()} cores, upstream nginx (fixed JSON); medians of {rounds} "
+          f"interleaved rounds of {seconds}s per case\n")
+    print(f"{'gateway':<11} {'c':>3} {'p50 µs':>9} {'p99 µs':>9} {'+p50 µs':>9} {'+p99 µs':>9} "
+          f"{'req/s':>10} {'÷direct':>8} {'RSS MB':>8}  +p50 per round")
+    for t in targets:
+        for c in (1, 64):
+            p50, p99, rps = (t.med(c, "json", k) for k in ("p50", "p99", "rps"))
+            d50, d99, drps = (direct.med(c, "json", k) for k in ("p50", "p99", "rps"))
+            per_round = [round((a["p50"] - b["p50"]) * 1e6)
+                         for a, b in zip(t.runs[(c, "json")], direct.runs[(c, "json")])]
+            non2xx = sum(r["non2xx"] for r in t.runs[(c, "json")])
+            rss = t.rss
+            print(f"{t.name:<11} {c:>3} {p50*1e6:>9.1f} {p99*1e6:>9.1f} "
+                  f"{(p50 - d50) * 1e6 if t is not direct else 0:>9.1f} "
+                  f"{(p99 - d99) * 1e6 if t is not direct else 0:>9.1f} "
+                  f"{rps:>10.0f} {rps / drps:>8.3f} {rss:>8.1f}  "
+                  + (" ".join(map(str, per_round)) if t is not direct else "")
+                  + (f"  non-2xx: {non2xx}" if non2xx else ""))
+    print("\nStreaming (50 SSE events), c=1: time to full response, p50")
+    for t in targets:
+        p50 = t.med(1, "sse", "p50")
+        print(f"{t.name:<11} p50 {p50*1e6:>9.1f} µs  added {(p50 - direct.med(1, 'sse', 'p50'))*1e6:>8.1f} µs  "
+              f"req/s {t.med(1, 'sse', 'rps'):>9.0f}")
+    if kv.measured_requests:
+        tck = os.sysconf("SC_CLK_TCK")
+        per = {name: 1e6 * ticks / tck / kv.measured_requests for name, ticks in kv.cpu_ticks.items() if ticks}
+        print(f"\nkvgate CPU per request at c=64 (user+sys, all rounds): {sum(per.values()):.1f} µs = "
+              + ", ".join(f"{name} {v:.1f}" for name, v in sorted(per.items(), key=lambda x: -x[1])))
+    # wrk counts a request when its response completed; requests still in flight when wrk
+    # stops are answered by kvgate but not counted by wrk, so ok rows >= answered.
+    print(f"kvgate telemetry: {ok_rows} ok rows ({rows} rows in all) for {kv.answered} "
+          f"requests wrk saw answered: ok rows ÷ answered = {ok_rows / max(1, kv.answered):.4f}")
+
+
+def measure_litellm(tmp, nginx_port, paths, direct, seconds):
+    """LiteLLM runs alone after the rounds: an idle Python proxy still burns CPU (background
+    tasks) and would slow every other measurement on a 2-core machine. Compared with the direct
+    medians of the rounds."""
+    ll, port = start_litellm(tmp, nginx_port)
+    if not ll:
+        print("\nnote: LiteLLM proxy not available (install: python3 -m venv /work/venv-litellm && "
+              "/work/venv-litellm/bin/pip install 'litellm[proxy]')", file=sys.stderr)
+        return
+    try:
+        t = Target("litellm", port, paths["peer"], paths["peer-stream"], ll)
+        t.warm_up()
+        for kind, conns in (("json", 1), ("json", 64), ("sse", 1)):
+            t.measure(kind, conns, seconds)
+        print("\nLiteLLM proxy, measured alone after the rounds (one run per case):")
+        for c in (1, 64):
+            r = t.runs[(c, "json")][0]
+            print(f"litellm     {c:>3} p50 {r['p50']*1e6:>9.1f} µs  added {(r['p50'] - direct.med(c, 'json', 'p50'))*1e6:>9.1f} µs  "
+                  f"req/s {r['rps']:>8.0f}  ÷direct {r['rps'] / direct.med(c, 'json', 'rps'):.4f}  "
+                  f"RSS {peak_rss_mb(ll.pid):.1f} MB")
+        r = t.runs[(1, "sse")][0]
+        print(f"litellm     streaming p50 {r['p50']*1e6:.1f} µs, added {(r['p50'] - direct.med(1, 'sse', 'p50'))*1e6:.1f} µs")
+    finally:
+        ll.terminate()
+        try:
+            ll.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            ll.kill()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kvgate", default=os.path.join(ROOT, "build", "bin", "kvgate"))
-    ap.add_argument("--seconds", type=int, default=10)
+    ap.add_argument("--seconds", type=int, default=3, help="per run; each case runs once per round")
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--no-litellm", action="store_true")
     args = ap.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="kvgate-bench-")
     os.chmod(tmp, 0o755)  # nginx's workers (not root) read the canned responses from here
-    body = {"model": "gpt-4o-mini", "messages": [{"role": "system", "content": "You are a helpful assistant. " * 40},
-                                                 {"role": "user", "content": "Say hello."}],
-            "thread_identifier": "bench-thread"}
-    body_path = os.path.join(tmp, "body.json")
-    with open(body_path, "w") as f:
-        json.dump(body, f)
-    stream_body_path = os.path.join(tmp, "body-stream.json")
-    with open(stream_body_path, "w") as f:
-        json.dump(dict(body, stream=True, model="gpt-4o-mini-sse"), f)
-    direct_body_path = os.path.join(tmp, "body-direct.json")  # peers reject kvgate's own fields
-    with open(direct_body_path, "w") as f:
-        json.dump({k: v for k, v in body.items() if k != "thread_identifier"}, f)
-    direct_stream_path = os.path.join(tmp, "body-direct-stream.json")
-    with open(direct_stream_path, "w") as f:
-        json.dump(dict({k: v for k, v in body.items() if k != "thread_identifier"}, stream=True,
-                       model="gpt-4o-mini-sse"), f)
-
+    paths = write_bodies(tmp)
     nginx_port = free_port()
     nginx = start_nginx(tmp, nginx_port)
     procs = [nginx]
     try:
-        kv, kv_port, db = start_kvgate(tmp, args.kvgate, nginx_port)
-        procs.append(kv)
+        kv_proc, kv_port, db = start_kvgate(tmp, args.kvgate, nginx_port)
+        procs.append(kv_proc)
         proxy_port = free_port()
         procs.append(start_nginx_proxy(tmp, proxy_port, nginx_port))
-        targets = [("direct", nginx_port, direct_body_path, direct_stream_path, None),
-                   ("nginx-proxy", proxy_port, direct_body_path, direct_stream_path, None),
-                   ("kvgate", kv_port, body_path, stream_body_path, kv)]
-        # LiteLLM is started only when its turn comes: an idle Python proxy still burns CPU
-        # (background tasks) and would slow every other measurement on a 2-core machine.
-        if not args.no_litellm:
-            targets.append(("litellm", None, direct_body_path, direct_stream_path, None))
-        results = {}
-        answered = {name: 0 for name, *_ in targets}  # every request wrk saw answered, warm-ups too
-        for i, (name, port, bpath, spath, _) in enumerate(targets):
-            if name == "litellm":
-                ll, port = start_litellm(tmp, nginx_port)
-                if not ll:
-                    print("note: LiteLLM proxy not available (install: python3 -m venv /work/venv-litellm && "
-                          "/work/venv-litellm/bin/pip install 'litellm[proxy]')", file=sys.stderr)
-                    targets.pop(i)
-                    break
-                procs.append(ll)
-                targets[i] = (name, port, bpath, spath, ll)
-            for conns in (1, 64):
-                warm = run_wrk(port, bpath, conns, 2)  # warm-up: connections, pools, caches
-                results[(name, conns, "json")] = run_wrk(port, bpath, conns, args.seconds)
-                answered[name] += warm["requests"] + results[(name, conns, "json")]["requests"]
-            sse_path = "/sse/v1/chat/completions" if name in ("direct", "nginx-proxy") else "/v1/chat/completions"
-            results[(name, 1, "sse")] = run_wrk(port, spath, 1, args.seconds, sse_path)
-            answered[name] += results[(name, 1, "sse")]["requests"]
-        rss = {name: peak_rss_mb(p.pid) if p else float("nan") for name, _, _, _, p in targets}
+        direct = Target("direct", nginx_port, paths["peer"], paths["peer-stream"], sse_path="/sse/v1/chat/completions")
+        proxy = Target("nginx-proxy", proxy_port, paths["peer"], paths["peer-stream"], sse_path="/sse/v1/chat/completions")
+        kv = Target("kvgate", kv_port, paths["kvgate"], paths["kvgate-stream"], kv_proc)
+        targets = [direct, proxy, kv]
+        for t in targets:
+            t.warm_up()  # connections, pools, caches
+        measure_rounds(targets, args.rounds, args.seconds)
 
         # Telemetry completeness: stop kvgate (flush) and count rows.
-        kv.send_signal(signal.SIGTERM)
-        kv.wait(timeout=60)
+        kv.rss = peak_rss_mb(kv_proc.pid)  # before it exits
+        kv_proc.send_signal(signal.SIGTERM)
+        kv_proc.wait(timeout=60)
         con = sqlite3.connect(db)
         rows = con.execute("select count(*) from requests").fetchone()[0]
         ok_rows = con.execute("select count(*) from requests where status = 'ok'").fetchone()[0]
         con.close()
-
-        d = {c: results[("direct", c, "json")] for c in (1, 64)}
-        print(f"\nGateway overhead, {os.cpu_count()} cores, {args.seconds}s per run, upstream nginx (fixed JSON)\n")
-        print(f"{'gateway':<11} {'c':>3} {'p50 µs':>9} {'p99 µs':>9} {'+p50 µs':>9} {'+p99 µs':>9} {'req/s':>10} {'÷direct':>8} {'RSS MB':>8}")
-        for name, *_ in targets:
-            for c in (1, 64):
-                r = results[(name, c, "json")]
-                add50 = (r["p50"] - d[c]["p50"]) * 1e6
-                add99 = (r["p99"] - d[c]["p99"]) * 1e6
-                print(f"{name:<11} {c:>3} {r['p50']*1e6:>9.1f} {r['p99']*1e6:>9.1f} "
-                      f"{(add50 if name != 'direct' else 0):>9.1f} {(add99 if name != 'direct' else 0):>9.1f} "
-                      f"{r['rps']:>10.0f} {r['rps']/d[c]['rps']:>8.3f} {rss[name]:>8.1f}"
-                      + (f"  non-2xx: {r['non2xx']}" if r["non2xx"] else ""))
-        ds = results[("direct", 1, "sse")]
-        print(f"\nStreaming (50 SSE events), c=1: time to full response p50")
-        for name, *_ in targets:
-            r = results[(name, 1, "sse")]
-            print(f"{name:<11} p50 {r['p50']*1e6:>9.1f} µs  added {(r['p50']-ds['p50'])*1e6:>8.1f} µs  req/s {r['rps']:>9.0f}"
-                  + (f"  non-2xx: {r['non2xx']}" if r["non2xx"] else ""))
-        # wrk counts a request when its response completed; requests still in flight when wrk
-        # stops are answered by kvgate but not counted by wrk, so ok rows >= answered.
-        print(f"\nkvgate telemetry: {ok_rows} ok rows ({rows} rows in all) for {answered['kvgate']} "
-              f"requests wrk saw answered: ok rows ÷ answered = {ok_rows / max(1, answered['kvgate']):.4f}")
+        print_report(targets, direct, args.rounds, args.seconds, kv, rows, ok_rows)
+        if not args.no_litellm:
+            measure_litellm(tmp, nginx_port, paths, direct, args.seconds * 2)
     finally:
         for p in procs:
             if p.poll() is None:

@@ -511,9 +511,11 @@ std::string DecodeInner(std::string_view in) {
 
 // (An escape makes the raw key longer than its decoded form, so KeyIs settles keys no longer than
 // the name byte for byte and sends only longer ones here.)
-bool Member::EscapedKeyIs(std::string_view name) const {
-  return key.find('\\') != std::string_view::npos && DecodeInner(key) == name;
+namespace internal {
+bool EscapedKeyIs(std::string_view raw_key, std::string_view name) {
+  return raw_key.find('\\') != std::string_view::npos && DecodeInner(raw_key) == name;
 }
+}  // namespace internal
 
 Result<Value> Parse(std::string_view text) { return Validator(text).Run(); }
 

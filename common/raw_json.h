@@ -45,24 +45,28 @@ struct Value {
   bool is_true() const { return kind == Kind::kBool && text == "true"; }
 };
 
+namespace internal {
+bool EscapedKeyIs(std::string_view raw_key, std::string_view name);
+}  // namespace internal
+
+// `raw_key` (a key's bytes between its quotes, escapes not decoded) equals `name` once its
+// escapes are decoded. Inline: translators test every member of every stream chunk against a few
+// names, and almost every test is decided by the sizes or the first byte.
+inline bool KeyIs(std::string_view raw_key, std::string_view name) {
+  if (raw_key.size() <= name.size()) return raw_key == name;
+  // Longer, so equal only through escapes: at most 6 raw bytes (\u00XX) per decoded byte, and a
+  // first byte that is the name's or starts an escape.
+  if (name.empty() || raw_key.size() > 6 * name.size() ||
+      (raw_key[0] != name[0] && raw_key[0] != '\\')) {
+    return false;
+  }
+  return internal::EscapedKeyIs(raw_key, name);
+}
+
 struct Member {
   std::string_view key;  // the key's bytes between its quotes, escapes not decoded
   Value value;
-  // The key equals `name` once its escapes are decoded. Inline: translators test every member of
-  // every stream chunk against a few names, and almost every test is decided by the sizes or the
-  // first byte.
-  bool KeyIs(std::string_view name) const {
-    if (key.size() <= name.size()) return key == name;
-    // Longer, so equal only through escapes: at most 6 raw bytes (\u00XX) per decoded byte, and a
-    // first byte that is the name's or starts an escape.
-    if (name.empty() || key.size() > 6 * name.size() || (key[0] != name[0] && key[0] != '\\')) {
-      return false;
-    }
-    return EscapedKeyIs(name);
-  }
-
- private:
-  bool EscapedKeyIs(std::string_view name) const;
+  bool KeyIs(std::string_view name) const { return raw_json::KeyIs(key, name); }
 };
 
 // Validates `text` as exactly one JSON value and returns it. Errors are kInvalidArgument with the
@@ -115,41 +119,76 @@ namespace internal {
 // Advances `p` past whitespace / one whole value; `end` bounds the scan (text known valid).
 const char* SkipSpace(const char* p, const char* end);
 Value ValueAt(const char*& p, const char* end);
+const char* SkipValue(const char* p, const char* end);
 const char* SkipString(const char* p, const char* end);
 }  // namespace internal
+
+// Single-pass walking, for hot paths that read a few members deep inside a value (a stream
+// chunk's choices[].delta). ForEachMember hands each value out whole, so it finds the value's end
+// before the callback runs, and a callback that then walks into the value scans those bytes again,
+// once more per level. Here the callback consumes each value itself: it walks into it (WalkMembers
+// / WalkElements at `p`) or passes over it (SkipMember / ReadMember), and leaves `p` just past it;
+// every byte is scanned once.
+//
+// `p` is at the value's '{' / '['; `end` bounds the validated text the value lies in. A value of
+// another kind is passed over without a call. Returns the position just past the value.
+//   WalkMembers: fn(std::string_view raw_key, const char*& p), p at the member's value.
+//   WalkElements: fn(const char*& p), p at the element.
+template <class Fn>
+const char* WalkMembers(const char* p, const char* end, Fn&& fn);
+template <class Fn>
+const char* WalkElements(const char* p, const char* end, Fn&& fn);
+// For walk callbacks: the value at `p` whole (p moves past it), or just moving past it.
+inline Value ReadMember(const char*& p, const char* end) { return internal::ValueAt(p, end); }
+inline void SkipMember(const char*& p, const char* end) { p = internal::SkipValue(p, end); }
+
+template <class Fn>
+const char* WalkMembers(const char* p, const char* end, Fn&& fn) {
+  if (p == end || *p != '{') return p == end ? end : internal::SkipValue(p, end);
+  ++p;
+  for (;;) {
+    p = internal::SkipSpace(p, end);
+    if (p == end) return end;
+    if (*p == '}') return p + 1;
+    const char* key_end = internal::SkipString(p, end);
+    const std::string_view key(p + 1, static_cast<size_t>(key_end - p - 2));
+    p = internal::SkipSpace(key_end, end);
+    p = internal::SkipSpace(p + 1, end);  // the colon
+    fn(key, p);
+    p = internal::SkipSpace(p, end);
+    if (p != end && *p == ',') ++p;
+  }
+}
+
+template <class Fn>
+const char* WalkElements(const char* p, const char* end, Fn&& fn) {
+  if (p == end || *p != '[') return p == end ? end : internal::SkipValue(p, end);
+  ++p;
+  for (;;) {
+    p = internal::SkipSpace(p, end);
+    if (p == end) return end;
+    if (*p == ']') return p + 1;
+    fn(p);
+    p = internal::SkipSpace(p, end);
+    if (p != end && *p == ',') ++p;
+  }
+}
 
 template <class Fn>
 void ForEachMember(Value object, Fn&& fn) {
   if (!object.is_object()) return;
-  const char* p = object.text.data() + 1;
-  const char* end = object.text.data() + object.text.size() - 1;  // the closing brace
-  for (;;) {
-    p = internal::SkipSpace(p, end);
-    if (p == end) return;
-    const char* key_end = internal::SkipString(p, end);
-    Member m;
-    m.key = std::string_view(p + 1, static_cast<size_t>(key_end - p - 2));
-    p = internal::SkipSpace(key_end, end);
-    p = internal::SkipSpace(p + 1, end);  // the colon
-    m.value = internal::ValueAt(p, end);
-    fn(static_cast<const Member&>(m));
-    p = internal::SkipSpace(p, end);
-    if (p != end) ++p;  // the comma
-  }
+  const char* end = object.text.data() + object.text.size();
+  WalkMembers(object.text.data(), end, [&](std::string_view key, const char*& p) {
+    const Member m{key, internal::ValueAt(p, end)};
+    fn(m);
+  });
 }
 
 template <class Fn>
 void ForEachElement(Value array, Fn&& fn) {
   if (!array.is_array()) return;
-  const char* p = array.text.data() + 1;
-  const char* end = array.text.data() + array.text.size() - 1;  // the closing bracket
-  for (;;) {
-    p = internal::SkipSpace(p, end);
-    if (p == end) return;
-    fn(internal::ValueAt(p, end));
-    p = internal::SkipSpace(p, end);
-    if (p != end) ++p;  // the comma
-  }
+  const char* end = array.text.data() + array.text.size();
+  WalkElements(array.text.data(), end, [&](const char*& p) { fn(internal::ValueAt(p, end)); });
 }
 
 }  // namespace kvgate::raw_json

@@ -195,7 +195,7 @@ TEST(RawJsonTest, RandomDocumentsRoundTrip) {
 // non-ASCII or control byte at every offset: validation, navigation and minification agree with
 // nlohmann wherever the special byte falls relative to a step.
 TEST(RawJsonTest, SpecialBytesAtEveryOffsetOfLongStrings) {
-  const std::string specials[] = {"\\\"", "\\\\", "\\u00e9", "\xc3\xa9", "\\n"};
+  const std::string specials[] = {"\\\"", "\\\\", "\\u00e9", "\xc3\xa9", "\\n", "]}[{", "\\\"}"};
   for (const std::string& special : specials) {
     for (size_t offset = 0; offset < 40; ++offset) {
       const std::string text =
@@ -214,6 +214,38 @@ TEST(RawJsonTest, SpecialBytesAtEveryOffsetOfLongStrings) {
       EXPECT_FALSE(Parse(raw_control).has_value()) << offset;
     }
   }
+}
+
+// Containers skipped whole (navigation past a member's value) with every bracket and quote at every
+// offset of the scanner's 16-byte steps, in whitespace-padded and compact forms.
+TEST(RawJsonTest, ContainersAtEveryOffsetOfTheScannersSteps) {
+  const std::string docs[] = {
+      R"([[1,{"a":[]}],{},[[[]]],"]",{"b}":"{["}])",
+      R"({"x":{"y":{"z":[1,2,{"w":"\"]"}]}},"v":[{}],"u":"}"})",
+      R"([{"k":[true,null,-1.5e3,"s"]},[],{"q":{"r":[]}}])",
+  };
+  size_t checked = 0;
+  for (const std::string& inner : docs) {
+    for (size_t pad = 0; pad < 40; ++pad) {
+      for (const std::string& gap : {std::string(), std::string(pad % 5, ' ')}) {
+        std::string spread;  // `gap` after every structural byte
+        for (char c : inner) {
+          spread += c;
+          if (c == ',' || c == ':' || c == '[' || c == '{') spread += gap;
+        }
+        const std::string doc = "{" + std::string(pad, ' ') + "\"a\":" + spread + ",\"z\":" +
+                                spread + "}";
+        auto v = Parse(doc);
+        ASSERT_TRUE(v.has_value()) << doc << ": " << v.error().message;
+        ASSERT_EQ(Rebuild(*v), json::parse(doc)) << doc;
+        auto z = Find(*v, "z");
+        ASSERT_TRUE(z.has_value()) << doc;
+        ASSERT_EQ(json::parse(z->text), json::parse(spread)) << doc;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 3u * 40u * 2u);
 }
 
 TEST(RawJsonTest, FindKeepsTheLastDuplicateAndDecodesKeys) {

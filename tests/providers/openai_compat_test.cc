@@ -358,6 +358,34 @@ TEST(OpenAICompatStreamTest, RoleOnlyChunkIsNotContentToolCallIs) {
           .has_content);
 }
 
+// The chunk reader walks a chunk once (raw_json::WalkMembers): whitespace anywhere, several
+// choices, escaped keys, members of unexpected kinds and duplicate keys read as a parser reads
+// them (the last duplicate wins).
+TEST(OpenAICompatStreamTest, ChunkReaderHandlesLayoutAndOddShapes) {
+  auto feed = [](std::string_view data) {
+    auto t = NewStreamTranslator(ProviderType::kOpenAI, StreamOptions(true));
+    const bool content = t->Feed("data: " + std::string(data) + "\n\n").has_content;
+    return std::pair<bool, std::string>(content, t->finish_reason());
+  };
+  using R = std::pair<bool, std::string>;
+  EXPECT_EQ(feed(" { \"id\" : \"x\" ,\t \"choices\" : [ { \"index\" : 0 , \"delta\" : { \"content\" "
+                 ": \"hi\" } , \"finish_reason\" : null } ] , \"usage\" : null } "),
+            R(true, ""));
+  EXPECT_EQ(feed(R"({"choices":[{"index":0,"delta":{"reasoning_content":"think"}},)"
+                 R"({"index":1,"delta":{},"finish_reason":"stop"}]})"),
+            R(true, "stop"));
+  EXPECT_EQ(feed(R"({"choices":[{"index":0,"delta":{"c\u006fntent":"x"},"fin\u0069sh_reason":"length"}]})"),
+            R(true, "length"));
+  EXPECT_EQ(feed(R"({"choices":[{"delta":{"content":"x"}}],"choices":[{"delta":{"role":"assistant"}}]})"),
+            R(false, ""));  // the second "choices" is the one a parser keeps
+  EXPECT_EQ(feed(R"({"choices":{"delta":{"content":"x"}}})"), R(false, ""));  // not an array
+  EXPECT_EQ(feed(R"({"choices":[{"delta":"content","finish_reason":["stop"]},7,null]})"),
+            R(false, ""));  // delta not an object, finish_reason not a string, odd elements
+  EXPECT_EQ(feed(R"({"choices":[{"delta":{"tool_calls":[{"function":{"arguments":"{\"a\":[1]}"}}]},)"
+                 R"("finish_reason":"tool_calls"}],"x":[[{"y":"]}"}]]})"),
+            R(true, "tool_calls"));
+}
+
 TEST(OpenAICompatStreamTest, BytesAfterDoneAreIgnored) {
   auto t = NewStreamTranslator(ProviderType::kOpenAI, StreamOptions(true));
   EXPECT_EQ(t->Feed("data: [DONE]\n\ndata: {\"x\":1}\n\n").bytes, "data: [DONE]\n\n");

@@ -373,10 +373,6 @@ constexpr std::array<uint8_t, 256> MakeStructural() {
 }
 constexpr std::array<uint8_t, 256> kStructural = MakeStructural();
 
-const char* SkipSpace(const char* p, const char* end) {
-  while (p != end && IsSpace(static_cast<unsigned char>(*p))) ++p;
-  return p;
-}
 
 // p at an opening quote; returns past the closing quote (or end, for an unterminated string).
 // Long message contents make this the navigation's hot loop; a backslash skips the byte it escapes.

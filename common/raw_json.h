@@ -117,7 +117,12 @@ void AppendQuoted(std::string_view text, std::string& out);
 
 namespace internal {
 // Advances `p` past whitespace / one whole value; `end` bounds the scan (text known valid).
-const char* SkipSpace(const char* p, const char* end);
+// SkipSpace is inline: navigation calls it around every key and value, and compact JSON (what
+// providers send) has nothing to skip, so the first test decides.
+inline const char* SkipSpace(const char* p, const char* end) {
+  while (p != end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) ++p;
+  return p;
+}
 Value ValueAt(const char*& p, const char* end);
 const char* SkipValue(const char* p, const char* end);
 const char* SkipString(const char* p, const char* end);

@@ -217,7 +217,7 @@ TEST(RawJsonTest, SpecialBytesAtEveryOffsetOfLongStrings) {
 }
 
 // Containers skipped whole (navigation past a member's value) with every bracket and quote at every
-// offset of the scanner's 16-byte steps, in whitespace-padded and compact forms.
+// offset of the string scanner's 16-byte steps, in whitespace-padded and compact forms.
 TEST(RawJsonTest, ContainersAtEveryOffsetOfTheScannersSteps) {
   const std::string docs[] = {
       R"([[1,{"a":[]}],{},[[[]]],"]",{"b}":"{["}])",

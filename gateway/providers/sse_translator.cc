@@ -10,6 +10,9 @@ namespace kvgate::providers::internal {
 StreamTranslator::Output SseStreamTranslator::Feed(std::string_view upstream_bytes) {
   Output out;
   if (done()) return out;
+  // Most events leave as they came: room for all of them up front, instead of the string
+  // doubling (and copying) its way up through a read's worth of events.
+  out.bytes.reserve(upstream_bytes.size() + 64);
   try {
     parser_.Append(upstream_bytes);
     Drain(out);

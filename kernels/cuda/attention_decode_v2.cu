@@ -85,7 +85,9 @@ __global__ void __launch_bounds__(kAttnThreads, (DecodeV2MinCtasPerSm<kMaxG>()))
 
   const int kvh = blockIdx.x, seq = blockIdx.y, split = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int tok_in_iter = lane / kLanesPerTok, chunk = lane % kLanesPerTok;
+  // v1's lane map, from the function DecodeV2LayoutTest checks: token LaneChunk(D, lane, it).token
+  // = it * kToksPerIter + tok_in_iter, chunk lane % (D / 8) (the one DecodeMergeAndStore assumes).
+  const int tok_in_iter = decode_v2::LaneChunk(D, lane, 0).token, chunk = decode_v2::LaneChunk(D, lane, 0).chunk;
   const int G = p.group;
   const int ctx = p.context_lens[seq];
   const int nblocks = (ctx + kBlockTokens - 1) / kBlockTokens;
@@ -114,7 +116,7 @@ __global__ void __launch_bounds__(kAttnThreads, (DecodeV2MinCtasPerSm<kMaxG>()))
     const uint32_t dst = my_chunks + stage * L::kStageStride;
 #pragma unroll
     for (int it = 0; it < kIters; ++it) {
-      const int tok = it * kToksPerIter + tok_in_iter;
+      const int tok = decode_v2::LaneChunk(D, lane, it).token;
       const int bytes = tok < valid ? L::kChunkBytes : 0;
       const int64_t off = base + (bytes ? tok : 0) * row;  // token 0 is always valid: a safe address
       CpAsyncChunk<L::kChunkBytes>(dst + it * L::kItStride, kc + off, bytes);

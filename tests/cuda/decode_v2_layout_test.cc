@@ -32,6 +32,8 @@ TEST(DecodeV2LayoutTest, LanesCoverTheBlockOnce) {
         ASSERT_GE(tc.chunk, 0);
         ASSERT_LT(tc.chunk, d / 8);
         EXPECT_EQ(tc.chunk, lane % (d / 8));  // the chunk the merge assumes (DecodeMergeAndStore)
+        // The kernel's masks use token = it * tokens-per-iteration + the lane's token at it = 0.
+        EXPECT_EQ(tc.token, it * (32 / (d / 8)) + LaneChunk(d, lane, 0).token);
         EXPECT_TRUE(seen.insert({tc.token, tc.chunk}).second) << d << " " << it << " " << lane;
       }
     EXPECT_EQ(seen.size(), static_cast<size_t>(kBlockTokens * d / 8));

@@ -1,7 +1,7 @@
 // Device checks of paged decode and prefill attention against ref::AttendOne (double precision over
 // the same cache contents), on random pools with shuffled block tables and NaN-poisoned unused slots.
-// Prefill runs every case on v1 and then on v2 (PrefillVariant), each on the same inputs (rebuilt
-// from the same seeds), so a fault in v2 cannot cost v1's rows.
+// Decode and prefill run every case on v1 and then on v2 (DecodeVariant, PrefillVariant), each on
+// the same inputs (rebuilt from the same seeds), so a fault in v2 cannot cost v1's rows.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <numeric>
 #include <string>
+#include <vector>
 
 #include "kernels/bench/checks.h"
 #include "kernels/bench/reference.h"
@@ -129,21 +130,27 @@ struct DecodeSpec {
   std::string name;
   int hq, hkv, d;
   std::vector<int> ctx;
-  bool fp8;
+  KvDtype dtype;
   int ref_seqs;  // sequences compared with the reference (the first ones)
   int q_pad;     // extra elements per q row (tests the stride)
 };
 
-bool RunDecode(CheckContext& c, const DecodeSpec& sp) {
+// Runs one case on one kernel variant. *passed: the row's verdict. *ms_io: v1's time in (for v2's
+// speedup note), this run's time out. *v1_out: v1's output, written by v1, compared by v2 (bitwise
+// equality is expected but not required: v2 rescales its softmax per half block, v1 per block).
+bool RunDecode(CheckContext& c, const DecodeSpec& sp, DecodeVariant variant, bool* passed, double* ms_io,
+               std::vector<uint16_t>* v1_out) {
   auto rng = Rng(c, 100 + sp.ctx.size() * 7 + static_cast<uint64_t>(sp.hq));
   const int s = static_cast<int>(sp.ctx.size());
   Pool pool;
-  if (!BuildPool(c, rng, sp.ctx, sp.hkv, sp.d, sp.fp8 ? KvDtype::kFp8E4M3 : KvDtype::kBf16, &pool)) return false;
+  if (!BuildPool(c, rng, sp.ctx, sp.hkv, sp.d, sp.dtype, &pool)) return false;
   const int64_t q_stride = static_cast<int64_t>(sp.hq) * sp.d + sp.q_pad;
   const auto q = RandomBf16(static_cast<size_t>(s * q_stride), rng, 1.0f);
   DecodeGeometry geo;
   const int max_ctx = *std::max_element(sp.ctx.begin(), sp.ctx.end());
-  if (!Ok(ChooseDecodeGeometry({s, sp.hq, sp.hkv, sp.d, max_ctx}, c.num_sms, &geo), "geometry")) return false;
+  DecodeShape shape{s, sp.hq, sp.hkv, sp.d, max_ctx};
+  shape.variant = variant;
+  if (!Ok(ChooseDecodeGeometry(shape, c.num_sms, &geo), "geometry")) return false;
   DeviceBuffer dq, dout, dctx, ws;
   const size_t out_elems = static_cast<size_t>(s) * sp.hq * sp.d;
   if (!dq.Alloc(q.size() * 2) || !dout.Alloc(out_elems * 2) || !dctx.Alloc(sp.ctx.size() * 4) ||
@@ -182,11 +189,29 @@ bool RunDecode(CheckContext& c, const DecodeSpec& sp) {
   const double err = ref::RelError(got, ref);
   const double ms = TimeMs(c.stream, 3, 20, [&] { return DecodeAttention(a, c.stream).ok(); });
   double bytes = 2.0 * static_cast<double>(out_elems) * 2;
-  for (int n : sp.ctx) bytes += 2.0 * n * sp.hkv * sp.d * (sp.fp8 ? 1 : 2);
+  for (int n : sp.ctx) bytes += 2.0 * n * sp.hkv * sp.d * (sp.dtype == KvDtype::kFp8E4M3 ? 1 : 2);
   const std::string size = "S=" + std::to_string(s) + " ctx<=" + std::to_string(max_ctx) + " " +
                            std::to_string(sp.hq) + "/" + std::to_string(sp.hkv) + "x" + std::to_string(sp.d);
-  c.rows->push_back({sp.name, size, err, 1e-2, err <= 1e-2 && all_written, ms, bytes / ms / 1e6, "GB/s", c.copy_gbps,
-                     "splits=" + std::to_string(geo.splits) + (all_written ? "" : " UNWRITTEN OUTPUT")});
+  const bool v2 = variant == DecodeVariant::kV2;
+  std::string note = (v2 ? "v2 splits=" : "splits=") + std::to_string(geo.splits) + (all_written ? "" : " UNWRITTEN OUTPUT");
+  if (!v2) {
+    *v1_out = out;
+  } else {
+    if (*ms_io > 0 && ms > 0) {
+      char speedup[48];
+      std::snprintf(speedup, sizeof(speedup), " %.2fx v1", *ms_io / ms);
+      note += speedup;
+    }
+    size_t differ = 0;
+    for (size_t i = 0; i < out.size() && i < v1_out->size(); ++i) differ += out[i] != (*v1_out)[i];
+    note += differ == 0 && out.size() == v1_out->size() ? " bitwise=v1"
+                                                         : " " + std::to_string(differ) + " elems differ from v1";
+  }
+  const bool pass = err <= 1e-2 && all_written && ms > 0;
+  c.rows->push_back({sp.name + (v2 ? " [v2]" : ""), size, err, 1e-2, pass, ms, bytes / ms / 1e6, "GB/s", c.copy_gbps,
+                     note});
+  *passed = pass;
+  *ms_io = ms;
   return true;
 }
 
@@ -300,18 +325,35 @@ std::vector<int> RandomCtx(std::mt19937_64& rng, int n, int lo, int hi) {
 bool CheckDecodeAttention(CheckContext& c) {
   auto rng = Rng(c, 99);
   const int big = c.quick ? 8 : 64, long_ctx = c.quick ? 20000 : 100000;
+  const KvDtype bf = KvDtype::kBf16;
   auto small = RandomCtx(rng, 16, 1, 2000);
   small[0] = 1;
   small[1] = 17;
   const std::vector<DecodeSpec> specs = {
-      {"decode attn bf16", 32, 8, 128, RandomCtx(rng, big, 3584, 4096), false, 4, 0},
-      {"decode attn bf16 split-K", 32, 8, 128, {long_ctx}, false, 1, 0},
-      {"decode attn fp8", 32, 8, 128, RandomCtx(rng, big, 3584, 4096), true, 4, 0},
-      {"decode attn bf16 G=3 D=64", 9, 3, 64, small, false, 16, 64},
-      {"decode attn bf16 G=8", 64, 8, 128, RandomCtx(rng, 8, 1000, 2048), false, 8, 3 * 128},
+      {"decode attn bf16", 32, 8, 128, RandomCtx(rng, big, 3584, 4096), bf, 4, 0},
+      {"decode attn bf16 split-K", 32, 8, 128, {long_ctx}, bf, 1, 0},
+      {"decode attn fp8", 32, 8, 128, RandomCtx(rng, big, 3584, 4096), KvDtype::kFp8E4M3, 4, 0},
+      {"decode attn bf16 G=3 D=64", 9, 3, 64, small, bf, 16, 64},
+      {"decode attn bf16 G=8", 64, 8, 128, RandomCtx(rng, 8, 1000, 2048), bf, 8, 3 * 128},
+      // The engine's cache type (CudaBackend decodes on f16); small, drawn after the others so
+      // their inputs stay those of earlier runs.
+      {"decode attn f16", 32, 8, 128, RandomCtx(rng, 8, 1000, 2048), KvDtype::kF16, 8, 0},
   };
-  for (const auto& sp : specs)
-    if (!RunDecode(c, sp)) return false;
+  // v1 first for every case (its rows survive a v2 fault), then v2 on the same inputs.
+  std::vector<double> v1_ms(specs.size(), 0.0);
+  std::vector<std::vector<uint16_t>> v1_out(specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    bool passed = false;
+    if (!RunDecode(c, specs[i], DecodeVariant::kV1, &passed, &v1_ms[i], &v1_out[i])) return false;
+  }
+  bool all_v2 = true;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    bool passed = false;
+    double ms = v1_ms[i];
+    if (!RunDecode(c, specs[i], DecodeVariant::kV2, &passed, &ms, &v1_out[i])) return false;
+    all_v2 &= passed;
+  }
+  std::printf("decode v2: %s\n", all_v2 ? "every case matches the reference" : "FAILED at least one case");
   return true;
 }
 

@@ -23,23 +23,6 @@
 namespace kvgate::cuda {
 namespace {
 
-struct DecodeParams {
-  const __nv_bfloat16* q;  // [S][q_stride] holding [Hq][D]
-  int64_t q_stride;
-  __nv_bfloat16* out;      // [S][Hq][D]
-  const void* k;           // [NB][B][Hkv][D]
-  const void* v;
-  const float* k_scale;    // [NB][Hkv] (FP8)
-  const float* v_scale;
-  const int32_t* block_tables;  // [S][bt_stride]
-  int bt_stride;
-  const int32_t* context_lens;  // [S]
-  int num_q_heads, num_kv_heads, group;
-  int splits, blocks_per_split;
-  float scale_log2;
-  float* workspace;
-};
-
 // CTAs per SM the register budget must allow. Measured on an H200 (2026-11-29), group 4, D=128,
 // bf16, S=64: unbounded it took 189 registers (2 CTAs, 8 warps per SM) and reached 0.56 of copy
 // bandwidth; held to 3 CTAs (168 registers, no spill) 0.69; held to 4 (128 registers) it spills
@@ -56,10 +39,6 @@ __global__ void __launch_bounds__(kAttnThreads, (DecodeMinCtasPerSm<D, kMaxG>())
   constexpr int kToksPerIter = 32 / kLanesPerTok;
   constexpr int kIters = kBlockTokens / kToksPerIter;
   using Raw = typename Raw8<CacheT>::type;
-
-  __shared__ float sm_m[kAttnWarps][kMaxG];
-  __shared__ float sm_l[kAttnWarps][kMaxG];
-  __shared__ float sm_acc[kAttnWarps][kMaxG][D];
 
   const int kvh = blockIdx.x, seq = blockIdx.y, split = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -162,55 +141,7 @@ __global__ void __launch_bounds__(kAttnThreads, (DecodeMinCtasPerSm<D, kMaxG>())
       }
     }
   }
-  // Merge the token groups of the warp (same m across the warp), then the 4 warps.
-#pragma unroll
-  for (int g = 0; g < kMaxG; ++g) {
-#pragma unroll
-    for (int o = kLanesPerTok; o < 32; o <<= 1) {
-      l[g] += __shfl_xor_sync(0xffffffffu, l[g], o);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) acc[g][i] += __shfl_xor_sync(0xffffffffu, acc[g][i], o);
-    }
-  }
-  if (lane < kLanesPerTok) {
-#pragma unroll
-    for (int g = 0; g < kMaxG; ++g) {
-#pragma unroll
-      for (int i = 0; i < 8; ++i) sm_acc[warp][g][chunk * 8 + i] = acc[g][i];
-    }
-  }
-  if (lane == 0) {
-#pragma unroll
-    for (int g = 0; g < kMaxG; ++g) {
-      sm_m[warp][g] = m[g];
-      sm_l[warp][g] = l[g];
-    }
-  }
-  __syncthreads();
-  for (int idx = threadIdx.x; idx < G * D; idx += kAttnThreads) {
-    const int g = idx / D, d = idx % D;
-    float M = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < kAttnWarps; ++w) M = fmaxf(M, sm_m[w][g]);
-    float L = 0.0f, O = 0.0f;
-    if (M != -INFINITY) {
-#pragma unroll
-      for (int w = 0; w < kAttnWarps; ++w) {
-        const float f = exp2f(sm_m[w][g] - M);
-        L += sm_l[w][g] * f;
-        O += sm_acc[w][g][d] * f;
-      }
-    }
-    const int h = kvh * G + g;
-    if (p.splits == 1) {
-      p.out[(static_cast<int64_t>(seq) * p.num_q_heads + h) * D + d] = __float2bfloat16(O / L);
-    } else {
-      const int64_t r = (static_cast<int64_t>(seq) * p.num_q_heads + h) * p.splits + split;
-      const int64_t n_rows = static_cast<int64_t>(gridDim.y) * p.num_q_heads * p.splits;
-      p.workspace[r * D + d] = L > 0.0f ? O / L : 0.0f;
-      if (d == 0) p.workspace[n_rows * D + r] = L > 0.0f ? M + log2f(L) : -INFINITY;
-    }
-  }
+  DecodeMergeAndStore<D, kMaxG>(p, m, l, acc);
 }
 
 template <int D>
@@ -277,6 +208,8 @@ CudaStatus DecodeAttention(const DecodeAttentionArgs& a, cudaStream_t stream) {
   if (a.geo.grid_x != hkv || a.geo.grid_y <= 0 || a.geo.splits < 1 || a.geo.grid_z != a.geo.splits)
     return CudaStatus::Invalid("decode geometry does not match the cache");
   if (a.geo.splits > 1 && !a.workspace) return CudaStatus::Invalid("split decode needs a workspace");
+  if (a.geo.variant != DecodeVariant::kV1 && a.geo.variant != DecodeVariant::kV2)
+    return CudaStatus::Invalid("unknown decode variant");
   if (a.block_table_stride < 0) return CudaStatus::Invalid("negative block table stride");
   DecodeParams p{};
   p.q = a.q;
@@ -298,10 +231,14 @@ CudaStatus DecodeAttention(const DecodeAttentionArgs& a, cudaStream_t stream) {
   p.workspace = a.workspace;
   const dim3 grid(static_cast<unsigned>(a.geo.grid_x), static_cast<unsigned>(a.geo.grid_y),
                   static_cast<unsigned>(a.geo.grid_z));
-  DispatchCacheTypeAndHeadDim(a.kv.dtype, d, [&](auto type, auto head_dim) {
-    LaunchDecode<typename decltype(type)::type, decltype(head_dim)::value>(p, grid, stream);
-  });
-  if (CudaStatus st = LaunchStatus("DecodeKernel"); !st.ok()) return st;
+  if (a.geo.variant == DecodeVariant::kV2) {
+    if (CudaStatus st = LaunchDecodeV2(p, a.kv.dtype, d, grid, stream); !st.ok()) return st;
+  } else {
+    DispatchCacheTypeAndHeadDim(a.kv.dtype, d, [&](auto type, auto head_dim) {
+      LaunchDecode<typename decltype(type)::type, decltype(head_dim)::value>(p, grid, stream);
+    });
+    if (CudaStatus st = LaunchStatus("DecodeKernel"); !st.ok()) return st;
+  }
   if (a.geo.splits > 1)
     return LaunchSplitReduce(a.workspace, a.geo.grid_y, a.num_q_heads, a.geo.splits, d, a.out, stream);
   return CudaStatus::Ok();

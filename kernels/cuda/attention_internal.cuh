@@ -1,6 +1,7 @@
 // Shared between the decode and prefill attention files (nvcc only).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <type_traits>
 
@@ -19,6 +20,96 @@ CudaStatus LaunchSplitReduce(const float* ws, int rows, int num_q_heads, int spl
                              __nv_bfloat16* out, cudaStream_t stream);
 
 CudaStatus CheckPagedKv(const PagedKv& kv);
+
+// Kernel arguments of both decode variants (attention_decode.cu validates and fills them).
+struct DecodeParams {
+  const __nv_bfloat16* q;  // [S][q_stride] holding [Hq][D]
+  int64_t q_stride;
+  __nv_bfloat16* out;      // [S][Hq][D]
+  const void* k;           // [NB][B][Hkv][D]
+  const void* v;
+  const float* k_scale;    // [NB][Hkv] (FP8)
+  const float* v_scale;
+  const int32_t* block_tables;  // [S][bt_stride]
+  int bt_stride;
+  const int32_t* context_lens;  // [S]
+  int num_q_heads, num_kv_heads, group;
+  int splits, blocks_per_split;
+  float scale_log2;
+  float* workspace;
+};
+
+// The end of both decode kernels (CTA = (kv head blockIdx.x, sequence blockIdx.y, split blockIdx.z),
+// kAttnWarps warps, v1's lane map: D / 8 lanes per token row, lane chunk = lane % (D / 8)). Each
+// thread holds its running max m (the same across its warp), sum l and acc [8 dims of its chunk]
+// per query head of the group. Merges the token groups of each warp (shuffles), then the warps
+// (shared memory), and writes out, or with splits > 1 the split's normalised o and log2-sum-exp to
+// the workspace (-inf lse for a split that saw no key; SplitReduceKernel weighs it 0).
+template <int D, int kMaxG>
+__device__ __forceinline__ void DecodeMergeAndStore(const DecodeParams& p, float (&m)[kMaxG],
+                                                    float (&l)[kMaxG], float (&acc)[kMaxG][8]) {
+  constexpr int kLanesPerTok = D / 8;
+  __shared__ float sm_m[kAttnWarps][kMaxG];
+  __shared__ float sm_l[kAttnWarps][kMaxG];
+  __shared__ float sm_acc[kAttnWarps][kMaxG][D];
+  const int kvh = blockIdx.x, seq = blockIdx.y, split = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, chunk = lane % kLanesPerTok;
+  const int G = p.group;
+  // Merge the token groups of the warp (same m across the warp), then the 4 warps.
+#pragma unroll
+  for (int g = 0; g < kMaxG; ++g) {
+#pragma unroll
+    for (int o = kLanesPerTok; o < 32; o <<= 1) {
+      l[g] += __shfl_xor_sync(0xffffffffu, l[g], o);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[g][i] += __shfl_xor_sync(0xffffffffu, acc[g][i], o);
+    }
+  }
+  if (lane < kLanesPerTok) {
+#pragma unroll
+    for (int g = 0; g < kMaxG; ++g) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) sm_acc[warp][g][chunk * 8 + i] = acc[g][i];
+    }
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int g = 0; g < kMaxG; ++g) {
+      sm_m[warp][g] = m[g];
+      sm_l[warp][g] = l[g];
+    }
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < G * D; idx += kAttnThreads) {
+    const int g = idx / D, d = idx % D;
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kAttnWarps; ++w) M = fmaxf(M, sm_m[w][g]);
+    float L = 0.0f, O = 0.0f;
+    if (M != -INFINITY) {
+#pragma unroll
+      for (int w = 0; w < kAttnWarps; ++w) {
+        const float f = exp2f(sm_m[w][g] - M);
+        L += sm_l[w][g] * f;
+        O += sm_acc[w][g][d] * f;
+      }
+    }
+    const int h = kvh * G + g;
+    if (p.splits == 1) {
+      p.out[(static_cast<int64_t>(seq) * p.num_q_heads + h) * D + d] = __float2bfloat16(O / L);
+    } else {
+      const int64_t r = (static_cast<int64_t>(seq) * p.num_q_heads + h) * p.splits + split;
+      const int64_t n_rows = static_cast<int64_t>(gridDim.y) * p.num_q_heads * p.splits;
+      p.workspace[r * D + d] = L > 0.0f ? O / L : 0.0f;
+      if (d == 0) p.workspace[n_rows * D + r] = L > 0.0f ? M + log2f(L) : -INFINITY;
+    }
+  }
+}
+
+// Launches the decode v2 kernel (attention_decode_v2.cu) for a validated launch; grid from
+// DecodeGeometry (variant kV2). Does not run the split reduction.
+CudaStatus LaunchDecodeV2(const DecodeParams& p, KvDtype dtype, int head_dim, dim3 grid,
+                          cudaStream_t stream);
 
 // Kernel arguments of both prefill variants (attention_prefill.cu validates and fills them).
 struct PrefillParams {

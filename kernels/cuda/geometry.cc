@@ -47,6 +47,7 @@ CudaStatus ChooseDecodeGeometry(const DecodeShape& s, int num_sms, DecodeGeometr
   splits = std::min({splits, std::max(1, max_blocks / kMinBlocksPerSplit), kMaxSplits});
   const int per_split = CeilDiv(max_blocks, splits);
   splits = CeilDiv(max_blocks, per_split);  // drop splits that would get no block at all
+  out->variant = s.variant;
   out->splits = splits;
   out->blocks_per_split = per_split;
   out->grid_x = s.num_kv_heads;

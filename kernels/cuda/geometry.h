@@ -36,18 +36,27 @@ inline constexpr int kMaxSplits = 128;     // upper bound on split-K partitions
 // geometry sizes one wave from it. Measured on an H200 in kernels/NOTES.md ("decode v1.1").
 inline constexpr int kDecodeG4D128CtasPerSm = 3;
 
+// The decode attention kernel a launch uses. kV1 is the default everywhere: kV2 (cp.async ring per
+// warp, attention_decode_v2.cu) has been compiled but never run on a GPU (kernels/NOTES.md, "decode
+// v2"); a caller opts in per launch.
+enum class DecodeVariant { kV1, kV2 };
+
 struct DecodeShape {
   int num_seqs = 0;            // S (one new token each)
   int num_q_heads = 0;         // Hq
   int num_kv_heads = 0;        // Hkv
   int head_dim = 0;            // D: 64 or 128
   int max_context_tokens = 0;  // the longest context in the batch, new token included
+  DecodeVariant variant = DecodeVariant::kV1;
 };
 
 // One CTA per (kv head, sequence, split); each processes all G query heads of its kv head over
 // `blocks_per_split` consecutive KV blocks. With splits > 1 the CTAs write partial results
 // (o [S][Hq][splits][D] f32, lse [S][Hq][splits] f32) to a workspace merged by a reduction kernel.
+// Both variants use the same grid, split rule and workspace (v2 changes only how a warp streams
+// its blocks), so a v2 launch is comparable with v1 split for split.
 struct DecodeGeometry {
+  DecodeVariant variant = DecodeVariant::kV1;
   int splits = 1;
   int blocks_per_split = 0;
   int grid_x = 0, grid_y = 0, grid_z = 0;  // (Hkv, S, splits)
@@ -59,6 +68,22 @@ struct DecodeGeometry {
 // HBM) while every split keeps at least 4 KV blocks (one per warp). Invalid shapes (non-positive
 // sizes, Hq not a multiple of Hkv, G > 8, D not 64/128) are errors.
 CudaStatus ChooseDecodeGeometry(const DecodeShape& shape, int num_sms, DecodeGeometry* out);
+
+// Decode v2: K/V stages in flight per warp (the one being consumed is one of them), and the CTAs
+// per SM its group <= 4 launch bounds ask for (caps registers at 65536 / (4 * 128) = 128).
+inline constexpr int kDecodeV2Stages = 2;
+inline constexpr int kDecodeV2G4CtasPerSm = 4;
+
+// Dynamic shared memory of one decode v2 CTA: per warp, kDecodeV2Stages stages of one KV block's K
+// and V rows of the CTA's kv head (16 x D elements each), plus for FP8 one (K, V) scale pair per
+// (warp, stage, lane). Every lane copies, and later reads, only its own chunks and scales (see
+// decode_v2_layout.h), which is why the loop needs no barrier. attention_decode_v2.cu
+// static_asserts its layout against this.
+constexpr size_t DecodeV2SmemBytes(int head_dim, int cache_elem_bytes) {
+  const size_t stage = 2 * static_cast<size_t>(kBlockTokens) * head_dim * cache_elem_bytes;
+  const size_t scales = cache_elem_bytes == 1 ? 2 * 32 * sizeof(float) : 0;
+  return static_cast<size_t>(kAttnWarps) * kDecodeV2Stages * (stage + scales);
+}
 
 // The prefill attention kernel a launch uses. kV1 is the default everywhere: kV2 has been compiled
 // but never run on a GPU (kernels/NOTES.md, "prefill v2"); a caller opts in per launch.

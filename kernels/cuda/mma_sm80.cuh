@@ -1,4 +1,5 @@
-// Warp-level tensor-core building blocks shared by the prefill attention kernels (nvcc only):
+// Warp-level tensor-core building blocks shared by the prefill attention kernels (nvcc only; decode
+// v2 uses only the cp.async wrappers):
 // mma.sync m16n8k16 bf16 -> f32, ldmatrix (plain and .trans) and cp.async. Fragment layouts, as the
 // PTX ISA defines them; every kernel that pairs these states which smem rows each lane addresses
 // and why the result is the fragment the mma wants.
@@ -68,6 +69,11 @@ __device__ __forceinline__ void LdMatrixX4Trans(uint32_t* r, uint32_t addr) {
 __device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
                : "memory");
+}
+
+// 8 bytes (.ca, as every cp.async below 16 bytes; decode v2's FP8 chunks), same zero-fill rule.
+__device__ __forceinline__ void CpAsync8(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
 
 // 4 bytes (.ca: the only cp.async kind below 16 bytes), same zero-fill rule.

@@ -147,20 +147,25 @@ TEST(CudaDeviceTest, DecodeAttentionSmoke) {
   a.softmax_scale = 0.125f;
   a.geo = geo;
   a.workspace = static_cast<float*>(ws);
-  ASSERT_TRUE(DecodeAttention(a, nullptr).ok());
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  std::vector<uint16_t> out(q.size());
-  cudaMemcpy(out.data(), dout, out.size() * 2, cudaMemcpyDeviceToHost);
-  std::vector<float> got;
-  std::vector<double> want(out.size());
+  std::vector<double> want(q.size());
   for (int s = 0; s < 2; ++s)
     for (int h = 0; h < hq; ++h) {
       std::vector<float> qf(d);
       for (int i = 0; i < d; ++i) qf[i] = Bf16ToFloat(q[(s * hq + h) * d + i]);
       ref::AttendOne(kv, &table[s * 38], ctx[s], h / 4, qf.data(), 0.125, &want[(s * hq + h) * d]);
     }
-  for (uint16_t x : out) got.push_back(Bf16ToFloat(x));
-  EXPECT_LT(ref::RelError(got, want), 1e-2);
+  // v2 plans exactly as v1 (DecodeGeometryTest.V2PlansExactlyAsV1): only the variant changes.
+  for (DecodeVariant variant : {DecodeVariant::kV1, DecodeVariant::kV2}) {
+    a.geo.variant = variant;
+    cudaMemset(dout, 0xff, q.size() * 2);
+    ASSERT_TRUE(DecodeAttention(a, nullptr).ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<uint16_t> out(q.size());
+    cudaMemcpy(out.data(), dout, out.size() * 2, cudaMemcpyDeviceToHost);
+    std::vector<float> got;
+    for (uint16_t x : out) got.push_back(Bf16ToFloat(x));
+    EXPECT_LT(ref::RelError(got, want), 1e-2) << (variant == DecodeVariant::kV2 ? "v2" : "v1");
+  }
   for (void* p : {dk, dv, dq, dout, dtab, dctx, ws}) cudaFree(p);
 }
 

@@ -81,6 +81,50 @@ TEST(DecodeGeometryTest, InvariantsOnRandomShapes) {
   }
 }
 
+TEST(DecodeGeometryTest, V1IsTheDefault) {
+  DecodeGeometry g;
+  ASSERT_TRUE(ChooseDecodeGeometry({64, 32, 8, 128, 4097}, kH200Sms, &g).ok());
+  EXPECT_EQ(g.variant, DecodeVariant::kV1);
+}
+
+// v2 changes only how a warp streams its blocks: the grid, split plan and workspace must be v1's,
+// so the split merge and the device checks' v1/v2 comparison hold split for split.
+TEST(DecodeGeometryTest, V2PlansExactlyAsV1) {
+  std::mt19937 rng(11);
+  for (int i = 0; i < 5000; ++i) {
+    const int hkv = 1 << (rng() % 4), g_ = 1 + static_cast<int>(rng() % 8);
+    DecodeShape s{1 + static_cast<int>(rng() % 300), hkv * g_, hkv, rng() % 2 ? 64 : 128,
+                  1 + static_cast<int>(rng() % 200000)};
+    const int sms = 1 + static_cast<int>(rng() % 200);
+    DecodeGeometry g1, g2;
+    ASSERT_TRUE(ChooseDecodeGeometry(s, sms, &g1).ok());
+    s.variant = DecodeVariant::kV2;
+    ASSERT_TRUE(ChooseDecodeGeometry(s, sms, &g2).ok());
+    EXPECT_EQ(g2.variant, DecodeVariant::kV2);
+    ASSERT_EQ(g2.splits, g1.splits);
+    ASSERT_EQ(g2.blocks_per_split, g1.blocks_per_split);
+    ASSERT_EQ(g2.grid_x, g1.grid_x);
+    ASSERT_EQ(g2.grid_y, g1.grid_y);
+    ASSERT_EQ(g2.grid_z, g1.grid_z);
+    ASSERT_EQ(g2.threads, g1.threads);
+    ASSERT_EQ(g2.workspace_floats, g1.workspace_floats);
+  }
+}
+
+// The ring per CTA: 4 warps x 2 stages x (K + V of one 16-token block) [+ FP8 scales]. A bf16 / f16
+// D=128 CTA (64 KB + v1's 8 KB merge arrays) fits 3 per SM on an H200 (228 KB, 1 KB reserved per
+// CTA), FP8 D=128 and D=64 fit the 4 the register cap allows.
+TEST(DecodeGeometryTest, V2SharedMemory) {
+  EXPECT_EQ(DecodeV2SmemBytes(128, 2), size_t{4} * 2 * 2 * 16 * 128 * 2);  // 65,536
+  EXPECT_EQ(DecodeV2SmemBytes(64, 2), size_t{32768});
+  EXPECT_EQ(DecodeV2SmemBytes(128, 1), size_t{32768} + 4 * 2 * 32 * 8);
+  EXPECT_EQ(DecodeV2SmemBytes(64, 1), size_t{16384} + 4 * 2 * 32 * 8);
+  constexpr size_t kSm = 228 * 1024, kReserved = 1024, kMergeG4D128 = 4 * 4 * 128 * 4 + 2 * 4 * 4 * 4;
+  EXPECT_EQ(kSm / (DecodeV2SmemBytes(128, 2) + kMergeG4D128 + kReserved), 3u);
+  EXPECT_GE(kSm / (DecodeV2SmemBytes(128, 1) + kMergeG4D128 + kReserved), 4u);
+  EXPECT_GE(kSm / (DecodeV2SmemBytes(64, 2) + kMergeG4D128 / 2 + kReserved), 4u);
+}
+
 TEST(PrefillGeometryTest, FullChunkHasNoSplitAndWarmTailSplits) {
   PrefillGeometry g;
   ASSERT_TRUE(ChoosePrefillGeometry({1, 8192, 32, 8, 128, 8192}, 128, kH200Sms, &g).ok());

@@ -1,7 +1,10 @@
 #include "local_engine/block_manager.h"
 
 #include <algorithm>
+#include <array>
 #include <cassert>
+#include <cstring>
+#include <vector>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -14,12 +17,21 @@ BlockManager::BlockManager(int32_t num_blocks) : blocks_(static_cast<size_t>(num
 }
 
 uint64_t BlockManager::HashBlock(uint64_t parent, std::span<const int32_t> tokens, uint64_t salt) {
-  XXH64_state_t state;
-  XXH64_reset(&state, 0);
-  XXH64_update(&state, &parent, sizeof parent);
-  XXH64_update(&state, tokens.data(), tokens.size_bytes());
-  if (salt != 0) XXH64_update(&state, &salt, sizeof salt);
-  return XXH64_digest(&state);
+  // XXH64 of parent, tokens and (when set) salt, in one shot over the concatenated bytes: the same
+  // value as streaming the three pieces, cheaper for a 16-token block, and GCC 12 at -O3 reports a
+  // false -Warray-bounds when the streaming API is inlined on an 8-byte object.
+  const size_t size = sizeof parent + tokens.size_bytes() + (salt != 0 ? sizeof salt : 0);
+  std::array<unsigned char, 256> small;
+  std::vector<unsigned char> large;
+  unsigned char* bytes = small.data();
+  if (size > small.size()) {
+    large.resize(size);
+    bytes = large.data();
+  }
+  std::memcpy(bytes, &parent, sizeof parent);
+  if (!tokens.empty()) std::memcpy(bytes + sizeof parent, tokens.data(), tokens.size_bytes());
+  if (salt != 0) std::memcpy(bytes + sizeof parent + tokens.size_bytes(), &salt, sizeof salt);
+  return XXH64(bytes, size, 0);
 }
 
 std::vector<int32_t> BlockManager::FindHits(std::span<const int32_t> tokens, uint64_t salt) const {

@@ -283,7 +283,6 @@ Result<std::optional<int64_t>> ReadCount(const json& obj, std::string_view key, 
     return std::optional<int64_t>();
   }
   if (!it->is_number_integer() || it->get<int64_t>() < 0) {
-    // StrCat, not "..." + std::string: GCC 12 at -O3 reports a false -Wrestrict on the latter.
     return MakeError(ErrorCode::kInvalidArgument, StrCat("\"", key, "\" must be a non-negative integer"));
   }
   return std::optional<int64_t>(it->get<int64_t>());

@@ -5,7 +5,6 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#include <cstring>
 
 #include <numeric>
 #include <random>
@@ -38,18 +37,11 @@ TEST(BlockManagerTest, HashBlockIsXxh64OfParentTokensAndSalt) {
     for (auto& t : tokens) t = static_cast<int32_t>(rng());
     for (uint64_t salt : {uint64_t{0}, uint64_t{0x9e3779b97f4a7c15}}) {
       const uint64_t parent = rng();
-      // (Each 8-byte piece is streamed from a larger buffer: GCC 12 at -O3 reports a false
-      // -Warray-bounds when XXH64_update is inlined on an 8-byte object.)
-      unsigned char piece[64] = {};
       XXH64_state_t state;
       XXH64_reset(&state, 0);
-      std::memcpy(piece, &parent, sizeof parent);
-      XXH64_update(&state, piece, sizeof parent);
+      XXH64_update(&state, &parent, sizeof parent);
       XXH64_update(&state, tokens.data(), tokens.size() * sizeof(int32_t));
-      if (salt != 0) {
-        std::memcpy(piece, &salt, sizeof salt);
-        XXH64_update(&state, piece, sizeof salt);
-      }
+      if (salt != 0) XXH64_update(&state, &salt, sizeof salt);
       const uint64_t expected = XXH64_digest(&state);
       EXPECT_EQ(BlockManager::HashBlock(parent, tokens, salt), expected) << n << " tokens, salt " << salt;
     }

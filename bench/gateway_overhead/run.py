@@ -346,7 +346,8 @@ def print_report(targets, direct, rounds, seconds, kv, rows, ok_rows):
               f"req/s {t.med(1, 'sse', 'rps'):>9.0f}")
     if kv.measured_requests:
         tck = os.sysconf("SC_CLK_TCK")
-        per = {name: 1e6 * ticks / tck / kv.measured_requests for name, ticks in kv.cpu_ticks.items() if ticks}
+        per = {name: 1e6 * ticks / tck / kv.measured_requests for name, ticks in kv.cpu_ticks.items()}
+        per = {name: v for name, v in per.items() if v >= 0.05}  # idle threads
         print(f"\nkvgate CPU per request at c=64 (user+sys, all rounds): {sum(per.values()):.1f} µs = "
               + ", ".join(f"{name} {v:.1f}" for name, v in sorted(per.items(), key=lambda x: -x[1])))
     # wrk counts a request when its response completed; requests still in flight when wrk

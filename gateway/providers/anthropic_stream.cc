@@ -12,9 +12,11 @@
 //   ping, content_block_stop, unknown events -> nothing
 //   error                -> an OpenAI error event; the stream is over
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 
+#include "common/raw_json.h"
 #include "gateway/providers/internal.h"
 #include "gateway/providers/sse.h"
 #include "gateway/providers/sse_translator.h"
@@ -70,6 +72,7 @@ class AnthropicStream final : public SseStreamTranslator {
 
   void Handle(const SseEvent& event, Output& out) override {
     if (!event.has_data) return;
+    if (HandleTextDelta(event.data, out)) return;
     const json data = ParseJson(event.data);
     if (data.is_discarded() || !data.is_object()) {
       Fail(out.bytes, "upstream sent malformed JSON in a stream event: " + Snippet(event.data));
@@ -148,6 +151,62 @@ class AnthropicStream final : public SseStreamTranslator {
                                                    std::string(anthropic_type)));
     }
     // ping, content_block_stop and event types added later by Anthropic: nothing to send.
+  }
+
+  // A text or thinking delta, nearly every event of a stream, read from its bytes: its text goes
+  // out as the upstream escaped it (a valid JSON string either way), without a JSON document per
+  // event. False for any other event, or one whose shape this reader does not vouch for (escaped
+  // type names, a non-string text); Handle then parses it into a tree as before.
+  bool HandleTextDelta(std::string_view data, Output& out) {
+    Result<raw_json::Value> parsed = raw_json::Parse(data);
+    if (!parsed || !parsed->is_object()) return false;
+    const char* end = parsed->text.data() + parsed->text.size();
+    std::string_view type, delta_type;  // raw, quotes included
+    std::optional<raw_json::Value> text, thinking;
+    raw_json::WalkMembers(parsed->text.data(), end, [&](std::string_view key, const char*& p) {
+      if (raw_json::KeyIs(key, "type")) {
+        type = raw_json::ReadMember(p, end).text;
+      } else if (raw_json::KeyIs(key, "delta")) {
+        delta_type = {};
+        text.reset();
+        thinking.reset();
+        p = raw_json::WalkMembers(p, end, [&](std::string_view delta_key, const char*& d) {
+          if (raw_json::KeyIs(delta_key, "type")) {
+            delta_type = raw_json::ReadMember(d, end).text;
+          } else if (raw_json::KeyIs(delta_key, "text")) {
+            text = raw_json::ReadMember(d, end);
+          } else if (raw_json::KeyIs(delta_key, "thinking")) {
+            thinking = raw_json::ReadMember(d, end);
+          } else {
+            raw_json::SkipMember(d, end);
+          }
+        });
+      } else {
+        raw_json::SkipMember(p, end);
+      }
+    });
+    if (type != R"("content_block_delta")") return false;
+    std::string_view key;
+    std::optional<raw_json::Value> value;
+    if (delta_type == R"("text_delta")") {
+      key = "content";
+      value = text;
+    } else if (delta_type == R"("thinking_delta")") {
+      key = "reasoning_content";
+      value = thinking;
+    } else {
+      return false;
+    }
+    if (!value || !value->is_string()) return false;
+    if (value->text.size() == 2) return true;  // "": nothing to send, as EmitContent does
+    std::string delta = "{\"";
+    delta += key;
+    delta += "\":";
+    delta += value->text;
+    delta += "}";
+    EmitChunk(out.bytes, delta);
+    out.has_content = true;
+    return true;
   }
 
   void EmitContent(Output& out, std::string_view key, std::string_view text) {

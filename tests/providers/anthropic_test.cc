@@ -347,6 +347,43 @@ TEST(AnthropicStreamTest, CumulativeUsageTakesTheLastValueNeverTheSum) {
   EXPECT_TRUE(r.bytes.ends_with("data: [DONE]\n\n"));
 }
 
+// Text and thinking deltas are read from their bytes; each becomes one OpenAI chunk whose delta
+// decodes to the upstream's text, escapes and non-ASCII included. Deltas this reader does not
+// vouch for (an escaped type name, a text that is not a string, an empty text) take the parsed
+// path and give what it gives.
+TEST(AnthropicStreamTest, TextAndThinkingDeltasKeepTheirText) {
+  auto t = NewStreamTranslator(ProviderType::kAnthropic, StreamOptions(false));
+  auto delta = [](std::string_view type, std::string_view field, std::string_view text) {
+    return Event("content_block_delta", R"({"type":"content_block_delta","index":0,"delta":{"type":")" +
+                                            std::string(type) + R"(",")" + std::string(field) +
+                                            R"(":)" + std::string(text) + "}}");
+  };
+  const std::string stream =
+      kStart + delta("text_delta", "text", R"("say \"hi\"\n\u00e9 é \ud83d\ude00")") +
+      delta("thinking_delta", "thinking", R"("hmm")") + delta("text_delta", "text", R"("")") +
+      delta("text_delta", "text", "7") +
+      Event("content_block_delta",
+            R"({"type":"content_block_d\u0065lta","index":0,"delta":{"type":"text_delta","text":"esc"}})") +
+      Event("content_block_delta",
+            R"({ "index" : 0 , "delta" : { "text" : "spaced" , "type" : "text_delta" } , "type" : "content_block_delta" })") +
+      Event("message_stop", R"({"type":"message_stop"})");
+  auto r = RunStream(*t, stream);
+  std::vector<json> deltas;
+  size_t pos = 0;
+  while ((pos = r.bytes.find("data: {", pos)) != std::string::npos) {
+    const size_t end = r.bytes.find("\n\n", pos);
+    const json chunk = json::parse(r.bytes.substr(pos + 6, end - pos - 6));
+    deltas.push_back(chunk["choices"][0]["delta"]);
+    pos = end;
+  }
+  ASSERT_EQ(deltas.size(), 5u) << r.bytes;  // role, text, thinking, the escaped type, spaced
+  EXPECT_EQ(deltas[1], json({{"content", "say \"hi\"\n\xc3\xa9 \xc3\xa9 \xf0\x9f\x98\x80"}}));
+  EXPECT_EQ(deltas[2], json({{"reasoning_content", "hmm"}}));
+  EXPECT_EQ(deltas[3], json({{"content", "esc"}}));  // parsed path: the decoded type matches
+  EXPECT_EQ(deltas[4], json({{"content", "spaced"}}));
+  EXPECT_TRUE(r.bytes.ends_with("data: [DONE]\n\n"));
+}
+
 TEST(AnthropicStreamTest, CutBeforeMessageStopGivesErrorEvent) {
   auto t = NewStreamTranslator(ProviderType::kAnthropic, StreamOptions(false));
   auto out = t->Feed(kStart);

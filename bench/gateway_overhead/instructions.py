@@ -8,7 +8,8 @@ threads, in the request handler, in the telemetry writer, and in the whole proce
 runs under `strace -c`, the syscalls per request with one client at a time and under wrk load (64
 connections). Needs valgrind, strace and wrk (Debian packages).
 
-  python3 bench/gateway_overhead/instructions.py [--requests 200] [--stream]
+  python3 bench/gateway_overhead/instructions.py [--requests 200] [--stream | --anthropic]
+      [--context-kb N] [--no-syscalls]
 """
 import argparse
 import http.client
@@ -26,7 +27,23 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run as bench  # noqa: E402  (nginx setup, kvgate startup, wrk)
 
 
-def drive(kvgate, wrapper, n, stream, tmp):
+def request_body(stream, anthropic, context_kb):
+    """The 1.2 KB chat request of run.py; with `context_kb`, that many KB of earlier turns before
+    it (an agent's long conversation); `anthropic` sends it to the Anthropic-type upstream."""
+    history = []
+    turn = "Here is some context about the task. " * 27  # ~1 KB
+    for i in range(context_kb):
+        history.append({"role": "user" if i % 2 == 0 else "assistant", "content": turn})
+    body = {"model": "claude-sse" if anthropic else ("gpt-4o-mini-sse" if stream else "gpt-4o-mini"),
+            "messages": [{"role": "system", "content": "You are a helpful assistant. " * 40}] + history +
+                        [{"role": "user", "content": "Say hello."}],
+            "thread_identifier": "bench-thread"}
+    if stream or anthropic:
+        body["stream"] = True
+    return json.dumps(body)
+
+
+def drive(kvgate, wrapper, n, body, tmp):
     """Starts nginx and `wrapper kvgate`, sends n requests, stops both. Returns kvgate's exit code."""
     os.makedirs(tmp, exist_ok=True)
     os.chmod(tmp, 0o755)
@@ -37,13 +54,7 @@ def drive(kvgate, wrapper, n, stream, tmp):
         f.write("#!/bin/sh\nexec " + " ".join(wrapper) + f" '{kvgate}' \"$@\"\n")
     os.chmod(script, 0o755)
     kv, port, _ = bench.start_kvgate(tmp, script, nginx_port)
-    body = {"model": "gpt-4o-mini-sse" if stream else "gpt-4o-mini",
-            "messages": [{"role": "system", "content": "You are a helpful assistant. " * 40},
-                         {"role": "user", "content": "Say hello."}],
-            "thread_identifier": "bench-thread"}
-    if stream:
-        body["stream"] = True
-    data = json.dumps(body)
+    data = body
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
     try:
         for _ in range(n):
@@ -71,7 +82,7 @@ def drive(kvgate, wrapper, n, stream, tmp):
     return kv.returncode
 
 
-def syscalls_under_load(kvgate, stream, tmp, conns=64, seconds=5):
+def syscalls_under_load(kvgate, body, tmp, conns=64, seconds=5):
     """strace -c attached to a running kvgate while wrk drives it at `conns` connections: syscalls
     per answered request at load, where group commits are large and event loops rarely sleep."""
     os.makedirs(tmp, exist_ok=True)
@@ -79,13 +90,9 @@ def syscalls_under_load(kvgate, stream, tmp, conns=64, seconds=5):
     nginx_port = bench.free_port()
     nginx = bench.start_nginx(tmp, nginx_port)
     kv, port, _ = bench.start_kvgate(tmp, kvgate, nginx_port)
-    body = {"model": "gpt-4o-mini-sse" if stream else "gpt-4o-mini",
-            "messages": [{"role": "system", "content": "You are a helpful assistant. " * 40},
-                         {"role": "user", "content": "Say hello."}],
-            "thread_identifier": "bench-thread", "stream": stream}
     body_path = os.path.join(tmp, "body.json")
     with open(body_path, "w") as f:
-        json.dump(body, f)
+        f.write(body)
     summary = os.path.join(tmp, "strace-load.txt")
     try:
         bench.run_wrk(port, body_path, conns, 2)  # warm-up
@@ -138,7 +145,13 @@ def main():
     ap.add_argument("--kvgate", default=os.path.join(bench.ROOT, "build", "bin", "kvgate"))
     ap.add_argument("--requests", type=int, default=200)
     ap.add_argument("--stream", action="store_true", help="a 50-event SSE stream per request")
+    ap.add_argument("--anthropic", action="store_true",
+                    help="the request goes to an Anthropic-type upstream (a 50-delta Messages stream)")
+    ap.add_argument("--context-kb", type=int, default=0,
+                    help="KB of earlier turns in each request (a long agent conversation)")
+    ap.add_argument("--no-syscalls", action="store_true", help="instructions only (skip the strace runs)")
     args = ap.parse_args()
+    body = request_body(args.stream, args.anthropic, args.context_kb)
     for tool in ("valgrind", "callgrind_annotate", "strace", "nginx", "wrk"):
         if shutil.which(tool) is None:
             sys.exit(f"{tool} is not installed (apt-get install valgrind strace nginx-light wrk)")
@@ -150,7 +163,7 @@ def main():
     for n in (n_small, n_big):
         out = os.path.join(tmp, f"callgrind.{n}")
         drive(args.kvgate, ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"], n,
-              args.stream, os.path.join(tmp, f"run{n}"))
+              body, os.path.join(tmp, f"run{n}"))
         results[n] = inclusive(out)
     per = lambda a, b: (b - a) / (n_big - n_small)  # noqa: E731
     (t0, c0), (t1, c1) = results[n_small], results[n_big]
@@ -159,7 +172,8 @@ def main():
         ("request handler (HandleInference)", r"proxy\.cc:kvgate::gateway::Gateway::HandleInference\(kvgate::gateway"),
         ("telemetry writer", r"SqliteTelemetryStore::WriterLoop"),
     ]
-    kind = "50-event stream" if args.stream else "1.2 KB chat completion"
+    kind = ("Anthropic 50-delta stream" if args.anthropic else
+            "50-event stream" if args.stream else "chat completion") + f", {len(body) / 1024:.1f} KB request"
     print(f"\nInstructions per proxied request ({kind}; {n_big - n_small} requests counted)\n")
     for label, pattern in rows:
         print(f"  {label:<36} {per(pick(c0, pattern), pick(c1, pattern)):>12,.0f}")
@@ -167,14 +181,15 @@ def main():
     print("  (the writer's share depends on how many records each group commit carries, i.e. on the\n"
           "   request rate under valgrind)")
 
+    if args.no_syscalls:
+        return
     summary = os.path.join(tmp, "strace.txt")
-    drive(args.kvgate, ["strace", "-f", "-c", "-o", summary], n_big, args.stream,
-          os.path.join(tmp, "strace"))
+    drive(args.kvgate, ["strace", "-f", "-c", "-o", summary], n_big, body, os.path.join(tmp, "strace"))
     print(f"\nSyscalls per request, one client at a time ({n_big} requests, startup and shutdown "
           "included)\n")
     print_syscalls(summary, n_big)
 
-    answered, loaded = syscalls_under_load(args.kvgate, args.stream, os.path.join(tmp, "load"))
+    answered, loaded = syscalls_under_load(args.kvgate, body, os.path.join(tmp, "load"))
     print(f"\nSyscalls per request under load (wrk, 64 connections, {answered} requests answered "
           "while traced; strace slows kvgate, so batches are smaller than untraced)\n")
     print_syscalls(loaded, answered)

@@ -61,6 +61,26 @@ def sse_body(n=50):
     return "".join(events)
 
 
+def anthropic_sse_body(n=50):
+    """The same 50-token answer as an Anthropic Messages stream (message_start .. message_stop)."""
+    def event(name, data):
+        return f"event: {name}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
+    usage = {"input_tokens": 176, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 1024, "output_tokens": 1}
+    out = event("message_start", {"type": "message_start", "message": {
+        "id": "msg_bench", "type": "message", "role": "assistant", "model": "claude-bench", "content": [],
+        "stop_reason": None, "stop_sequence": None, "usage": usage}})
+    out += event("content_block_start", {"type": "content_block_start", "index": 0,
+                                         "content_block": {"type": "text", "text": ""}})
+    for i in range(n):
+        out += event("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                             "delta": {"type": "text_delta", "text": f"tok{i} "}})
+    out += event("content_block_stop", {"type": "content_block_stop", "index": 0})
+    out += event("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                                   "usage": {"output_tokens": n}})
+    out += event("message_stop", {"type": "message_stop"})
+    return out
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -113,6 +133,9 @@ def start_nginx(tmp, port):
     os.makedirs(os.path.join(www, "sse", "v1", "chat"), exist_ok=True)
     with open(os.path.join(www, "sse", "v1", "chat", "completions"), "w") as f:
         f.write(sse_body())
+    os.makedirs(os.path.join(www, "anthropic-sse", "v1"), exist_ok=True)
+    with open(os.path.join(www, "anthropic-sse", "v1", "messages"), "w") as f:
+        f.write(anthropic_sse_body())
     completion = nginx_escape(json.dumps(COMPLETION, separators=(",", ":")))
     return run_nginx(tmp, "upstream", f"""
   server {{
@@ -120,6 +143,7 @@ def start_nginx(tmp, port):
     root {www};
     location = /v1/chat/completions {{ default_type application/json; return 200 '{completion}'; }}
     location /sse/ {{ default_type text/event-stream; error_page 405 =200 $uri; }}
+    location /anthropic-sse/ {{ default_type text/event-stream; error_page 405 =200 $uri; }}
     location = /health {{ return 200 'ok'; }}
   }}""", port)
 
@@ -149,9 +173,11 @@ storage: {{sqlite: {db}}}
 providers:
   - {{name: nginx, type: openai, base_url: http://127.0.0.1:{upstream_port}/v1, api_key: sk-upstream}}
   - {{name: nginx-sse, type: openai, base_url: http://127.0.0.1:{upstream_port}/sse/v1, api_key: sk-upstream}}
+  - {{name: nginx-anthropic-sse, type: anthropic, base_url: http://127.0.0.1:{upstream_port}/anthropic-sse, api_key: sk-upstream}}
 models:
   - {{name: gpt-4o-mini, provider: nginx, upstream_model: gpt-4o-mini}}
   - {{name: gpt-4o-mini-sse, provider: nginx-sse, upstream_model: gpt-4o-mini}}
+  - {{name: claude-sse, provider: nginx-anthropic-sse, upstream_model: claude-bench}}
 """)
     log = open(os.path.join(tmp, "kvgate.log"), "w+")
     proc = subprocess.Popen([binary, "serve", "--config", cfg], stderr=log, stdout=log)

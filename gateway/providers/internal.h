@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "gateway/providers/provider.h"
 
@@ -60,6 +61,19 @@ std::unique_ptr<StreamTranslator> NewOpenAICompatStream(ProviderType type,
                                                         const CallOptions& options);
 
 Result<UpstreamCall> BuildAnthropicCall(const json& client_body, const CallOptions& options);
+
+// Long message texts set aside while the Anthropic translation works on a tree
+// (anthropic_texts.cc): `reduced_body` is the client body with every message text of at least
+// `min_raw_bytes` (messages[i].content as a string, messages[i].content[j].text) replaced by a
+// placeholder string; RestoreTexts puts each text's raw bytes back where the translated body
+// carries its placeholder.
+struct SetAsideTexts {
+  std::string reduced_body;             // empty when nothing was set aside
+  std::vector<std::string_view> texts;  // raw bytes between the quotes, views into the body
+  std::string marker;                   // how every placeholder starts, as JSON text
+};
+SetAsideTexts SetAsideLongTexts(raw_json::Value body, size_t min_raw_bytes);
+std::string RestoreTexts(std::string_view translated, const SetAsideTexts& set_aside);
 Result<Translated> TranslateAnthropicResponse(std::string_view upstream_body,
                                               const CallOptions& options);
 std::unique_ptr<StreamTranslator> NewAnthropicStream(const CallOptions& options);

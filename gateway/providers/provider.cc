@@ -140,6 +140,10 @@ std::optional<std::string> TakeKvgateFields(json& body) {
   return thread_id;
 }
 
+// Message texts shorter than this go through the Anthropic translation's tree: a placeholder
+// costs about as much as a short text.
+constexpr size_t kMinSetAsideTextBytes = 64;
+
 Result<UpstreamCall> BuildUpstreamCall(ProviderType type, const raw_json::Object& client_body,
                                        const CallOptions& options) {
   try {
@@ -153,10 +157,16 @@ Result<UpstreamCall> BuildUpstreamCall(ProviderType type, const raw_json::Object
       }
     }
     if (type == ProviderType::kAnthropic) {
-      // The Messages translation rewrites every field: it works on a tree.
-      json tree = internal::ParseJson(client_body.value().text);
+      // The Messages translation rewrites every field: it works on a tree, built without the long
+      // message texts, which it copies verbatim (anthropic_texts.cc).
+      const internal::SetAsideTexts set_aside =
+          internal::SetAsideLongTexts(client_body.value(), kMinSetAsideTextBytes);
+      json tree = internal::ParseJson(set_aside.texts.empty() ? client_body.value().text
+                                                              : set_aside.reduced_body);
       TakeKvgateFields(tree);
-      return internal::BuildAnthropicCall(tree, options);
+      auto call = internal::BuildAnthropicCall(tree, options);
+      if (call && !set_aside.texts.empty()) call->body = internal::RestoreTexts(call->body, set_aside);
+      return call;
     }
     return internal::BuildOpenAICompatCall(type, client_body, options);
   } catch (const std::exception& e) {

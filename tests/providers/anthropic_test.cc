@@ -3,6 +3,9 @@
 
 #include <string>
 
+#include <random>
+
+#include "gateway/providers/internal.h"
 #include "gateway/providers/provider.h"
 #include "tests/providers/test_util.h"
 
@@ -303,6 +306,50 @@ TEST(AnthropicResponseTest, StopReasonMapping) {
     EXPECT_EQ(t->finish_reason, openai);
     EXPECT_EQ(json::parse(t->body)["choices"][0]["finish_reason"], openai);
   }
+}
+
+// Long message texts skip the translation's tree (anthropic_texts.cc): the body sent upstream must
+// equal what the tree-only translation gives, for texts in every place the translation copies
+// them, with escapes as the client wrote them, next to short texts, and next to client text that
+// imitates a placeholder.
+TEST(AnthropicRequestTest, LongTextsSetAsideGiveTheSameBody) {
+  auto text = [](size_t n, std::string_view flavor) {
+    std::string t(flavor);
+    while (t.size() < n) t += " filler";
+    return "\"" + t + "\"";
+  };
+  const std::string tricky = R"(say \"hi\"\n\u00e9 é \ud83d\ude00 a\/b \\ \u0001kv0123456789abcdef.0\u0001)";
+  std::mt19937 rng(11);
+  for (int round = 0; round < 40; ++round) {
+    auto len = [&] { return size_t{50} + rng() % 40; };  // around the 64-byte threshold
+    const std::string doc =
+        R"({"model":"claude","max_tokens":50,"stream":true,"messages":[)"
+        R"({"role":"system","content":)" + text(len(), tricky) + "}," +
+        R"({"role":"developer","content":[{"type":"text","text":)" + text(len(), "dev") + "}]}," +
+        R"({"role":"user","content":)" + text(len(), "u1") + R"(,"content":)" + text(len(), tricky) + "}," +
+        R"({"role":"assistant","content":)" + text(len(), "a1") +
+        R"(,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{\"x\":1}"}}]},)" +
+        R"({"role":"tool","tool_call_id":"c1","content":)" + text(len(), tricky) + "}," +
+        R"({"role":"tool","tool_call_id":"c1","content":[{"type":"text","text":)" + text(len(), "tr") + "}]}," +
+        R"({"role":"user","content":[{"type":"text","text":)" + text(len(), tricky) +
+        R"(,"cache_control":{"type":"ephemeral"}},{"type":"text","text":"short"}]},)" +
+        R"({"role":"user","content":"x"}]})";
+    const raw_json::Value parsed = raw_json::Parse(doc).value();
+    auto fast = BuildUpstreamCall(ProviderType::kAnthropic, raw_json::Object(parsed), Options());
+    auto slow = internal::BuildAnthropicCall(json::parse(doc), Options());
+    ASSERT_TRUE(fast.has_value()) << fast.error().message;
+    ASSERT_TRUE(slow.has_value()) << slow.error().message;
+    ASSERT_EQ(json::parse(fast->body), json::parse(slow->body)) << doc << "\n" << fast->body;
+    EXPECT_EQ(fast->body.find("\\u0001kv", 0) == std::string::npos ? 0 : 1,
+              doc.find("\\u0001kv0123456789abcdef") == std::string::npos ? 0 : 1);
+  }
+  // Nothing set aside when every text is short: the same body byte for byte.
+  const std::string small = R"({"model":"c","max_tokens":5,"messages":[{"role":"user","content":"hi"}]})";
+  auto fast = BuildUpstreamCall(ProviderType::kAnthropic,
+                                raw_json::Object(raw_json::Parse(small).value()), Options());
+  auto slow = internal::BuildAnthropicCall(json::parse(small), Options());
+  ASSERT_TRUE(fast && slow);
+  EXPECT_EQ(fast->body, slow->body);
 }
 
 std::string Event(std::string_view name, std::string_view data) {

@@ -30,7 +30,7 @@ constexpr std::array<uint8_t, 256> MakeStringClasses() {
 }
 constexpr std::array<uint8_t, 256> kStringClass = MakeStringClasses();
 
-bool IsSpace(unsigned char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+using internal::IsSpace;
 bool IsDigit(unsigned char c) { return c >= '0' && c <= '9'; }
 
 // Advances p over plain string bytes (none of < 0x20, '"', '\\', >= 0x80), sixteen at a time where
@@ -372,7 +372,6 @@ constexpr std::array<uint8_t, 256> MakeStructural() {
   return t;
 }
 constexpr std::array<uint8_t, 256> kStructural = MakeStructural();
-
 
 // p at an opening quote; returns past the closing quote (or end, for an unterminated string).
 // Long message contents make this the navigation's hot loop; a backslash skips the byte it escapes.

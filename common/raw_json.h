@@ -119,8 +119,9 @@ namespace internal {
 // Advances `p` past whitespace / one whole value; `end` bounds the scan (text known valid).
 // SkipSpace is inline: navigation calls it around every key and value, and compact JSON (what
 // providers send) has nothing to skip, so the first test decides.
+inline bool IsSpace(unsigned char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 inline const char* SkipSpace(const char* p, const char* end) {
-  while (p != end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) ++p;
+  while (p != end && IsSpace(static_cast<unsigned char>(*p))) ++p;
   return p;
 }
 Value ValueAt(const char*& p, const char* end);

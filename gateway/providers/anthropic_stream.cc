@@ -198,23 +198,20 @@ class AnthropicStream final : public SseStreamTranslator {
       return false;
     }
     if (!value || !value->is_string()) return false;
-    if (value->text.size() == 2) return true;  // "": nothing to send, as EmitContent does
-    std::string delta = "{\"";
-    delta += key;
-    delta += "\":";
-    delta += value->text;
-    delta += "}";
-    EmitChunk(out.bytes, delta);
-    out.has_content = true;
+    if (value->text.size() > 2) EmitQuotedContent(out, key, value->text);  // "": nothing to send
     return true;
   }
 
   void EmitContent(Output& out, std::string_view key, std::string_view text) {
-    if (text.empty()) return;
+    if (!text.empty()) EmitQuotedContent(out, key, Dump(json(std::string(text))));
+  }
+
+  // A chunk whose delta is {key: quoted_text}; `quoted_text` is a JSON string literal.
+  void EmitQuotedContent(Output& out, std::string_view key, std::string_view quoted_text) {
     std::string delta = "{\"";
     delta += key;
     delta += "\":";
-    delta += Dump(json(std::string(text)));
+    delta += quoted_text;
     delta += "}";
     EmitChunk(out.bytes, delta);
     out.has_content = true;

@@ -36,23 +36,21 @@ bool NonEmpty(std::optional<raw_json::Value> v) {
 
 bool NonNull(std::optional<raw_json::Value> v) { return v && !v->is_null(); }
 
-// What the translator needs to know about one chunk, read from its bytes (no tree).
-struct ChunkFacts {
-  bool has_content = false;  // generated text, reasoning, refusal or a tool call
-  bool has_error = false;
-  bool has_timings = false;  // llama.cpp
-  bool choices_empty = true;  // no "choices", or an empty array (the usage-only chunk)
-  std::optional<raw_json::Value> usage;  // the usage member, when present and not null
-  std::string finish_reason;  // the last non-empty finish_reason among the choices (decoded)
-};
-
-// What one choice of a chunk says. Walked in one pass with the chunk (raw_json::WalkMembers): the
+// What the choices of one chunk say. Walked in one pass with the chunk (raw_json::WalkMembers): the
 // choices are most of a chunk's bytes, and reading them through ForEachMember scanned each byte
 // of a delta four times (chunk member, element, choice member, delta member).
 struct ChoicesFacts {
-  bool any = false;
-  bool has_content = false;
-  std::string finish_reason;
+  bool any = false;          // false: no "choices", or an empty array (the usage-only chunk)
+  bool has_content = false;  // generated text, reasoning, refusal or a tool call
+  std::string finish_reason;  // the last non-empty finish_reason among the choices (decoded)
+};
+
+// What the translator needs to know about one chunk, read from its bytes (no tree).
+struct ChunkFacts {
+  ChoicesFacts choices;  // of the last "choices" member (a parser keeps the last duplicate)
+  bool has_error = false;
+  bool has_timings = false;  // llama.cpp
+  std::optional<raw_json::Value> usage;  // the usage member, when present and not null
 };
 
 bool IsContentKey(std::string_view raw_key) {
@@ -89,11 +87,10 @@ ChoicesFacts WalkChoices(const char*& p, const char* end) {
 
 ChunkFacts ReadChunk(raw_json::Value chunk) {
   ChunkFacts facts;
-  ChoicesFacts choices;  // of the last "choices" member (a parser keeps the last duplicate)
   const char* end = chunk.text.data() + chunk.text.size();
   raw_json::WalkMembers(chunk.text.data(), end, [&](std::string_view key, const char*& p) {
     if (raw_json::KeyIs(key, "choices")) {
-      choices = *p == '[' ? WalkChoices(p, end) : (raw_json::SkipMember(p, end), ChoicesFacts{});
+      facts.choices = *p == '[' ? WalkChoices(p, end) : (raw_json::SkipMember(p, end), ChoicesFacts{});
       return;
     }
     const raw_json::Value value = raw_json::ReadMember(p, end);
@@ -101,9 +98,6 @@ ChunkFacts ReadChunk(raw_json::Value chunk) {
     if (raw_json::KeyIs(key, "error")) facts.has_error = NonNull(value);
     if (raw_json::KeyIs(key, "timings")) facts.has_timings = NonNull(value);
   });
-  facts.choices_empty = !choices.any;
-  facts.has_content = choices.has_content;
-  facts.finish_reason = std::move(choices.finish_reason);
   return facts;
 }
 
@@ -170,7 +164,7 @@ class OpenAICompatStream final : public SseStreamTranslator {
       HandleError(event, data, out);
       return;
     }
-    if (!facts.finish_reason.empty()) finish_reason_ = facts.finish_reason;
+    if (!facts.choices.finish_reason.empty()) finish_reason_ = facts.choices.finish_reason;
     const bool llama_timings = type_ == ProviderType::kLlamaCpp && facts.has_timings;
     if (facts.usage || llama_timings) {
       // llama.cpp's usage includes `timings`, a sibling of `usage`: it reads the whole chunk.
@@ -178,9 +172,9 @@ class OpenAICompatStream final : public SseStreamTranslator {
           UsageFlavorFor(type_),
           type_ == ProviderType::kLlamaCpp ? *parsed : facts.usage.value_or(raw_json::Value{}));
     }
-    if (facts.has_content) out.has_content = true;
+    if (facts.choices.has_content) out.has_content = true;
     if (facts.usage && strip_usage_) {
-      if (facts.choices_empty) return;  // the extra chunk kvgate asked for
+      if (!facts.choices.any) return;  // the extra chunk kvgate asked for
       // The chunk minus its usage member, every other byte as the upstream sent it.
       out.bytes += "data: ";
       AppendObjectWithout(*parsed, "usage", "", out.bytes);
@@ -227,7 +221,6 @@ Rewritten Classify(const raw_json::Member& m) {
   if (m.KeyIs("thread_identifier")) return Rewritten::kDropped;
   return Rewritten::kNone;
 }
-
 
 }  // namespace
 

@@ -340,8 +340,8 @@ TEST(AnthropicRequestTest, LongTextsSetAsideGiveTheSameBody) {
     ASSERT_TRUE(fast.has_value()) << fast.error().message;
     ASSERT_TRUE(slow.has_value()) << slow.error().message;
     ASSERT_EQ(json::parse(fast->body), json::parse(slow->body)) << doc << "\n" << fast->body;
-    EXPECT_EQ(fast->body.find("\\u0001kv", 0) == std::string::npos ? 0 : 1,
-              doc.find("\\u0001kv0123456789abcdef") == std::string::npos ? 0 : 1);
+    // The client's look-alike placeholder is client text: it reaches Anthropic as written.
+    EXPECT_NE(fast->body.find(R"(\u0001kv0123456789abcdef.0\u0001)"), std::string::npos);
   }
   // Nothing set aside when every text is short: the same body byte for byte.
   const std::string small = R"({"model":"c","max_tokens":5,"messages":[{"role":"user","content":"hi"}]})";

@@ -7,6 +7,9 @@
 namespace kvgate::telemetry {
 namespace {
 
+const std::string kNoModel;  // the model label of requests that reached no provider
+
+
 bool IsMetricName(std::string_view s) {
   if (s.empty()) return false;
   for (size_t i = 0; i < s.size(); ++i) {
@@ -435,18 +438,22 @@ GatewayMetrics::PairSeries& GatewayMetrics::SeriesOf(std::string_view model,
 }
 
 void GatewayMetrics::Observe(const RequestRecord& r) {
-  PairSeries& pair = SeriesOf(r.model, r.provider);
+  // A request that never reached a provider (unknown model, bad request) is counted without its
+  // model name: the client chooses that name, and one series per name would let any client grow
+  // the exposition without bound.
+  const std::string& model = r.provider.empty() ? kNoModel : r.model;
+  PairSeries& pair = SeriesOf(model, r.provider);
   if (r.status == "ok") {
-    Cached(pair.requests_ok, requests_, {r.model, r.provider, "ok"})->Inc();
+    Cached(pair.requests_ok, requests_, {model, r.provider, "ok"})->Inc();
   } else {
-    requests_->WithLabels({r.model, r.provider, r.status})->Inc();
+    requests_->WithLabels({model, r.provider, r.status})->Inc();
   }
 
   static constexpr std::array<std::string_view, 4> kKinds = {"cache_read", "cache_write",
                                                              "uncached", "output"};
   auto add_tokens = [&](size_t kind, std::optional<int64_t> n) {
     if (n && *n > 0) {
-      Cached(pair.tokens[kind], tokens_, {r.model, r.provider, kKinds[kind]})->Inc(uint64_t(*n));
+      Cached(pair.tokens[kind], tokens_, {model, r.provider, kKinds[kind]})->Inc(uint64_t(*n));
     }
   };
   const Usage& u = r.usage;
@@ -457,16 +464,16 @@ void GatewayMetrics::Observe(const RequestRecord& r) {
   add_tokens(3, u.output);
 
   if (r.cost.priced && r.cost.total > 0) {
-    Cached(pair.cost, cost_, {r.model, r.provider})->Inc(uint64_t(r.cost.total));
+    Cached(pair.cost, cost_, {model, r.provider})->Inc(uint64_t(r.cost.total));
   }
   if (r.latency_us) {
-    Cached(pair.duration, duration_, {r.model, r.provider})->Observe(*r.latency_us / 1e6);
+    Cached(pair.duration, duration_, {model, r.provider})->Observe(*r.latency_us / 1e6);
   }
-  if (r.ttft_us) Cached(pair.ttft, ttft_, {r.model, r.provider})->Observe(*r.ttft_us / 1e6);
+  if (r.ttft_us) Cached(pair.ttft, ttft_, {model, r.provider})->Observe(*r.ttft_us / 1e6);
 
   const std::optional<int64_t> total = u.TotalInput();  // nullopt unless every part is known
   if (total && *total > 0 && u.cache_read) {
-    Gauge* gauge = Cached(pair.hit_ratio, hit_ratio_, {r.model, r.provider});
+    Gauge* gauge = Cached(pair.hit_ratio, hit_ratio_, {model, r.provider});
     std::lock_guard lock(pair.ratio_mu);
     pair.ratio.cache_read += uint64_t(std::max<int64_t>(0, *u.cache_read));
     pair.ratio.total_input += uint64_t(*total);
@@ -483,6 +490,22 @@ void GatewayMetrics::Observe(const RequestRecord& r) {
 
 void GatewayMetrics::ObserveAlertDelivery(std::string_view channel, std::string_view outcome) {
   alert_deliveries_->WithLabels({channel, outcome})->Inc();
+}
+
+void ExposeStoreStats(const TelemetryStore::Stats& stats, std::string& out) {
+  out += "# HELP kvgate_telemetry_records_total Request records by what became of them in the "
+         "telemetry store.\n# TYPE kvgate_telemetry_records_total counter\n"
+         "kvgate_telemetry_records_total{outcome=\"written\"} ";
+  out += std::to_string(stats.written);
+  out += "\nkvgate_telemetry_records_total{outcome=\"failed\"} ";
+  out += std::to_string(stats.write_errors);
+  out += "\n# HELP kvgate_telemetry_queue_depth Records waiting for the telemetry writer.\n"
+         "# TYPE kvgate_telemetry_queue_depth gauge\nkvgate_telemetry_queue_depth ";
+  out += std::to_string(stats.queue_depth);
+  out += "\n# HELP kvgate_telemetry_store_failing 1 while the telemetry store's latest write "
+         "failed.\n# TYPE kvgate_telemetry_store_failing gauge\nkvgate_telemetry_store_failing ";
+  out += stats.failing ? "1" : "0";
+  out += "\n";
 }
 
 }  // namespace kvgate::telemetry

@@ -28,6 +28,7 @@
 
 #include "common/error.h"
 #include "telemetry/record.h"
+#include "telemetry/store.h"
 
 namespace kvgate::telemetry {
 
@@ -160,6 +161,12 @@ class MetricsRegistry {
 std::string EscapeLabelValue(std::string_view value);  // \ -> \\, " -> \", newline -> \n
 std::string EscapeHelp(std::string_view help);         // \ -> \\, newline -> \n
 std::string FormatMetricValue(double value);           // shortest round-trip; +Inf, -Inf, NaN
+
+// The telemetry store's own health, for a SectionWriter:
+//   kvgate_telemetry_records_total{outcome="written"|"failed"}  records committed / given up on
+//   kvgate_telemetry_queue_depth                                 recorded, not yet committed
+//   kvgate_telemetry_store_failing                               1 while the latest write failed
+void ExposeStoreStats(const TelemetryStore::Stats& stats, std::string& out);
 
 // The gateway's metric set on top of a registry. Thread safe.
 class GatewayMetrics {

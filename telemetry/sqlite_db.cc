@@ -24,6 +24,8 @@ void Stmt::BindOptInt(int index, std::optional<int64_t> value) {
     sqlite3_bind_null(stmt_, index);
   }
 }
+void Stmt::BindDouble(int index, double value) { sqlite3_bind_double(stmt_, index, value); }
+
 void Stmt::BindNull(int index) { sqlite3_bind_null(stmt_, index); }
 
 Result<bool> Stmt::Step() {

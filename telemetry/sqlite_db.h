@@ -33,6 +33,7 @@ class Stmt {
   void BindInt(int index, int64_t value);
   void BindOptInt(int index, std::optional<int64_t> value);
   void BindNull(int index);
+  void BindDouble(int index, double value);
 
   // Steps once: true when a row is available, false when done; errors as kUnavailable.
   Result<bool> Step();

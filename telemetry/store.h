@@ -92,6 +92,9 @@ class TelemetryStore {
     uint64_t batches = 0;       // transactions committed (or given up on)
     uint64_t queue_depth = 0;   // recorded but not yet committed or failed
     uint64_t write_errors = 0;  // records that could not be written (and were discarded)
+    // Whether the latest transaction failed, and why: the store is degraded until one succeeds.
+    bool failing = false;
+    std::string last_error;
   };
 
   // Opens (creating if needed) the SQLite database at `path` and applies pending migrations, then

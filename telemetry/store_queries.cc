@@ -42,6 +42,20 @@ enum Col {
 enum class Detail { kTurn, kListed, kFull };
 
 json OptInt(std::optional<int64_t> v) { return v.has_value() ? json(*v) : json(nullptr); }
+
+// A thread's total of one token kind: the sum of the turns that reported it; unknown (null) when
+// none did, since unknown is not zero.
+class KnownSum {
+ public:
+  void Add(std::optional<int64_t> v) {
+    if (!v) return;
+    sum_ = sum_.value_or(0) + *v;
+  }
+  json Json() const { return OptInt(sum_); }
+
+ private:
+  std::optional<int64_t> sum_;
+};
 json OptMs(std::optional<int64_t> us) {
   return us.has_value() ? json(static_cast<double>(*us) / 1000.0) : json(nullptr);
 }
@@ -132,7 +146,42 @@ bool ParseInt(std::string_view text, int64_t* out) {
 }
 
 // Cursors are opaque to clients: "t<offset>" for threads, "r<created_at_us>_<seq>" for requests.
-std::string ThreadCursor(int64_t offset) { return "t" + std::to_string(offset); }
+// Where a page of threads ended: the sort value of its last row (null in the NULLS LAST tail) and
+// that row's thread id. As a cursor: "k" + the hex of the JSON [value, thread_id].
+struct ThreadKey {
+  json value;
+  std::string thread_id;
+};
+
+std::string ThreadCursor(const ThreadKey& key) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  const std::string text = json::array({key.value, key.thread_id}).dump();
+  std::string out = "k";
+  for (const unsigned char c : text) {
+    out.push_back(kHex[c >> 4]);
+    out.push_back(kHex[c & 0xf]);
+  }
+  return out;
+}
+
+std::optional<ThreadKey> ParseThreadCursor(std::string_view cursor) {
+  if (cursor.size() < 3 || cursor[0] != 'k' || cursor.size() % 2 != 1) return std::nullopt;
+  auto nibble = [](char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+  };
+  std::string text;
+  for (size_t i = 1; i < cursor.size(); i += 2) {
+    const int hi = nibble(cursor[i]), lo = nibble(cursor[i + 1]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    text.push_back(static_cast<char>(hi * 16 + lo));
+  }
+  json parsed = json::parse(text, nullptr, false);
+  if (!parsed.is_array() || parsed.size() != 2 || !parsed[1].is_string() ||
+      !(parsed[0].is_null() || parsed[0].is_number())) {
+    return std::nullopt;
+  }
+  return ThreadKey{std::move(parsed[0]), parsed[1].get<std::string>()};
+}
 std::string RequestCursor(int64_t created_at_us, int64_t seq) {
   return "r" + std::to_string(created_at_us) + "_" + std::to_string(seq);
 }
@@ -174,26 +223,35 @@ Result<ThreadQuery::Sort> ParseThreadSort(std::string_view name) {
 namespace internal {
 
 Result<json> SqliteTelemetryStore::ListThreads(const ThreadQuery& query) const {
-  int64_t offset = std::max<int64_t>(0, query.offset);
+  // Keyset paging: the cursor is the last row's sort value and thread id, so threads that start
+  // or move while a client pages neither repeat nor push others off a page (an offset would).
+  std::optional<ThreadKey> after;
   if (!query.cursor.empty()) {
-    if (query.cursor[0] != 't' || !ParseInt(std::string_view(query.cursor).substr(1), &offset) || offset < 0) {
-      return MakeError(ErrorCode::kInvalidArgument, "bad thread cursor");
-    }
+    after = ParseThreadCursor(query.cursor);
+    if (!after) return MakeError(ErrorCode::kInvalidArgument, "bad thread cursor");
   }
+  const int64_t offset = after ? 0 : std::max<int64_t>(0, query.offset);
   const int limit = query.limit <= 0 ? kThreadLimitDefault : std::min(query.limit, kThreadLimitMax);
   const char* dir = query.descending ? " DESC" : " ASC";
+  const char* beyond = query.descending ? " < " : " > ";
+  const std::string sort(SortExpr(query.sort));
 
   std::string sql =
       "SELECT t.thread_id, t.turns, t.first_seen_us, t.last_seen_us, t.cache_read, t.cache_write, "
       "t.uncached, t.output_tokens, t.cost_total, t.known_input_read, t.known_input_total, "
       "(SELECT json_group_array(model) FROM (SELECT model FROM thread_models m "
-      "WHERE m.thread_id = t.thread_id ORDER BY model)) FROM threads t WHERE 1";
+      "WHERE m.thread_id = t.thread_id ORDER BY model)), " + sort + " FROM threads t WHERE 1";
   if (!query.model.empty()) {
     sql += " AND EXISTS (SELECT 1 FROM thread_models f WHERE f.thread_id = t.thread_id AND f.model = ?1)";
   }
   if (query.since_us.has_value()) sql += " AND t.last_seen_us >= ?2";
-  sql += " ORDER BY " + std::string(SortExpr(query.sort)) + dir + " NULLS LAST, t.thread_id" + dir +
-         " LIMIT ?3 OFFSET ?4";
+  if (after && after->value.is_null()) {  // within the NULLS LAST tail
+    sql += " AND " + sort + " IS NULL AND t.thread_id" + beyond + "?6";
+  } else if (after) {
+    sql += " AND (" + sort + beyond + "?5 OR (" + sort + " = ?5 AND t.thread_id" + beyond +
+           "?6) OR " + sort + " IS NULL)";
+  }
+  sql += " ORDER BY " + sort + dir + " NULLS LAST, t.thread_id" + dir + " LIMIT ?3 OFFSET ?4";
 
   auto reader = AcquireReader();
   if (!reader) return std::unexpected(reader.error());
@@ -204,9 +262,18 @@ Result<json> SqliteTelemetryStore::ListThreads(const ThreadQuery& query) const {
   if (query.since_us.has_value()) s.BindInt(2, *query.since_us);
   s.BindInt(3, limit + 1);
   s.BindInt(4, offset);
+  if (after) {
+    if (after->value.is_number_integer()) {
+      s.BindInt(5, after->value.get<int64_t>());
+    } else if (after->value.is_number()) {
+      s.BindDouble(5, after->value.get<double>());
+    }
+    s.BindText(6, after->thread_id);
+  }
   return Guarded([&]() -> Result<json> {
     json threads = json::array();
     bool more = false;
+    ThreadKey last;
     for (;;) {
       Result<bool> row = s.Step();
       if (!row) return std::unexpected(row.error());
@@ -227,11 +294,15 @@ Result<json> SqliteTelemetryStore::ListThreads(const ThreadQuery& query) const {
       t["cost_usd"] = PicoUsdToUsd(s.Int(8));
       t["cost_pico_usd"] = s.Int(8);
       t["hit_ratio"] = HitRatio(s.Int(9), s.Int(10));
+      last.thread_id = s.Text(0);
+      last.value = s.IsNull(12)                            ? json(nullptr)
+                   : query.sort == ThreadQuery::Sort::kHitRatio ? json(s.Real(12))
+                                                               : json(s.Int(12));
       threads.push_back(std::move(t));
     }
     json out;
     out["threads"] = std::move(threads);
-    out["next_cursor"] = more ? json(ThreadCursor(offset + limit)) : json(nullptr);
+    out["next_cursor"] = more ? json(ThreadCursor(last)) : json(nullptr);
     return out;
   });
 }
@@ -248,7 +319,7 @@ Result<json> SqliteTelemetryStore::GetThread(std::string_view thread_id) const {
   return Guarded([&]() -> Result<json> {
     json turns = json::array();
     CostParts cost;
-    int64_t read = 0, w5m = 0, w1h = 0, uncached = 0, output = 0, reasoning = 0;
+    KnownSum read, w5m, w1h, uncached, output, reasoning;
     int64_t known_read = 0, known_total = 0;
     bool complete = true;
     json models = json::array();
@@ -272,12 +343,12 @@ Result<json> SqliteTelemetryStore::GetThread(std::string_view thread_id) const {
       complete = complete && s.Int(kCostComplete) != 0;
       const auto r = s.OptInt(kCacheRead), a = s.OptInt(kCacheWrite5m), b = s.OptInt(kCacheWrite1h),
                  u = s.OptInt(kUncached);
-      read += r.value_or(0);
-      w5m += a.value_or(0);
-      w1h += b.value_or(0);
-      uncached += u.value_or(0);
-      output += s.OptInt(kOutput).value_or(0);
-      reasoning += s.OptInt(kReasoning).value_or(0);
+      read.Add(r);
+      w5m.Add(a);
+      w1h.Add(b);
+      uncached.Add(u);
+      output.Add(s.OptInt(kOutput));
+      reasoning.Add(s.OptInt(kReasoning));
       if (r && a && b && u) {
         known_read += *r;
         known_total += *r + *a + *b + *u;
@@ -291,8 +362,9 @@ Result<json> SqliteTelemetryStore::GetThread(std::string_view thread_id) const {
     summary["first_seen"] = FormatRfc3339Micros(first);
     summary["last_seen"] = FormatRfc3339Micros(last);
     summary["models"] = std::move(models);
-    summary["tokens"] = {{"cache_read", read}, {"cache_write_5m", w5m}, {"cache_write_1h", w1h},
-                         {"uncached", uncached}, {"output", output}, {"reasoning", reasoning}};
+    summary["tokens"] = {{"cache_read", read.Json()},         {"cache_write_5m", w5m.Json()},
+                         {"cache_write_1h", w1h.Json()},       {"uncached", uncached.Json()},
+                         {"output", output.Json()},            {"reasoning", reasoning.Json()}};
     CostJson(cost, &summary["cost_usd"], &summary["cost_pico_usd"]);
     summary["cost_complete"] = complete;
     summary["hit_ratio"] = HitRatio(known_read, known_total);

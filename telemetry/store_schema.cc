@@ -144,6 +144,19 @@ Status ApplyMigrations(Db& db, std::span<const Migration> extra, const Clock& cl
       applied[static_cast<int>((*stmt)->Int(0))] = (*stmt)->Text(1);
     }
   }
+  // A core version this code does not have: a newer kvgate wrote this file, and this one would
+  // write rows its schema no longer fits (or misread them).
+  for (const auto& [version, name] : applied) {
+    const bool known = std::any_of(all.begin(), all.end(),
+                                   [v = version](const Migration& m) { return m.version == v; });
+    if (version < 100 && !known) {
+      return MakeError(ErrorCode::kCorruptData,
+                       "the database was written by a newer kvgate: it has schema version " +
+                           std::to_string(version) + " (\"" + name + "\"), this kvgate knows up to " +
+                           std::to_string(kCoreMigrations.back().version) +
+                           "; run the newer kvgate or start a new database file");
+    }
+  }
   for (const Migration& m : all) {
     if (auto it = applied.find(m.version); it != applied.end()) {
       if (it->second != m.name) {

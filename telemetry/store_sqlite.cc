@@ -1,5 +1,6 @@
 // The SQLite store: opening, the single writer thread and its batched transactions.
 #include <algorithm>
+#include <cstdio>
 #include <chrono>
 #include <thread>
 #include <exception>
@@ -195,24 +196,52 @@ void SqliteTelemetryStore::WriterLoop() {
     }
     std::string error;
     const uint64_t failed = WriteBatch(batch, &error);
+    bool was_failing = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
       stats_.written += batch.size() - failed;
       stats_.write_errors += failed;
       ++stats_.batches;
       committed_seq_ = batch_end;
+      was_failing = stats_.failing;
+      stats_.failing = failed > 0;
       if (failed > 0) {
         failed_through_seq_ = batch_end;
         last_error_ = error;
+        stats_.last_error = error;
       }
     }
     written_cv_.notify_all();
+    ReportWriteOutcome(failed, batch.size(), was_failing, error);
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
     writer_exited_ = true;
   }
   written_cv_.notify_all();
+}
+
+// Telemetry that cannot be written must not go unnoticed (the gateway keeps serving meanwhile):
+// the first failed batch is logged, then one line a minute while failures go on, and the recovery.
+void SqliteTelemetryStore::ReportWriteOutcome(uint64_t failed, size_t batch_size, bool was_failing,
+                                              const std::string& error) {
+  const auto now = std::chrono::steady_clock::now();
+  if (failed == 0) {
+    if (was_failing) {
+      std::fprintf(stderr, "kvgate: telemetry: writing to %s works again\n", path_.c_str());
+    }
+    failures_since_report_ = 0;
+    return;
+  }
+  failures_since_report_ += failed;
+  if (was_failing && now - last_failure_report_ < std::chrono::minutes(1)) return;
+  std::fprintf(stderr,
+               "kvgate: telemetry: %llu of %zu records could not be written to %s (%llu since the "
+               "last report): %s\n",
+               static_cast<unsigned long long>(failed), batch_size, path_.c_str(),
+               static_cast<unsigned long long>(failures_since_report_), error.c_str());
+  failures_since_report_ = 0;
+  last_failure_report_ = now;
 }
 
 uint64_t SqliteTelemetryStore::WriteBatch(std::deque<RequestRecord>& batch, std::string* error) {

@@ -3,6 +3,7 @@
 // store_queries.cc: the read-only queries and their JSON.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -64,6 +65,9 @@ class SqliteTelemetryStore final : public TelemetryStore {
   // Writes one batch in one transaction, retrying the transaction a few times on failure.
   // Returns how many records could not be written; *error gets the last error message.
   uint64_t WriteBatch(std::deque<RequestRecord>& batch, std::string* error);
+  // Logs a failed batch to stderr (rate-limited) and the recovery after failures. Writer thread.
+  void ReportWriteOutcome(uint64_t failed, size_t batch_size, bool was_failing,
+                          const std::string& error);
   // One request row; kInvalidArgument for a duplicate request_id (the row is left as it was).
   Status InsertRequest(const RequestRecord& record);
   // Adds a batch's turns of one thread to its aggregates and model list.
@@ -79,6 +83,8 @@ class SqliteTelemetryStore final : public TelemetryStore {
   // Owned by the writer thread once Start() has run (by the constructor and Close() otherwise).
   std::unique_ptr<Db> writer_db_;
   std::thread writer_;
+  uint64_t failures_since_report_ = 0;  // see ReportWriteOutcome
+  std::chrono::steady_clock::time_point last_failure_report_;
 
   // mu_ guards the queue, the lifecycle flags and the counters. Held only to move records in or out
   // of the queue and to update counters: never across disk I/O.

@@ -77,6 +77,15 @@ class RequestBuilder {
       return Invalid("'n' > 1 is not supported by Anthropic providers");
     }
 
+    if (std::optional<std::string> unsupported = UnsupportedFeature(in, "Anthropic providers")) {
+      return Invalid(std::move(*unsupported));
+    }
+    for (const char* key : {"temperature", "top_p", "top_k"}) {
+      if (const json* v = Member(in, key); v != nullptr && !v->is_null() && !v->is_number()) {
+        return Invalid(std::string("'") + key + "' must be a number");
+      }
+    }
+
     auto max_tokens = MaxTokens(in);
     if (!max_tokens) return std::unexpected(max_tokens.error());
     out["max_tokens"] = *max_tokens;
@@ -119,6 +128,13 @@ class RequestBuilder {
       } else {
         messages.push_back({{"role", std::string(anthropic_role)}, {"content", std::move(blocks)}});
       }
+    }
+    if (messages.empty()) {
+      // Empty texts are left out (Anthropic rejects empty text blocks); say so rather than let
+      // Anthropic answer "messages: Field required" to a client that sent messages.
+      return Invalid(
+          "messages: no message with content is left for Anthropic (it rejects empty text; "
+          "a conversation needs at least one non-empty user or assistant message besides system)");
     }
     if (!system.empty()) out["system"] = std::move(system);
     out["messages"] = std::move(messages);

@@ -9,7 +9,8 @@
 //                           per field, never summed)
 //   message_stop         -> the usage chunk (choices: []) when the client asked for it, then
 //                           data: [DONE]
-//   ping, content_block_stop, unknown events -> nothing
+//   content_block_stop   -> a tool_use block that streamed no arguments: arguments "{}"
+//   ping, unknown events -> nothing
 //   error                -> an OpenAI error event; the stream is over
 #include <map>
 #include <optional>
@@ -94,7 +95,7 @@ class AnthropicStream final : public SseStreamTranslator {
       const std::string_view block_type = StringMember(*block, "type");
       if (block_type == "tool_use") {
         const int tool_index = next_tool_index_++;
-        tool_index_by_block_[BlockIndex(data)] = tool_index;
+        tool_blocks_[BlockIndex(data)] = ToolBlock{.tool_index = tool_index};
         ojson call;
         call["id"] = std::string(StringMember(*block, "id"));
         call["type"] = "function";
@@ -113,12 +114,22 @@ class AnthropicStream final : public SseStreamTranslator {
         EmitContent(out, "reasoning_content", StringMember(*delta, "thinking"));
       } else if (delta_type == "input_json_delta") {
         const std::string_view partial = StringMember(*delta, "partial_json");
-        auto it = tool_index_by_block_.find(BlockIndex(data));
-        if (partial.empty() || it == tool_index_by_block_.end()) return;
+        auto it = tool_blocks_.find(BlockIndex(data));
+        if (partial.empty() || it == tool_blocks_.end()) return;
+        it->second.sent_arguments = true;
         ojson call;
         call["function"] = {{"arguments", std::string(partial)}};
-        EmitToolDelta(out, it->second, std::move(call));
+        EmitToolDelta(out, it->second.tool_index, std::move(call));
       }
+    } else if (type == "content_block_stop") {
+      // A call without arguments streams no (or only empty) input_json_delta; OpenAI sends "{}"
+      // then, as the non-streaming translation does, and clients json.loads what they got.
+      auto it = tool_blocks_.find(BlockIndex(data));
+      if (it == tool_blocks_.end() || it->second.sent_arguments) return;
+      it->second.sent_arguments = true;
+      ojson call;
+      call["function"] = {{"arguments", "{}"}};
+      EmitToolDelta(out, it->second.tool_index, std::move(call));
     } else if (type == "message_delta") {
       if (const json* usage = Member(data, "usage")) UpdateUsage(*usage);
       const json* delta = Member(data, "delta");
@@ -150,7 +161,7 @@ class AnthropicStream final : public SseStreamTranslator {
                                                    AnthropicErrorTypeToOpenAI(anthropic_type),
                                                    std::string(anthropic_type)));
     }
-    // ping, content_block_stop and event types added later by Anthropic: nothing to send.
+    // ping and event types added later by Anthropic: nothing to send.
   }
 
   // A text or thinking delta, nearly every event of a stream, read from its bytes: its text goes
@@ -227,8 +238,12 @@ class AnthropicStream final : public SseStreamTranslator {
   const int64_t created_;
 
   std::string chunk_prefix_;
-  std::map<int64_t, int>
-      tool_index_by_block_;  // Anthropic content block index -> OpenAI tool index
+  // A tool_use block being streamed: its OpenAI tool index, and whether any arguments went out.
+  struct ToolBlock {
+    int tool_index = 0;
+    bool sent_arguments = false;
+  };
+  std::map<int64_t, ToolBlock> tool_blocks_;  // by Anthropic content block index
   int next_tool_index_ = 0;
   json usage_raw_;  // merged Anthropic usage
 };

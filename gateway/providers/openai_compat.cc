@@ -211,9 +211,19 @@ namespace {
 
 // The members BuildOpenAICompatCall rewrites. Each is written once, at the place of its last
 // occurrence (the one a parser keeps), or appended when the body lacks it.
-enum class Rewritten { kNone, kModel, kStream, kStreamOptions, kMetadata, kDropped };
+enum class Rewritten {
+  kNone, kModel, kStream, kStreamOptions, kMetadata, kDropped,
+  kMaxTokens, kMaxCompletionTokens,  // for upstreams that know only max_tokens (DeepSeek)
+  kCount
+};
 
-Rewritten Classify(const raw_json::Member& m) {
+Rewritten Classify(ProviderType type, const raw_json::Member& m) {
+  if (type == ProviderType::kDeepSeek) {
+    // DeepSeek's API has max_tokens only; the OpenAI SDK's newer max_completion_tokens means the
+    // same there (no reasoning tokens are billed as output separately).
+    if (m.KeyIs("max_tokens")) return Rewritten::kMaxTokens;
+    if (m.KeyIs("max_completion_tokens")) return Rewritten::kMaxCompletionTokens;
+  }
   if (m.KeyIs("model")) return Rewritten::kModel;
   if (m.KeyIs("stream")) return Rewritten::kStream;
   if (m.KeyIs("stream_options")) return Rewritten::kStreamOptions;
@@ -226,13 +236,13 @@ Rewritten Classify(const raw_json::Member& m) {
 
 Result<UpstreamCall> BuildOpenAICompatCall(ProviderType type, const raw_json::Object& client_body,
                                            const CallOptions& options) {
-  (void)type;
   // The client's bytes pass through member by member: nothing is parsed into a tree or re-encoded.
   const std::vector<raw_json::Member>& members = client_body.members();
   std::vector<Rewritten> kinds(members.size());
-  std::array<size_t, 6> last{};  // index + 1 of the last occurrence of each rewritten member
+  // index + 1 of the last occurrence of each rewritten member
+  std::array<size_t, static_cast<size_t>(Rewritten::kCount)> last{};
   for (size_t i = 0; i < members.size(); ++i) {
-    kinds[i] = Classify(members[i]);
+    kinds[i] = Classify(type, members[i]);
     last[static_cast<size_t>(kinds[i])] = i + 1;
   }
   auto is_last = [&](size_t i) { return last[static_cast<size_t>(kinds[i])] == i + 1; };
@@ -258,6 +268,20 @@ Result<UpstreamCall> BuildOpenAICompatCall(ProviderType type, const raw_json::Ob
         body += m.value.text;
         break;
       case Rewritten::kDropped:
+      case Rewritten::kCount:
+        break;
+      case Rewritten::kMaxTokens:
+        if (is_last(i)) {
+          AppendKey(m.key, body);
+          body += m.value.text;
+        }
+        break;
+      case Rewritten::kMaxCompletionTokens:
+        // Sent as max_tokens, unless the client gave max_tokens too (that one wins).
+        if (is_last(i) && !present(Rewritten::kMaxTokens)) {
+          AppendKey("max_tokens", body);
+          body += m.value.text;
+        }
         break;
       case Rewritten::kModel:
         if (!is_last(i)) break;

@@ -123,6 +123,35 @@ std::string ThreadIdOf(const raw_json::Object& body, std::string_view header) {
   return "";
 }
 
+std::optional<std::string> UnsupportedFeature(const json& body, std::string_view upstream) {
+  auto field = [&](const char* key) -> const json* {
+    auto it = body.find(key);
+    return it == body.end() || it->is_null() ? nullptr : &*it;
+  };
+  auto unsupported = [&](std::string what) {
+    return what + " is not supported by " + std::string(upstream);
+  };
+  if (const json* v = field("logprobs"); v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
+    return unsupported("'logprobs'");
+  }
+  if (field("top_logprobs") != nullptr) return unsupported("'top_logprobs'");
+  if (const json* v = field("echo"); v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
+    return unsupported("'echo'");
+  }
+  if (const json* v = field("response_format"); v != nullptr) {
+    auto type = v->is_object() ? v->find("type") : v->end();
+    const bool text = v->is_object() && type != v->end() && type->is_string() &&
+                      type->get_ref<const std::string&>() == "text";
+    if (!text) {
+      std::string name = v->is_object() && type != v->end() && type->is_string()
+                             ? type->get<std::string>()
+                             : v->dump();
+      return unsupported("'response_format' of type " + name);
+    }
+  }
+  return std::nullopt;
+}
+
 std::optional<std::string> TakeKvgateFields(json& body) {
   if (!body.is_object()) return std::nullopt;
   std::optional<std::string> thread_id;

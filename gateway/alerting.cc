@@ -1,5 +1,8 @@
 #include "gateway/alerting.h"
 
+#include <cerrno>
+#include <cstdlib>
+
 namespace kvgate::gateway {
 
 using nlohmann::json;
@@ -37,11 +40,28 @@ Result<std::unique_ptr<Alerting>> Alerting::Start(const json& config,
       if (!it->is_array()) {
         return MakeError(ErrorCode::kInvalidArgument, "alerts.monitors must be a list");
       }
-      for (json monitor : *it) {
+      for (size_t i = 0; i < it->size(); ++i) {
+        json monitor = (*it)[i];
         // Config monitors are identified by name, so a restart replaces rather than duplicates.
         if (monitor.is_object() && !monitor.contains("id") && monitor.contains("name") &&
             monitor["name"].is_string()) {
           monitor["id"] = "cfg_" + monitor["name"].get<std::string>();
+        }
+        // The YAML reader hands plain decimals over as text (prices must stay exact): a
+        // threshold of 0.5 arrives as "0.5".
+        if (monitor.is_object() && monitor.contains("threshold") && monitor["threshold"].is_string()) {
+          const std::string& text = monitor["threshold"].get_ref<const std::string&>();
+          char* end = nullptr;
+          errno = 0;
+          const double value = std::strtod(text.c_str(), &end);
+          if (!text.empty() && errno == 0 && end == text.c_str() + text.size()) {
+            monitor["threshold"] = value;
+          }
+        }
+        // Checked here as well as by Upsert below, so that the error names the entry.
+        if (auto rule = alerts::ParseRule(monitor); !rule) {
+          return MakeError(ErrorCode::kInvalidArgument, "alerts.monitors[" + std::to_string(i) +
+                                                            "]: " + rule.error().message);
         }
         monitors.push_back(std::move(monitor));
       }

@@ -101,6 +101,17 @@ Result<std::chrono::milliseconds> Millis(const Reader& r, const char* key,
   return std::chrono::milliseconds(*v);
 }
 
+// A thread count: 0 (the default) means one per core.
+Result<int> Threads(const Reader& r) {
+  auto v = r.Int("threads", 0);
+  if (!v) return std::unexpected(v.error());
+  if (*v < 0 || *v > 1024) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     r.path + ".threads must be between 0 (one per core) and 1024");
+  }
+  return static_cast<int>(*v);
+}
+
 Status ParseListen(const std::string& listen, GatewayConfig& config) {
   auto colon = listen.rfind(':');
   if (colon == std::string::npos || colon + 1 == listen.size()) {
@@ -182,11 +193,14 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
     auto admin = r.String("admin_token");
     if (!admin) return std::unexpected(admin.error());
     config.admin_token = *admin;
-    auto threads = r.Int("threads", 0);
+    auto threads = Threads(r);
     if (!threads) return std::unexpected(threads.error());
-    config.threads = static_cast<int>(*threads);
+    config.threads = *threads;
     auto body = r.Int("body_limit_bytes", static_cast<int64_t>(config.body_limit));
     if (!body) return std::unexpected(body.error());
+    if (*body <= 0) {
+      return MakeError(ErrorCode::kInvalidArgument, r.path + ".body_limit_bytes must be > 0");
+    }
     config.body_limit = static_cast<size_t>(*body);
     auto up = Millis(r, "upstream_timeout_ms", config.upstream_timeout);
     if (!up) return std::unexpected(up.error());
@@ -253,9 +267,9 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
       auto kv = r.Int("kv_cache_tokens", 0);
       if (!kv) return std::unexpected(kv.error());
       pc.kv_cache_tokens = *kv;
-      auto threads = r.Int("threads", 0);
+      auto threads = Threads(r);
       if (!threads) return std::unexpected(threads.error());
-      pc.threads = static_cast<int>(*threads);
+      pc.threads = *threads;
       auto fraction = r.Number("gpu_memory_fraction", pc.gpu_memory_fraction);
       if (!fraction) return std::unexpected(fraction.error());
       pc.gpu_memory_fraction = *fraction;
@@ -373,6 +387,10 @@ Result<GatewayConfig> ParseConfig(const std::string& yaml_text, const EnvLookup&
 }
 
 Result<GatewayConfig> LoadConfigFile(const std::string& path, const EnvLookup& env) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return MakeError(ErrorCode::kInvalidArgument, "config file " + path + " is a directory");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) return MakeError(ErrorCode::kNotFound, "cannot open config file " + path);
   std::stringstream buffer;

@@ -7,8 +7,10 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include "common/ids.h"
 #include "gateway/alerting.h"
 #include "gateway/local_provider.h"
+#include "gateway/request_log.h"
 
 namespace kvgate::gateway {
 namespace {
@@ -37,6 +39,67 @@ int StatusFor(ErrorCode code) {
   }
 }
 
+// The OpenAI error type of a status kvgate answers with.
+std::string ErrorTypeFor(int status) {
+  return status < 500 ? "invalid_request_error" : "server_error";
+}
+
+// The credentials of an "Authorization: Bearer <token>" header (the scheme is case-insensitive,
+// RFC 9110 11.1), or "" when there are none.
+std::string_view BearerToken(std::string_view authorization) {
+  if (authorization.size() <= 7 || authorization[6] != ' ') return {};
+  for (size_t i = 0; i < 6; ++i) {
+    if (std::tolower(static_cast<unsigned char>(authorization[i])) != "bearer"[i]) return {};
+  }
+  return authorization.substr(7);
+}
+
+// GET routes answer HEAD too (the server leaves the body out).
+bool IsGet(std::string_view method) { return method == "GET" || method == "HEAD"; }
+
+// Adds fixed headers (the x-request-id) to every answer of a handler that does not know them.
+class TaggedWriter final : public http::ResponseWriter {
+ public:
+  TaggedWriter(http::ResponseWriter& inner, std::vector<http::Header> tags)
+      : inner_(inner), tags_(std::move(tags)) {}
+
+  asio::awaitable<Status> Send(int status, std::string_view content_type, std::string body,
+                               std::vector<http::Header> extra_headers) override {
+    extra_headers.insert(extra_headers.end(), tags_.begin(), tags_.end());
+    return inner_.Send(status, content_type, std::move(body), std::move(extra_headers));
+  }
+  asio::awaitable<Status> BeginStream(int status, std::string_view content_type,
+                                      std::vector<http::Header> extra_headers) override {
+    extra_headers.insert(extra_headers.end(), tags_.begin(), tags_.end());
+    return inner_.BeginStream(status, content_type, std::move(extra_headers));
+  }
+  asio::awaitable<Status> WriteChunk(std::string_view data) override {
+    return inner_.WriteChunk(data);
+  }
+  asio::awaitable<Status> EndStream() override { return inner_.EndStream(); }
+  bool client_gone() const override { return inner_.client_gone(); }
+
+ private:
+  http::ResponseWriter& inner_;
+  std::vector<http::Header> tags_;
+};
+
+asio::awaitable<void> SendMethodNotAllowed(http::ResponseWriter& writer, const http::Request& request,
+                                           std::string allow) {
+  std::string message = "method " + request.method + " is not allowed on " + request.path +
+                        " (allowed: " + allow + ")";
+  // Built before the co_await: GCC 12 miscompiles braced temporaries inside one.
+  std::vector<http::Header> headers{{"Allow", std::move(allow)}};
+  std::string body = ErrorJson(std::move(message), "invalid_request_error", "method_not_allowed");
+  co_await writer.Send(405, kJson, std::move(body), std::move(headers));
+}
+
+asio::awaitable<void> SendNotFound(http::ResponseWriter& writer, const http::Request& request) {
+  co_await writer.Send(404, kJson,
+                       ErrorJson("Invalid URL (" + request.method + " " + request.path + ")",
+                                 "invalid_request_error", "not_found"));
+}
+
 // Parses an optional integer query parameter; nullopt when absent, error when malformed.
 Result<std::optional<int64_t>> IntParam(const http::Request& request, std::string_view name) {
   std::string value = request.query_param(name);
@@ -50,6 +113,22 @@ Result<std::optional<int64_t>> IntParam(const http::Request& request, std::strin
   }
   return std::optional<int64_t>{parsed};
 }
+
+// `limit`: nullopt when absent; an error below 1; at most `max` (larger asks get `max`).
+Result<std::optional<int>> LimitParam(const http::Request& request, int max) {
+  auto limit = IntParam(request, "limit");
+  if (!limit) return std::unexpected(limit.error());
+  if (!*limit) return std::optional<int>{};
+  if (**limit < 1) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "limit must be at least 1, got " + std::to_string(**limit));
+  }
+  return std::optional<int>{static_cast<int>(std::min<int64_t>(**limit, max))};
+}
+
+// The statuses a request can end with (docs/api.md).
+constexpr std::string_view kRequestStatuses[] = {"ok", "error", "upstream_error", "timeout",
+                                                 "client_disconnected"};
 
 Result<telemetry::ThreadQuery> ThreadQueryFrom(const http::Request& request) {
   telemetry::ThreadQuery query;
@@ -65,9 +144,9 @@ Result<telemetry::ThreadQuery> ThreadQueryFrom(const http::Request& request) {
   query.descending = order != "asc";
   query.model = request.query_param("model");
   query.cursor = request.query_param("cursor");
-  auto limit = IntParam(request, "limit");
+  auto limit = LimitParam(request, 500);
   if (!limit) return std::unexpected(limit.error());
-  if (*limit) query.limit = static_cast<int>(std::clamp<int64_t>(**limit, 1, 500));
+  if (*limit) query.limit = **limit;
   auto offset = IntParam(request, "offset");
   if (!offset) return std::unexpected(offset.error());
   if (*offset) query.offset = std::max<int64_t>(0, **offset);
@@ -84,9 +163,15 @@ Result<telemetry::RequestQuery> RequestQueryFrom(const http::Request& request) {
   query.provider = request.query_param("provider");
   query.status = request.query_param("status");
   query.cursor = request.query_param("cursor");
-  auto limit = IntParam(request, "limit");
+  auto limit = LimitParam(request, 1000);
   if (!limit) return std::unexpected(limit.error());
-  if (*limit) query.limit = static_cast<int>(std::clamp<int64_t>(**limit, 1, 1000));
+  if (*limit) query.limit = **limit;
+  if (!query.status.empty() && std::find(std::begin(kRequestStatuses), std::end(kRequestStatuses),
+                                         query.status) == std::end(kRequestStatuses)) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "status must be one of ok, error, upstream_error, timeout, "
+                     "client_disconnected; got \"" + query.status + "\"");
+  }
   auto since = IntParam(request, "since");
   if (!since) return std::unexpected(since.error());
   query.since_us = *since;
@@ -187,26 +272,87 @@ asio::awaitable<void> Gateway::Handle(http::Request& request, http::ResponseWrit
   const std::string& path = request.path;
   if (request.method == "POST" && path == "/v1/chat/completions") {
     co_await HandleInference(request, writer, providers::Endpoint::kChatCompletions);
-  } else if (request.method == "POST" && path == "/v1/completions") {
-    co_await HandleInference(request, writer, providers::Endpoint::kCompletions);
-  } else if (request.method == "GET" && path == "/v1/models") {
-    co_await HandleModels(writer);
-  } else if (request.method == "GET" && path == "/healthz") {
-    co_await writer.Send(200, kJson, R"({"status":"ok"})");
-  } else if (request.method == "GET" && path == "/metrics") {
-    std::string text = deps_.metrics->registry().Expose();
-    co_await writer.Send(200, "text/plain; version=0.0.4; charset=utf-8", std::move(text));
-  } else if (path.rfind("/api/", 0) == 0) {
-    co_await HandleReadApi(request, writer);
-  } else if (path.rfind("/v1/", 0) == 0 || path == "/healthz" || path == "/metrics") {
-    co_await writer.Send(405, kJson,
-                         ErrorJson("method " + request.method + " is not allowed on " + path,
-                                   "invalid_request_error", "method_not_allowed"));
-  } else {
-    co_await writer.Send(404, kJson,
-                         ErrorJson("no route for " + request.method + " " + path,
-                                   "invalid_request_error", "not_found"));
+    co_return;
   }
+  if (request.method == "POST" && path == "/v1/completions") {
+    co_await HandleInference(request, writer, providers::Endpoint::kCompletions);
+    co_return;
+  }
+  // Every other answer carries an id too (not recorded: the read API holds inference requests).
+  std::vector<http::Header> tags{{"x-request-id", NewId("req")}};
+  TaggedWriter tagged_writer(writer, std::move(tags));
+  http::ResponseWriter& tagged = tagged_writer;  // the interface has the default arguments
+  const bool get = IsGet(request.method);
+  if (path.rfind("/api/", 0) == 0) {
+    co_await HandleReadApi(request, tagged);
+  } else if (path == "/v1/chat/completions" || path == "/v1/completions") {
+    co_await SendMethodNotAllowed(tagged, request, "POST");
+  } else if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0) {
+    if (get) {
+      co_await HandleModels(request, tagged);
+    } else {
+      co_await SendMethodNotAllowed(tagged, request, "GET, HEAD");
+    }
+  } else if (path == "/healthz" || path == "/metrics") {
+    if (!get) {
+      co_await SendMethodNotAllowed(tagged, request, "GET, HEAD");
+    } else if (path == "/healthz") {
+      // Still 200 when telemetry cannot be written: the gateway serves; the body says what ails.
+      telemetry::TelemetryStore::Stats stats = deps_.store->stats();
+      std::string health = R"({"status":"ok"})";
+      if (stats.failing) {
+        health = json{{"status", "degraded"},
+                      {"telemetry", "failing: " + stats.last_error}}.dump(
+            -1, ' ', false, json::error_handler_t::replace);
+      }
+      co_await tagged.Send(200, kJson, std::move(health));
+    } else {
+      std::string text = deps_.metrics->registry().Expose();
+      co_await tagged.Send(200, "text/plain; version=0.0.4; charset=utf-8", std::move(text));
+    }
+  } else {
+    co_await SendNotFound(tagged, request);
+  }
+}
+
+std::vector<http::Header> Gateway::OnRejected(const http::Rejection& rejection) {
+  std::vector<http::Header> headers{{"x-request-id", NewId("req")}};
+  const http::Request& request = rejection.request;
+  // Inference requests are recorded whatever happens to them; so is a request that could not be
+  // read far enough to tell what it was.
+  std::string endpoint;
+  if (request.path == "/v1/chat/completions") {
+    endpoint = "chat.completions";
+  } else if (request.path == "/v1/completions") {
+    endpoint = "completions";
+  } else if (rejection.head_read) {
+    return headers;
+  }
+  RequestLog log(*deps_.recorder, *deps_.clock, request.arrival_monotonic_ns);
+  telemetry::RequestRecord& rec = log.record();
+  rec.request_id = headers.front().value;
+  rec.endpoint = std::move(endpoint);
+  rec.thread_id = std::string(request.header("x-thread-id"));  // the body was not read
+  log.SetError(rejection.status, "error", std::string(rejection.message));
+  log.Commit();
+  return headers;
+}
+
+Result<std::string> Gateway::Authenticate(const http::Request& request) const {
+  if (config_.api_key_hashes.empty()) return std::string();
+  std::string_view key = BearerToken(request.header("authorization"));
+  if (key.empty()) key = request.header("x-api-key");
+  if (key.empty()) {
+    return MakeError(ErrorCode::kUnauthenticated,
+                     "Missing API key: send it as Authorization: Bearer <key>");
+  }
+  std::string hash = HashApiKey(key);
+  bool ok = false;
+  for (const auto& h : config_.api_key_hashes) {
+    ok |= h.size() == hash.size() && CRYPTO_memcmp(h.data(), hash.data(), h.size()) == 0;
+  }
+  if (!ok) return MakeError(ErrorCode::kUnauthenticated, "Incorrect API key provided");
+  return "key_" + hash.substr(0, 12);
 }
 
 asio::awaitable<void> Gateway::HandleAlertsApi(http::Request& request,
@@ -220,6 +366,7 @@ asio::awaitable<void> Gateway::HandleAlertsApi(http::Request& request,
   Alerting& alerting = *deps_.alerting;
   const std::string& path = request.path;
   const std::string& method = request.method;
+  const bool get = IsGet(method);
   json body;
   if ((method == "POST" || method == "PUT") && !request.body.empty()) {
     body = json::parse(request.body, nullptr, false);
@@ -232,67 +379,65 @@ asio::awaitable<void> Gateway::HandleAlertsApi(http::Request& request,
   }
   auto run = [this](auto fn) { return RunBlocking(blocking_pool_, std::move(fn)); };
   const std::string monitors_prefix = "/api/monitors/";
-  const std::string id = path.rfind(monitors_prefix, 0) == 0 ? path.substr(monitors_prefix.size())
-                                                             : std::string();
-  Result<json> result = MakeError(ErrorCode::kNotFound, "no route for " + method + " " + path);
+  const std::string id = path.rfind(monitors_prefix, 0) == 0
+                             ? http::PercentDecode(path.substr(monitors_prefix.size()))
+                             : std::string();
+  Result<json> result = MakeError(ErrorCode::kNotFound, "Invalid URL (" + method + " " + path + ")");
   int ok_status = 200;
-  bool allowed = true;
+  std::string allow;  // set when the path exists but not with this method
   if (path == "/api/monitors") {
-    if (method == "GET") {
+    if (get) {
       result = co_await run([&alerting] { return alerting.ListMonitors(); });
     } else if (method == "POST") {
       ok_status = 201;
       result = co_await run([&alerting, &body] { return alerting.CreateMonitor(body); });
     } else {
-      allowed = false;
+      allow = "GET, HEAD, POST";
     }
   } else if (!id.empty()) {
-    if (method == "GET") {
+    if (get) {
       result = co_await run([&alerting, &id] { return alerting.GetMonitor(id); });
     } else if (method == "PUT") {
       result = co_await run([&alerting, &id, &body] { return alerting.UpdateMonitor(id, body); });
     } else if (method == "DELETE") {
       result = co_await run([&alerting, &id] { return alerting.DeleteMonitor(id); });
     } else {
-      allowed = false;
+      allow = "GET, HEAD, PUT, DELETE";
     }
   } else if (path == "/api/alerts") {
     auto limit = IntParam(request, "limit");
-    if (!limit) {
+    if (!get) {
+      allow = "GET, HEAD";
+    } else if (!limit) {
       result = std::unexpected(limit.error());
-    } else if (method != "GET") {
-      allowed = false;
     } else {
       int n = static_cast<int>(std::clamp<int64_t>(limit->value_or(100), 1, 1000));
       result = co_await run([&alerting, n] { return alerting.ListAlerts(n); });
     }
   } else if (path == "/api/channels") {
-    if (method == "GET") {
+    if (get) {
       result = co_await run([&alerting] { return alerting.ListChannels(); });
     } else {
-      allowed = false;
+      allow = "GET, HEAD";
     }
   } else if (path.rfind("/api/channels/", 0) == 0 && path.size() > 19 &&
              path.compare(path.size() - 5, 5, "/test") == 0) {
-    const std::string channel = path.substr(14, path.size() - 14 - 5);
+    const std::string channel = http::PercentDecode(path.substr(14, path.size() - 14 - 5));
     if (method == "POST") {
       ok_status = 202;
       result = co_await run([&alerting, &channel] { return alerting.TestFire(channel); });
     } else {
-      allowed = false;
+      allow = "POST";
     }
   }
-  if (!allowed) {
-    co_await writer.Send(405, kJson,
-                         ErrorJson("method " + method + " is not allowed on " + path,
-                                   "invalid_request_error", "method_not_allowed"));
+  if (!allow.empty()) {
+    co_await SendMethodNotAllowed(writer, request, std::move(allow));
     co_return;
   }
   if (!result) {
     int status = StatusFor(result.error().code);
     co_await writer.Send(status, kJson,
-                         ErrorJson(result.error().message,
-                                   status < 500 ? "invalid_request_error" : "server_error",
+                         ErrorJson(result.error().message, ErrorTypeFor(status),
                                    std::string(ErrorCodeName(result.error().code))));
     co_return;
   }
@@ -300,9 +445,6 @@ asio::awaitable<void> Gateway::HandleAlertsApi(http::Request& request,
 }
 
 Result<json> Gateway::EngineLookup(const http::Request& request) const {
-  if (request.method != "POST") {
-    return MakeError(ErrorCode::kInvalidArgument, "use POST /api/engine/lookup");
-  }
   json body = json::parse(request.body, nullptr, false);
   if (body.is_discarded() || !body.is_object() || !body.contains("model") ||
       !body["model"].is_string()) {
@@ -321,30 +463,50 @@ Result<json> Gateway::EngineLookup(const http::Request& request) const {
   return deps_.engines->Lookup(*route, body);
 }
 
+json Gateway::ModelJson(const Route& route) {
+  return {{"id", route.model}, {"object", "model"}, {"created", 0}, {"owned_by", route.provider_name}};
+}
+
 std::string Gateway::ModelsJson() const {
   json data = json::array();
   std::vector<const Route*> sorted;
   for (const auto& [_, route] : routes_) sorted.push_back(&route);
   std::sort(sorted.begin(), sorted.end(),
             [](const Route* a, const Route* b) { return a->model < b->model; });
-  for (const Route* route : sorted) {
-    data.push_back({{"id", route->model},
-                    {"object", "model"},
-                    {"created", 0},
-                    {"owned_by", route->provider_name}});
-  }
+  for (const Route* route : sorted) data.push_back(ModelJson(*route));
   return json{{"object", "list"}, {"data", data}}.dump();
 }
 
-asio::awaitable<void> Gateway::HandleModels(http::ResponseWriter& writer) {
-  co_await writer.Send(200, kJson, ModelsJson());
+asio::awaitable<void> Gateway::HandleModels(const http::Request& request,
+                                            http::ResponseWriter& writer) {
+  if (Result<std::string> key = Authenticate(request); !key) {
+    co_await writer.Send(401, kJson,
+                         ErrorJson(key.error().message, "invalid_request_error", "invalid_api_key"));
+    co_return;
+  }
+  if (request.path == "/v1/models") {
+    co_await writer.Send(200, kJson, ModelsJson());
+    co_return;
+  }
+  // GET /v1/models/{model}: one model, as OpenAI's "retrieve model" answers.
+  const std::string name = http::PercentDecode(std::string_view(request.path).substr(11));
+  const Route* route = FindRoute(name);
+  if (route == nullptr) {
+    co_await writer.Send(404, kJson,
+                         providers::MakeOpenAIError(404,
+                                                    "The model '" + name + "' does not exist",
+                                                    "invalid_request_error", "model_not_found",
+                                                    "model")
+                             .body.dump());
+    co_return;
+  }
+  co_await writer.Send(200, kJson, ModelJson(*route).dump());
 }
 
 asio::awaitable<void> Gateway::HandleReadApi(http::Request& request, http::ResponseWriter& writer) {
   if (!config_.admin_token.empty()) {
-    std::string_view auth = request.header("authorization");
-    std::string_view token = request.header("x-admin-token");
-    if (auth.size() > 7 && auth.substr(0, 7) == "Bearer ") token = auth.substr(7);
+    std::string_view token = BearerToken(request.header("authorization"));
+    if (token.empty()) token = request.header("x-admin-token");
     bool ok = token.size() == config_.admin_token.size() &&
               CRYPTO_memcmp(token.data(), config_.admin_token.data(), token.size()) == 0;
     if (!ok) {
@@ -354,12 +516,24 @@ asio::awaitable<void> Gateway::HandleReadApi(http::Request& request, http::Respo
       co_return;
     }
   }
-  if (request.path.rfind("/api/monitors", 0) == 0 || request.path.rfind("/api/alerts", 0) == 0 ||
-      request.path.rfind("/api/channels", 0) == 0) {
+  const std::string& path = request.path;
+  if (path.rfind("/api/monitors", 0) == 0 || path.rfind("/api/alerts", 0) == 0 ||
+      path.rfind("/api/channels", 0) == 0) {
     co_await HandleAlertsApi(request, writer);
     co_return;
   }
-  if (request.path == "/api/engine/lookup") {
+  const bool known = path == "/api/threads" || path.rfind("/api/threads/", 0) == 0 ||
+                     path == "/api/requests" || path.rfind("/api/requests/", 0) == 0 ||
+                     path == "/api/engine" || path == "/api/engine/lookup";
+  if (!known) {
+    co_await SendNotFound(writer, request);
+    co_return;
+  }
+  if (path == "/api/engine/lookup") {
+    if (request.method != "POST") {
+      co_await SendMethodNotAllowed(writer, request, "POST");
+      co_return;
+    }
     // Tokenizing and a hash walk: microseconds, fine on the event loop.
     Result<json> lookup = EngineLookup(request);
     if (!lookup) {
@@ -371,18 +545,14 @@ asio::awaitable<void> Gateway::HandleReadApi(http::Request& request, http::Respo
     }
     co_return;
   }
-  if (request.method != "GET") {
-    co_await writer.Send(405, kJson,
-                         ErrorJson("method " + request.method + " is not allowed on " +
-                                       request.path,
-                                   "invalid_request_error", "method_not_allowed"));
+  if (!IsGet(request.method)) {
+    co_await SendMethodNotAllowed(writer, request, "GET, HEAD");
     co_return;
   }
-  const std::string& path = request.path;
   telemetry::TelemetryStore& store = *deps_.store;
   auto run = [this](auto fn) { return RunBlocking(blocking_pool_, std::move(fn)); };
 
-  Result<json> result = MakeError(ErrorCode::kNotFound, "no route for GET " + path);
+  Result<json> result = MakeError(ErrorCode::kNotFound, "Invalid URL (GET " + path + ")");
   if (path == "/api/threads") {
     auto query = ThreadQueryFrom(request);
     if (!query) {
@@ -392,7 +562,7 @@ asio::awaitable<void> Gateway::HandleReadApi(http::Request& request, http::Respo
       result = co_await run([&store, &q] { return store.ListThreads(q); });
     }
   } else if (path.rfind("/api/threads/", 0) == 0) {
-    std::string id = path.substr(13);
+    std::string id = http::PercentDecode(std::string_view(path).substr(13));
     result = co_await run([&store, &id] { return store.GetThread(id); });
   } else if (path == "/api/requests") {
     auto query = RequestQueryFrom(request);
@@ -403,7 +573,7 @@ asio::awaitable<void> Gateway::HandleReadApi(http::Request& request, http::Respo
       result = co_await run([&store, &q] { return store.ListRequests(q); });
     }
   } else if (path.rfind("/api/requests/", 0) == 0) {
-    std::string id = path.substr(14);
+    std::string id = http::PercentDecode(std::string_view(path).substr(14));
     result = co_await run([&store, &id] { return store.GetRequest(id); });
   } else if (path == "/api/engine") {
     result = deps_.engines ? Result<json>(deps_.engines->Describe())
@@ -412,8 +582,7 @@ asio::awaitable<void> Gateway::HandleReadApi(http::Request& request, http::Respo
   if (!result) {
     int status = StatusFor(result.error().code);
     co_await writer.Send(status, kJson,
-                         ErrorJson(result.error().message,
-                                   status == 404 ? "invalid_request_error" : "server_error",
+                         ErrorJson(result.error().message, ErrorTypeFor(status),
                                    std::string(ErrorCodeName(result.error().code))));
     co_return;
   }

@@ -57,6 +57,9 @@ class Gateway {
   // The http::Handler: routes /v1/*, /healthz, /metrics, /api/*.
   boost::asio::awaitable<void> Handle(http::Request& request, http::ResponseWriter& writer);
   http::Handler handler();
+  // ServerOptions::on_rejected: records an inference request the server could not read (413,
+  // 431, malformed HTTP) and gives its answer an x-request-id.
+  std::vector<http::Header> OnRejected(const http::Rejection& rejection);
 
   const Route* FindRoute(std::string_view model) const;
 
@@ -75,8 +78,14 @@ class Gateway {
   boost::asio::awaitable<void> HandleReadApi(http::Request& request, http::ResponseWriter& writer);
   boost::asio::awaitable<void> HandleAlertsApi(http::Request& request,
                                                http::ResponseWriter& writer);
-  boost::asio::awaitable<void> HandleModels(http::ResponseWriter& writer);
+  // GET /v1/models and /v1/models/{model}.
+  boost::asio::awaitable<void> HandleModels(const http::Request& request,
+                                            http::ResponseWriter& writer);
+  static nlohmann::json ModelJson(const Route& route);
   std::string ModelsJson() const;
+  // The gateway key check (server.api_keys): the key's id for telemetry ("" when no keys are
+  // configured), or kUnauthenticated with the message for the client.
+  Result<std::string> Authenticate(const http::Request& request) const;
   Result<nlohmann::json> EngineLookup(const http::Request& request) const;
   upstream::Client& ClientFor(size_t worker_index) { return *clients_[worker_index]; }
 

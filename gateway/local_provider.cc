@@ -183,6 +183,10 @@ Result<std::string> ContentText(const json& content) {
 }
 
 Result<engine::SamplingParams> SamplingFrom(const json& body) {
+  if (std::optional<std::string> unsupported =
+          providers::UnsupportedFeature(body, "the built-in engine")) {
+    return MakeError(ErrorCode::kInvalidArgument, std::move(*unsupported));
+  }
   engine::SamplingParams p;
   p.temperature = 1.0f;  // OpenAI's default
   auto number = [&](const char* key, float& slot) -> Status {
@@ -468,6 +472,26 @@ asio::awaitable<void> LocalEnginesImpl::Serve(const Route& route, const json& bo
     co_return;
   }
   std::vector<int32_t> prompt = host.engine().tokenizer().Encode(*prompt_text, true);
+  const int64_t context_length = host.engine().dims().context_length;
+  if (static_cast<int64_t>(prompt.size()) >= context_length) {
+    // OpenAI's wording and code: clients look for context_length_exceeded to trim history.
+    std::string message = "This model's maximum context length is " +
+                          std::to_string(context_length) + " tokens. However, your " +
+                          (options.endpoint == providers::Endpoint::kChatCompletions ? "messages"
+                                                                                     : "prompt") +
+                          " resulted in " + std::to_string(prompt.size()) +
+                          " tokens. Please reduce the length of the " +
+                          (options.endpoint == providers::Endpoint::kChatCompletions ? "messages."
+                                                                                     : "prompt.");
+    log.SetError(400, "error", message);
+    std::string error_body =
+        providers::MakeOpenAIError(
+            400, std::move(message), "invalid_request_error", "context_length_exceeded",
+            options.endpoint == providers::Endpoint::kChatCompletions ? "messages" : "prompt")
+            .body.dump();
+    co_await writer.Send(400, kJson, std::move(error_body), std::move(headers));
+    co_return;
+  }
 
   auto executor = co_await asio::this_coro::executor;
   auto channel = std::make_shared<Channel>(executor);
@@ -565,6 +589,12 @@ asio::awaitable<void> LocalEnginesImpl::Serve(const Route& route, const json& bo
         co_return;  // the guard cancels the engine request; the log records on destruction
       }
     }
+    // A client that gave up on a whole answer (its timeout) frees the engine at once.
+    if (!streaming && !finished && writer.client_gone()) {
+      log.SetError(200, "client_disconnected",
+                   "the client closed the connection before the response was ready");
+      co_return;  // as above
+    }
   }
   guard.done = true;
   host.CountFinished(last.usage);
@@ -604,6 +634,9 @@ asio::awaitable<void> LocalEnginesImpl::Serve(const Route& route, const json& bo
     if (!wrote) {
       log.SetError(200, "client_disconnected", "the client closed the connection mid-stream");
     }
+  } else if (writer.client_gone()) {
+    log.SetError(200, "client_disconnected",
+                 "the client closed the connection before the response was ready");
   } else {
     auto sent = co_await writer.Send(200, kJson,
                                      FullResponse(response_id, created, model, options.endpoint,

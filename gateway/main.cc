@@ -186,6 +186,11 @@ int Serve(int argc, char** argv) {
       std::fprintf(stderr, "kvgate: %s\n", loaded.error().message.c_str());
       return 2;
     }
+    if (loaded->models.empty()) {  // an empty file, or a typo'd section name
+      std::fprintf(stderr, "kvgate: %s: no models: the config needs a `models:` list "
+                   "(docs/configuration.md)\n", config_path.c_str());
+      return 2;
+    }
     config = std::move(*loaded);
   } else {
     config = gateway::DefaultConfig(env, FindBundledModel(argv[0]));
@@ -265,6 +270,7 @@ int RunGateway(gateway::GatewayConfig config) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);  // a closed terminal: drain and flush too, never just die
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   SystemClock clock;
@@ -281,6 +287,9 @@ int RunGateway(gateway::GatewayConfig config) {
     std::fprintf(stderr, "kvgate: metrics: %s\n", metrics.error().message.c_str());
     return 1;
   }
+
+  registry.AddSection(
+      [s = store->get()](std::string& out) { telemetry::ExposeStoreStats(s->stats(), out); });
 
   std::unique_ptr<gateway::LocalEngines> engines;
   bool has_local = false;
@@ -327,12 +336,14 @@ int RunGateway(gateway::GatewayConfig config) {
   options.on_thread_start = [g = gw->get()](size_t index, boost::asio::any_io_executor executor) {
     g->OnLoopStart(index, std::move(executor));
   };
+  options.on_rejected = [g = gw->get()](const http::Rejection& rejection) {
+    return g->OnRejected(rejection);
+  };
   options.body_limit = config.body_limit;
   options.drain_timeout = config.drain_timeout;
   auto server = http::Server::Start(options, (*gw)->handler());
   if (!server) {
-    std::fprintf(stderr, "kvgate: cannot listen on %s:%u: %s\n", config.listen_host.c_str(),
-                 config.listen_port, server.error().message.c_str());
+    std::fprintf(stderr, "kvgate: %s\n", server.error().message.c_str());  // names the address
     return 1;
   }
   std::string host = config.listen_host.find(':') != std::string::npos
@@ -351,7 +362,8 @@ int RunGateway(gateway::GatewayConfig config) {
   int received = 0;
   sigwait(&signals, &received);
   std::fprintf(stderr, "kvgate: %s received, draining %zu in-flight requests\n",
-               received == SIGTERM ? "SIGTERM" : "SIGINT", (*server)->in_flight());
+               received == SIGTERM ? "SIGTERM" : received == SIGINT ? "SIGINT" : "SIGHUP",
+               (*server)->in_flight());
   (*server)->Stop();
   (*gw)->ReleaseClients();
   // Destroying the server destroys its event loops and with them any request coroutine cut off
@@ -364,6 +376,12 @@ int RunGateway(gateway::GatewayConfig config) {
   std::fprintf(stderr, "kvgate: stopped; %llu requests recorded, %llu written\n",
                static_cast<unsigned long long>(stats.recorded),
                static_cast<unsigned long long>(stats.written));
+  if (stats.write_errors > 0) {
+    std::fprintf(stderr, "kvgate: %llu request records could not be written to %s (last error: %s)\n",
+                 static_cast<unsigned long long>(stats.write_errors), config.sqlite_path.c_str(),
+                 stats.last_error.c_str());
+    return 1;
+  }
   return 0;
 }
 

@@ -1,8 +1,6 @@
 // The inference path: POST /v1/chat/completions and /v1/completions, streaming and not.
 // One data flow: parse -> route -> adapter builds the upstream call -> upstream client ->
 // adapter translates -> client; the RequestLog records what happened on every path.
-#include <openssl/crypto.h>
-
 #include <boost/asio/this_coro.hpp>
 
 #include "common/ids.h"
@@ -74,30 +72,24 @@ asio::awaitable<void> Gateway::HandleInference(http::Request& request,
   std::vector<http::Header> headers{{"x-request-id", rec.request_id}};
 
   // Authentication (gateway keys are optional).
-  if (!config_.api_key_hashes.empty()) {
-    std::string_view auth = request.header("authorization");
-    std::string_view key;
-    if (auth.size() > 7 && (auth.substr(0, 7) == "Bearer " || auth.substr(0, 7) == "bearer ")) {
-      key = auth.substr(7);
-    } else if (auto x = request.header("x-api-key"); !x.empty()) {
-      key = x;
-    }
-    std::string hash = key.empty() ? "" : HashApiKey(key);
-    bool ok = false;
-    for (const auto& h : config_.api_key_hashes) {
-      ok |= h.size() == hash.size() && CRYPTO_memcmp(h.data(), hash.data(), h.size()) == 0;
-    }
-    if (!ok) {
-      co_await SendError(writer, log,
-                         providers::MakeOpenAIError(
-                             401,
-                             key.empty() ? "Missing API key: send it as Authorization: Bearer <key>"
-                                         : "Incorrect API key provided",
-                             "invalid_request_error", "invalid_api_key"),
-                         "error", headers);
-      co_return;
-    }
-    rec.api_key_id = "key_" + hash.substr(0, 12);
+  if (Result<std::string> key = Authenticate(request); !key) {
+    co_await SendError(writer, log,
+                       providers::MakeOpenAIError(401, key.error().message,
+                                                  "invalid_request_error", "invalid_api_key"),
+                       "error", headers);
+    co_return;
+  } else {
+    rec.api_key_id = std::move(*key);
+  }
+
+  // A compressed body would read as malformed JSON; say what is wrong instead (RFC 9110 15.5.16).
+  if (std::string_view encoding = request.header("content-encoding");
+      !encoding.empty() && encoding != "identity") {
+    providers::ClientError error = providers::MakeOpenAIError(
+        415, "Content-Encoding " + std::string(encoding) + " is not supported; send the body "
+             "uncompressed", "invalid_request_error", "unsupported_content_encoding");
+    co_await SendError(writer, log, error, "error", headers);
+    co_return;
   }
 
   // Parse: validate once and read the few fields kvgate needs from the raw bytes; the body is
@@ -229,6 +221,14 @@ asio::awaitable<void> Gateway::HandleInference(http::Request& request,
     rec.usage = std::move(translated->usage);
     rec.finish_reason = translated->finish_reason;
     rec.http_status = 200;
+    // A client that gave up while the upstream worked (its timeout) closed the connection; a
+    // write would still succeed into the socket buffer, so ask the socket.
+    if (writer.client_gone()) {
+      log.SetError(200, "client_disconnected",
+                   "the client closed the connection before the response was ready");
+      log.Commit();
+      co_return;
+    }
     auto sent = co_await writer.Send(200, kJson, std::move(translated->body), std::move(headers));
     if (!sent) log.SetError(200, "client_disconnected", sent.error().message);
     log.Commit();

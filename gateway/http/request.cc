@@ -25,13 +25,14 @@ int HexValue(char c) {
   return -1;
 }
 
-// application/x-www-form-urlencoded decoding: "%41" -> 'A', '+' -> ' '. Bad escapes stay literal.
-std::string FormDecode(std::string_view in) {
+// Percent-decoding ("%41" -> 'A'); with `plus_is_space`, application/x-www-form-urlencoded's
+// '+' -> ' ' too. Bad escapes stay literal.
+std::string Decode(std::string_view in, bool plus_is_space) {
   std::string out;
   out.reserve(in.size());
   for (size_t i = 0; i < in.size(); ++i) {
     const char c = in[i];
-    if (c == '+') {
+    if (c == '+' && plus_is_space) {
       out.push_back(' ');
     } else if (c == '%' && i + 2 < in.size() && HexValue(in[i + 1]) >= 0 && HexValue(in[i + 2]) >= 0) {
       out.push_back(static_cast<char>(HexValue(in[i + 1]) * 16 + HexValue(in[i + 2])));
@@ -44,6 +45,8 @@ std::string FormDecode(std::string_view in) {
 }
 
 }  // namespace
+
+std::string PercentDecode(std::string_view segment) { return Decode(segment, false); }
 
 std::string_view Request::header(std::string_view name) const {
   for (const Header& h : headers) {
@@ -62,7 +65,7 @@ std::string Request::query_param(std::string_view name) const {
     const std::string_view key = pair.substr(0, eq);
     const std::string_view value =
         eq == std::string_view::npos ? std::string_view{} : pair.substr(eq + 1);
-    if (FormDecode(key) == name) return FormDecode(value);
+    if (Decode(key, true) == name) return Decode(value, true);
   }
   return {};
 }

@@ -19,6 +19,23 @@
 
 namespace kvgate::http {
 
+struct Header {
+  std::string name;   // as received; lookups are case-insensitive
+  std::string value;
+};
+
+struct Request;
+
+// A request the server answered by itself (see Server), as on_rejected sees it.
+struct Rejection {
+  int status;                // 400, 413 or 431
+  std::string_view message;  // the error message of the answer
+  // method, target, path, query, headers and arrival are filled only when the request's head was
+  // read in full (a 413, most 400s); the body never is.
+  const Request& request;
+  bool head_read;
+};
+
 struct ServerOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 8080;  // 0 picks a free port; see Server::port()
@@ -39,17 +56,18 @@ struct ServerOptions {
   // connection, with the loop's index (0..threads-1) and executor: the place to create per-loop
   // state such as that loop's upstream::Client. Request::worker_index names the loop later.
   std::function<void(size_t worker_index, boost::asio::any_io_executor executor)> on_thread_start;
-};
-
-struct Header {
-  std::string name;   // as received; lookups are case-insensitive
-  std::string value;
+  // Optional. Called on the loop just before the server answers a request it could not read
+  // (400, 413, 431): the place to record such requests. What it returns is added to the answer's
+  // headers (kvgate's x-request-id).
+  std::function<std::vector<Header>(const Rejection&)> on_rejected;
 };
 
 struct Request {
   std::string method;  // "GET", "POST", ...
   std::string target;  // path + query as received, e.g. "/api/requests?limit=10"
-  std::string path;    // target without the query
+  // target without the query, still percent-encoded (see PercentDecode); an absolute-form target
+  // ("http://host/v1/models", RFC 9112 3.2.2) gives its path
+  std::string path;
   std::string query;   // after '?', without it; "" when none
   std::vector<Header> headers;
   std::string body;
@@ -66,6 +84,10 @@ struct Request {
   // and '+' means a space; an invalid escape is kept literally. First match wins.
   std::string query_param(std::string_view name) const;
 };
+
+// A path segment percent-decoded (RFC 3986: "%20" -> ' '; '+' stays '+'); an invalid escape is
+// kept literally.
+std::string PercentDecode(std::string_view segment);
 
 // How a handler answers. Exactly one of Send() or BeginStream()..EndStream() per request; a second
 // start returns kInternal. Header names/values with CR, LF or NUL are refused (kInvalidArgument,
@@ -101,8 +123,9 @@ using Handler = std::function<boost::asio::awaitable<void>(Request&, ResponseWri
 
 // Errors the server answers by itself, as OpenAI-format JSON bodies, then closing the connection:
 // 400 malformed HTTP, 413 body over body_limit, 431 headers over header_limit (type
-// "invalid_request_error"); 500 handler failure (type "server_error"). A deadline passing while
-// reading a request closes the connection without an answer.
+// "invalid_request_error"; ServerOptions::on_rejected hears of the first three); 500 handler
+// failure (type "server_error"). A deadline passing while reading a request closes the connection
+// without an answer.
 //
 // Thread safety: all methods may be called from any thread. Stop() may be called from a handler
 // (it then returns at once and shuts down on a helper thread); Wait() and the destructor must not

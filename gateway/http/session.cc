@@ -281,7 +281,24 @@ asio::awaitable<void> LingeringClose(beast::tcp_stream& stream) {
   }
 }
 
+// An absolute-form target (RFC 9112 3.2.2: "http://host:port/path?query", which a server must
+// accept) is reduced to its origin form; the Host header still names the host.
+std::string_view OriginForm(std::string_view target) {
+  if (target.empty() || target.front() == '/') return target;
+  const size_t scheme_end = target.find("://");
+  if (scheme_end == std::string_view::npos) return target;  // "*" or authority-form: as received
+  const size_t path_start = target.find_first_of("/?", scheme_end + 3);
+  if (path_start == std::string_view::npos) return "/";
+  return target.substr(path_start);  // may start with '?': SplitTarget makes the path "/"
+}
+
 void SplitTarget(std::string_view target, Request& req) {
+  target = OriginForm(target);
+  if (!target.empty() && target.front() == '?') {  // "http://host?q": the path is "/"
+    req.path.assign("/");
+    req.query.assign(target.substr(1));
+    return;
+  }
   const size_t q = target.find('?');
   if (q == std::string_view::npos) {
     req.path.assign(target);
@@ -292,7 +309,8 @@ void SplitTarget(std::string_view target, Request& req) {
   }
 }
 
-void FillRequest(bhttp::request<bhttp::string_body>& msg, int64_t arrival, Request& req) {
+// Everything but the body.
+void FillHead(const bhttp::request<bhttp::string_body>& msg, int64_t arrival, Request& req) {
   req.method.assign(msg.method_string());
   req.target.assign(msg.target());
   SplitTarget(req.target, req);
@@ -304,8 +322,29 @@ void FillRequest(bhttp::request<bhttp::string_body>& msg, int64_t arrival, Reque
     ++i;
   }
   req.headers.resize(i);
-  req.body = std::move(msg.body());
   req.arrival_monotonic_ns = arrival;
+}
+
+void FillRequest(bhttp::request<bhttp::string_body>& msg, int64_t arrival, Request& req) {
+  FillHead(msg, arrival, req);
+  req.body = std::move(msg.body());
+}
+
+// What on_rejected sees of a request that could not be read: its head when that was complete.
+const Request& RejectedHead(const bhttp::request_parser<bhttp::string_body>& parser,
+                            int64_t arrival, Request& req) {
+  req.body.clear();
+  if (parser.is_header_done()) {
+    FillHead(parser.get(), arrival, req);
+  } else {
+    req.method.clear();
+    req.target.clear();
+    req.path.clear();
+    req.query.clear();
+    req.headers.clear();
+    req.arrival_monotonic_ns = arrival;
+  }
+  return req;
 }
 
 bool WantsContinue(const bhttp::request<bhttp::string_body>& msg) {
@@ -415,11 +454,19 @@ asio::awaitable<void> Serve(asio::ip::tcp::socket socket, WorkerState& worker) {
     if (read_ec) {
       std::optional<ReadFailure> failure = ClassifyReadError(read_ec, options);
       if (failure) {
+        std::vector<Header> headers;
+        if (options.on_rejected) {
+          const Request& head = RejectedHead(*parser, arrival, req);
+          headers = options.on_rejected(Rejection{.status = failure->status,
+                                                  .message = failure->message,
+                                                  .request = head,
+                                                  .head_read = parser->is_header_done()});
+        }
         writer.Reset(11, false, false);
         (void)co_await writer.Send(failure->status, "application/json",
                                    OpenAiError(failure->message, "invalid_request_error",
                                                failure->code),
-                                   {});
+                                   std::move(headers));
         linger = true;
       }
       break;

@@ -332,9 +332,9 @@ void FillRequest(bhttp::request<bhttp::string_body>& msg, int64_t arrival, Reque
 
 // What on_rejected sees of a request that could not be read: its head when that was complete.
 const Request& RejectedHead(const bhttp::request_parser<bhttp::string_body>& parser,
-                            int64_t arrival, Request& req) {
+                            bool head_read, int64_t arrival, Request& req) {
   req.body.clear();
-  if (parser.is_header_done()) {
+  if (head_read) {
     FillHead(parser.get(), arrival, req);
   } else {
     req.method.clear();
@@ -456,11 +456,14 @@ asio::awaitable<void> Serve(asio::ip::tcp::socket socket, WorkerState& worker) {
       if (failure) {
         std::vector<Header> headers;
         if (options.on_rejected) {
-          const Request& head = RejectedHead(*parser, arrival, req);
+          // A Content-Length over the limit fails as the head completes: the head is whole.
+          const bool head_read =
+              parser->is_header_done() || read_ec == bhttp::error::body_limit;
+          const Request& head = RejectedHead(*parser, head_read, arrival, req);
           headers = options.on_rejected(Rejection{.status = failure->status,
                                                   .message = failure->message,
                                                   .request = head,
-                                                  .head_read = parser->is_header_done()});
+                                                  .head_read = head_read});
         }
         writer.Reset(11, false, false);
         (void)co_await writer.Send(failure->status, "application/json",

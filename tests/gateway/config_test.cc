@@ -105,6 +105,12 @@ TEST(ConfigTest, ErrorsNameTheField) {
       {"server: [1, 2", "invalid YAML"},
       {"providers: [{name: l, type: local}]", "model_path"},
       {"pricing: {caching_rules: [1]}", "pricing.caching_rules"},
+      // Limits that would silently disable themselves or break every request.
+      {"server: {body_limit_bytes: -5}", "server.body_limit_bytes must be > 0"},
+      {"server: {body_limit_bytes: 0}", "server.body_limit_bytes must be > 0"},
+      {"server: {threads: -1}", "server.threads must be between 0"},
+      {"providers: [{name: l, type: local, model_path: m.gguf, threads: -2}]",
+       "providers[0].threads must be between 0"},
   };
   for (const Case& c : cases) {
     auto config = ParseConfig(c.yaml, env, "test.yaml");
@@ -186,4 +192,12 @@ providers:
 }
 
 }  // namespace
+TEST(ConfigTest, ADirectoryIsNotAConfigFile) {
+  const std::string dir = ::testing::TempDir();
+  auto config = LoadConfigFile(dir, FakeEnv({}));
+  ASSERT_FALSE(config.has_value());
+  EXPECT_NE(config.error().message.find("is a directory"), std::string::npos)
+      << config.error().message;
+}
+
 }  // namespace kvgate::gateway

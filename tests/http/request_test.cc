@@ -27,6 +27,16 @@ TEST(RequestTest, QueryParamDecodes) {
   EXPECT_EQ(r.query_param("missing"), "");
 }
 
+TEST(RequestTest, PercentDecodeKeepsPlusAndBadEscapes) {
+  EXPECT_EQ(PercentDecode("with%20space"), "with space");
+  EXPECT_EQ(PercentDecode("a+b%2Bc"), "a+b+c");  // a path is not a form: '+' stays '+'
+  EXPECT_EQ(PercentDecode("%E6%97%A5"), "\xE6\x97\xA5");
+  EXPECT_EQ(PercentDecode("a%2Fb"), "a/b");
+  EXPECT_EQ(PercentDecode("100%"), "100%");
+  EXPECT_EQ(PercentDecode("%zz%4"), "%zz%4");
+  EXPECT_EQ(PercentDecode(""), "");
+}
+
 TEST(RequestTest, QueryParamDecodesUtf8Bytes) {
   Request r;
   r.query = "q=%E2%9C%93";

@@ -227,6 +227,78 @@ TEST(ServerTest, OversizedBodyGets413AndServerKeepsServing) {
   EXPECT_EQ(r->body.size(), std::string("POST /ok q= h= body=").size() + 1024);
 }
 
+// on_rejected hears of every request the server answers by itself, with the head when it was
+// read, and its headers go into that answer.
+TEST(ServerTest, RejectionsReachOnRejectedAndCarryItsHeaders) {
+  struct Seen {
+    int status;
+    bool head_read;
+    std::string method, path, thread_header;
+  };
+  std::mutex mu;
+  std::vector<Seen> seen;
+  ServerOptions options;
+  options.body_limit = 1024;
+  options.header_limit = 2048;
+  options.on_rejected = [&](const Rejection& r) {
+    std::lock_guard lock(mu);
+    seen.push_back({r.status, r.head_read, r.request.method, r.request.path,
+                    std::string(r.request.header("x-thread-id"))});
+    return std::vector<Header>{{"x-request-id", "req_" + std::to_string(seen.size())}};
+  };
+  auto server = StartOrDie(options, Echo);
+  auto send = [&](const std::string& bytes) {
+    RawConn c;
+    EXPECT_EQ(c.Connect(server->port()), 0);
+    EXPECT_TRUE(c.Send(bytes));
+    return ReadResponse(c);
+  };
+  auto big = send("POST /v1/chat/completions?x=1 HTTP/1.1\r\nHost: t\r\nX-Thread-Id: th\r\n"
+                  "Content-Length: 4096\r\n\r\n" + std::string(4096, 'x'));
+  ASSERT_TRUE(big);
+  EXPECT_EQ(big->status, 413);
+  EXPECT_EQ(big->header("x-request-id"), "req_1");
+  auto huge = send(Get("/", "X-Big: " + std::string(8192, 'h') + "\r\n"));
+  ASSERT_TRUE(huge);
+  EXPECT_EQ(huge->status, 431);
+  EXPECT_EQ(huge->header("x-request-id"), "req_2");
+  auto bad = send("G(T / HTTP/1.1\r\n\r\n");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_EQ(bad->header("x-request-id"), "req_3");
+
+  std::lock_guard lock(mu);
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_EQ(seen[0].status, 413);
+  EXPECT_TRUE(seen[0].head_read);
+  EXPECT_EQ(seen[0].method, "POST");
+  EXPECT_EQ(seen[0].path, "/v1/chat/completions");
+  EXPECT_EQ(seen[0].thread_header, "th");
+  EXPECT_EQ(seen[1].status, 431);
+  EXPECT_FALSE(seen[1].head_read);
+  EXPECT_EQ(seen[1].path, "");
+  EXPECT_EQ(seen[2].status, 400);
+  EXPECT_FALSE(seen[2].head_read);
+}
+
+TEST(ServerTest, AbsoluteFormTargetsAreServedByTheirPath) {
+  auto server = StartOrDie({}, Echo);
+  for (const auto& [target, want] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"http://127.0.0.1:1/v1/models?q=a", "GET /v1/models q=a h= body="},
+           {"HTTP://host/x", "GET /x q= h= body="},
+           {"http://host", "GET / q= h= body="},
+           {"http://host?q=b", "GET / q=b h= body="}}) {
+    RawConn c;
+    ASSERT_EQ(c.Connect(server->port()), 0);
+    ASSERT_TRUE(c.Send(Get(target)));
+    auto r = ReadResponse(c);
+    ASSERT_TRUE(r) << target;
+    EXPECT_EQ(r->status, 200) << target;
+    EXPECT_EQ(r->body, want) << target;
+  }
+}
+
 TEST(ServerTest, HugeHeadersGet431) {
   ServerOptions options;
   options.header_limit = 2048;

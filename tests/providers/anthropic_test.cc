@@ -1,6 +1,8 @@
 // OpenAI chat -> Anthropic Messages requests, and Anthropic responses/streams beyond the goldens.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include <string>
 
 #include <random>
@@ -248,6 +250,16 @@ TEST(AnthropicRequestTest, UnsupportedInputsAreClearErrors) {
       {{{"messages", {Msg("user", "x")}}, {"tools", {{{"type", "web_search"}}}}}, "function tools"},
       {{{"messages", {Msg("user", 42)}}}, "content"},
       {{{"messages", {Msg("user", "x")}}, {"stop", 3}}, "stop"},
+      // Asked-for features Anthropic lacks are refused, not silently dropped.
+      {{{"messages", {Msg("user", "x")}}, {"logprobs", true}}, "'logprobs' is not supported"},
+      {{{"messages", {Msg("user", "x")}}, {"top_logprobs", 2}}, "'top_logprobs'"},
+      {{{"messages", {Msg("user", "x")}},
+        {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "s"}}}}}},
+       "'response_format' of type json_schema"},
+      {{{"messages", {Msg("user", "x")}}, {"temperature", "hot"}}, "'temperature' must be a number"},
+      // Empty texts are left out; a conversation of nothing else is kvgate's error, not Anthropic's.
+      {{{"messages", {Msg("system", "be brief"), Msg("user", "")}}},
+       "messages: no message with content"},
   };
   for (const Case& c : cases) {
     auto out = Translate(c.body);
@@ -255,6 +267,18 @@ TEST(AnthropicRequestTest, UnsupportedInputsAreClearErrors) {
     EXPECT_EQ(out.error().code, ErrorCode::kInvalidArgument);
     EXPECT_NE(out.error().message.find(c.needle), std::string::npos) << out.error().message;
   }
+}
+
+TEST(AnthropicRequestTest, DefaultsOfUnsupportedFeaturesAreAccepted) {
+  // What clients send by default must still pass: logprobs false, a text response_format.
+  auto out = Translate({{"messages", {Msg("user", "x")}},
+                        {"logprobs", false},
+                        {"top_logprobs", nullptr},
+                        {"response_format", {{"type", "text"}}},
+                        {"temperature", nullptr}});
+  ASSERT_TRUE(out.has_value()) << out.error().message;
+  EXPECT_FALSE(out->contains("logprobs"));
+  EXPECT_FALSE(out->contains("response_format"));
 }
 
 TEST(AnthropicRequestTest, CompletionsEndpointRejected) {
@@ -429,6 +453,63 @@ TEST(AnthropicStreamTest, TextAndThinkingDeltasKeepTheirText) {
   EXPECT_EQ(deltas[3], json({{"content", "esc"}}));  // parsed path: the decoded type matches
   EXPECT_EQ(deltas[4], json({{"content", "spaced"}}));
   EXPECT_TRUE(r.bytes.ends_with("data: [DONE]\n\n"));
+}
+
+// The tool_calls[].function.arguments a client accumulates from a translated stream, by index.
+std::map<int, std::string> ToolArguments(const std::string& bytes) {
+  std::map<int, std::string> args;
+  size_t at = 0;
+  while ((at = bytes.find("data: {", at)) != std::string::npos) {
+    const size_t end = bytes.find("\n\n", at);
+    const json chunk = json::parse(bytes.substr(at + 6, end - at - 6));
+    at = end;
+    if (!chunk.contains("choices")) continue;
+    for (const json& choice : chunk["choices"]) {
+      const json& delta = choice["delta"];
+      if (!delta.contains("tool_calls")) continue;
+      for (const json& call : delta["tool_calls"]) {
+        std::string& a = args[call["index"].get<int>()];
+        if (call.contains("function") && call["function"].contains("arguments")) {
+          a += call["function"]["arguments"].get<std::string>();
+        }
+      }
+    }
+  }
+  return args;
+}
+
+TEST(AnthropicStreamTest, ToolCallWithoutArgumentsGetsAnEmptyObject) {
+  auto t = NewStreamTranslator(ProviderType::kAnthropic, StreamOptions(false));
+  auto tool_start = [](int index, std::string_view id) {
+    return Event("content_block_start",
+                 R"({"type":"content_block_start","index":)" + std::to_string(index) +
+                     R"(,"content_block":{"type":"tool_use","id":")" + std::string(id) +
+                     R"(","name":"now","input":{}}})");
+  };
+  auto json_delta = [](int index, std::string_view partial) {
+    return Event("content_block_delta",
+                 R"({"type":"content_block_delta","index":)" + std::to_string(index) +
+                     R"(,"delta":{"type":"input_json_delta","partial_json":)" +
+                     json(std::string(partial)).dump() + "}}");
+  };
+  auto stop = [](int index) {
+    return Event("content_block_stop",
+                 R"({"type":"content_block_stop","index":)" + std::to_string(index) + "}");
+  };
+  // Block 0: a call with no arguments (Anthropic streams one empty partial_json); block 1: a
+  // call with arguments, which must come out exactly as streamed, with nothing added.
+  const std::string stream =
+      kStart + tool_start(0, "toolu_a") + json_delta(0, "") + stop(0) + tool_start(1, "toolu_b") +
+      json_delta(1, R"({"tz":)") + json_delta(1, R"("UTC"})") + stop(1) +
+      Event("message_delta",
+            R"({"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":9}})") +
+      Event("message_stop", R"({"type":"message_stop"})");
+  auto r = RunStream(*t, stream);
+  const std::map<int, std::string> args = ToolArguments(r.bytes);
+  ASSERT_EQ(args.size(), 2u) << r.bytes;
+  EXPECT_EQ(args.at(0), "{}");
+  EXPECT_EQ(args.at(1), R"({"tz":"UTC"})");
+  EXPECT_EQ(t->finish_reason(), "tool_calls");
 }
 
 TEST(AnthropicStreamTest, CutBeforeMessageStopGivesErrorEvent) {

@@ -167,6 +167,42 @@ TEST(OpenAICompatRequestTest, DuplicateAndEscapedKeys) {
             R"({"messages":[],"model":"m","stream":true,"stream_options":{"include_usage":true}})");
 }
 
+TEST(OpenAICompatRequestTest, DeepSeekGetsMaxTokensForMaxCompletionTokens) {
+  auto body = [](ProviderType type, std::string_view client) {
+    auto call = BuildUpstreamCall(type, raw_json::Object(raw_json::Parse(client).value()),
+                                  CallOptions{});
+    EXPECT_TRUE(call.has_value());
+    return call ? call->body : std::string();
+  };
+  // DeepSeek knows only max_tokens: renamed in place, the value's bytes as sent.
+  EXPECT_EQ(body(ProviderType::kDeepSeek, R"({"messages":[],"max_completion_tokens":4,"n":1})"),
+            R"({"messages":[],"max_tokens":4,"n":1})");
+  // Both given: max_tokens wins and is sent once (the last occurrence, as parsers keep).
+  EXPECT_EQ(body(ProviderType::kDeepSeek,
+                 R"({"max_tokens":2,"messages":[],"max_completion_tokens":4,"max_tokens":3})"),
+            R"({"messages":[],"max_tokens":3})");
+  // Other OpenAI-compatible upstreams get the field untouched.
+  EXPECT_EQ(body(ProviderType::kOpenAI, R"({"messages":[],"max_completion_tokens":4})"),
+            R"({"messages":[],"max_completion_tokens":4})");
+}
+
+TEST(UnsupportedFeatureTest, AskedForFeaturesAreNamedDefaultsAreNot) {
+  EXPECT_EQ(UnsupportedFeature(json{{"logprobs", true}}, "X"), "'logprobs' is not supported by X");
+  EXPECT_EQ(UnsupportedFeature(json{{"top_logprobs", 0}}, "X"), "'top_logprobs' is not supported by X");
+  EXPECT_EQ(UnsupportedFeature(json{{"echo", true}}, "X"), "'echo' is not supported by X");
+  EXPECT_EQ(UnsupportedFeature(json{{"response_format", {{"type", "json_object"}}}}, "X"),
+            "'response_format' of type json_object is not supported by X");
+  EXPECT_EQ(UnsupportedFeature(json{{"response_format", "json"}}, "X"),
+            "'response_format' of type \"json\" is not supported by X");
+  EXPECT_EQ(UnsupportedFeature(json{{"logprobs", false},
+                                    {"top_logprobs", nullptr},
+                                    {"echo", false},
+                                    {"response_format", {{"type", "text"}}}},
+                               "X"),
+            std::nullopt);
+  EXPECT_EQ(UnsupportedFeature(json::object(), "X"), std::nullopt);
+}
+
 TEST(OpenAICompatRequestTest, MetadataLeftEmptyIsDroppedOtherwiseKept) {
   auto only = BuildUpstreamCall(
       ProviderType::kOpenAI,

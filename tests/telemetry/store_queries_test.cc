@@ -210,6 +210,80 @@ TEST_F(TelemetryStoreQueryTest, ListThreadsSortsFiltersAndPages) {
   EXPECT_EQ(store_->ListThreads(bad).error().code, ErrorCode::kInvalidArgument);
 }
 
+// Every sort, both directions, pages of 2 over threads with ties and unknown hit ratios: each
+// thread exactly once, in the one-page order; and threads that start or gain a turn between pages
+// repeat nothing (an offset cursor repeated the rows pushed down by them).
+TEST_F(TelemetryStoreQueryTest, ThreadCursorsAreKeysetsStableUnderNewTurns) {
+  const char* hit = R"({"prompt_tokens": 1000, "completion_tokens": 10, "prompt_tokens_details": {"cached_tokens": 500}})";
+  const char* unknown = R"({"prompt_tokens": 1000, "completion_tokens": 10})";
+  for (int i = 0; i < 9; ++i) {
+    const std::string id = "t" + std::to_string(i);
+    // Ties: threads 0-2 share a timestamp, costs repeat, three have an unknown hit ratio.
+    const int64_t at = kT0 + (i < 3 ? 0 : i) * 1'000'000;
+    store_->Record(MakeRecord(id + "a", id, at, "gpt-4.1", i % 3 == 0 ? UsageFlavor::kVllm
+                                                                     : UsageFlavor::kOpenAIChat,
+                              i % 3 == 0 ? unknown : hit));
+  }
+  ASSERT_TRUE(store_->Flush().has_value());
+  auto page_ids = [&](const Result<json>& page) {
+    std::vector<std::string> ids;
+    EXPECT_TRUE(page.has_value()) << page.error().ToString();
+    if (page) {
+      for (const json& t : (*page)["threads"]) ids.push_back(t["thread_id"].get<std::string>());
+    }
+    return ids;
+  };
+  for (auto sort : {ThreadQuery::Sort::kLastSeen, ThreadQuery::Sort::kFirstSeen,
+                    ThreadQuery::Sort::kCost, ThreadQuery::Sort::kTurns,
+                    ThreadQuery::Sort::kHitRatio}) {
+    for (bool descending : {true, false}) {
+      ThreadQuery whole;
+      whole.sort = sort;
+      whole.descending = descending;
+      const std::vector<std::string> expected = page_ids(store_->ListThreads(whole));
+      ASSERT_EQ(expected.size(), 9u);
+      ThreadQuery paged = whole;
+      paged.limit = 2;
+      std::vector<std::string> seen;
+      for (int pages = 0; pages < 20; ++pages) {
+        Result<json> page = store_->ListThreads(paged);
+        for (const std::string& id : page_ids(page)) seen.push_back(id);
+        if (!page || (*page)["next_cursor"].is_null()) break;
+        paged.cursor = (*page)["next_cursor"].get<std::string>();
+      }
+      EXPECT_EQ(seen, expected) << "sort " << static_cast<int>(sort) << " desc " << descending;
+    }
+  }
+
+  // Newest first, pages of 3; between pages two threads start and an already listed one moves up.
+  ThreadQuery paged;
+  paged.limit = 3;
+  Result<json> first = store_->ListThreads(paged);
+  const std::vector<std::string> page1 = page_ids(first);
+  ASSERT_EQ(page1, (std::vector<std::string>{"t8", "t7", "t6"}));
+  store_->Record(MakeRecord("new1", "new1", kT0 + 100'000'000, "gpt-4.1", UsageFlavor::kOpenAIChat, hit));
+  store_->Record(MakeRecord("new2", "new2", kT0 + 101'000'000, "gpt-4.1", UsageFlavor::kOpenAIChat, hit));
+  store_->Record(MakeRecord("t7b", "t7", kT0 + 102'000'000, "gpt-4.1", UsageFlavor::kOpenAIChat, hit));
+  ASSERT_TRUE(store_->Flush().has_value());
+  paged.cursor = (*first)["next_cursor"].get<std::string>();
+  std::vector<std::string> rest;
+  for (int pages = 0; pages < 10; ++pages) {
+    Result<json> page = store_->ListThreads(paged);
+    for (const std::string& id : page_ids(page)) rest.push_back(id);
+    if (!page || (*page)["next_cursor"].is_null()) break;
+    paged.cursor = (*page)["next_cursor"].get<std::string>();
+  }
+  // The rest of the original list, in order; the three moved or new threads sort before the
+  // cursor and are for the next first page, not repeated here.
+  EXPECT_EQ(rest, (std::vector<std::string>{"t5", "t4", "t3", "t2", "t1", "t0"}));
+
+  for (const char* bad : {"t3", "k", "kzz", "k5b5d", "k" /* odd */ "5b31"}) {
+    ThreadQuery q;
+    q.cursor = bad;
+    EXPECT_EQ(store_->ListThreads(q).error().code, ErrorCode::kInvalidArgument) << bad;
+  }
+}
+
 TEST_F(TelemetryStoreQueryTest, ConcurrentRecordLosesNothing) {
   constexpr int kWriters = 8;
   constexpr int kPerWriter = 1250;

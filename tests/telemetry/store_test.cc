@@ -402,6 +402,54 @@ TEST(TelemetryStoreTest, ReopenKeepsDataAndMigrationsAreIdempotent) {
   EXPECT_TRUE(again->GetRequest("req_1").has_value());
 }
 
+// Runs SQL on the file from outside the store (another process, an operator, damage).
+void ExecOutside(const std::string& path, const char* sql) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  char* error = nullptr;
+  EXPECT_EQ(sqlite3_exec(db, sql, nullptr, nullptr, &error), SQLITE_OK) << (error ? error : "");
+  sqlite3_free(error);
+  sqlite3_close(db);
+}
+
+TEST(TelemetryStoreTest, ADatabaseFromANewerKvgateIsRefused) {
+  TempDir dir;
+  FakeClock clock;
+  const std::string path = dir.File("t.db");
+  OpenOrDie(path, clock)->Close();
+  ExecOutside(path, "INSERT INTO schema_migrations VALUES (98, 'from_the_future', 0)");
+  auto store = TelemetryStore::Open(path, clock);
+  ASSERT_FALSE(store.has_value());
+  EXPECT_EQ(store.error().code, ErrorCode::kCorruptData);
+  EXPECT_NE(store.error().message.find("newer kvgate"), std::string::npos) << store.error().message;
+  EXPECT_NE(store.error().message.find("98"), std::string::npos);
+  // Versions of 100 and up belong to other modules (alerts): not this check's business.
+  ExecOutside(path, "DELETE FROM schema_migrations WHERE version = 98; "
+                    "INSERT INTO schema_migrations VALUES (150, 'some_module', 0)");
+  EXPECT_NE(OpenOrDie(path, clock), nullptr);
+}
+
+TEST(TelemetryStoreTest, FailingWritesShowInStats) {
+  TempDir dir;
+  FakeClock clock;
+  const std::string path = dir.File("t.db");
+  auto store = OpenOrDie(path, clock);
+  ASSERT_NE(store, nullptr);
+  store->Record(MakeRecord("ok1", "th", kT0, "gpt-4.1", UsageFlavor::kOpenAIChat, "{}"));
+  ASSERT_TRUE(store->Flush().has_value());
+  EXPECT_FALSE(store->stats().failing);
+  // The table goes away under the store: every later write fails (after its retries).
+  ExecOutside(path, "DROP TABLE requests");
+  store->Record(MakeRecord("lost1", "th", kT0 + 1, "gpt-4.1", UsageFlavor::kOpenAIChat, "{}"));
+  store->Record(MakeRecord("lost2", "th", kT0 + 2, "gpt-4.1", UsageFlavor::kOpenAIChat, "{}"));
+  EXPECT_FALSE(store->Flush().has_value());
+  TelemetryStore::Stats stats = store->stats();
+  EXPECT_TRUE(stats.failing);
+  EXPECT_EQ(stats.written, 1u);
+  EXPECT_EQ(stats.write_errors, 2u);
+  EXPECT_NE(stats.last_error.find("requests"), std::string::npos) << stats.last_error;
+}
+
 TEST(TelemetryStoreTest, AfterCloseRecordsAreCountedAndQueriesFail) {
   TempDir dir;
   FakeClock clock;

@@ -511,15 +511,24 @@ asio::awaitable<void> LocalEnginesImpl::Serve(const Route& route, const json& bo
     co_await writer.Send(400, kJson, reject(id.error()), std::move(headers));
     co_return;
   }
-  // If this coroutine ends early (client gone, shutdown), the engine must stop working for it.
+  // If this coroutine ends early (client gone, shutdown), the engine must stop working for it,
+  // and what it did so far is still counted: the engine reports usage with every token.
   struct CancelGuard {
     EngineHost& host;
     uint64_t id;
+    RequestLog& log;
+    std::optional<engine::Usage> seen;  // the latest usage the engine reported
     bool done = false;
     ~CancelGuard() {
-      if (!done) host.Cancel(id);
+      if (done) return;
+      host.Cancel(id);
+      if (seen) {
+        host.CountFinished(*seen);
+        log.record().usage =
+            telemetry::NormalizeUsage(telemetry::UsageFlavor::kKvgateEngine, UsageJson(*seen));
+      }
     }
-  } guard{host, *id};
+  } guard{host, *id, log};
 
   const std::string response_id = (options.endpoint == providers::Endpoint::kChatCompletions
                                         ? NewId("chatcmpl")
@@ -565,6 +574,7 @@ asio::awaitable<void> LocalEnginesImpl::Serve(const Route& route, const json& bo
     }
     std::string out;
     for (Event& e : batch) {
+      guard.seen = e.usage;
       if (!e.text.empty()) {
         log.MarkFirstToken();
         if (streaming) {

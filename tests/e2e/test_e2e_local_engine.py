@@ -116,3 +116,32 @@ def test_sixteen_concurrent_streams_share_the_system_prompt(local_gw):
     st, _, metrics = local_gw.request("GET", "/metrics")
     text = metrics.decode() if isinstance(metrics, bytes) else str(metrics)
     assert 'kvgate_engine_prefix_cache_hits_total{provider="local"}' in text
+
+
+def test_a_stream_cut_by_the_client_keeps_what_the_engine_counted(local_gw):
+    """A client that leaves mid-stream stops the generation, and its turn still carries the
+    engine's counts so far (prompt split into cached and uncached, the tokens generated) instead
+    of unknowns; the engine's own token counters agree."""
+    client = local_gw.client(timeout=120)
+    stream = client.chat.completions.create(
+        model="smollm2", stream=True, max_tokens=400, temperature=0,
+        messages=[{"role": "user", "content": "Count from one to two hundred in words."}],
+        extra_body={"thread_identifier": "cut-stream"})
+    received = 0
+    for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            received += 1
+            if received == 3:
+                break
+    stream.response.close()
+    turns = local_gw.wait_turns("cut-stream", 1, timeout=30)
+    turn = turns[0]
+    assert turn["status"] == "client_disconnected", turn
+    usage = turn["usage"]
+    assert usage["output"] is not None and 3 <= usage["output"] < 400, usage
+    assert usage["uncached"] is not None and usage["cache_read"] is not None, usage
+    assert usage["uncached"] + usage["cache_read"] > 5, usage
+    st, _, engine = local_gw.admin_get("/api/engine")
+    assert st == 200
+    e = engine["engines"][0]
+    assert e["running"] == 0

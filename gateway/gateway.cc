@@ -128,7 +128,7 @@ Result<std::optional<int>> LimitParam(const http::Request& request, int max) {
 
 // The statuses a request can end with (docs/api.md).
 constexpr std::string_view kRequestStatuses[] = {"ok", "error", "upstream_error", "timeout",
-                                                 "client_disconnected"};
+                                                 "client_disconnected", "shutdown"};
 
 Result<telemetry::ThreadQuery> ThreadQueryFrom(const http::Request& request) {
   telemetry::ThreadQuery query;
@@ -170,7 +170,7 @@ Result<telemetry::RequestQuery> RequestQueryFrom(const http::Request& request) {
                                          query.status) == std::end(kRequestStatuses)) {
     return MakeError(ErrorCode::kInvalidArgument,
                      "status must be one of ok, error, upstream_error, timeout, "
-                     "client_disconnected; got \"" + query.status + "\"");
+                     "client_disconnected, shutdown; got \"" + query.status + "\"");
   }
   auto since = IntParam(request, "since");
   if (!since) return std::unexpected(since.error());

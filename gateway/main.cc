@@ -339,6 +339,11 @@ int RunGateway(gateway::GatewayConfig config) {
   options.on_rejected = [g = gw->get()](const http::Rejection& rejection) {
     return g->OnRejected(rejection);
   };
+  options.on_drain_timeout = [&recorder, ms = config.drain_timeout.count()] {
+    std::fprintf(stderr, "kvgate: drain timeout (%lld ms) passed: cutting the requests still in "
+                 "flight\n", static_cast<long long>(ms));
+    recorder.MarkShutdownCut();
+  };
   options.body_limit = config.body_limit;
   options.drain_timeout = config.drain_timeout;
   auto server = http::Server::Start(options, (*gw)->handler());

@@ -3,6 +3,8 @@
 // Thread safety: Record() may be called from any thread concurrently.
 #pragma once
 
+#include <atomic>
+
 #include <functional>
 #include <optional>
 
@@ -38,10 +40,16 @@ class Recorder {
   };
   Result<Restored> RestoreThreads(int64_t since_us);
 
+  // From now on, requests that end without a complete response were cut by kvgate's shutdown
+  // (the drain deadline passed), not abandoned by their clients; RequestLog records them so.
+  void MarkShutdownCut() { shutdown_cut_.store(true, std::memory_order_relaxed); }
+  bool shutdown_cut() const { return shutdown_cut_.load(std::memory_order_relaxed); }
+
   // The diagnosis rules for a provider type and model (exposed for tests).
   telemetry::CacheRules RulesFor(std::string_view provider_type, std::string_view model) const;
 
  private:
+  std::atomic<bool> shutdown_cut_{false};
   telemetry::TelemetryStore& store_;
   telemetry::GatewayMetrics& metrics_;
   const telemetry::PriceCatalog& catalog_;

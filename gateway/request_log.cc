@@ -36,6 +36,11 @@ void RequestLog::SetError(int http_status, std::string status, std::string messa
 void RequestLog::Commit() {
   if (committed_) return;
   committed_ = true;
+  if (record_.status == "client_disconnected" && recorder_.shutdown_cut()) {
+    record_.status = "shutdown";
+    record_.error = "kvgate shut down before the response was complete (server.drain_timeout_ms "
+                    "passed)";
+  }
   record_.latency_us = ElapsedMicros();
   if (record_.status.empty()) record_.status = "ok";
   if (prompt_ && record_.status == "ok") {

@@ -301,6 +301,7 @@ class ServerImpl final : public Server {
       asio::post(worker->ioc, [worker] { worker->state.BeginDrain(); });
     }
     if (!WaitDrained(options_.drain_timeout)) {
+      if (options_.on_drain_timeout) options_.on_drain_timeout();
       for (auto& w : workers_) {
         Worker* worker = w.get();
         asio::post(worker->ioc, [worker] { worker->state.CloseAll(); });

@@ -60,6 +60,10 @@ struct ServerOptions {
   // (400, 413, 431): the place to record such requests. What it returns is added to the answer's
   // headers (kvgate's x-request-id).
   std::function<std::vector<Header>(const Rejection&)> on_rejected;
+  // Optional. Called on Stop()'s thread when drain_timeout passed with requests still in flight,
+  // just before the server closes their connections: what ends after it was cut by the server,
+  // not by its clients.
+  std::function<void()> on_drain_timeout;
 };
 
 struct Request {

@@ -580,18 +580,21 @@ models:
     assert kg.terminate() == 0, kg.stderr_tail()
 
 
-def test_local_engine_refuses_overlong_prompt_and_logprobs(local_engine_gw):
-    """A prompt longer than the model's 8192-token context is OpenAI's 400 context_length_exceeded
-    on param "messages"; logprobs, which the engine does not produce, is a 400 too."""
-    client = local_engine_gw.client(timeout=60)
+def test_local_engine_overlong_prompt_is_context_length_exceeded(local_engine_gw):
+    """A prompt longer than the model's 8192-token context is OpenAI's 400: code
+    context_length_exceeded, param "messages" (what clients look for to trim history)."""
     with pytest.raises(openai.BadRequestError) as exc:
-        client.chat.completions.create(
+        local_engine_gw.client(timeout=60).chat.completions.create(
             model="smollm2", max_tokens=4,
             messages=[{"role": "user", "content": "hello " * 10_000}])
     assert exc.value.code == "context_length_exceeded", exc.value.body
     assert exc.value.param == "messages", exc.value.body
+
+
+def test_local_engine_refuses_logprobs(local_engine_gw):
+    """The engine produces no logprobs: asking for them is a 400, not silently ignored."""
     with pytest.raises(openai.BadRequestError) as exc:
-        client.chat.completions.create(
+        local_engine_gw.client(timeout=60).chat.completions.create(
             model="smollm2", max_tokens=4, logprobs=True,
             messages=[{"role": "user", "content": "hi"}])
     assert "logprobs" in exc.value.body["message"], exc.value.body

@@ -99,3 +99,41 @@ def test_sigterm_under_load_keeps_answered_requests(spawn_kvgate, sim):
     assert not missing, (f"{sum(len(v) for v in missing.values())} of {n_answered} answered "
                          f"requests are not in the store after SIGTERM: {missing}")
     assert again.terminate() == 0, again.stderr_tail()
+
+
+def test_requests_cut_at_the_drain_deadline_are_recorded_as_shutdown(spawn_kvgate, sim):
+    """A stream still running when server.drain_timeout_ms passes is cut by kvgate, and its turn
+    says so ("shutdown"), rather than blaming the client ("client_disconnected")."""
+    kg = spawn_kvgate("cut", drain_timeout_ms=500)
+    gw = kg.gateway()
+    thread = f"t-cut-{uuid.uuid4().hex[:8]}"
+    # Each chunk of the upstream stream arrives 300 ms after the last: the stream outlives the
+    # drain deadline.
+    sim.client.add_faults({"path": "/openai/", "chunk_delay_ms": 300, "count": 0})
+    started = threading.Event()
+
+    def stream():
+        try:
+            s = gw.client(timeout=30).chat.completions.create(
+                model="gpt-4o-mini", stream=True,
+                messages=[{"role": "user", "content": "a long answer please"}],
+                extra_body={"thread_identifier": thread})
+            for _ in s:
+                started.set()
+        except Exception:
+            pass  # the connection is cut: expected
+
+    t = threading.Thread(target=stream, daemon=True)
+    t.start()
+    assert started.wait(10), "the stream did not start"
+    assert kg.terminate(timeout=30) == 0, kg.stderr_tail()
+    t.join(10)
+    sim.client.clear_faults()
+    assert "drain timeout" in kg.stderr_tail()
+    again = spawn_kvgate("cut-restart", db_path=kg.db_path)
+    st, body = again.gateway().thread(thread)
+    assert st == 200, body
+    [turn] = body["turns"]
+    assert turn["status"] == "shutdown", turn
+    assert "drain_timeout_ms" in turn["error"], turn
+    assert again.terminate() == 0, again.stderr_tail()

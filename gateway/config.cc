@@ -8,7 +8,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <filesystem>
+#include <initializer_list>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -169,6 +171,24 @@ Result<telemetry::Price> ParsePricing(const json& pricing, const std::string& pa
   return price;
 }
 
+// Unknown keys are errors: a typo (admin_tokne, api_key for api_keys) must not silently leave
+// the admin API or the gateway open.
+Status OnlyKeys(const json& object, const std::string& path,
+                std::initializer_list<std::string_view> known) {
+  if (!object.is_object()) return {};
+  for (const auto& [key, _] : object.items()) {
+    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+    std::string list;
+    for (std::string_view k : known) {
+      if (!list.empty()) list += ", ";
+      list += k;
+    }
+    return MakeError(ErrorCode::kInvalidArgument,
+                     path + ": unknown key \"" + key + "\" (known: " + list + ")");
+  }
+  return {};
+}
+
 Result<GatewayConfig> FromJson(const json& root, std::string source) {
   GatewayConfig config;
   config.source = std::move(source);
@@ -177,7 +197,7 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
     return MakeError(ErrorCode::kInvalidArgument, config.source + ": top level must be a mapping");
   }
   static const std::set<std::string> kTopLevel = {"server", "storage", "providers", "models",
-                                                  "alerts", "pricing", "router", "engine"};
+                                                  "alerts", "pricing"};
   for (const auto& [key, _] : root.items()) {
     if (!kTopLevel.contains(key)) {
       return MakeError(ErrorCode::kInvalidArgument,
@@ -187,6 +207,13 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
   if (auto it = root.find("server"); it != root.end() && !it->is_null()) {
     Reader r{*it, "server"};
     if (!it->is_object()) return MakeError(ErrorCode::kInvalidArgument, "server must be a mapping");
+    if (Status s = OnlyKeys(*it, "server",
+                            {"listen", "admin_token", "api_keys", "threads", "body_limit_bytes",
+                             "upstream_timeout_ms", "upstream_connect_timeout_ms",
+                             "drain_timeout_ms"});
+        !s) {
+      return std::unexpected(s.error());
+    }
     auto listen = r.String("listen", "127.0.0.1:8080");
     if (!listen) return std::unexpected(listen.error());
     if (auto s = ParseListen(*listen, config); !s) return std::unexpected(s.error());
@@ -226,6 +253,9 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
   }
   if (auto it = root.find("storage"); it != root.end() && !it->is_null()) {
     Reader r{*it, "storage"};
+    if (Status s = OnlyKeys(*it, "storage", {"sqlite", "commit_interval_ms"}); !s) {
+      return std::unexpected(s.error());
+    }
     auto path = r.String("sqlite", config.sqlite_path);
     if (!path) return std::unexpected(path.error());
     config.sqlite_path = *path;
@@ -240,6 +270,9 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
   if (auto it = root.find("pricing"); it != root.end() && !it->is_null()) {
     Reader r{*it, "pricing"};
     if (!it->is_object()) return MakeError(ErrorCode::kInvalidArgument, "pricing must be a mapping");
+    if (Status s = OnlyKeys(*it, "pricing", {"catalog", "caching_rules"}); !s) {
+      return std::unexpected(s.error());
+    }
     auto path = r.String("catalog");
     if (!path) return std::unexpected(path.error());
     config.price_catalog_path = *path;
@@ -256,6 +289,12 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
       const json& p = (*it)[i];
       Reader r{p, "providers[" + std::to_string(i) + "]"};
       if (!p.is_object()) return MakeError(ErrorCode::kInvalidArgument, r.path + " must be a mapping");
+      if (Status s = OnlyKeys(p, r.path,
+                              {"name", "type", "base_url", "api_key", "model_path", "device",
+                               "kv_cache_tokens", "threads", "gpu_memory_fraction", "cuda_graphs"});
+          !s) {
+        return std::unexpected(s.error());
+      }
       ProviderConfig pc;
       for (auto [slot, key] : {std::pair{&pc.name, "name"}, {&pc.type, "type"},
                                {&pc.base_url, "base_url"}, {&pc.api_key, "api_key"},
@@ -286,6 +325,9 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
       const json& m = (*it)[i];
       Reader r{m, "models[" + std::to_string(i) + "]"};
       if (!m.is_object()) return MakeError(ErrorCode::kInvalidArgument, r.path + " must be a mapping");
+      if (Status s = OnlyKeys(m, r.path, {"name", "provider", "upstream_model", "pricing"}); !s) {
+        return std::unexpected(s.error());
+      }
       ModelConfig mc;
       auto name = r.String("name");
       auto provider = r.String("provider");

@@ -109,6 +109,14 @@ TEST(ConfigTest, ErrorsNameTheField) {
       {"server: {body_limit_bytes: -5}", "server.body_limit_bytes must be > 0"},
       {"server: {body_limit_bytes: 0}", "server.body_limit_bytes must be > 0"},
       {"server: {threads: -1}", "server.threads must be between 0"},
+      // A typo must not silently leave the admin API or the gateway open.
+      {"server: {admin_tokne: x}", "server: unknown key \"admin_tokne\""},
+      {"server: {api_key: [k]}", "server: unknown key \"api_key\""},
+      {"storage: {sqllite: x.db}", "storage: unknown key \"sqllite\""},
+      {"providers: [{name: a, type: openai, base_url: http://x, apikey: k}]",
+       "providers[0]: unknown key \"apikey\""},
+      {"models: [{name: m, provider: a, price: {input: 1}}]", "models[0]: unknown key \"price\""},
+      {"router: {prefer: cheap}", "unknown top-level section \"router\""},
       {"providers: [{name: l, type: local, model_path: m.gguf, threads: -2}]",
        "providers[0].threads must be between 0"},
   };

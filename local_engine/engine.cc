@@ -172,7 +172,10 @@ Result<uint64_t> Engine::AddRequest(EngineRequest request) {
                std::to_string(weights_.dims.context_length));
   }
   if (n + 1 > static_cast<int64_t>(blocks_->num_blocks()) * 16) {
-    return MakeError(ErrorCode::kResourceExhausted, "prompt does not fit the KV cache");
+    return MakeError(ErrorCode::kResourceExhausted,
+                     "prompt of " + std::to_string(n) + " tokens does not fit the KV cache of " +
+                         std::to_string(static_cast<int64_t>(blocks_->num_blocks()) * 16) +
+                         " tokens (kv_cache_tokens)");
   }
   std::lock_guard lock(inbox_mu_);
   const uint64_t id = next_id_++;

@@ -24,7 +24,7 @@ sys.path.insert(0, str(HERE))
 
 from simctl import SimProcess  # noqa: E402
 
-from gwctl import Gateway  # noqa: E402
+from gwctl import ADMIN_TOKEN, GATEWAY_KEY, Gateway  # noqa: E402
 
 SIM_OPENAI_KEY = "sk-openai-sim"  # passed to kvgate through ${SIM_OPENAI_KEY}
 
@@ -220,3 +220,30 @@ def kvgate_process_class():
     """KvgateProcess, for tests that subclass it to write another config. (Importing it with
     `from conftest import ...` is ambiguous: tests/sim has a conftest too, in the same session.)"""
     return KvgateProcess
+
+
+BUNDLED_MODEL = REPO / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+class LocalKvgateProcess(KvgateProcess):
+    """kvgate serving only the bundled model, as `smollm2`, on the built-in engine."""
+
+    def _write_config(self):
+        self.config_path.write_text(f"""\
+server:   {{listen: 127.0.0.1:0, admin_token: {ADMIN_TOKEN}, api_keys: [{GATEWAY_KEY}]}}
+storage:  {{sqlite: {self.db_path}}}
+providers:
+  - {{name: local, type: local, model_path: {BUNDLED_MODEL}, kv_cache_tokens: 8192, threads: 2}}
+models:
+  - {{name: smollm2, provider: local}}
+""")
+
+
+@pytest.fixture
+def local_gw(kvgate_bin, tmp_path):
+    """A kvgate on the built-in engine (LocalKvgateProcess); must exit 0 on SIGTERM."""
+    if not BUNDLED_MODEL.exists():
+        pytest.fail(f"bundled model missing: {BUNDLED_MODEL} (scripts/fetch_model.sh fetches it)")
+    kg = LocalKvgateProcess(kvgate_bin, tmp_path / "local", sim_port=0, name="local").start(timeout=60)
+    yield kg.gateway()
+    assert kg.terminate() == 0, kg.stderr_tail()

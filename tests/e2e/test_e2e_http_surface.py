@@ -14,7 +14,6 @@ import threading
 import time
 import urllib.parse
 import uuid
-from pathlib import Path
 
 import openai
 import pytest
@@ -22,8 +21,6 @@ import pytest
 from gwctl import ADMIN_TOKEN, GATEWAY_KEY, PROVIDER_OF_MODEL
 
 CHAT = "/v1/chat/completions"
-ROOT = Path(__file__).resolve().parents[2]
-LOCAL_MODEL = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def new_thread_id(tag: str) -> str:
@@ -558,43 +555,21 @@ def test_anthropic_refuses_unsupported_parameters(gw, sim, param):
 # -- 14. the built-in engine ---------------------------------------------------------------------
 
 
-@pytest.fixture
-def local_engine_gw(kvgate_bin, tmp_path, kvgate_process_class):
-    class LocalKvgate(kvgate_process_class):
-        """kvgate serving only the bundled model on the built-in engine."""
-
-        def _write_config(self):
-            self.config_path.write_text(f"""\
-server:   {{listen: 127.0.0.1:0, admin_token: {ADMIN_TOKEN}, api_keys: [{GATEWAY_KEY}]}}
-storage:  {{sqlite: {self.db_path}}}
-providers:
-  - {{name: local, type: local, model_path: {LOCAL_MODEL}, kv_cache_tokens: 8192, threads: 2}}
-models:
-  - {{name: smollm2, provider: local}}
-""")
-
-    if not LOCAL_MODEL.exists():
-        pytest.fail(f"bundled model missing: {LOCAL_MODEL} (scripts/fetch_model.sh fetches it)")
-    kg = LocalKvgate(kvgate_bin, tmp_path / "local", sim_port=0, name="local").start(timeout=60)
-    yield kg.gateway()
-    assert kg.terminate() == 0, kg.stderr_tail()
-
-
-def test_local_engine_overlong_prompt_is_context_length_exceeded(local_engine_gw):
+def test_local_engine_overlong_prompt_is_context_length_exceeded(local_gw):
     """A prompt longer than the model's 8192-token context is OpenAI's 400: code
     context_length_exceeded, param "messages" (what clients look for to trim history)."""
     with pytest.raises(openai.BadRequestError) as exc:
-        local_engine_gw.client(timeout=60).chat.completions.create(
+        local_gw.client(timeout=60).chat.completions.create(
             model="smollm2", max_tokens=4,
             messages=[{"role": "user", "content": "hello " * 10_000}])
     assert exc.value.code == "context_length_exceeded", exc.value.body
     assert exc.value.param == "messages", exc.value.body
 
 
-def test_local_engine_refuses_logprobs(local_engine_gw):
+def test_local_engine_refuses_logprobs(local_gw):
     """The engine produces no logprobs: asking for them is a 400, not silently ignored."""
     with pytest.raises(openai.BadRequestError) as exc:
-        local_engine_gw.client(timeout=60).chat.completions.create(
+        local_gw.client(timeout=60).chat.completions.create(
             model="smollm2", max_tokens=4, logprobs=True,
             messages=[{"role": "user", "content": "hi"}])
     assert "logprobs" in exc.value.body["message"], exc.value.body

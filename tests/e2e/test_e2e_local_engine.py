@@ -2,40 +2,12 @@
 client equals what telemetry records, turn 2 of a thread reads a block-aligned prefix, and many
 concurrent streaming conversations sharing a system prompt all finish and hit the cache."""
 import concurrent.futures
-import os
-from pathlib import Path
-
-import pytest
 
 from gwctl import ADMIN_TOKEN
 
-ROOT = Path(__file__).resolve().parents[2]
-MODEL = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 BLOCK = 16
 
 SYSTEM = ("You are a careful assistant for a hardware store. " * 30).strip()
-
-
-@pytest.fixture
-def local_gw(kvgate_bin, tmp_path, kvgate_process_class):
-    class LocalKvgate(kvgate_process_class):
-        """kvgate serving only the bundled model on the built-in engine."""
-
-        def _write_config(self):
-            self.config_path.write_text(f"""\
-server:   {{listen: 127.0.0.1:0, admin_token: {ADMIN_TOKEN}, api_keys: [sk-gw-test]}}
-storage:  {{sqlite: {self.db_path}}}
-providers:
-  - {{name: local, type: local, model_path: {MODEL}, kv_cache_tokens: 8192, threads: 2}}
-models:
-  - {{name: smollm2, provider: local}}
-""")
-
-    if not MODEL.exists():
-        pytest.fail(f"bundled model missing: {MODEL} (scripts/fetch_model.sh fetches it)")
-    kg = LocalKvgate(kvgate_bin, tmp_path / "local", sim_port=0, name="local").start(timeout=60)
-    yield kg.gateway()
-    assert kg.terminate() == 0
 
 
 def lookup(gw, messages):

@@ -233,6 +233,17 @@ TEST_F(TelemetryStoreQueryTest, ThreadCursorsAreKeysetsStableUnderNewTurns) {
     }
     return ids;
   };
+  // Every thread from `query` on, following next_cursor to the end.
+  auto page_through = [&](ThreadQuery query) {
+    std::vector<std::string> ids;
+    for (int pages = 0; pages < 20; ++pages) {
+      Result<json> page = store_->ListThreads(query);
+      for (const std::string& id : page_ids(page)) ids.push_back(id);
+      if (!page || (*page)["next_cursor"].is_null()) break;
+      query.cursor = (*page)["next_cursor"].get<std::string>();
+    }
+    return ids;
+  };
   for (auto sort : {ThreadQuery::Sort::kLastSeen, ThreadQuery::Sort::kFirstSeen,
                     ThreadQuery::Sort::kCost, ThreadQuery::Sort::kTurns,
                     ThreadQuery::Sort::kHitRatio}) {
@@ -244,14 +255,8 @@ TEST_F(TelemetryStoreQueryTest, ThreadCursorsAreKeysetsStableUnderNewTurns) {
       ASSERT_EQ(expected.size(), 9u);
       ThreadQuery paged = whole;
       paged.limit = 2;
-      std::vector<std::string> seen;
-      for (int pages = 0; pages < 20; ++pages) {
-        Result<json> page = store_->ListThreads(paged);
-        for (const std::string& id : page_ids(page)) seen.push_back(id);
-        if (!page || (*page)["next_cursor"].is_null()) break;
-        paged.cursor = (*page)["next_cursor"].get<std::string>();
-      }
-      EXPECT_EQ(seen, expected) << "sort " << static_cast<int>(sort) << " desc " << descending;
+      EXPECT_EQ(page_through(paged), expected)
+          << "sort " << static_cast<int>(sort) << " desc " << descending;
     }
   }
 
@@ -266,16 +271,9 @@ TEST_F(TelemetryStoreQueryTest, ThreadCursorsAreKeysetsStableUnderNewTurns) {
   store_->Record(MakeRecord("t7b", "t7", kT0 + 102'000'000, "gpt-4.1", UsageFlavor::kOpenAIChat, hit));
   ASSERT_TRUE(store_->Flush().has_value());
   paged.cursor = (*first)["next_cursor"].get<std::string>();
-  std::vector<std::string> rest;
-  for (int pages = 0; pages < 10; ++pages) {
-    Result<json> page = store_->ListThreads(paged);
-    for (const std::string& id : page_ids(page)) rest.push_back(id);
-    if (!page || (*page)["next_cursor"].is_null()) break;
-    paged.cursor = (*page)["next_cursor"].get<std::string>();
-  }
   // The rest of the original list, in order; the three moved or new threads sort before the
   // cursor and are for the next first page, not repeated here.
-  EXPECT_EQ(rest, (std::vector<std::string>{"t5", "t4", "t3", "t2", "t1", "t0"}));
+  EXPECT_EQ(page_through(paged), (std::vector<std::string>{"t5", "t4", "t3", "t2", "t1", "t0"}));
 
   for (const char* bad : {"t3", "k", "kzz", "k5b5d", "k" /* odd */ "5b31"}) {
     ThreadQuery q;

@@ -418,7 +418,12 @@ Result<GatewayConfig> ParseConfig(const std::string& yaml_text, const EnvLookup&
     return MakeError(ErrorCode::kInvalidArgument, source + ": invalid YAML: " + e.what());
   }
   auto config = FromJson(root, source);
-  if (!config) return config;
+  if (!config) {
+    // Every error names the file, then the field.
+    const std::string& message = config.error().message;
+    if (message.rfind(source + ":", 0) == 0) return config;
+    return MakeError(config.error().code, source + ": " + message);
+  }
   for (const auto& name : unset) {
     config->warnings.push_back("environment variable " + name + " is not set; using \"\"");
   }

@@ -306,7 +306,7 @@ int RunGateway(gateway::GatewayConfig config) {
 
   auto alerting = gateway::Alerting::Start(config.alerts, config.sqlite_path, clock, metrics->get());
   if (!alerting) {
-    std::fprintf(stderr, "kvgate: %s\n", alerting.error().message.c_str());
+    std::fprintf(stderr, "kvgate: %s: %s\n", config.source.c_str(), alerting.error().message.c_str());
     return 2;
   }
   gateway::Recorder recorder(**store, **metrics, catalog);

@@ -184,6 +184,16 @@ class OpenAICompatStream final : public SseStreamTranslator {
     AppendRawEvent(out.bytes, event.raw);
   }
 
+  // Some OpenAI-compatible servers end a finished stream without "data: [DONE]". A clean end of
+  // the body after a finish_reason is a whole answer; the client still gets its [DONE]. (A cut
+  // before any finish_reason, or a reset, stays an error.)
+  bool EndWithoutTerminal(Output& out) override {
+    if (finish_reason_.empty()) return false;
+    out.bytes += "data: [DONE]\n\n";
+    completed_ = true;
+    return true;
+  }
+
   void HandleError(const SseEvent& event, std::string_view data, Output& out) {
     json chunk = ParseJson(data);
     std::optional<std::string> message;

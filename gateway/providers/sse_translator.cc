@@ -30,6 +30,7 @@ std::string SseStreamTranslator::Finish(bool upstream_eof, std::string_view fail
     if (upstream_eof && !done()) {
       parser_.EndOfInput();
       Drain(out);
+      if (!done()) EndWithoutTerminal(out);
     }
     if (!done()) {
       Fail(out.bytes,

@@ -33,6 +33,13 @@ class SseStreamTranslator : public StreamTranslator {
   // One parsed upstream event; appends client bytes to `out`. Sets completed_ on the terminal
   // event, or calls Fail().
   virtual void Handle(const SseEvent& event, Output& out) = 0;
+  // The upstream ended its body cleanly without the terminal event. A provider whose streams can
+  // be whole without it appends what the client still needs, sets completed_ and returns true;
+  // by default such a stream is incomplete.
+  virtual bool EndWithoutTerminal(Output& out) {
+    (void)out;
+    return false;
+  }
 
   bool done() const { return completed_ || failed_; }
   // Appends the OpenAI error event for `message` and ends the stream.

@@ -294,6 +294,26 @@ TEST(OpenAICompatStreamTest, CutBeforeDoneGivesErrorEventFromFinish) {
   EXPECT_EQ(t->Finish(true), "");
 }
 
+TEST(OpenAICompatStreamTest, CleanEndAfterFinishReasonWithoutDoneIsComplete) {
+  constexpr std::string_view kLast =
+      "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],"
+      "\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":1,\"total_tokens\":6}}\n\n";
+  auto t = NewStreamTranslator(ProviderType::kVllm, StreamOptions(true));
+  std::string bytes = t->Feed(std::string(kChunkHi) + std::string(kLast)).bytes;
+  bytes += t->Finish(true);
+  EXPECT_EQ(bytes, std::string(kChunkHi) + std::string(kLast) + "data: [DONE]\n\n");
+  EXPECT_TRUE(t->completed());
+  EXPECT_FALSE(t->client_error().has_value());
+  EXPECT_EQ(t->finish_reason(), "stop");
+  EXPECT_EQ(t->usage().output, 1);
+  // The same stream reset instead of ended: still a failure.
+  auto reset = NewStreamTranslator(ProviderType::kVllm, StreamOptions(true));
+  reset->Feed(std::string(kChunkHi) + std::string(kLast));
+  EXPECT_NE(reset->Finish(false, "connection reset by peer").find("stream_failed"),
+            std::string::npos);
+  EXPECT_FALSE(reset->completed());
+}
+
 TEST(OpenAICompatStreamTest, UpstreamReadFailureGivesErrorEvent) {
   auto t = NewStreamTranslator(ProviderType::kSglang, StreamOptions(true));
   t->Feed("data: {\"choices\":[{\"index\":0,\"del");  // cut mid-event

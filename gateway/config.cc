@@ -365,41 +365,107 @@ EnvLookup ProcessEnv() {
   };
 }
 
+namespace {
+
+// Where a ${...} reference stands in the YAML text, which decides how its value is written.
+enum class YamlContext { kPlain, kDoubleQuoted, kSingleQuoted, kComment };
+
+// The value as it must appear inside `context` to read back as itself: escaped in a quoted
+// scalar (a password with a quote or a backslash), as is elsewhere.
+void AppendValue(YamlContext context, std::string_view value, std::string& out) {
+  for (const char c : value) {
+    if (context == YamlContext::kDoubleQuoted && (c == '"' || c == '\\')) out.push_back('\\');
+    if (context == YamlContext::kSingleQuoted && c == '\'') out.push_back('\'');
+    out.push_back(c);
+  }
+}
+
+}  // namespace
+
 Result<std::string> InterpolateEnv(const std::string& text, const EnvLookup& env,
                                    std::vector<std::string>* unset) {
   std::string out;
   out.reserve(text.size());
+  YamlContext context = YamlContext::kPlain;
+  char last_significant = '\n';  // the last non-blank character before this one on its line
   for (size_t i = 0; i < text.size(); ++i) {
-    if (text[i] != '$' || i + 1 >= text.size() || text[i + 1] != '{') {
-      out.push_back(text[i]);
+    const char c = text[i];
+    if (c == '$' && i + 1 < text.size() && text[i + 1] == '{' && context != YamlContext::kComment) {
+      size_t close = text.find('}', i + 2);
+      if (close == std::string::npos) {
+        return MakeError(ErrorCode::kInvalidArgument,
+                         "unterminated ${...} at offset " + std::to_string(i));
+      }
+      std::string inner = text.substr(i + 2, close - i - 2);
+      std::string name = inner;
+      std::optional<std::string> fallback;
+      if (auto dash = inner.find(":-"); dash != std::string::npos) {
+        name = inner.substr(0, dash);
+        fallback = inner.substr(dash + 2);
+      }
+      bool valid = !name.empty();
+      for (size_t k = 0; k < name.size() && valid; ++k) valid = IsNameChar(name[k], k == 0);
+      if (!valid) {
+        return MakeError(ErrorCode::kInvalidArgument, "bad variable reference ${" + inner + "}");
+      }
+      auto value = env(name);
+      if (value && !value->empty()) {
+        AppendValue(context, *value, out);
+      } else if (fallback) {
+        AppendValue(context, *fallback, out);
+      } else if (unset) {
+        unset->push_back(name);
+      }
+      i = close;
+      last_significant = 'x';
       continue;
     }
-    size_t close = text.find('}', i + 2);
-    if (close == std::string::npos) {
-      return MakeError(ErrorCode::kInvalidArgument,
-                       "unterminated ${...} at offset " + std::to_string(i));
+    out.push_back(c);
+    // Track quoting and comments, so that values are escaped where needed and commented-out
+    // references are left alone (and not reported as unset).
+    switch (context) {
+      case YamlContext::kComment:
+        if (c == '\n') context = YamlContext::kPlain;
+        break;
+      case YamlContext::kDoubleQuoted:
+        if (c == '\\' && i + 1 < text.size()) {
+          out.push_back(text[++i]);  // an escape: the next character does not close
+        } else if (c == '"') {
+          context = YamlContext::kPlain;
+        }
+        break;
+      case YamlContext::kSingleQuoted:
+        if (c == '\'') {
+          if (i + 1 < text.size() && text[i + 1] == '\'') {
+            out.push_back(text[++i]);  // '' is a quote inside the scalar
+          } else {
+            context = YamlContext::kPlain;
+          }
+        }
+        break;
+      case YamlContext::kPlain: {
+        // A quote opens a scalar only where one starts (don't is plain text); # starts a
+        // comment at the start of a line or after a blank.
+        const bool scalar_start = last_significant == '\n' || last_significant == ':' ||
+                                  last_significant == '-' || last_significant == '[' ||
+                                  last_significant == '{' || last_significant == ',' ||
+                                  last_significant == '?';
+        if (c == '#' && (i == 0 || text[i - 1] == ' ' || text[i - 1] == '\t' || text[i - 1] == '\n')) {
+          context = YamlContext::kComment;
+        } else if (c == '"' && scalar_start) {
+          context = YamlContext::kDoubleQuoted;
+        } else if (c == '\'' && scalar_start) {
+          context = YamlContext::kSingleQuoted;
+        }
+        break;
+      }
     }
-    std::string inner = text.substr(i + 2, close - i - 2);
-    std::string name = inner;
-    std::optional<std::string> fallback;
-    if (auto dash = inner.find(":-"); dash != std::string::npos) {
-      name = inner.substr(0, dash);
-      fallback = inner.substr(dash + 2);
+    if (c == '\n') {
+      last_significant = '\n';
+      if (context == YamlContext::kComment) context = YamlContext::kPlain;
+    } else if (c != ' ' && c != '\t') {
+      last_significant = c;
     }
-    bool valid = !name.empty();
-    for (size_t k = 0; k < name.size() && valid; ++k) valid = IsNameChar(name[k], k == 0);
-    if (!valid) {
-      return MakeError(ErrorCode::kInvalidArgument, "bad variable reference ${" + inner + "}");
-    }
-    auto value = env(name);
-    if (value && !value->empty()) {
-      out += *value;
-    } else if (fallback) {
-      out += *fallback;
-    } else if (unset) {
-      unset->push_back(name);
-    }
-    i = close;
   }
   return out;
 }

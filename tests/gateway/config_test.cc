@@ -80,6 +80,35 @@ TEST(ConfigTest, InterpolationDefaultsAndErrors) {
   EXPECT_FALSE(InterpolateEnv("${1A}", env).has_value());
 }
 
+// A value lands escaped inside a quoted scalar (a secret with a quote or a backslash reads back
+// as itself), and a commented-out reference is neither replaced nor reported unset.
+TEST(ConfigTest, InterpolationRespectsQuotesAndComments) {
+  const std::string secret = R"(p"a\s's}, x: #y)";
+  auto env = FakeEnv({{"S", secret}, {"A", "1"}});
+  std::vector<std::string> unset;
+  EXPECT_EQ(*InterpolateEnv("k: \"${S}\"", env), R"(k: "p\"a\\s's}, x: #y")");
+  EXPECT_EQ(*InterpolateEnv("k: '${S}'", env), R"(k: 'p"a\s''s}, x: #y')");
+  EXPECT_EQ(*InterpolateEnv("k: v # was ${MISSING}\nj: ${A}", env, &unset),
+            "k: v # was ${MISSING}\nj: 1");
+  EXPECT_TRUE(unset.empty());
+  // An apostrophe inside a plain scalar opens nothing; a '#' inside a word is not a comment.
+  EXPECT_EQ(*InterpolateEnv("d: don't ${A}, x#${A} # ${MISSING}", env, &unset),
+            "d: don't 1, x#1 # ${MISSING}");
+  EXPECT_TRUE(unset.empty());
+  // Through the whole parser: the quoted secret arrives intact.
+  auto config = ParseConfig(
+      "# api_key: ${COMMENTED_OUT}\n"
+      "server: {admin_token: \"${S}\"}\n"
+      "providers:\n  - name: a\n    type: openai\n    base_url: http://x\n    api_key: '${S}'\n"
+      "models: [{name: m, provider: a}]\n",
+      env, "test.yaml");
+  ASSERT_TRUE(config.has_value()) << config.error().message;
+  EXPECT_EQ(config->admin_token, secret);
+  ASSERT_EQ(config->providers.size(), 1u);
+  EXPECT_EQ(config->providers[0].api_key, secret);
+  EXPECT_TRUE(config->warnings.empty()) << config->warnings.front();
+}
+
 TEST(ConfigTest, ErrorsNameTheField) {
   auto env = FakeEnv({});
   struct Case {

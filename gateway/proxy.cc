@@ -48,6 +48,22 @@ std::string UpstreamRequestId(const upstream::Response& head) {
   return "";
 }
 
+// Why an upstream answer cannot be read as it came, or "" when it can: kvgate asks for identity
+// coding, but a server may compress anyway.
+std::string UnreadableEncoding(const upstream::Response& head, const std::string& provider) {
+  std::string_view encoding = head.header("content-encoding");
+  if (encoding.empty() || encoding == "identity") return "";
+  return "upstream " + provider + " answered with Content-Encoding " + std::string(encoding) +
+         ", which kvgate does not decode";
+}
+
+// An answer to a streaming request that is a JSON document, not an event stream (an error sent
+// with status 200, or a server that ignored "stream": true).
+bool IsJsonNotStream(const upstream::Response& head) {
+  std::string_view type = head.header("content-type");
+  return type.substr(0, 16) == "application/json";
+}
+
 // Maps an upstream transport failure to the client-visible error.
 providers::ClientError TransportError(const Error& error, const std::string& provider) {
   if (error.code == ErrorCode::kDeadlineExceeded) {
@@ -199,6 +215,13 @@ asio::awaitable<void> Gateway::HandleInference(http::Request& request,
     rec.upstream_status = response->status;
     rec.upstream_request_id = UpstreamRequestId(*response);
     CopyUpstreamHeaders(*response, headers);
+    if (std::string why = UnreadableEncoding(*response, route->provider_name); !why.empty()) {
+      co_await SendError(writer, log,
+                         providers::MakeOpenAIError(502, std::move(why), "upstream_error",
+                                                    "bad_upstream_response"),
+                         "upstream_error", headers);
+      co_return;
+    }
     if (response->status < 200 || response->status >= 300) {
       co_await SendError(writer, log,
                          providers::TranslateUpstreamError(route->type, response->status,
@@ -243,12 +266,20 @@ asio::awaitable<void> Gateway::HandleInference(http::Request& request,
   std::string error_body;  // a non-2xx upstream body, buffered
   int upstream_status = 0;
 
+  std::string unreadable;    // why the upstream's answer cannot be streamed, when it cannot
+  bool json_answer = false;  // a 2xx JSON document instead of a stream: buffered like an error
   auto on_head = [&](const upstream::Response& head) -> asio::awaitable<bool> {
     upstream_status = head.status;
     rec.upstream_status = head.status;
     rec.upstream_request_id = UpstreamRequestId(head);
     CopyUpstreamHeaders(head, headers);
+    unreadable = UnreadableEncoding(head, route->provider_name);
+    if (!unreadable.empty()) co_return false;
     if (head.status < 200 || head.status >= 300) co_return true;  // buffer the error body
+    if (IsJsonNotStream(head)) {
+      json_answer = true;
+      co_return true;  // buffered too
+    }
     std::vector<http::Header> stream_headers = headers;
     stream_headers.push_back({"cache-control", "no-cache"});
     auto began = co_await writer.BeginStream(200, "text/event-stream", std::move(stream_headers));
@@ -259,10 +290,13 @@ asio::awaitable<void> Gateway::HandleInference(http::Request& request,
     streaming_to_client = true;
     co_return true;
   };
-  upstream::BodySink sink = [&](std::string_view bytes) -> asio::awaitable<bool> {
+  // Set when the stream's final event arrived: the client's stream was ended and the turn
+  // recorded right then, whatever the upstream does with the rest of its body.
+  bool answered = false;
+  upstream::BodySink sink = [&](std::string_view bytes) -> asio::awaitable<upstream::SinkVerdict> {
     if (!streaming_to_client) {
       if (error_body.size() < 1 << 20) error_body.append(bytes);
-      co_return true;
+      co_return upstream::SinkVerdict::kContinue;
     }
     auto piece = translator->Feed(bytes);
     if (piece.has_content) log.MarkFirstToken();
@@ -270,16 +304,44 @@ asio::awaitable<void> Gateway::HandleInference(http::Request& request,
       auto wrote = co_await writer.WriteChunk(piece.bytes);
       if (!wrote) {
         client_gone = true;
-        co_return false;
+        co_return upstream::SinkVerdict::kAbort;
       }
     }
-    co_return true;
+    if (!translator->completed()) co_return upstream::SinkVerdict::kContinue;
+    // The final event ([DONE], message_stop) ends the answer even if the upstream keeps its body
+    // open: the client and the record must not wait for the upstream to close it.
+    answered = true;
+    rec.http_status = 200;
+    auto ended = co_await writer.EndStream();
+    if (!ended) log.SetError(200, "client_disconnected", "the client closed the connection mid-stream");
+    rec.usage = translator->usage();
+    rec.finish_reason = std::string(translator->finish_reason());
+    log.Commit();
+    co_return upstream::SinkVerdict::kFinished;
   };
 
   auto result = co_await client.SendStreaming(route->url, std::move(out), on_head, sink);
+  if (answered) co_return;
   if (!streaming_to_client) {
     if (client_gone) {
       log.SetError(200, "client_disconnected", "the client went away before the stream began");
+    } else if (!unreadable.empty()) {
+      co_await SendError(writer, log,
+                         providers::MakeOpenAIError(502, std::move(unreadable), "upstream_error",
+                                                    "bad_upstream_response"),
+                         "upstream_error", headers);
+    } else if (json_answer && result) {
+      // Its own error message if it carries one (as a 502: it came with a 200), else what came
+      // instead of a stream.
+      providers::ClientError error =
+          providers::TranslateUpstreamError(route->type, 502, error_body);
+      if (error_body.find("\"error\"") == std::string::npos) {
+        error = providers::MakeOpenAIError(
+            502, "upstream " + route->provider_name + " answered a streaming request with a JSON "
+                 "document instead of an event stream: " + error_body.substr(0, 200),
+            "upstream_error", "bad_upstream_response");
+      }
+      co_await SendError(writer, log, error, "upstream_error", headers);
     } else if (!result) {
       co_await SendError(writer, log, TransportError(result.error(), route->provider_name),
                          result.error().code == ErrorCode::kDeadlineExceeded ? "timeout"

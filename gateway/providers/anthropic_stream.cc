@@ -72,7 +72,7 @@ class AnthropicStream final : public SseStreamTranslator {
   }
 
   void Handle(const SseEvent& event, Output& out) override {
-    if (!event.has_data) return;
+    if (!event.has_data || TrimSpace(event.data).empty()) return;  // nothing to dispatch
     if (HandleTextDelta(event.data, out)) return;
     const json data = ParseJson(event.data);
     if (data.is_discarded() || !data.is_object()) {

@@ -30,6 +30,13 @@ std::string Dump(const nlohmann::ordered_json& value);
 // valid UTF-8 (invalid bytes become U+FFFD).
 std::string Snippet(std::string_view text, size_t max = 200);
 
+// `s` without leading blanks and trailing blanks or CR (an SSE data field, as compared).
+inline std::string_view TrimSpace(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  return s;
+}
+
 // options.created, or the current Unix time when it is 0.
 int64_t CreatedTime(const CallOptions& options);
 

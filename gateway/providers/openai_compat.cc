@@ -101,13 +101,6 @@ ChunkFacts ReadChunk(raw_json::Value chunk) {
   return facts;
 }
 
-std::string_view TrimSpace(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
-    s.remove_suffix(1);
-  return s;
-}
-
 void AppendKey(std::string_view raw_key, std::string& out) {
   if (out.size() > 1) out += ',';
   out += '"';
@@ -135,6 +128,18 @@ bool AppendObjectWithout(raw_json::Value object, std::string_view drop, std::str
   return true;
 }
 
+// Whether every non-empty line of an SSE block is a comment (": ...").
+bool OnlyComments(std::string_view raw) {
+  while (!raw.empty()) {
+    const size_t end = raw.find_first_of("\r\n");
+    const std::string_view line = raw.substr(0, end);
+    if (!line.empty() && line.front() != ':') return false;
+    if (end == std::string_view::npos) break;
+    raw.remove_prefix(end + 1);
+  }
+  return true;
+}
+
 class OpenAICompatStream final : public SseStreamTranslator {
  public:
   OpenAICompatStream(ProviderType type, const CallOptions& options)
@@ -143,10 +148,13 @@ class OpenAICompatStream final : public SseStreamTranslator {
  private:
   void Handle(const SseEvent& event, Output& out) override {
     if (!event.has_data) {
-      AppendRawEvent(out.bytes, event.raw);  // comments / keep-alives reach the client too
+      // Comments (keep-alives) reach the client too; other fields without data (retry:, id:
+      // alone) are nothing OpenAI sends, and some clients choke on them.
+      if (OnlyComments(event.raw)) AppendRawEvent(out.bytes, event.raw);
       return;
     }
     const std::string_view data = TrimSpace(event.data);
+    if (data.empty()) return;  // an empty data field dispatches nothing (WHATWG SSE)
     if (data == "[DONE]") {
       completed_ = true;
       AppendRawEvent(out.bytes, event.raw);

@@ -154,6 +154,7 @@ Status BuildHead(const Url& url, const OutgoingRequest& req, std::string& out) {
   if (url.base_path.empty() && path.empty()) out.push_back('/');
   out.append(" HTTP/1.1\r\n");
   bool has_host = false;
+  bool has_accept_encoding = false;
   for (const http::Header& h : req.headers) {
     if (!IsToken(h.name) || HasCtl(h.value)) {
       return MakeError(ErrorCode::kInvalidArgument, "bad request header '" + h.name + "'");
@@ -163,8 +164,11 @@ Status BuildHead(const Url& url, const OutgoingRequest& req, std::string& out) {
       continue;
     }
     has_host = has_host || IEquals(h.name, "host");
+    has_accept_encoding = has_accept_encoding || IEquals(h.name, "accept-encoding");
     out.append(h.name).append(": ").append(h.value).append("\r\n");
   }
+  // No header would let the server pick any coding (RFC 9110 12.5.3); this client decodes none.
+  if (!has_accept_encoding) out.append("Accept-Encoding: identity\r\n");
   if (!has_host) {
     const bool v6 = url.host.find(':') != std::string::npos;
     out.append("Host: ").append(v6 ? "[" + url.host + "]" : url.host);
@@ -273,24 +277,30 @@ asio::awaitable<Attempt> Exchange(Stream& stream, Conn& conn, const std::string&
 
   uint64_t received = 0;
   std::string body_text;
+  bool finished = false;  // the sink said kFinished: the rest only keeps the connection
   while (!parser->is_done()) {
     msg.body().data = conn.scratch.data();
     msg.body().size = conn.scratch.size();
-    tcp.expires_after(options.idle_read_timeout);
+    tcp.expires_after(finished ? options.finish_grace : options.idle_read_timeout);
     auto [bec, bn] =
         co_await bhttp::async_read_some(stream, conn.buffer, *parser, as_tuple(use_awaitable));
     if (bec == bhttp::error::need_buffer) bec = {};
+    if (bec && finished) {
+      out.result = std::move(response);  // the caller had all it needed: not pooled
+      co_return out;
+    }
     const size_t got = conn.scratch.size() - msg.body().size;
-    if (got > 0) {
+    if (got > 0 && !finished) {
       received += got;
       const std::string_view piece(conn.scratch.data(), got);
       if (handling.streaming()) {
-        bool go_on = true;
-        if (*handling.sink) go_on = co_await (*handling.sink)(piece);
-        if (!go_on) {
+        SinkVerdict verdict = SinkVerdict::kContinue;
+        if (*handling.sink) verdict = co_await (*handling.sink)(piece);
+        if (verdict == SinkVerdict::kAbort) {
           out.result = std::move(response);  // the caller aborted: not pooled
           co_return out;
         }
+        finished = verdict == SinkVerdict::kFinished;
       } else {
         if (body_text.size() + got > options.max_response_body) {
           out.result = MakeError(ErrorCode::kResourceExhausted,

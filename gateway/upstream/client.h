@@ -34,6 +34,9 @@ struct ClientOptions {
   std::chrono::milliseconds write_timeout{30'000};
   std::chrono::milliseconds header_timeout{600'000};   // request sent -> response headers
   std::chrono::milliseconds idle_read_timeout{300'000};  // max gap between body bytes
+  // After a sink says kFinished: how long the rest of the body may take to arrive (to keep the
+  // connection); past it the connection is closed and the exchange still succeeds.
+  std::chrono::milliseconds finish_grace{1'000};
   size_t max_idle_per_host = 64;
   size_t max_response_body = 64 * 1024 * 1024;  // buffered (non-streaming) bodies only
   bool verify_tls = true;  // false only for tests against self-signed servers
@@ -54,9 +57,17 @@ struct Response {
   std::string_view header(std::string_view name) const;
 };
 
-// Receives body bytes as they arrive (chunked encoding already removed). Return false to abort
-// (e.g. the client went away); the connection is then closed, not pooled.
-using BodySink = std::function<boost::asio::awaitable<bool>(std::string_view)>;
+// What a BodySink wants after a piece.
+enum class SinkVerdict {
+  kContinue,  // more, please
+  kAbort,     // stop now (the client went away): the connection is closed, not pooled
+  // The caller has what it needs (the stream's final event came): the rest of the body is read
+  // and dropped, for at most ClientOptions::finish_grace, only to pool the connection.
+  kFinished,
+};
+
+// Receives body bytes as they arrive (chunked encoding already removed).
+using BodySink = std::function<boost::asio::awaitable<SinkVerdict>(std::string_view)>;
 
 // Pooling: idle keep-alive connections are kept per origin (scheme://host:port), most recently
 // used first, at most max_idle_per_host, dropped after 60 s idle or when the peer has closed them
@@ -91,8 +102,9 @@ class Client {
 
   // Streams the response: `on_head` is called once with the status and headers (body empty)
   // before any body byte, so the caller can answer its own client first; then the body goes to
-  // `sink` piece by piece as it arrives. Either callback returning false aborts (the connection is
-  // closed, not pooled) and the result is the head with no error. A failure after the head (reset
+  // `sink` piece by piece as it arrives. on_head returning false or the sink kAbort aborts (the
+  // connection is closed, not pooled) and the result is the head with no error; after kFinished,
+  // nothing that happens to the rest of the body is an error. A failure after the head (reset
   // mid-stream, idle deadline) is returned as an error after the sink saw the bytes before it.
   // An empty on_head or sink means "go on" / "discard". Streaming bodies have no size limit.
   // A HEAD request's response is read without a body. 1xx interim responses are skipped.

@@ -132,9 +132,9 @@ TEST(ClientTest, StreamingHandsOverPiecesAsTheyArrive) {
     head_ms = NowMs();
     co_return true;
   };
-  BodySink sink = [&](std::string_view piece) -> asio::awaitable<bool> {
+  BodySink sink = [&](std::string_view piece) -> asio::awaitable<SinkVerdict> {
     pieces.emplace_back(NowMs(), std::string(piece));
-    co_return true;
+    co_return SinkVerdict::kContinue;
   };
   OutgoingRequest req;
   req.method = "GET";
@@ -156,15 +156,49 @@ TEST(ClientTest, StreamingHandsOverPiecesAsTheyArrive) {
   EXPECT_EQ(client->stats().connections_opened, 1u);
 }
 
+// kFinished: the sink is not called again; the rest of the body keeps the connection when it
+// comes within finish_grace, and closes it (still a success) when it does not.
+TEST(ClientTest, FinishedFromSinkDrainsWithinTheGraceOnly) {
+  auto upstream = StartUpstream();
+  const Url url = MustParse("http://127.0.0.1:" + std::to_string(upstream->port()) + "/v1");
+  for (const auto grace : {std::chrono::milliseconds(2'000), std::chrono::milliseconds(20)}) {
+    asio::io_context ioc;
+    ClientOptions options;
+    options.finish_grace = grace;
+    auto client = Client::Create(ioc.get_executor(), options);
+    int calls = 0;
+    BodySink sink = [&](std::string_view) -> asio::awaitable<SinkVerdict> {
+      ++calls;
+      co_return SinkVerdict::kFinished;
+    };
+    auto yes = [](const Response&) -> asio::awaitable<bool> { co_return true; };
+    OutgoingRequest req;
+    req.method = "GET";
+    req.path = "/stream";  // "data: first", then "data: second" about 200 ms later
+    const int64_t start = NowMs();
+    auto r = Await(ioc, client->SendStreaming(url, req, yes, sink));
+    ASSERT_TRUE(r) << r.error().ToString();
+    EXPECT_EQ(calls, 1);
+    auto again = Await(ioc, client->Send(url, Post("/echo", "")));
+    ASSERT_TRUE(again);
+    if (grace.count() > 1000) {
+      EXPECT_EQ(client->stats().connections_opened, 1u);  // the rest came in time: pooled
+    } else {
+      EXPECT_LT(NowMs() - start, 150);                     // did not wait for the rest
+      EXPECT_EQ(client->stats().connections_opened, 2u);  // not pooled
+    }
+  }
+}
+
 TEST(ClientTest, AbortFromSinkClosesInsteadOfPooling) {
   auto upstream = StartUpstream();
   asio::io_context ioc;
   auto client = Client::Create(ioc.get_executor(), {});
   const Url url = MustParse("http://127.0.0.1:" + std::to_string(upstream->port()) + "/v1");
   int calls = 0;
-  BodySink sink = [&](std::string_view) -> asio::awaitable<bool> {
+  BodySink sink = [&](std::string_view) -> asio::awaitable<SinkVerdict> {
     ++calls;
-    co_return false;
+    co_return SinkVerdict::kAbort;
   };
   auto yes = [](const Response&) -> asio::awaitable<bool> { co_return true; };
   OutgoingRequest req;
@@ -259,9 +293,9 @@ TEST(ClientTest, ResetMidStreamIsAnErrorAfterThePartialBody) {
     head_seen = true;
     co_return true;
   };
-  BodySink sink = [&](std::string_view piece) -> asio::awaitable<bool> {
+  BodySink sink = [&](std::string_view piece) -> asio::awaitable<SinkVerdict> {
     seen += piece;
-    co_return true;
+    co_return SinkVerdict::kContinue;
   };
   auto r = Await(ioc, client->SendStreaming(url, Post("/s", ""), on_head, sink));
   ASSERT_FALSE(r);

@@ -512,6 +512,16 @@ TEST(AnthropicStreamTest, ToolCallWithoutArgumentsGetsAnEmptyObject) {
   EXPECT_EQ(t->finish_reason(), "tool_calls");
 }
 
+TEST(AnthropicStreamTest, AnEmptyDataFieldIsSkipped) {
+  auto t = NewStreamTranslator(ProviderType::kAnthropic, StreamOptions(false));
+  auto r = RunStream(*t, kStart + "data:\n\n" +
+                             Event("content_block_delta",
+                                   R"({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"a"}})") +
+                             Event("message_stop", R"({"type":"message_stop"})"));
+  EXPECT_TRUE(t->completed());
+  EXPECT_FALSE(t->client_error().has_value()) << r.bytes;
+}
+
 TEST(AnthropicStreamTest, CutBeforeMessageStopGivesErrorEvent) {
   auto t = NewStreamTranslator(ProviderType::kAnthropic, StreamOptions(false));
   auto out = t->Feed(kStart);

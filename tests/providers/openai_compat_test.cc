@@ -314,6 +314,21 @@ TEST(OpenAICompatStreamTest, CleanEndAfterFinishReasonWithoutDoneIsComplete) {
   EXPECT_FALSE(reset->completed());
 }
 
+// WHATWG SSE: an empty data field dispatches nothing; a comment is forwarded (keep-alive), a
+// block of other fields without data (retry:, id:) is dropped (the OpenAI SDK chokes on it).
+TEST(OpenAICompatStreamTest, EmptyDataAndDatalessBlocksAreSkippedCommentsKept) {
+  auto t = NewStreamTranslator(ProviderType::kOpenAI, StreamOptions(true));
+  std::string bytes = t->Feed(std::string(kChunkHi) + "data:\n\n" + ": keep-alive\n\n" +
+                              "retry: 3000\n\n" + "id: 7\n\n" + std::string(kChunkHi) +
+                              "data: [DONE]\n\n")
+                          .bytes;
+  bytes += t->Finish(true);
+  EXPECT_EQ(bytes, std::string(kChunkHi) + ": keep-alive\n\n" + std::string(kChunkHi) +
+                       "data: [DONE]\n\n");
+  EXPECT_TRUE(t->completed());
+  EXPECT_FALSE(t->client_error().has_value());
+}
+
 TEST(OpenAICompatStreamTest, UpstreamReadFailureGivesErrorEvent) {
   auto t = NewStreamTranslator(ProviderType::kSglang, StreamOptions(true));
   t->Feed("data: {\"choices\":[{\"index\":0,\"del");  // cut mid-event

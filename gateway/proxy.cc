@@ -1,6 +1,7 @@
 // The inference path: POST /v1/chat/completions and /v1/completions, streaming and not.
 // One data flow: parse -> route -> adapter builds the upstream call -> upstream client ->
 // adapter translates -> client; the RequestLog records what happened on every path.
+#include <boost/algorithm/string/predicate.hpp>
 #include <boost/asio/this_coro.hpp>
 
 #include "common/ids.h"
@@ -60,8 +61,13 @@ std::string UnreadableEncoding(const upstream::Response& head, const std::string
 // An answer to a streaming request that is a JSON document, not an event stream (an error sent
 // with status 200, or a server that ignored "stream": true).
 bool IsJsonNotStream(const upstream::Response& head) {
-  std::string_view type = head.header("content-type");
-  return type.substr(0, 16) == "application/json";
+  bool json = false;
+  for (const http::Header& h : head.headers) {  // (a repeated Content-Type: any event stream wins)
+    if (h.name.size() != 12 || !boost::iequals(h.name, "content-type")) continue;
+    if (h.value.starts_with("text/event-stream")) return false;
+    json = json || h.value.starts_with("application/json");
+  }
+  return json;
 }
 
 // Maps an upstream transport failure to the client-visible error.

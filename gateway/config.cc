@@ -305,6 +305,10 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
       }
       auto kv = r.Int("kv_cache_tokens", 0);
       if (!kv) return std::unexpected(kv.error());
+      if (*kv < 0) {
+        return MakeError(ErrorCode::kInvalidArgument,
+                         r.path + ".kv_cache_tokens must be >= 0 (0: the default pool)");
+      }
       pc.kv_cache_tokens = *kv;
       auto threads = Threads(r);
       if (!threads) return std::unexpected(threads.error());

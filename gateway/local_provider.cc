@@ -8,6 +8,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <limits>
 #include <mutex>
 #include <thread>
 
@@ -203,6 +204,12 @@ Result<engine::SamplingParams> SamplingFrom(const json& body) {
                            {"frequency_penalty", &p.frequency_penalty},
                            {"repetition_penalty", &p.repetition_penalty}}) {
     if (auto s = number(key, *slot); !s) return std::unexpected(s.error());
+  }
+  for (auto [key, value] : {std::pair{"presence_penalty", p.presence_penalty},
+                            {"frequency_penalty", p.frequency_penalty}}) {
+    if (!(value >= -2.0f && value <= 2.0f)) {  // OpenAI's range
+      return MakeError(ErrorCode::kInvalidArgument, std::string(key) + " must be between -2 and 2");
+    }
   }
   auto integer = [&](const char* key) -> Result<std::optional<int64_t>> {
     auto it = body.find(key);
@@ -473,22 +480,36 @@ asio::awaitable<void> LocalEnginesImpl::Serve(const Route& route, const json& bo
   }
   std::vector<int32_t> prompt = host.engine().tokenizer().Encode(*prompt_text, true);
   const int64_t context_length = host.engine().dims().context_length;
-  if (static_cast<int64_t>(prompt.size()) >= context_length) {
-    // OpenAI's wording and code: clients look for context_length_exceeded to trim history.
-    std::string message = "This model's maximum context length is " +
-                          std::to_string(context_length) + " tokens. However, your " +
-                          (options.endpoint == providers::Endpoint::kChatCompletions ? "messages"
-                                                                                     : "prompt") +
-                          " resulted in " + std::to_string(prompt.size()) +
-                          " tokens. Please reduce the length of the " +
-                          (options.endpoint == providers::Endpoint::kChatCompletions ? "messages."
-                                                                                     : "prompt.");
-    log.SetError(400, "error", message);
-    std::string error_body =
-        providers::MakeOpenAIError(
-            400, std::move(message), "invalid_request_error", "context_length_exceeded",
-            options.endpoint == providers::Endpoint::kChatCompletions ? "messages" : "prompt")
-            .body.dump();
+  const int64_t prompt_tokens = static_cast<int64_t>(prompt.size());
+  const bool chat = options.endpoint == providers::Endpoint::kChatCompletions;
+  const std::string what = chat ? "messages" : "prompt";
+  // An explicit max_tokens must fit beside the prompt (OpenAI and vLLM refuse it too): otherwise
+  // a "length" finish would come before max_tokens.
+  bool asked_max = false;
+  for (const char* key : {"max_tokens", "max_completion_tokens"}) {
+    asked_max = asked_max || (body.contains(key) && !body[key].is_null());
+  }
+  std::string too_long;  // OpenAI's wording and code: clients look for it to trim history
+  if (prompt_tokens >= context_length) {
+    too_long = "This model's maximum context length is " + std::to_string(context_length) +
+               " tokens. However, your " + what + " resulted in " +
+               std::to_string(prompt_tokens) + " tokens" +
+               (prompt_tokens == context_length ? ", which leaves no room for a completion" : "") +
+               ". Please reduce the length of the " + what + ".";
+  } else if (asked_max && prompt_tokens + sampling->max_tokens > context_length) {
+    too_long = "This model's maximum context length is " + std::to_string(context_length) +
+               " tokens. However, you requested " +
+               std::to_string(prompt_tokens + sampling->max_tokens) + " tokens (" +
+               std::to_string(prompt_tokens) + " in the " + what + ", " +
+               std::to_string(sampling->max_tokens) + " in the completion). Please reduce the " +
+               "length of the " + what + " or completion.";
+  }
+  if (!too_long.empty()) {
+    log.SetError(400, "error", too_long);
+    std::string error_body = providers::MakeOpenAIError(400, std::move(too_long),
+                                                        "invalid_request_error",
+                                                        "context_length_exceeded", what)
+                                 .body.dump();
     co_await writer.Send(400, kJson, std::move(error_body), std::move(headers));
     co_return;
   }
@@ -681,7 +702,13 @@ Result<std::unique_ptr<LocalEngines>> LocalEngines::Start(const GatewayConfig& c
     options.threads = p.threads > 0 ? p.threads
                                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     if (p.kv_cache_tokens > 0) {
-      options.num_kv_blocks = static_cast<int32_t>((p.kv_cache_tokens + 15) / 16);
+      const int64_t blocks = (p.kv_cache_tokens + 15) / 16;
+      if (blocks > std::numeric_limits<int32_t>::max()) {
+        return MakeError(ErrorCode::kInvalidArgument,
+                         "provider " + p.name + ": kv_cache_tokens " +
+                             std::to_string(p.kv_cache_tokens) + " is too large");
+      }
+      options.num_kv_blocks = static_cast<int32_t>(blocks);
     }
     auto created = engine::Engine::Create(options);
     if (!created) {

@@ -115,6 +115,10 @@ class Backend {
 
   // Zero-initialised memory of `bytes`, 64-byte aligned. kResourceExhausted when it cannot.
   virtual Result<DeviceBuffer> Allocate(size_t bytes) = 0;
+  // The most memory this backend's allocations could ever get (the machine's RAM for the CPU),
+  // so that a KV pool that cannot fit is refused before zeroing it gets the process killed;
+  // 0 when unknown.
+  virtual size_t MemoryCapacity() const { return 0; }
   // Makes host bytes (an mmap'd GGUF tensor that outlives the backend's use of it) usable by ops
   // and returns their backend address. The CPU backend returns `host` itself (no copy).
   virtual Result<const void*> UploadWeights(const void* host, size_t bytes) = 0;

@@ -1,5 +1,7 @@
 #include "local_engine/cpu_backend.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -37,6 +39,12 @@ class CpuBackend final : public Backend {
     }
     std::memset(p, 0, rounded);
     return DeviceBuffer{std::shared_ptr<void>(p, [](void* q) { std::free(q); }), bytes};
+  }
+
+  size_t MemoryCapacity() const override {
+    const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page_size <= 0) return 0;
+    return static_cast<size_t>(pages) * static_cast<size_t>(page_size);
   }
 
   Result<const void*> UploadWeights(const void* host, size_t) override { return host; }

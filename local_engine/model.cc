@@ -15,6 +15,16 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelWeights& wei
   const LlamaDims& d = weights.dims;
   const size_t layer_bytes = static_cast<size_t>(config.num_blocks) * config.block_size *
                              d.kv_heads * d.head_dim * sizeof(uint16_t);
+  // Zeroing touches every byte: a pool over the machine's memory ends with the kernel killing the
+  // process, not with an error anyone can read.
+  const size_t total = layer_bytes * 2 * static_cast<size_t>(d.n_layers);
+  if (const size_t capacity = backend.MemoryCapacity(); capacity > 0 && total > capacity) {
+    return MakeError(ErrorCode::kResourceExhausted,
+                     "kv cache: " + std::to_string(int64_t{config.num_blocks} * config.block_size) +
+                         " tokens need " + std::to_string(total) + " bytes, more than the " +
+                         std::to_string(capacity) + " bytes of " + std::string(backend.Name()) +
+                         " memory (a smaller kv_cache_tokens?)");
+  }
   for (int64_t l = 0; l < d.n_layers; ++l) {
     auto k = backend.Allocate(layer_bytes);
     if (!k) return std::unexpected(k.error());

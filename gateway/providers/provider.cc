@@ -138,6 +138,14 @@ std::optional<std::string> UnsupportedFeature(const json& body, std::string_view
   if (const json* v = field("echo"); v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
     return unsupported("'echo'");
   }
+  if (const json* v = field("suffix");
+      v != nullptr && !(v->is_string() && v->get_ref<const std::string&>().empty())) {
+    return unsupported("'suffix'");
+  }
+  if (const json* v = field("best_of");
+      v != nullptr && !(v->is_number_integer() && v->get<int64_t>() <= 1)) {
+    return unsupported("'best_of' > 1");
+  }
   if (const json* v = field("response_format"); v != nullptr) {
     auto type = v->is_object() ? v->find("type") : v->end();
     const bool text = v->is_object() && type != v->end() && type->is_string() &&

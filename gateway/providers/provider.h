@@ -102,8 +102,8 @@ std::optional<std::string> TakeKvgateFields(nlohmann::json& body);
 
 // For upstreams that cannot honour them (Anthropic, the built-in engine): the error message for
 // the first OpenAI request field that asks for what `upstream` does not do (logprobs,
-// top_logprobs, a response_format other than text, echo), or nullopt. Such a request gets a 400
-// rather than an answer that silently lacks what was asked for.
+// top_logprobs, a response_format other than text, echo, suffix, best_of > 1), or nullopt. Such
+// a request gets a 400 rather than an answer that silently lacks what was asked for.
 std::optional<std::string> UnsupportedFeature(const nlohmann::json& body, std::string_view upstream);
 
 // Builds the upstream request from the client's OpenAI-format JSON body (chat or completions,

@@ -606,3 +606,24 @@ def test_sighup_drains_in_flight_request(spawn_kvgate, sim):
     assert st == 200, (st, body)
     assert [t["request_id"] for t in body["turns"]] == [result["rid"]], body
     assert again.terminate() == 0, again.stderr_tail()
+
+
+def test_local_engine_refuses_what_it_cannot_honour(local_gw):
+    """A prompt plus an explicit max_tokens over the context is context_length_exceeded (a
+    "length" finish would otherwise come before max_tokens); penalties outside OpenAI's [-2, 2],
+    suffix and best_of > 1 are 400s, not silently applied or ignored."""
+    client = local_gw.client(timeout=60, max_retries=0)
+    with pytest.raises(openai.BadRequestError) as exc:
+        client.chat.completions.create(model="smollm2", max_tokens=1000,
+                                       messages=[{"role": "user", "content": "hello " * 7500}])
+    assert exc.value.code == "context_length_exceeded", exc.value.body
+    assert "in the completion" in exc.value.body["message"], exc.value.body
+    for extra in ({"frequency_penalty": 2.5}, {"presence_penalty": -3}):
+        with pytest.raises(openai.BadRequestError) as exc:
+            client.chat.completions.create(model="smollm2", max_tokens=2,
+                                           messages=[{"role": "user", "content": "hi"}], **extra)
+        assert "between -2 and 2" in exc.value.body["message"], exc.value.body
+    for extra in ({"suffix": "tail"}, {"best_of": 3}):
+        with pytest.raises(openai.BadRequestError):
+            client.completions.create(model="smollm2", prompt="Hi", max_tokens=2, **extra)
+

@@ -148,6 +148,8 @@ TEST(ConfigTest, ErrorsNameTheField) {
       {"router: {prefer: cheap}", "unknown top-level section \"router\""},
       {"providers: [{name: l, type: local, model_path: m.gguf, threads: -2}]",
        "providers[0].threads must be between 0"},
+      {"providers: [{name: l, type: local, model_path: m.gguf, kv_cache_tokens: -5}]",
+       "providers[0].kv_cache_tokens must be >= 0"},
   };
   for (const Case& c : cases) {
     auto config = ParseConfig(c.yaml, env, "test.yaml");

@@ -192,6 +192,9 @@ TEST(UnsupportedFeatureTest, AskedForFeaturesAreNamedDefaultsAreNot) {
   EXPECT_EQ(UnsupportedFeature(json{{"echo", true}}, "X"), "'echo' is not supported by X");
   EXPECT_EQ(UnsupportedFeature(json{{"response_format", {{"type", "json_object"}}}}, "X"),
             "'response_format' of type json_object is not supported by X");
+  EXPECT_EQ(UnsupportedFeature(json{{"suffix", "tail"}}, "X"), "'suffix' is not supported by X");
+  EXPECT_EQ(UnsupportedFeature(json{{"best_of", 3}}, "X"), "'best_of' > 1 is not supported by X");
+  EXPECT_EQ(UnsupportedFeature(json{{"suffix", ""}, {"best_of", 1}}, "X"), std::nullopt);
   EXPECT_EQ(UnsupportedFeature(json{{"response_format", "json"}}, "X"),
             "'response_format' of type \"json\" is not supported by X");
   EXPECT_EQ(UnsupportedFeature(json{{"logprobs", false},

@@ -143,6 +143,14 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   e->runner_ = std::move(*runner);
   auto tok = Tokenizer::FromGguf(*e->file_);
   if (!tok) return std::unexpected(tok.error());
+  // A vocabulary of another size than the embedding table: every id past the shorter one reads
+  // the wrong row or none, and the model writes garbage.
+  if ((*tok)->vocab_size() != static_cast<size_t>(e->weights_.dims.vocab)) {
+    return MakeError(ErrorCode::kCorruptData,
+                     "tokenizer.ggml.tokens has " + std::to_string((*tok)->vocab_size()) +
+                         " tokens but the embedding table has " +
+                         std::to_string(e->weights_.dims.vocab) + " rows");
+  }
   e->tokenizer_ = std::move(*tok);
   // End of generation: the declared EOS plus the chat-format terminators llama.cpp also treats as
   // end-of-generation when the vocabulary has them.

@@ -206,6 +206,9 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& file) {
   if (spec.tokens.empty()) {
     return MakeError(ErrorCode::kCorruptData, where + "tokenizer.ggml.tokens is missing or empty");
   }
+  if (spec.merges.empty()) {  // byte-level BPE without merges splits text into single bytes
+    return MakeError(ErrorCode::kCorruptData, where + "tokenizer.ggml.merges is missing or empty");
+  }
   if (const GgufArray* types = file.GetArray("tokenizer.ggml.token_type")) {
     spec.token_types.reserve(types->size());
     for (const GgufValue& v : *types) {

@@ -93,7 +93,11 @@ Result<ModelWeights> LoadWeights(const GgufFile& f, Backend& backend) {
 #undef KVGATE_REQUIRE_INT
   d.kv_heads = f.GetInt("llama.attention.head_count_kv").value_or(d.heads);
   d.rope_theta = static_cast<float>(f.GetFloat("llama.rope.freq_base").value_or(10000.0));
-  d.rms_eps = static_cast<float>(f.GetFloat("llama.attention.layer_norm_rms_epsilon").value_or(1e-5));
+  constexpr std::string_view kEps = "llama.attention.layer_norm_rms_epsilon";
+  if (f.Find(kEps) != nullptr && !f.GetFloat(kEps)) {
+    return MakeError(ErrorCode::kCorruptData, std::string(kEps) + " must be a number");
+  }
+  d.rms_eps = static_cast<float>(f.GetFloat(kEps).value_or(1e-5));
   if (d.hidden % d.heads != 0 || d.kv_heads <= 0 || d.heads % d.kv_heads != 0) {
     return MakeError(ErrorCode::kCorruptData, Where(f) + "inconsistent head counts");
   }

@@ -180,6 +180,16 @@ TEST(TokenizerTest, FromGgufRejectsUnsupportedModels) {
   f = GgufFile::FromBytes(bytes, "w.gguf");
   ASSERT_TRUE(f.has_value());
   EXPECT_EQ(Tokenizer::FromGguf(**f).error().code, ErrorCode::kCorruptData);
+  // Byte-level BPE without its merges would split every word into bytes: refused.
+  testing::GgufBuilder m;
+  m.KvStr("tokenizer.ggml.model", "gpt2").KvStrArray("tokenizer.ggml.tokens", {"a", "b", "ab"});
+  bytes = m.Build();
+  f = GgufFile::FromBytes(bytes, "m.gguf");
+  ASSERT_TRUE(f.has_value());
+  auto no_merges = Tokenizer::FromGguf(**f);
+  ASSERT_FALSE(no_merges.has_value());
+  EXPECT_NE(no_merges.error().message.find("tokenizer.ggml.merges is missing"), std::string::npos)
+      << no_merges.error().message;
 }
 
 TEST(TokenizerTest, RealModelMetadata) {

@@ -123,7 +123,13 @@ int Engine(int argc, char** argv) {
                (fraction = std::strtod(value.c_str(), &end), *end == '\0') && fraction > 0.0 &&
                fraction <= 1.0) {
     } else {
-      std::fprintf(stderr, "kvgate engine: bad option %s %s\n%s", arg.c_str(), value.c_str(), kUsage);
+      static constexpr std::string_view kKnown[] = {"--model", "--name", "--host", "--db", "--port",
+                                                    "--kv-cache-tokens", "--device",
+                                                    "--gpu-memory-fraction"};
+      const bool known = std::find(std::begin(kKnown), std::end(kKnown), arg) != std::end(kKnown);
+      std::fprintf(stderr, known ? "kvgate engine: bad value for %s: %s\n%s"
+                                 : "kvgate engine: unknown option %s (value %s)\n%s",
+                   arg.c_str(), value.c_str(), kUsage);
       return 2;
     }
   }
@@ -401,6 +407,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::string command = argv[1];
+  // `kvgate COMMAND --help` (or -h) anywhere: the usage, on stdout, success. (Each command's own
+  // parser would read it as an option needing a value.)
+  for (int i = 2; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+  }
   if (command == "serve") return Serve(argc, argv);
   if (command == "engine") return Engine(argc, argv);
   // The engine tools parse their own flags from argv[1] on; argv[0] is the subcommand.

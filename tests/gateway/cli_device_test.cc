@@ -78,10 +78,10 @@ TEST_F(CliDeviceTest, BadDeviceIsUsageError) {
   EXPECT_NE(gen.err.find("bad or missing value for --device"), std::string::npos) << gen.err;
   const Outcome eng = Kvgate({"engine", "--model", kModel, "--device", "gpu"});
   EXPECT_EQ(eng.exit_code, 2);
-  EXPECT_NE(eng.err.find("bad option --device gpu"), std::string::npos) << eng.err;
+  EXPECT_NE(eng.err.find("bad value for --device: gpu"), std::string::npos) << eng.err;
   const Outcome frac = Kvgate({"engine", "--model", kModel, "--gpu-memory-fraction", "1.5"});
   EXPECT_EQ(frac.exit_code, 2);
-  EXPECT_NE(frac.err.find("bad option --gpu-memory-fraction 1.5"), std::string::npos) << frac.err;
+  EXPECT_NE(frac.err.find("bad value for --gpu-memory-fraction: 1.5"), std::string::npos) << frac.err;
   const Outcome graphs = Kvgate({"generate", "--model", kModel, "--prompt", "x", "--cuda-graphs"});
   EXPECT_EQ(graphs.exit_code, 2) << "graphs need --device cuda";
   EXPECT_NE(graphs.err.find("--cuda-graphs needs --device cuda"), std::string::npos) << graphs.err;

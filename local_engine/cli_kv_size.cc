@@ -33,9 +33,10 @@ constexpr std::string_view kUsage =
 Result<double> ParseGib(std::string_view flag, const std::string& v) {
   double d = 0;
   const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), d);
-  if (ec != std::errc() || p != v.data() + v.size() || !std::isfinite(d) || d < 0) {
+  // Up to 1 PiB: byte counts derived from it stay far inside 64 bits.
+  if (ec != std::errc() || p != v.data() + v.size() || !std::isfinite(d) || d < 0 || d > 1 << 20) {
     return MakeError(ErrorCode::kInvalidArgument,
-                     std::string(flag) + " needs a non-negative number, got '" + v + "'");
+                     std::string(flag) + " needs a number from 0 to 1048576 (GiB), got '" + v + "'");
   }
   return d;
 }
@@ -80,9 +81,10 @@ Result<Options> ParseArgs(int argc, char** argv) {
     } else if (arg == "--context") {
       uint64_t n = 0;
       const auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), n);
-      if (ec != std::errc() || p != v->data() + v->size() || n == 0) {
+      // Up to 2^32 tokens: bytes per session stay inside 64 bits for any real model.
+      if (ec != std::errc() || p != v->data() + v->size() || n == 0 || n > (uint64_t{1} << 32)) {
         return MakeError(ErrorCode::kInvalidArgument,
-                         "--context needs a positive integer, got '" + *v + "'");
+                         "--context needs an integer from 1 to 4294967296, got '" + *v + "'");
       }
       o.context = n;
     } else if (arg == "--gpu-mem-gib") {

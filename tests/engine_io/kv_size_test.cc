@@ -103,7 +103,12 @@ TEST(KvSizeCliTest, Errors) {
   EXPECT_NE(RunCli({"--dtype", "int3"}, &out, &err), 0);
   EXPECT_NE(err.find("unknown KV dtype"), std::string::npos) << err;
   EXPECT_NE(RunCli({"--context", "-5"}, &out, &err), 0);
-  EXPECT_NE(err.find("--context needs a positive integer"), std::string::npos) << err;
+  EXPECT_NE(err.find("--context needs an integer from 1"), std::string::npos) << err;
+  // Values whose byte counts would overflow 64 bits are refused, not printed as garbage.
+  EXPECT_NE(RunCli({"--context", "9999999999999"}, &out, &err), 0);
+  EXPECT_NE(err.find("--context needs an integer from 1"), std::string::npos) << err;
+  EXPECT_NE(RunCli({"--model", "qwen3-8b", "--gpu-mem-gib", "1e11"}, &out, &err), 0);
+  EXPECT_NE(err.find("--gpu-mem-gib needs a number from 0 to 1048576"), std::string::npos) << err;
   EXPECT_NE(RunCli({"--gpu-mem-gib"}, &out, &err), 0);
   EXPECT_NE(err.find("needs a value"), std::string::npos) << err;
   EXPECT_NE(RunCli({"--bogus", "1"}, &out, &err), 0);

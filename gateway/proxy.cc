@@ -296,6 +296,12 @@ asio::awaitable<void> Gateway::HandleInference(http::Request& request,
     streaming_to_client = true;
     co_return true;
   };
+  // The turn's outcome as the translator saw it, recorded once the client's stream is over.
+  auto record_stream = [&] {
+    rec.usage = translator->usage();
+    rec.finish_reason = std::string(translator->finish_reason());
+    log.Commit();
+  };
   // Set when the stream's final event arrived: the client's stream was ended and the turn
   // recorded right then, whatever the upstream does with the rest of its body.
   bool answered = false;
@@ -320,9 +326,7 @@ asio::awaitable<void> Gateway::HandleInference(http::Request& request,
     rec.http_status = 200;
     auto ended = co_await writer.EndStream();
     if (!ended) log.SetError(200, "client_disconnected", "the client closed the connection mid-stream");
-    rec.usage = translator->usage();
-    rec.finish_reason = std::string(translator->finish_reason());
-    log.Commit();
+    record_stream();
     co_return upstream::SinkVerdict::kFinished;
   };
 
@@ -337,11 +341,12 @@ asio::awaitable<void> Gateway::HandleInference(http::Request& request,
                                                     "bad_upstream_response"),
                          "upstream_error", headers);
     } else if (json_answer && result) {
-      // Its own error message if it carries one (as a 502: it came with a 200), else what came
-      // instead of a stream.
+      // Its own error message if it carries an error object (as a 502: it came with a 200),
+      // else what came instead of a stream.
       providers::ClientError error =
           providers::TranslateUpstreamError(route->type, 502, error_body);
-      if (error_body.find("\"error\"") == std::string::npos) {
+      Result<raw_json::Value> document = raw_json::Parse(error_body);
+      if (!document || !raw_json::Find(*document, "error")) {
         error = providers::MakeOpenAIError(
             502, "upstream " + route->provider_name + " answered a streaming request with a JSON "
                  "document instead of an event stream: " + error_body.substr(0, 200),
@@ -389,9 +394,7 @@ asio::awaitable<void> Gateway::HandleInference(http::Request& request,
       log.SetError(200, "upstream_error", "upstream ended the stream before its final event");
     }
   }
-  rec.usage = translator->usage();
-  rec.finish_reason = std::string(translator->finish_reason());
-  log.Commit();
+  record_stream();
 }
 
 }  // namespace kvgate::gateway

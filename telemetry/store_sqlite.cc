@@ -151,7 +151,7 @@ Status SqliteTelemetryStore::Flush() {
   }
   if (failed_through_seq_ > reported_failure_seq_) {
     reported_failure_seq_ = failed_through_seq_;
-    return MakeError(ErrorCode::kUnavailable, "telemetry records lost: " + last_error_);
+    return MakeError(ErrorCode::kUnavailable, "telemetry records lost: " + stats_.last_error);
   }
   return {};
 }
@@ -207,7 +207,6 @@ void SqliteTelemetryStore::WriterLoop() {
       stats_.failing = failed > 0;
       if (failed > 0) {
         failed_through_seq_ = batch_end;
-        last_error_ = error;
         stats_.last_error = error;
       }
     }

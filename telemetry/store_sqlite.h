@@ -101,7 +101,6 @@ class SqliteTelemetryStore final : public TelemetryStore {
   uint64_t committed_seq_ = 0;          // GUARDED_BY(mu_): records done (written or failed)
   uint64_t failed_through_seq_ = 0;     // GUARDED_BY(mu_): seq end of the last failed batch
   uint64_t reported_failure_seq_ = 0;   // GUARDED_BY(mu_): failure already returned by Flush()
-  std::string last_error_;              // GUARDED_BY(mu_)
   Stats stats_;                         // GUARDED_BY(mu_), except queue_depth (derived)
 
   // close_mu_ serialises Close() callers (joining the writer), taken before mu_, never after.

@@ -77,6 +77,7 @@ class TaggedWriter final : public http::ResponseWriter {
     return inner_.WriteChunk(data);
   }
   asio::awaitable<Status> EndStream() override { return inner_.EndStream(); }
+  void SetCutNotice(std::string_view chunk) override { inner_.SetCutNotice(chunk); }
   bool client_gone() const override { return inner_.client_gone(); }
 
  private:

@@ -567,6 +567,7 @@ asio::awaitable<void> LocalEnginesImpl::Serve(const Route& route, const json& bo
       log.Commit();
       co_return;
     }
+    writer.SetCutNotice(providers::ShutdownCutEvent());
     if (options.endpoint == providers::Endpoint::kChatCompletions) {
       json role = {{"role", "assistant"}, {"content", ""}};
       auto wrote = co_await writer.WriteChunk(

@@ -293,6 +293,7 @@ asio::awaitable<void> Gateway::HandleInference(http::Request& request,
       client_gone = true;
       co_return false;
     }
+    writer.SetCutNotice(providers::ShutdownCutEvent());
     streaming_to_client = true;
     co_return true;
   };

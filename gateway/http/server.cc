@@ -64,6 +64,7 @@ void WorkerState::BeginDrain() {
 
 void WorkerState::CloseAll() {
   for (SessionLink* s = head; s != nullptr; s = s->next) {
+    if (s->cutter != nullptr) s->cutter->CutStream();
     boost::system::error_code ignored;
     s->socket.close(ignored);
   }

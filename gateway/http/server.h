@@ -114,6 +114,13 @@ class ResponseWriter {
   // the client is gone or the write deadline passed; stop writing. No allocation per chunk.
   virtual boost::asio::awaitable<Status> WriteChunk(std::string_view data) = 0;
   virtual boost::asio::awaitable<Status> EndStream() = 0;
+  // What the stream's reader should see if the server has to cut it (the drain deadline passed
+  // with the stream still open): the server writes `chunk` as the last piece of the body and ends
+  // the body properly before closing, instead of leaving a truncated body. For an event stream,
+  // an error event. Only while no write is in progress (a slow client gets the plain close), and
+  // only when set: without one, a cut stays a truncated body, so that a half answer never looks
+  // whole. Copied; may be called again to replace it.
+  virtual void SetCutNotice(std::string_view chunk) = 0;
   // True once a write failed or the peer closed the connection. Cheap (one non-blocking peek
   // syscall), so a handler waiting on an upstream can poll it between pieces.
   virtual bool client_gone() const = 0;

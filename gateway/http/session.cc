@@ -99,7 +99,7 @@ void AppendNumber(std::string& out, Int value, int base = 10) {
 
 // The ResponseWriter of one connection, reset for each request. The response head is serialized
 // by hand into a buffer the connection keeps, so answering allocates nothing in steady state.
-class Writer final : public ResponseWriter {
+class Writer final : public ResponseWriter, public StreamCutter {
  public:
   Writer(beast::tcp_stream& stream, WorkerState& worker) : stream_(stream), worker_(worker) {}
 
@@ -108,6 +108,7 @@ class Writer final : public ResponseWriter {
     keep_alive_ = keep_alive;
     head_only_ = head_only;
     started_ = finished_ = streaming_ = chunked_ = false;
+    cut_notice_.clear();
   }
 
   bool started() const { return started_; }
@@ -170,6 +171,24 @@ class Writer final : public ResponseWriter {
     co_return co_await Write(asio::buffer("0\r\n\r\n", 5));
   }
 
+  void SetCutNotice(std::string_view chunk) override { cut_notice_.assign(chunk); }
+
+  // Called on the loop's thread just before the server closes the socket. One non-blocking send:
+  // the loop must not wait on a client at shutdown, and what does not fit is lost with the close.
+  void CutStream() override {
+    if (!streaming_ || finished_ || gone_ || writing_ || head_only_ || cut_notice_.empty()) return;
+    finished_ = true;
+    std::string bytes;
+    if (chunked_) {
+      AppendNumber(bytes, cut_notice_.size(), 16);
+      bytes.append("\r\n").append(cut_notice_).append("\r\n0\r\n\r\n");
+    } else {
+      bytes = cut_notice_;
+    }
+    (void)::send(stream_.socket().native_handle(), bytes.data(), bytes.size(),
+                 MSG_DONTWAIT | MSG_NOSIGNAL);
+  }
+
   bool client_gone() const override {
     if (gone_) return true;
     // A peek that does not block: 0 means the peer sent FIN; a hard error means it is gone.
@@ -224,7 +243,9 @@ class Writer final : public ResponseWriter {
   asio::awaitable<Status> Write(const Buffers& buffers) {
     if (gone_) co_return MakeError(ErrorCode::kUnavailable, "client is gone");
     stream_.expires_after(worker_.options.write_timeout);
+    writing_ = true;
     auto [ec, n] = co_await asio::async_write(stream_, buffers, as_tuple(use_awaitable));
+    writing_ = false;
     if (ec) {
       gone_ = true;
       co_return MakeError(ErrorCode::kUnavailable, "write to client failed: " + ec.message());
@@ -236,6 +257,7 @@ class Writer final : public ResponseWriter {
   WorkerState& worker_;
   std::string head_;        // reused across requests
   std::string chunk_head_;  // reused across chunks
+  std::string cut_notice_;  // see SetCutNotice; reused across requests
   unsigned version_ = 11;
   bool keep_alive_ = true;
   bool head_only_ = false;
@@ -243,6 +265,7 @@ class Writer final : public ResponseWriter {
   bool finished_ = false;
   bool streaming_ = false;
   bool chunked_ = false;
+  bool writing_ = false;  // an async_write is in progress: CutStream must not interleave bytes
   mutable bool gone_ = false;
 };
 
@@ -397,6 +420,7 @@ asio::awaitable<void> Serve(asio::ip::tcp::socket socket, WorkerState& worker) {
   const ServerOptions& options = worker.options;
   beast::flat_buffer buffer;
   Writer writer(stream, worker);
+  link.cutter = &writer;
   Request req;
   req.worker_index = worker.index;
   {

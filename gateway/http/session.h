@@ -16,6 +16,16 @@ namespace kvgate::http::internal {
 
 struct WorkerState;
 
+// Ends a connection's open streamed response properly (with its cut notice) before CloseAll
+// closes the socket; see ResponseWriter::SetCutNotice.
+class StreamCutter {
+ public:
+  virtual void CutStream() = 0;
+
+ protected:
+  ~StreamCutter() = default;
+};
+
 // A live connection, linked into its loop's list so that Stop() can close it. Lives in the
 // session coroutine's frame.
 struct SessionLink {
@@ -27,6 +37,7 @@ struct SessionLink {
   WorkerState& worker;
   boost::asio::ip::tcp::socket& socket;
   bool busy = false;  // a request is being handled (counted in in_flight)
+  StreamCutter* cutter = nullptr;  // the connection's response writer
   SessionLink* prev = nullptr;
   SessionLink* next = nullptr;
 };
@@ -37,7 +48,7 @@ struct WorkerState {
 
   // Marks the loop as draining and closes every connection that is not handling a request.
   void BeginDrain();
-  // Closes every connection, busy or not (drain deadline passed).
+  // Closes every connection, busy or not (drain deadline passed), ending open streams first.
   void CloseAll();
 
   const ServerOptions& options;

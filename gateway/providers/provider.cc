@@ -287,4 +287,12 @@ void AppendRawEvent(std::string& out, std::string_view raw) {
 }
 
 }  // namespace internal
+
+const std::string& ShutdownCutEvent() {
+  static const std::string event = internal::ErrorEventBytes(MakeOpenAIError(
+      503, "kvgate is shutting down and cut this stream before it ended; retry the request",
+      "server_error", "server_shutting_down"));
+  return event;
+}
+
 }  // namespace kvgate::providers

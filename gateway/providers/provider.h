@@ -176,6 +176,11 @@ ClientError MakeOpenAIError(int status, std::string message, std::string type,
 ClientError TranslateUpstreamError(ProviderType type, int upstream_status,
                                    std::string_view upstream_body);
 
+// The OpenAI error event (`data: {"error": ...}`) a client's stream ends with when kvgate's
+// shutdown cuts it before its end (see http::ResponseWriter::SetCutNotice); code
+// "server_shutting_down", so a client knows to retry elsewhere.
+const std::string& ShutdownCutEvent();
+
 // Incremental translation of a 2xx streaming (SSE) upstream body into OpenAI chat.completion.chunk
 // SSE for the client. Single-threaded. The translator never throws and never crashes on bad input:
 // a malformed upstream stream turns into one error event for the client, after which the

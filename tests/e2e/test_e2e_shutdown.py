@@ -6,6 +6,8 @@ import threading
 import time
 import uuid
 
+import openai
+
 from gwctl import Gateway
 
 
@@ -111,6 +113,7 @@ def test_requests_cut_at_the_drain_deadline_are_recorded_as_shutdown(spawn_kvgat
     # drain deadline.
     sim.client.add_faults({"path": "/openai/", "chunk_delay_ms": 300, "count": 0})
     started = threading.Event()
+    raised: list[Exception] = []
 
     def stream():
         try:
@@ -120,8 +123,8 @@ def test_requests_cut_at_the_drain_deadline_are_recorded_as_shutdown(spawn_kvgat
                 extra_body={"thread_identifier": thread})
             for _ in s:
                 started.set()
-        except Exception:
-            pass  # the connection is cut: expected
+        except Exception as e:  # the stream is cut: expected
+            raised.append(e)
 
     t = threading.Thread(target=stream, daemon=True)
     t.start()
@@ -130,6 +133,11 @@ def test_requests_cut_at_the_drain_deadline_are_recorded_as_shutdown(spawn_kvgat
     t.join(10)
     sim.client.clear_faults()
     assert "drain timeout" in kg.stderr_tail()
+    # The client learns why: the stream ends with an error event, not a truncated body (which the
+    # SDK reports as a bare protocol error).
+    assert len(raised) == 1, "the cut stream ended as if it were whole"
+    assert isinstance(raised[0], openai.APIError), repr(raised[0])
+    assert raised[0].code == "server_shutting_down", raised[0].body
     again = spawn_kvgate("cut-restart", db_path=kg.db_path)
     st, body = again.gateway().thread(thread)
     assert st == 200, body

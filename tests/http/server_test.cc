@@ -653,6 +653,38 @@ TEST(ServerTest, StopCancelsStreamsPastDrainTimeout) {
   server->Stop();  // idempotent
 }
 
+// A stream still open at the drain deadline ends with the handler's cut notice and a proper end
+// of body, so its reader sees why it ended instead of a truncated body; without a notice the body
+// stays truncated (a half answer must not look whole).
+TEST(ServerTest, StopEndsAStreamPastDrainTimeoutWithItsCutNotice) {
+  for (const bool with_notice : {true, false}) {
+    SCOPED_TRACE(with_notice ? "with a notice" : "without a notice");
+    ServerOptions options;
+    options.drain_timeout = 200ms;
+    auto server = StartOrDie(options, [&](Request&, ResponseWriter& w) -> asio::awaitable<void> {
+      co_await w.BeginStream(200, "text/event-stream");
+      if (with_notice) w.SetCutNotice("data: {\"error\":\"cut\"}\n\n");
+      co_await w.WriteChunk("data: 1\n\n");
+      co_await Sleep(30s);  // waiting on something other than the client (an upstream)
+    });
+    RawConn c;
+    ASSERT_EQ(c.Connect(server->port()), 0);
+    ASSERT_TRUE(c.Send(Get("/stream")));
+    ASSERT_GT(c.ReadSome(2000), 0);
+    server->Stop();
+    auto r = ReadResponse(c, 3000);
+    if (with_notice) {
+      ASSERT_TRUE(r) << "unparsed: " << c.pending();
+      EXPECT_EQ(r->body, "data: 1\n\ndata: {\"error\":\"cut\"}\n\n");
+    } else {
+      EXPECT_FALSE(r);
+      EXPECT_EQ(c.pending().find("0\r\n\r\n"), std::string::npos) << c.pending();
+    }
+    EXPECT_TRUE(c.WaitClosed(1000));
+    server->Wait();
+  }
+}
+
 TEST(ServerTest, StopFromInsideAHandlerDoesNotDeadlock) {
   Server* self = nullptr;
   auto server = StartOrDie({}, [&](Request&, ResponseWriter& w) -> asio::awaitable<void> {

@@ -78,6 +78,9 @@ class TaggedWriter final : public http::ResponseWriter {
   }
   asio::awaitable<Status> EndStream() override { return inner_.EndStream(); }
   void SetCutNotice(std::string_view chunk) override { inner_.SetCutNotice(chunk); }
+  void OnClientGone(std::function<void()> on_gone) override {
+    inner_.OnClientGone(std::move(on_gone));
+  }
   bool client_gone() const override { return inner_.client_gone(); }
 
  private:

@@ -580,10 +580,27 @@ asio::awaitable<void> LocalEnginesImpl::Serve(const Route& route, const json& bo
     }
   }
 
+  // A client that leaves while the engine has nothing for it yet (a long prefill) frees the
+  // engine at once, not at the first token.
+  bool client_left = false;
+  writer.OnClientGone([&client_left, &channel] {
+    client_left = true;
+    channel->wakeup.cancel();
+  });
+
   std::string text;
   Event last;
   bool finished = false;
   while (!finished) {
+    if (client_left) {
+      if (streaming) {
+        log.SetError(200, "client_disconnected", "the client closed the connection mid-stream");
+      } else {
+        log.SetError(499, "client_disconnected",
+                     "the client closed the connection before the response was ready");
+      }
+      co_return;  // the guard cancels the engine request; the log records on destruction
+    }
     std::deque<Event> batch;
     {
       std::lock_guard lock(channel->mu);

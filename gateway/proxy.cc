@@ -51,11 +51,32 @@ std::string UpstreamRequestId(const upstream::Response& head) {
 
 // Why an upstream answer cannot be read as it came, or "" when it can: kvgate asks for identity
 // coding, but a server may compress anyway.
+// (Content codings are case-insensitive, RFC 9110 8.4.1.) An error status is kept: a compressed
+// 429 is still a 429 to the client, with the status as its message.
 std::string UnreadableEncoding(const upstream::Response& head, const std::string& provider) {
   std::string_view encoding = head.header("content-encoding");
-  if (encoding.empty() || encoding == "identity") return "";
-  return "upstream " + provider + " answered with Content-Encoding " + std::string(encoding) +
-         ", which kvgate does not decode";
+  if (encoding.empty() || boost::iequals(encoding, "identity")) return "";
+  std::string why = "upstream " + provider + " answered";
+  if (head.status < 200 || head.status >= 300) why += " HTTP " + std::to_string(head.status);
+  return why + " with Content-Encoding " + std::string(encoding) + ", which kvgate does not decode";
+}
+
+// The status a client gets for an answer kvgate cannot decode: the upstream's own error status,
+// else 502.
+int UnreadableStatus(const upstream::Response& head) {
+  return head.status >= 400 && head.status < 600 ? head.status : 502;
+}
+
+// An answer to a streaming request that came as a JSON document with an error object in it
+// ({"error": {...}} or {"error": "text"}; not "error": null), as some servers send with status
+// 200.
+bool HasErrorObject(std::string_view body) {
+  Result<raw_json::Value> document = raw_json::Parse(body);
+  if (!document || !document->is_object()) return false;
+  std::optional<raw_json::Value> error = raw_json::Find(*document, "error");
+  if (!error) return false;
+  if (error->is_string()) return true;
+  return error->is_object() && !raw_json::Object(*error).members().empty();
 }
 
 // An answer to a streaming request that is a JSON document, not an event stream (an error sent
@@ -208,9 +229,25 @@ asio::awaitable<void> Gateway::HandleInference(http::Request& request,
     out.headers.push_back({std::move(name), std::move(value)});
 
   upstream::Client& client = ClientFor(request.worker_index);
+  // A client that leaves while the upstream works (its timeout, a user's "stop") gets the
+  // upstream request closed too: nobody will read the answer, and servers like vLLM stop
+  // generating when their connection closes.
+  upstream::Abandon abandon;
+  out.abandon = &abandon;
+  writer.OnClientGone([&abandon] { abandon.Fire(); });
+  auto abandoned_message = [&] {  // (built only when needed: the common path allocates nothing)
+    return "the client closed the connection while upstream " + route->provider_name +
+           " was answering; kvgate closed the upstream request";
+  };
 
   if (!rec.stream) {
     auto response = co_await client.Send(route->url, std::move(out));
+    writer.OnClientGone(nullptr);
+    if (abandon.fired()) {
+      log.SetError(499, "client_disconnected", abandoned_message());
+      log.Commit();
+      co_return;
+    }
     if (!response) {
       co_await SendError(writer, log, TransportError(response.error(), route->provider_name),
                          response.error().code == ErrorCode::kDeadlineExceeded ? "timeout"
@@ -223,8 +260,8 @@ asio::awaitable<void> Gateway::HandleInference(http::Request& request,
     CopyUpstreamHeaders(*response, headers);
     if (std::string why = UnreadableEncoding(*response, route->provider_name); !why.empty()) {
       co_await SendError(writer, log,
-                         providers::MakeOpenAIError(502, std::move(why), "upstream_error",
-                                                    "bad_upstream_response"),
+                         providers::MakeOpenAIError(UnreadableStatus(*response), std::move(why),
+                                                    "upstream_error", "bad_upstream_response"),
                          "upstream_error", headers);
       co_return;
     }
@@ -273,6 +310,7 @@ asio::awaitable<void> Gateway::HandleInference(http::Request& request,
   int upstream_status = 0;
 
   std::string unreadable;    // why the upstream's answer cannot be streamed, when it cannot
+  int unreadable_status = 502;
   bool json_answer = false;  // a 2xx JSON document instead of a stream: buffered like an error
   auto on_head = [&](const upstream::Response& head) -> asio::awaitable<bool> {
     upstream_status = head.status;
@@ -280,6 +318,7 @@ asio::awaitable<void> Gateway::HandleInference(http::Request& request,
     rec.upstream_request_id = UpstreamRequestId(head);
     CopyUpstreamHeaders(head, headers);
     unreadable = UnreadableEncoding(head, route->provider_name);
+    unreadable_status = UnreadableStatus(head);
     if (!unreadable.empty()) co_return false;
     if (head.status < 200 || head.status >= 300) co_return true;  // buffer the error body
     if (IsJsonNotStream(head)) {
@@ -332,22 +371,31 @@ asio::awaitable<void> Gateway::HandleInference(http::Request& request,
   };
 
   auto result = co_await client.SendStreaming(route->url, std::move(out), on_head, sink);
+  writer.OnClientGone(nullptr);
   if (answered) co_return;
+  client_gone = client_gone || abandon.fired();
   if (!streaming_to_client) {
-    if (client_gone) {
+    if (abandon.fired()) {
+      log.SetError(499, "client_disconnected", abandoned_message());
+    } else if (client_gone) {
       log.SetError(200, "client_disconnected", "the client went away before the stream began");
     } else if (!unreadable.empty()) {
       co_await SendError(writer, log,
-                         providers::MakeOpenAIError(502, std::move(unreadable), "upstream_error",
-                                                    "bad_upstream_response"),
+                         providers::MakeOpenAIError(unreadable_status, std::move(unreadable),
+                                                    "upstream_error", "bad_upstream_response"),
                          "upstream_error", headers);
     } else if (json_answer && result) {
       // Its own error message if it carries an error object (as a 502: it came with a 200),
-      // else what came instead of a stream.
-      providers::ClientError error =
-          providers::TranslateUpstreamError(route->type, 502, error_body);
-      Result<raw_json::Value> document = raw_json::Parse(error_body);
-      if (!document || !raw_json::Find(*document, "error")) {
+      // else what came instead of a stream. A whole answer (a server that ignored "stream")
+      // was generated and billed: its usage is recorded all the same.
+      providers::ClientError error;
+      if (HasErrorObject(error_body)) {
+        error = providers::TranslateUpstreamError(route->type, 502, error_body);
+      } else {
+        if (auto whole = providers::TranslateResponse(route->type, error_body, options)) {
+          rec.usage = std::move(whole->usage);
+          rec.finish_reason = whole->finish_reason;
+        }
         error = providers::MakeOpenAIError(
             502, "upstream " + route->provider_name + " answered a streaming request with a JSON "
                  "document instead of an event stream: " + error_body.substr(0, 200),

@@ -121,6 +121,13 @@ class ResponseWriter {
   // only when set: without one, a cut stays a truncated body, so that a half answer never looks
   // whole. Copied; may be called again to replace it.
   virtual void SetCutNotice(std::string_view chunk) = 0;
+  // Asks to hear of the client leaving while the handler waits on something other than it (an
+  // upstream, the engine), so the handler can give that work up. The server checks the
+  // connections of such handlers every 250 ms and, once it sees the peer closed (or reset) its
+  // connection, calls `on_gone` once on the handler's executor (the handler is suspended then).
+  // Replaces any earlier callback; nullptr stops the watch; it ends when the handler returns.
+  // Costs nothing per request beyond storing the callback.
+  virtual void OnClientGone(std::function<void()> on_gone) = 0;
   // True once a write failed or the peer closed the connection. Cheap (one non-blocking peek
   // syscall), so a handler waiting on an upstream can poll it between pieces.
   virtual bool client_gone() const = 0;

@@ -9,6 +9,7 @@
 #include <charconv>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -99,7 +100,7 @@ void AppendNumber(std::string& out, Int value, int base = 10) {
 
 // The ResponseWriter of one connection, reset for each request. The response head is serialized
 // by hand into a buffer the connection keeps, so answering allocates nothing in steady state.
-class Writer final : public ResponseWriter, public StreamCutter {
+class Writer final : public ResponseWriter, public WriterHooks {
  public:
   Writer(beast::tcp_stream& stream, WorkerState& worker) : stream_(stream), worker_(worker) {}
 
@@ -109,7 +110,11 @@ class Writer final : public ResponseWriter, public StreamCutter {
     head_only_ = head_only;
     started_ = finished_ = streaming_ = chunked_ = false;
     cut_notice_.clear();
+    on_gone_ = nullptr;
   }
+
+  // The handler returned: its callback may reference its frame.
+  void EndWatch() { on_gone_ = nullptr; }
 
   bool started() const { return started_; }
   bool finished() const { return finished_; }
@@ -189,6 +194,15 @@ class Writer final : public ResponseWriter, public StreamCutter {
                  MSG_DONTWAIT | MSG_NOSIGNAL);
   }
 
+  void OnClientGone(std::function<void()> on_gone) override { on_gone_ = std::move(on_gone); }
+
+  void CheckClientGone() override {
+    if (!on_gone_ || !client_gone()) return;
+    std::function<void()> on_gone = std::move(on_gone_);
+    on_gone_ = nullptr;
+    on_gone();
+  }
+
   bool client_gone() const override {
     if (gone_) return true;
     // A peek that does not block: 0 means the peer sent FIN; a hard error means it is gone.
@@ -258,6 +272,7 @@ class Writer final : public ResponseWriter, public StreamCutter {
   std::string head_;        // reused across requests
   std::string chunk_head_;  // reused across chunks
   std::string cut_notice_;  // see SetCutNotice; reused across requests
+  std::function<void()> on_gone_;  // see OnClientGone
   unsigned version_ = 11;
   bool keep_alive_ = true;
   bool head_only_ = false;
@@ -420,7 +435,7 @@ asio::awaitable<void> Serve(asio::ip::tcp::socket socket, WorkerState& worker) {
   const ServerOptions& options = worker.options;
   beast::flat_buffer buffer;
   Writer writer(stream, worker);
-  link.cutter = &writer;
+  link.writer = &writer;
   Request req;
   req.worker_index = worker.index;
   {
@@ -509,6 +524,7 @@ asio::awaitable<void> Serve(asio::ip::tcp::socket socket, WorkerState& worker) {
     } catch (...) {
       threw = true;
     }
+    writer.EndWatch();
     if (threw || !writer.started()) {
       if (writer.started()) break;  // a partial response cannot be repaired: close
       writer.ForbidKeepAlive();

@@ -16,14 +16,16 @@ namespace kvgate::http::internal {
 
 struct WorkerState;
 
-// Ends a connection's open streamed response properly (with its cut notice) before CloseAll
-// closes the socket; see ResponseWriter::SetCutNotice.
-class StreamCutter {
+// What the loop's housekeeping does to a connection's response writer (server.cc): CloseAll ends
+// its open stream with the cut notice before closing the socket (ResponseWriter::SetCutNotice),
+// and the 250 ms sweep tells a waiting handler that its client left (ResponseWriter::OnClientGone).
+class WriterHooks {
  public:
   virtual void CutStream() = 0;
+  virtual void CheckClientGone() = 0;
 
  protected:
-  ~StreamCutter() = default;
+  ~WriterHooks() = default;
 };
 
 // A live connection, linked into its loop's list so that Stop() can close it. Lives in the
@@ -37,7 +39,7 @@ struct SessionLink {
   WorkerState& worker;
   boost::asio::ip::tcp::socket& socket;
   bool busy = false;  // a request is being handled (counted in in_flight)
-  StreamCutter* cutter = nullptr;  // the connection's response writer
+  WriterHooks* writer = nullptr;  // the connection's response writer
   SessionLink* prev = nullptr;
   SessionLink* next = nullptr;
 };
@@ -50,6 +52,8 @@ struct WorkerState {
   void BeginDrain();
   // Closes every connection, busy or not (drain deadline passed), ending open streams first.
   void CloseAll();
+  // Lets every handler that asked for it (OnClientGone) hear that its client left.
+  void CheckGoneClients();
 
   const ServerOptions& options;
   const Handler& handler;

@@ -322,6 +322,11 @@ asio::awaitable<Attempt> Exchange(Stream& stream, Conn& conn, const std::string&
   co_return out;
 }
 
+Result<Response> Abandoned(const std::string& origin) {
+  return MakeError(ErrorCode::kUnavailable,
+                   "the exchange with upstream " + origin + " was abandoned by the caller");
+}
+
 class ClientImpl final : public Client {
  public:
   ClientImpl(asio::any_io_executor executor, ClientOptions options)
@@ -379,6 +384,10 @@ class ClientImpl final : public Client {
         if (!fresh) co_return std::unexpected(fresh.error());
         conn = std::move(*fresh);
       }
+      if (request.abandon != nullptr) {
+        if (request.abandon->fired()) co_return Abandoned(origin);  // while connecting
+        request.abandon->SetCancel([c = conn.get()] { c->tcp().close(); });
+      }
       sent_.fetch_add(1, std::memory_order_relaxed);
       // (No co_await inside ?: or &&: GCC 12 miscompiles temporaries there.)
       Attempt a;
@@ -388,6 +397,10 @@ class ClientImpl final : public Client {
       } else {
         a = co_await Exchange(*conn->plain, *conn, origin, head, request.body, head_request,
                               options_, handling);
+      }
+      if (request.abandon != nullptr) {
+        request.abandon->SetCancel(nullptr);
+        if (request.abandon->fired()) co_return Abandoned(origin);  // the connection closes
       }
       if (!a.result && a.retryable && reused && attempt == 0) {
         // The pooled connection had gone stale (the server closed it as we sent): nothing of

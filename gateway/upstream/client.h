@@ -43,11 +43,32 @@ struct ClientOptions {
   std::string ca_file;     // extra CA bundle (tests); system store is always used
 };
 
+// Lets the caller of an exchange give it up from outside it (its own client left, so the answer
+// has no reader and an upstream that stops generating when its connection closes stops costing):
+// Fire() closes the exchange's connection, and the exchange returns kUnavailable ("abandoned by
+// the caller") at once, without a retry. Single-threaded like the Client; outlives the exchange.
+class Abandon {
+ public:
+  void Fire() {
+    fired_ = true;
+    if (cancel_) cancel_();
+  }
+  bool fired() const { return fired_; }
+
+  // For the Client: what Fire() does while a connection is in use (nullptr between phases).
+  void SetCancel(std::function<void()> cancel) { cancel_ = std::move(cancel); }
+
+ private:
+  bool fired_ = false;
+  std::function<void()> cancel_;
+};
+
 struct OutgoingRequest {
   std::string method = "POST";
   std::string path;  // appended to the Url's base_path, e.g. "/chat/completions"
   std::vector<http::Header> headers;
   std::string body;
+  Abandon* abandon = nullptr;  // optional
 };
 
 struct Response {

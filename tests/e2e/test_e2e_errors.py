@@ -176,3 +176,28 @@ def test_client_disconnect_mid_stream(gw, sim):
     assert t["status"] == "client_disconnected", t
     assert t["stream"] is True
     assert_still_serving(gw)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_client_that_gives_up_before_the_upstream_answers(gw, sim, stream):
+    """The client's timeout passes while the upstream is still working: kvgate notices within a
+    sweep, closes the upstream request (nobody will read it; vLLM-like servers stop generating),
+    and records the turn then, not when the upstream would have answered."""
+    thread = tid("gave-up")
+    sim.client.add_faults({"path": "/openai/", "latency_ms": 4000})
+    started = time.monotonic()
+    with pytest.raises(openai.APITimeoutError):
+        r = gw.client(timeout=0.5).chat.completions.create(
+            model="gpt-4o-mini", stream=stream, extra_body={"thread_identifier": thread},
+            messages=[{"role": "user", "content": "an answer I will not wait for"}])
+        if stream:
+            for _ in r:
+                pass
+    t = gw.wait_turns(thread, 1, timeout=10)[0]
+    recorded_after = time.monotonic() - started
+    assert t["status"] == "client_disconnected", t
+    assert "closed the upstream request" in (t["error"] or ""), t
+    assert t["latency_ms"] < 2500, f"recorded as if it waited for the upstream: {t}"
+    assert recorded_after < 3.5, f"recorded {recorded_after:.1f}s after the request"
+    sim.client.clear_faults()
+    assert_still_serving(gw)

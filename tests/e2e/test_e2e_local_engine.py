@@ -2,6 +2,10 @@
 client equals what telemetry records, turn 2 of a thread reads a block-aligned prefix, and many
 concurrent streaming conversations sharing a system prompt all finish and hit the cache."""
 import concurrent.futures
+import time
+
+import openai
+import pytest
 
 from gwctl import ADMIN_TOKEN
 
@@ -117,3 +121,32 @@ def test_a_stream_cut_by_the_client_keeps_what_the_engine_counted(local_gw):
     assert st == 200
     e = engine["engines"][0]
     assert e["running"] == 0
+
+
+def test_a_client_that_gives_up_during_prefill_frees_the_engine(local_gw):
+    """The client's timeout passes while the engine is still reading a long prompt (no token yet):
+    kvgate notices within a sweep and cancels the engine request then, not at the first token."""
+    long_prompt = " ".join(f"item {i} is a plain fact about nothing in particular." for i in range(250))
+    started = time.monotonic()
+    with pytest.raises(openai.APITimeoutError):
+        local_gw.client(timeout=1.0).chat.completions.create(
+            model="smollm2", max_tokens=8, temperature=0,
+            messages=[{"role": "user", "content": long_prompt}],
+            extra_body={"thread_identifier": "gave-up-in-prefill"})
+    turn = local_gw.wait_turns("gave-up-in-prefill", 1, timeout=60)[0]
+    recorded_after = time.monotonic() - started
+    assert turn["status"] == "client_disconnected", turn
+    assert turn["latency_ms"] < 3000, f"recorded as if it waited for the first token: {turn}"
+    assert recorded_after < 4.5, f"recorded {recorded_after:.1f}s after the request"
+    # The engine drops the request at its next step boundary (a prefill chunk is 512 tokens).
+    deadline = time.monotonic() + 30
+    while True:
+        st, _, engine = local_gw.admin_get("/api/engine")
+        assert st == 200
+        if engine["engines"][0]["running"] == 0:
+            break
+        assert time.monotonic() < deadline, engine
+        time.sleep(0.1)
+    freed_after = time.monotonic() - started
+    # Without the cancel the engine would read the whole prompt first (tens of seconds on 2 cores).
+    assert freed_after < recorded_after + 15, f"engine still busy {freed_after:.1f}s in"

@@ -1,5 +1,6 @@
 // The upstream client against real servers on 127.0.0.1: kvgate's own Server, scripted raw
 // servers for failure modes, and a TLS server with a certificate made in the test.
+#include <poll.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -211,6 +212,43 @@ TEST(ClientTest, AbortFromSinkClosesInsteadOfPooling) {
   ASSERT_TRUE(Await(ioc, client->Send(url, Post("/echo", ""))));
   EXPECT_EQ(client->stats().connections_opened, 2u);
   EXPECT_EQ(client->stats().reused, 0u);
+}
+
+// The caller gives up while the upstream has not answered: the exchange ends at once with an
+// error naming the abandonment, the upstream sees its connection close, and nothing is retried.
+TEST(ClientTest, AbandonClosesTheConnectionAndEndsTheExchange) {
+  std::atomic<bool> upstream_saw_close{false};
+  ScriptedServer upstream([&](int fd, int, const std::atomic<bool>& stop) {
+    std::string carry;
+    if (ReadHttpRequest(fd, carry).empty()) return;
+    char c;
+    for (int i = 0; i < 500 && !stop; ++i) {  // never answers; waits for the close
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 10) == 1 && ::recv(fd, &c, 1, 0) <= 0) {
+        upstream_saw_close = true;
+        return;
+      }
+    }
+  });
+  asio::io_context ioc;
+  auto client = Client::Create(ioc.get_executor(), {});
+  const Url url = MustParse("http://127.0.0.1:" + std::to_string(upstream.port()));
+  Abandon abandon;
+  asio::steady_timer later(ioc, std::chrono::milliseconds(100));
+  later.async_wait([&](const boost::system::error_code&) { abandon.Fire(); });
+  OutgoingRequest req = Post("/slow", "x");
+  req.abandon = &abandon;
+  const int64_t start = NowMs();
+  auto r = Await(ioc, client->Send(url, req));
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kUnavailable);
+  EXPECT_NE(r.error().message.find("abandoned by the caller"), std::string::npos)
+      << r.error().message;
+  EXPECT_LT(NowMs() - start, 2000);
+  for (int i = 0; i < 200 && !upstream_saw_close; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_TRUE(upstream_saw_close.load());
+  EXPECT_EQ(upstream.connections(), 1);  // not retried
+  EXPECT_EQ(client->stats().requests_sent, 1u);
 }
 
 TEST(ClientTest, StalePooledConnectionIsRetriedOnceOnAFreshOne) {

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -683,6 +684,48 @@ TEST(ServerTest, StopEndsAStreamPastDrainTimeoutWithItsCutNotice) {
     EXPECT_TRUE(c.WaitClosed(1000));
     server->Wait();
   }
+}
+
+// A handler waiting on something other than its client hears within a sweep or two that the
+// client left; one whose client stays is not told.
+TEST(ServerTest, OnClientGoneTellsAWaitingHandlerThatItsClientLeft) {
+  std::atomic<int> gone_calls{0};
+  std::atomic<bool> waiting{false};
+  std::atomic<int64_t> gone_after_ms{-1};
+  auto server = StartOrDie({}, [&](Request& req, ResponseWriter& w) -> asio::awaitable<void> {
+    auto executor = co_await asio::this_coro::executor;
+    asio::steady_timer wait(executor, std::chrono::seconds(3));
+    const int64_t start = NowMs();
+    w.OnClientGone([&] {
+      ++gone_calls;
+      gone_after_ms = NowMs() - start;
+      wait.cancel();
+    });
+    waiting = true;
+    co_await wait.async_wait(asio::as_tuple(asio::use_awaitable));
+    co_await w.Send(200, "text/plain", req.path);
+  });
+  {
+    RawConn leaver;
+    ASSERT_EQ(leaver.Connect(server->port()), 0);
+    ASSERT_TRUE(leaver.Send(Get("/leave")));
+    for (int i = 0; i < 200 && !waiting; ++i) std::this_thread::sleep_for(5ms);
+    ASSERT_TRUE(waiting.load());
+  }  // closes the connection
+  for (int i = 0; i < 300 && gone_calls == 0; ++i) std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(gone_calls.load(), 1);
+  EXPECT_GE(gone_after_ms.load(), 0);
+  EXPECT_LT(gone_after_ms.load(), 1000);  // the sweep runs every 250 ms
+
+  RawConn stayer;
+  ASSERT_EQ(stayer.Connect(server->port()), 0);
+  const int64_t start = NowMs();
+  ASSERT_TRUE(stayer.Send(Get("/stay")));
+  auto r = ReadResponse(stayer, 6000);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->body, "/stay");
+  EXPECT_GE(NowMs() - start, 2500);  // waited its 3 s: nobody called it gone
+  EXPECT_EQ(gone_calls.load(), 1);
 }
 
 TEST(ServerTest, StopFromInsideAHandlerDoesNotDeadlock) {

@@ -20,7 +20,8 @@ Control (no auth):
   POST /_sim/clock {"advance_seconds": N}    move simulated time forward (GET shows it)
   POST /_sim/faults [fault, ...]             append faults (also {"faults": [...]} or one object)
   GET  /_sim/faults, DELETE /_sim/faults     list / clear
-  GET  /_sim/requests[?limit=N]              last requests received (oldest first)
+  GET  /_sim/requests[?limit=N]              last requests received (oldest first): method, path,
+                                             headers (names lowercased), body, status
   GET  /_sim/usage_log                       {"entries": [...], "by_id": {response_id: entry}}
   POST /_sim/config {"output_tokens": N, "openai_ttl": s, "deepseek_ttl": s, "reasoning_tokens": N}
   POST /_sim/reset                           clear caches, logs and faults (the clock keeps running)
@@ -71,6 +72,24 @@ Each fault is an object; optional match keys: "path" (substring of the request p
   {"reset_after_chunks": N}    stream N SSE events, then abort the socket (RST), no terminal event
   {"malformed_sse": true}      a garbage event in the stream (a truncated JSON body when not streaming)
   {"chunk_delay_ms": N}        sleep before every SSE event
+  {"status": 200, "body": {...}}  a 2xx status sends that JSON body as it is, e.g. an error
+                               object with 200 (to a streaming request too: application/json)
+  {"end_after_chunks": N}      stream N SSE events, then end the body cleanly (terminal chunk), no
+                               terminal event
+  {"drop_final_event": true}   stream every event but the final one ([DONE]; message_stop for
+                               Anthropic), then end the body cleanly
+  {"hold_after_final_ms": N}   after the last SSE event keep the body open (no terminal chunk, no
+                               close) for N ms, then end it; the hold stops early when the client
+                               closes. The request log gets "hold_ended" ("client_closed" |
+                               "elapsed") and "held_ms"
+  {"gzip": true}               gzip the body and send Content-Encoding: gzip whatever the request's
+                               Accept-Encoding says (a stream is compressed event by event, with a
+                               sync flush after each)
+  {"ignore_stream": true}      answer a streaming request with the non-streaming JSON document
+                               (application/json), like a server that ignores "stream": true
+  {"sse_noise": true}          after the first event and before the final one, insert blocks that
+                               dispatch nothing (SSE_NOISE: empty data fields, event:/id:/retry:
+                               fields without data) and one comment, ": keep-alive"
 """
 
 from __future__ import annotations
@@ -85,6 +104,7 @@ import struct
 import sys
 import threading
 import time
+import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
@@ -92,6 +112,11 @@ from sim_core import (MAX_LOG, Reply, SimError, SimState, anthropic_error, opena
     provider_error)
 from sim_handlers import (handle_anthropic, handle_openai_completions, handle_openai_style_chat,
     models_list, provider_of)
+
+# What "sse_noise" inserts: blocks that dispatch no event (WHATWG SSE: an empty data buffer, or no
+# data field at all), then a comment.
+SSE_NOISE = (b"data:\n\n", b"data: \n\n", b"event: ping\n\n", b"id: 7\n\n", b"retry: 3000\n\n",
+             b"event: noise\nid: 8\n\n", b": keep-alive\n\n")
 
 
 class SimHandler(BaseHTTPRequestHandler):
@@ -133,16 +158,21 @@ class SimHandler(BaseHTTPRequestHandler):
         n = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(n) if n > 0 else b""
 
-    def send_json(self, status: int, body, headers: dict | None = None):
+    def send_json(self, status: int, body, headers: dict | None = None, gzip: bool = False):
         if isinstance(body, (bytes, bytearray)):
             data = bytes(body)
         elif isinstance(body, str):
             data = body.encode()
         else:
             data = json.dumps(body).encode()
+        if gzip:
+            c = zlib.compressobj(wbits=31)
+            data = c.compress(data) + c.flush()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        if gzip:
+            self.send_header("Content-Encoding", "gzip")
         for k, v in (headers or {}).items():
             self.send_header(k, v)
         self.end_headers()
@@ -170,42 +200,94 @@ class SimHandler(BaseHTTPRequestHandler):
                 break
         self.abort_connection()
 
-    def stream_events(self, reply: Reply, fault: dict | None):
-        reset_after = fault.get("reset_after_chunks") if fault else None
-        delay = float(fault.get("chunk_delay_ms", 0)) / 1000 if fault else 0.0
+    def hold_open(self, seconds: float) -> str:
+        """Keeps the connection as it is for `seconds`; returns "client_closed" as soon as the
+        client closes it, else "elapsed"."""
+        deadline = time.monotonic() + seconds
+        sock = self.connection
+        while not self.state.shutdown.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            try:
+                r, _, _ = select.select([sock], [], [], min(0.05, left))
+                if r:
+                    if not sock.recv(1, socket.MSG_PEEK):
+                        return "client_closed"
+                    time.sleep(min(0.05, max(left, 0)))  # bytes we do not read: no busy loop
+            except OSError:
+                return "client_closed"
+        return "elapsed"
+
+    def stream_events(self, reply: Reply, fault: dict | None, record: dict):
+        """Sends reply.events as a chunked SSE body; returns whether every event was sent."""
+        fault = fault or {}
+        reset_after = fault.get("reset_after_chunks")
+        end_after = fault.get("end_after_chunks")
+        delay = float(fault.get("chunk_delay_ms", 0)) / 1000
         events = list(reply.events)
-        if fault and fault.get("malformed_sse"):
+        complete = True
+        if fault.get("drop_final_event") and events:
+            events.pop()
+        if fault.get("malformed_sse"):
             garbage = (b"event: content_block_delta\ndata: {\"type\": \"content_block_delta\", "
                        b"\"delta\": {\n\n" if provider_of(self.path) == "anthropic" else
                        b"data: {\"id\": \"chatcmpl-broken\", \"choices\": [{\"delta\": \n\n")
             events.insert(min(2, len(events)), garbage + b"this is not an event\n\n")
+        if fault.get("sse_noise") and len(events) >= 2:
+            events[-1:-1] = SSE_NOISE
+            events[1:1] = SSE_NOISE
+        gz = zlib.compressobj(wbits=31) if fault.get("gzip") else None
         self.send_response(reply.status)
         self.send_header("Content-Type", "text/event-stream; charset=utf-8")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
+        if gz:
+            self.send_header("Content-Encoding", "gzip")
         for k, v in reply.headers.items():
             self.send_header(k, v)
         self.end_headers()
         self.wfile.flush()
+
+        def write_chunk(data: bytes, last: bool = False) -> bool:
+            try:
+                if data:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                if last:
+                    self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+                return True
+            except OSError:
+                self.close_connection = True
+                return False
+
         for i, ev in enumerate(events):
             if reset_after is not None and i >= int(reset_after):
                 self.abort_connection()
                 return False
+            if end_after is not None and i >= int(end_after):
+                complete = False
+                break
             if delay:
                 time.sleep(delay)
-            try:
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(ev), ev))
-                self.wfile.flush()
-            except OSError:
-                self.close_connection = True
+            if gz:
+                ev = gz.compress(ev) + gz.flush(zlib.Z_SYNC_FLUSH)
+            if not write_chunk(ev):
                 return False
-        try:
-            self.wfile.write(b"0\r\n\r\n")
-            self.wfile.flush()
-        except OSError:
-            self.close_connection = True
+        if gz and not write_chunk(gz.flush()):
             return False
-        return True
+        if fault.get("hold_after_final_ms") is not None:
+            t0 = time.monotonic()
+            ended = self.hold_open(float(fault["hold_after_final_ms"]) / 1000)
+            with self.state.lock:
+                record["hold_ended"] = ended
+                record["held_ms"] = round((time.monotonic() - t0) * 1000)
+            if ended == "client_closed":
+                self.close_connection = True
+                return complete
+        if not write_chunk(b"", last=True):
+            return False
+        return complete
 
     # -- dispatch --
 
@@ -237,6 +319,7 @@ class SimHandler(BaseHTTPRequestHandler):
             if len(state.requests) > MAX_LOG:
                 del state.requests[: len(state.requests) - MAX_LOG]
             fault = state.take_fault(provider or "", path, body) if provider else None
+        gzip = bool(fault and fault.get("gzip"))
         try:
             if fault and fault.get("latency_ms"):
                 time.sleep(float(fault["latency_ms"]) / 1000)
@@ -252,15 +335,18 @@ class SimHandler(BaseHTTPRequestHandler):
                     b = err.body
                     hdrs = {**err.headers, **hdrs}
                 record["status"] = st
-                return self.send_json(st, b, hdrs)
+                return self.send_json(st, b, hdrs, gzip=gzip)
             if fault and fault.get("reset_after_chunks") is not None and not (
                     isinstance(body, dict) and body.get("stream") is True):
                 record["status"] = "reset"
                 return self.abort_connection()
-            reply, entry = self.route(provider, path, body, json_error)
+            routed = body
+            if fault and fault.get("ignore_stream") and isinstance(body, dict):
+                routed = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+            reply, entry = self.route(provider, path, routed, json_error)
         except SimError as e:
             record["status"] = e.status
-            return self.send_json(e.status, e.body, e.headers)
+            return self.send_json(e.status, e.body, e.headers, gzip=gzip)
         record["status"] = reply.status
         record["response_id"] = reply.response_id
         if entry is not None:
@@ -271,9 +357,10 @@ class SimHandler(BaseHTTPRequestHandler):
         if reply.events is None:
             if fault and fault.get("malformed_sse"):
                 data = json.dumps(reply.body).encode()
-                return self.send_json(reply.status, data[: len(data) // 2], reply.headers)
-            return self.send_json(reply.status, reply.body, reply.headers)
-        complete = self.stream_events(reply, fault)
+                return self.send_json(reply.status, data[: len(data) // 2], reply.headers,
+                                      gzip=gzip)
+            return self.send_json(reply.status, reply.body, reply.headers, gzip=gzip)
+        complete = self.stream_events(reply, fault, record)
         if entry is not None and not complete:
             with state.lock:
                 entry["delivered"] = False

@@ -665,6 +665,122 @@ def test_fault_chunk_delay(sim):
     assert st == 200 and time.monotonic() - t0 >= 0.05 * 8
 
 
+def open_stream(port, path, body, headers):
+    """Sends a request and returns (connection, response) with the body unread."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request("POST", path, body=json.dumps(body),
+                 headers={"Content-Type": "application/json", **headers})
+    return conn, conn.getresponse()
+
+
+OPENAI_STREAM = {"model": "gpt-4o-mini", "stream": True,
+                 "stream_options": {"include_usage": True},
+                 "messages": [{"role": "user", "content": "x"}]}
+
+
+def test_fault_end_after_chunks_and_drop_final_event(sim):
+    sim.client.add_faults({"path": "/openai/", "end_after_chunks": 2})
+    st, _, payload = call(sim.port, "POST", "/openai/v1/chat/completions", OPENAI_STREAM,
+                          OPENAI_AUTH)  # a clean end of the chunked body: no exception
+    assert st == 200 and len(parse_sse(payload)) == 2
+    assert b"finish_reason\":\"stop" not in payload and b"[DONE]" not in payload
+    assert sim.client.usage_log()[-1]["delivered"] is False
+    sim.client.add_faults({"path": "/openai/", "drop_final_event": True})
+    st, _, payload = call(sim.port, "POST", "/openai/v1/chat/completions", OPENAI_STREAM,
+                          OPENAI_AUTH)
+    datas = [json.loads(d) for _, d in parse_sse(payload)]  # all JSON: no [DONE]
+    assert datas[-2]["choices"][0]["finish_reason"] == "stop"
+    assert datas[-1]["usage"] == sim.client.usage_log()[-1]["usage"]
+    sim.client.add_faults({"path": "/anthropic/", "drop_final_event": True})
+    st, _, payload = ant(sim.port, {**ant_body(), "stream": True})
+    names = [e for e, _ in parse_sse(payload)]
+    assert names[-1] == "message_delta" and "message_stop" not in names
+
+
+def test_fault_hold_after_final(sim):
+    sim.client.add_faults({"path": "/openai/", "hold_after_final_ms": 5000})
+    t0 = time.monotonic()
+    conn, resp = open_stream(sim.port, "/openai/v1/chat/completions", OPENAI_STREAM, OPENAI_AUTH)
+    got = b""
+    while b"data: [DONE]" not in got:
+        got += resp.read1(65536)
+    assert time.monotonic() - t0 < 2
+    conn.sock.settimeout(0.3)
+    with pytest.raises((socket.timeout, TimeoutError)):  # neither ended nor closed
+        resp.read1(65536)
+    conn.close()
+    rec = sim.client.wait_for(lambda: [r for r in sim.client.requests() if "hold_ended" in r])
+    assert rec[0]["hold_ended"] == "client_closed" and rec[0]["held_ms"] < 4000, rec
+    for provider in ("openai", "anthropic"):  # a short hold, then the body ends cleanly
+        sim.client.reset()
+        sim.client.add_faults({"path": f"/{provider}/", "hold_after_final_ms": 300})
+        t0 = time.monotonic()
+        if provider == "openai":
+            st, _, payload = call(sim.port, "POST", "/openai/v1/chat/completions", OPENAI_STREAM,
+                                  OPENAI_AUTH)
+            assert parse_sse(payload)[-1] == (None, "[DONE]")
+        else:
+            st, _, payload = ant(sim.port, {**ant_body(), "stream": True})
+            assert parse_sse(payload)[-1][0] == "message_stop"
+        assert st == 200 and time.monotonic() - t0 >= 0.3
+        r = sim.client.requests()[-1]
+        assert r["hold_ended"] == "elapsed" and r["held_ms"] >= 300, r
+
+
+def test_fault_gzip(sim):
+    import gzip
+    sim.client.add_faults({"path": "/openai/", "gzip": True, "count": 2})
+    msgs = [{"role": "user", "content": "x"}]
+    conn, resp = open_stream(sim.port, "/openai/v1/chat/completions",
+                             {"model": "gpt-4o-mini", "messages": msgs},
+                             {**OPENAI_AUTH, "Accept-Encoding": "identity"})
+    raw = resp.read()
+    conn.close()
+    assert resp.status == 200 and resp.getheader("Content-Encoding") == "gzip"
+    assert int(resp.getheader("Content-Length")) == len(raw)
+    assert json.loads(gzip.decompress(raw))["object"] == "chat.completion"
+    assert sim.client.requests()[-1]["headers"]["accept-encoding"] == "identity"
+    conn, resp = open_stream(sim.port, "/openai/v1/chat/completions", OPENAI_STREAM, OPENAI_AUTH)
+    raw = resp.read()
+    conn.close()
+    assert resp.getheader("Content-Encoding") == "gzip"
+    assert resp.getheader("Content-Type").startswith("text/event-stream")
+    events = parse_sse(gzip.decompress(raw))
+    assert events[-1] == (None, "[DONE]") and len(events) > 3
+    assert openai_chat(sim.port, msgs)[0] == 200  # used up: plain again
+
+
+def test_fault_ignore_stream_and_2xx_error_body(sim):
+    sim.client.add_faults({"path": "/openai/", "ignore_stream": True})
+    st, h, body = call(sim.port, "POST", "/openai/v1/chat/completions", OPENAI_STREAM, OPENAI_AUTH)
+    assert st == 200 and h["Content-Type"] == "application/json"
+    assert body["object"] == "chat.completion" and body["usage"]["completion_tokens"] == 16
+    sim.client.add_faults({"path": "/anthropic/", "ignore_stream": True})
+    st, h, body = ant(sim.port, {**ant_body(), "stream": True})
+    assert st == 200 and body["type"] == "message" and body["stop_reason"] == "end_turn"
+    err = {"error": {"message": "overloaded, try later", "type": "server_error"}}
+    sim.client.add_faults({"path": "/openai/", "stream": True, "status": 200, "body": err})
+    st, h, body = call(sim.port, "POST", "/openai/v1/chat/completions", OPENAI_STREAM, OPENAI_AUTH)
+    assert st == 200 and h["Content-Type"] == "application/json" and body == err
+
+
+def test_fault_sse_noise(sim):
+    from provider_sim import SSE_NOISE
+    sim.client.add_faults({"path": "/openai/", "sse_noise": True})
+    st, _, payload = call(sim.port, "POST", "/openai/v1/chat/completions", OPENAI_STREAM,
+                          OPENAI_AUTH)
+    blocks = payload.decode().split("\n\n")[:-1]
+    noise = [b.decode().rstrip("\n") for b in SSE_NOISE]
+    assert blocks[1:1 + len(noise)] == noise and blocks[-1 - len(noise):-1] == noise
+    assert blocks[0].startswith("data: {") and blocks[-1] == "data: [DONE]"
+    clean = [b for b in blocks if b not in noise]
+    assert all(json.loads(b[6:]) for b in clean[:-1])
+    sim.client.add_faults({"path": "/anthropic/", "sse_noise": True})
+    st, _, payload = ant(sim.port, {**ant_body(), "stream": True})
+    blocks = payload.decode().split("\n\n")[:-1]
+    assert blocks.count(": keep-alive") == 2 and blocks[-1].startswith("event: message_stop")
+
+
 def test_concurrent_requests(sim):
     import concurrent.futures as cf
     msgs = [{"role": "user", "content": "parallel"}]

@@ -515,17 +515,24 @@ asio::awaitable<void> LocalEnginesImpl::Serve(const Route& route, const json& bo
   }
 
   auto executor = co_await asio::this_coro::executor;
+  // Owned by this coroutine alone: the engine (which may keep a cancelled request until its next
+  // step, or until it is destroyed at shutdown) holds only a weak reference, so the channel's
+  // timer never outlives the event loop it belongs to.
   auto channel = std::make_shared<Channel>(executor);
   engine::EngineRequest request{
       .prompt = std::move(prompt),
       .sampling = std::move(*sampling),
-      .on_token = [channel](const engine::TokenEvent& e) {
+      .on_token = [weak = std::weak_ptr<Channel>(channel)](const engine::TokenEvent& e) {
+        std::shared_ptr<Channel> channel = weak.lock();
+        if (!channel) return;  // the request's coroutine is gone
         {
           std::lock_guard lock(channel->mu);
           channel->events.push_back(
               Event{std::string(e.text), e.finished, e.finish_reason, e.usage, e.error});
         }
-        asio::post(channel->executor, [channel] { channel->wakeup.cancel(); });
+        asio::post(channel->executor, [weak] {
+          if (auto alive = weak.lock()) alive->wakeup.cancel();
+        });
       }};
   auto id = host.Add(std::move(request));
   if (!id) {

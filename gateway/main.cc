@@ -377,10 +377,12 @@ int RunGateway(gateway::GatewayConfig config) {
                (*server)->in_flight());
   (*server)->Stop();
   (*gw)->ReleaseClients();
+  // The engines' threads stop before the event loops are destroyed: a token callback running on
+  // one must not touch a request's channel while its loop goes away.
+  if (engines) engines->Stop();
   // Destroying the server destroys its event loops and with them any request coroutine cut off
   // at the drain deadline; their RequestLogs record them now, while the store is still open.
   server->reset();
-  if (engines) engines->Stop();
   (*alerting)->Stop();
   (*store)->Close();
   auto stats = (*store)->stats();

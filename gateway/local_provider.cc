@@ -570,7 +570,7 @@ asio::awaitable<void> LocalEnginesImpl::Serve(const Route& route, const json& bo
     // No co_await inside && / || / ?: in this file: GCC 12 miscompiles those.
     auto began = co_await writer.BeginStream(200, "text/event-stream", std::move(stream_headers));
     if (!began) {
-      log.SetError(200, "client_disconnected", "the client went away before the stream began");
+      log.SetError(499, "client_disconnected", "the client went away before the stream began");
       log.Commit();
       co_return;
     }
@@ -647,7 +647,7 @@ asio::awaitable<void> LocalEnginesImpl::Serve(const Route& route, const json& bo
     }
     // A client that gave up on a whole answer (its timeout) frees the engine at once.
     if (!streaming && !finished && writer.client_gone()) {
-      log.SetError(200, "client_disconnected",
+      log.SetError(499, "client_disconnected",
                    "the client closed the connection before the response was ready");
       co_return;  // as above
     }
@@ -691,7 +691,7 @@ asio::awaitable<void> LocalEnginesImpl::Serve(const Route& route, const json& bo
       log.SetError(200, "client_disconnected", "the client closed the connection mid-stream");
     }
   } else if (writer.client_gone()) {
-    log.SetError(200, "client_disconnected",
+    log.SetError(499, "client_disconnected",
                  "the client closed the connection before the response was ready");
   } else {
     auto sent = co_await writer.Send(200, kJson,

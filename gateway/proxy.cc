@@ -290,7 +290,7 @@ asio::awaitable<void> Gateway::HandleInference(http::Request& request,
     // A client that gave up while the upstream worked (its timeout) closed the connection; a
     // write would still succeed into the socket buffer, so ask the socket.
     if (writer.client_gone()) {
-      log.SetError(200, "client_disconnected",
+      log.SetError(499, "client_disconnected",
                    "the client closed the connection before the response was ready");
       log.Commit();
       co_return;
@@ -378,7 +378,7 @@ asio::awaitable<void> Gateway::HandleInference(http::Request& request,
     if (abandon.fired()) {
       log.SetError(499, "client_disconnected", abandoned_message());
     } else if (client_gone) {
-      log.SetError(200, "client_disconnected", "the client went away before the stream began");
+      log.SetError(499, "client_disconnected", "the client went away before the stream began");
     } else if (!unreadable.empty()) {
       co_await SendError(writer, log,
                          providers::MakeOpenAIError(unreadable_status, std::move(unreadable),

@@ -380,12 +380,16 @@ class ClientImpl final : public Client {
       if (reused) {
         reused_.fetch_add(1, std::memory_order_relaxed);
       } else {
-        Result<std::unique_ptr<Conn>> fresh = co_await Connect(url, origin);
+        Result<std::unique_ptr<Conn>> fresh = co_await Connect(url, origin, request.abandon);
+        if (request.abandon != nullptr) {
+          request.abandon->SetCancel(nullptr);  // (the failed connection is gone with `fresh`)
+          if (request.abandon->fired()) co_return Abandoned(origin);
+        }
         if (!fresh) co_return std::unexpected(fresh.error());
         conn = std::move(*fresh);
       }
       if (request.abandon != nullptr) {
-        if (request.abandon->fired()) co_return Abandoned(origin);  // while connecting
+        if (request.abandon->fired()) co_return Abandoned(origin);
         request.abandon->SetCancel([c = conn.get()] { c->tcp().close(); });
       }
       sent_.fetch_add(1, std::memory_order_relaxed);
@@ -413,8 +417,8 @@ class ClientImpl final : public Client {
     }
   }
 
-  asio::awaitable<Result<std::unique_ptr<Conn>>> Connect(const Url& url,
-                                                         const std::string& origin) {
+  asio::awaitable<Result<std::unique_ptr<Conn>>> Connect(const Url& url, const std::string& origin,
+                                                         Abandon* abandon) {
     const auto deadline = SteadyClock::now() + options_.connect_timeout;
     std::vector<tcp::endpoint> endpoints;
     boost::system::error_code aec;
@@ -448,6 +452,8 @@ class ClientImpl final : public Client {
       co_return MakeError(ErrorCode::kInvalidArgument, tls_setup_error_);
     }
     auto conn = use_tls ? std::make_unique<Conn>(executor_, tls_) : std::make_unique<Conn>(executor_);
+    // Giving up closes the socket mid-connect or mid-handshake too (Run reports it).
+    if (abandon != nullptr) abandon->SetCancel([c = conn.get()] { c->tcp().close(); });
     conn->tcp().expires_at(deadline);
     auto [cec, ep] = co_await conn->tcp().async_connect(endpoints, as_tuple(use_awaitable));
     if (cec) {

@@ -251,6 +251,33 @@ TEST(ClientTest, AbandonClosesTheConnectionAndEndsTheExchange) {
   EXPECT_EQ(client->stats().requests_sent, 1u);
 }
 
+// Giving up during the TLS handshake (an upstream that accepts but never answers the hello)
+// ends the exchange then, not at the connect deadline.
+TEST(ClientTest, AbandonDuringTheTlsHandshakeEndsItAtOnce) {
+  ScriptedServer upstream([](int fd, int, const std::atomic<bool>& stop) {
+    char buf[4096];
+    for (int i = 0; i < 500 && !stop; ++i) {  // swallows the ClientHello, answers nothing
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 10) == 1 && ::recv(fd, buf, sizeof buf, 0) <= 0) return;
+    }
+  });
+  asio::io_context ioc;
+  auto client = Client::Create(ioc.get_executor(), {});
+  const Url url = MustParse("https://127.0.0.1:" + std::to_string(upstream.port()));
+  Abandon abandon;
+  asio::steady_timer later(ioc, std::chrono::milliseconds(100));
+  later.async_wait([&](const boost::system::error_code&) { abandon.Fire(); });
+  OutgoingRequest req = Post("/slow", "x");
+  req.abandon = &abandon;
+  const int64_t start = NowMs();
+  auto r = Await(ioc, client->Send(url, req));
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("abandoned by the caller"), std::string::npos)
+      << r.error().message;
+  EXPECT_LT(NowMs() - start, 2000);  // the connect deadline is 10 s
+  EXPECT_EQ(client->stats().requests_sent, 0u);
+}
+
 TEST(ClientTest, StalePooledConnectionIsRetriedOnceOnAFreshOne) {
   // Connection 0 answers once with keep-alive, then drops the next request unanswered, as a
   // server closing an idle connection at the wrong moment does. Connection 1 answers.

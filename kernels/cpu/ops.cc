@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 namespace kvgate::kernels::cpu {
 namespace {
@@ -143,63 +144,126 @@ void WriteKv(const CpuContext& ctx, const float* k, const float* v, int64_t t, i
   }
 }
 
+namespace {
+
+// One unit of attention work: query tokens [tok0, tok1) of sequence s (consecutive positions)
+// against KV head kv_head, for query heads [head0, head1) of that head's group. All of its rows
+// read the same keys, so each cache block is brought into L1 once per item instead of once per
+// (token, head): at long contexts the K/V stream, not the arithmetic, is what costs.
+struct AttentionItem {
+  int32_t s;
+  int32_t kv_head;
+  int64_t tok0, tok1;
+  int64_t head0, head1;
+};
+
+// Query tokens per item in a prefill chunk: with the group's heads, about 16 rows share a block.
+constexpr int64_t kAttentionRows = 16;
+
+std::vector<AttentionItem> AttentionItems(const PagedAttentionArgs& a, size_t threads) {
+  const int64_t group = a.heads / a.kv_heads;
+  const int num_seqs = static_cast<int>(a.context_lens.size());
+  const int64_t tile = std::max<int64_t>(1, kAttentionRows / group);
+  size_t whole_groups = 0;  // items if every item takes the group's heads together
+  for (int s = 0; s < num_seqs; ++s) {
+    const int64_t qlen = a.query_start[s + 1] - a.query_start[s];
+    whole_groups += static_cast<size_t>((qlen + tile - 1) / tile * a.kv_heads);
+  }
+  // Too few items to keep every thread busy (one sequence decoding): one head per item, as many
+  // items as there are heads, at the price of reading each block once per head.
+  const bool split_heads = whole_groups < threads;
+  std::vector<AttentionItem> items;
+  for (int s = 0; s < num_seqs; ++s) {
+    for (int64_t t0 = a.query_start[s]; t0 < a.query_start[s + 1]; t0 += tile) {
+      const int64_t t1 = std::min<int64_t>(t0 + tile, a.query_start[s + 1]);
+      for (int64_t g = 0; g < a.kv_heads; ++g) {
+        if (!split_heads) {
+          items.push_back({s, static_cast<int32_t>(g), t0, t1, g * group, (g + 1) * group});
+          continue;
+        }
+        for (int64_t h = g * group; h < (g + 1) * group; ++h)
+          items.push_back({s, static_cast<int32_t>(g), t0, t1, h, h + 1});
+      }
+    }
+  }
+  return items;
+}
+
+}  // namespace
+
 void PagedAttention(const CpuContext& ctx, const PagedAttentionArgs& a) {
   const VecKernels& kern = *ctx.kernels;
-  const int64_t group = a.heads / a.kv_heads;  // query heads per KV head
   const int64_t kv_dim = a.kv_heads * a.head_dim;
   const int64_t bs = a.block_size;
-  const int num_seqs = static_cast<int>(a.context_lens.size());
-  auto items = [&](size_t begin, size_t end) {
-    float acc[kMaxHeadDim];
+  const int64_t dh = a.head_dim;
+  const std::vector<AttentionItem> items = AttentionItems(a, static_cast<size_t>(ctx.pool->size()));
+  auto run = [&](size_t begin, size_t end) {
+    // Per row: the query (rounded to f16, as llama.cpp does when multiplying it with the f16 K
+    // cache), its last visible position, the online-softmax state and the accumulator.
+    std::vector<float> q, acc;
+    std::vector<int64_t> last;
+    std::vector<float> m, l;
     float scores[64];
-    for (size_t item = begin; item < end; ++item) {
-      const int64_t tok = static_cast<int64_t>(item) / a.heads;
-      const int64_t head = static_cast<int64_t>(item) % a.heads;
-      // The sequence that owns row `tok`: the last s with query_start[s] <= tok.
-      const int s = static_cast<int>(std::upper_bound(a.query_start.begin(),
-                                                      a.query_start.begin() + num_seqs, tok) -
-                                     a.query_start.begin()) - 1;
-      const int64_t qlen = a.query_start[s + 1] - a.query_start[s];
-      const int64_t pos = a.context_lens[s] - qlen + (tok - a.query_start[s]);  // last visible
-      const int32_t* table = a.block_tables.data() + s * a.max_blocks;
-      // q rounded to f16, as llama.cpp does when multiplying it with the f16 K cache.
-      float q[kMaxHeadDim];
-      uint16_t qh[kMaxHeadDim];
-      kern.f32_to_f16(a.q + (tok * a.heads + head) * a.head_dim, qh, a.head_dim);
-      kern.f16_to_f32(qh, q, a.head_dim);
-      const int64_t kv_off = (head / group) * a.head_dim;
-      float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
-      std::fill(acc, acc + a.head_dim, 0.0f);
-      // Online softmax, one cache block (<= 64 keys) at a time.
-      for (int64_t blk = 0; blk * bs <= pos; ++blk) {
-        const int64_t n = std::min(bs, pos + 1 - blk * bs);
-        const int64_t slot0 = static_cast<int64_t>(table[blk]) * bs;
-        float bm = -std::numeric_limits<float>::infinity();
-        for (int64_t j = 0; j < n; ++j) {
-          const uint16_t* kr = a.k_cache + (slot0 + j) * kv_dim + kv_off;
-          scores[j] = kern.dot_f32_f16(q, kr, static_cast<int>(a.head_dim)) * a.scale;
-          bm = std::max(bm, scores[j]);
-        }
-        const float nm = std::max(m, bm);
-        const float corr = std::exp(m - nm);
-        if (corr != 1.0f) {
-          l *= corr;
-          for (int64_t d = 0; d < a.head_dim; ++d) acc[d] *= corr;
-        }
-        for (int64_t j = 0; j < n; ++j) {
-          const float e = std::exp(scores[j] - nm);
-          l += e;
-          kern.axpy_f16(e, a.v_cache + (slot0 + j) * kv_dim + kv_off, acc,
-                        static_cast<int>(a.head_dim));
-        }
-        m = nm;
+    uint16_t qh[kMaxHeadDim];
+    for (size_t i = begin; i < end; ++i) {
+      const AttentionItem& it = items[i];
+      const int64_t heads = it.head1 - it.head0;
+      const int64_t rows = (it.tok1 - it.tok0) * heads;
+      q.resize(static_cast<size_t>(rows * dh));
+      acc.assign(static_cast<size_t>(rows * dh), 0.0f);
+      last.resize(static_cast<size_t>(rows));
+      m.assign(static_cast<size_t>(rows), -std::numeric_limits<float>::infinity());
+      l.assign(static_cast<size_t>(rows), 0.0f);
+      const int64_t qlen = a.query_start[it.s + 1] - a.query_start[it.s];
+      const int64_t first_pos = a.context_lens[it.s] - qlen - a.query_start[it.s];  // + tok
+      int64_t max_pos = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t tok = it.tok0 + r / heads, head = it.head0 + r % heads;
+        kern.f32_to_f16(a.q + (tok * a.heads + head) * dh, qh, dh);
+        kern.f16_to_f32(qh, q.data() + r * dh, dh);
+        last[r] = first_pos + tok;
+        max_pos = std::max(max_pos, last[r]);
       }
-      float* o = a.out + (tok * a.heads + head) * a.head_dim;
-      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-      for (int64_t d = 0; d < a.head_dim; ++d) o[d] = acc[d] * inv;
+      const int32_t* table = a.block_tables.data() + it.s * a.max_blocks;
+      const int64_t kv_off = it.kv_head * dh;
+      // Online softmax, one cache block (<= 64 keys) at a time; the block stays in L1 while every
+      // row of the item reads it. Per row the arithmetic is the same as one row alone.
+      for (int64_t blk = 0; blk * bs <= max_pos; ++blk) {
+        const int64_t slot0 = static_cast<int64_t>(table[blk]) * bs;
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t n = std::min(bs, last[r] + 1 - blk * bs);
+          if (n <= 0) continue;
+          const float* qr = q.data() + r * dh;
+          float* ar = acc.data() + r * dh;
+          float bm = -std::numeric_limits<float>::infinity();
+          for (int64_t j = 0; j < n; ++j) {
+            const uint16_t* kr = a.k_cache + (slot0 + j) * kv_dim + kv_off;
+            scores[j] = kern.dot_f32_f16(qr, kr, static_cast<int>(dh)) * a.scale;
+            bm = std::max(bm, scores[j]);
+          }
+          const float nm = std::max(m[r], bm);
+          const float corr = std::exp(m[r] - nm);
+          if (corr != 1.0f) {
+            l[r] *= corr;
+            for (int64_t d = 0; d < dh; ++d) ar[d] *= corr;
+          }
+          for (int64_t j = 0; j < n; ++j) {
+            const float e = std::exp(scores[j] - nm);
+            l[r] += e;
+            kern.axpy_f16(e, a.v_cache + (slot0 + j) * kv_dim + kv_off, ar, static_cast<int>(dh));
+          }
+          m[r] = nm;
+        }
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t tok = it.tok0 + r / heads, head = it.head0 + r % heads;
+        float* o = a.out + (tok * a.heads + head) * dh;
+        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+        for (int64_t d = 0; d < dh; ++d) o[d] = acc[r * dh + d] * inv;
+      }
     }
   };
-  ctx.pool->ParallelFor(a.num_tokens * a.heads, 4, items);
+  ctx.pool->ParallelFor(items.size(), 1, run);
 }
 
 }  // namespace kvgate::kernels::cpu

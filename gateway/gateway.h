@@ -69,6 +69,9 @@ class Gateway {
   void PrepareLoops(size_t loops) { clients_.resize(loops); }
   void OnLoopStart(size_t index, boost::asio::any_io_executor executor);
   void ReleaseClients() { clients_.clear(); }
+  // Waits for the read API's queries still running on the blocking pool (after Server::Stop(),
+  // before the Server is destroyed: each hands its result to a loop's executor).
+  void FinishBlockingWork() { blocking_pool_.join(); }
 
  private:
   Gateway(const GatewayConfig& config, telemetry::PriceCatalog catalog, GatewayDeps deps);

@@ -594,6 +594,10 @@ asio::awaitable<void> LocalEnginesImpl::Serve(const Route& route, const json& bo
     client_left = true;
     channel->wakeup.cancel();
   });
+  struct StopWatch {  // the callback refers to this frame: it must not outlive it
+    http::ResponseWriter& writer;
+    ~StopWatch() { writer.OnClientGone(nullptr); }
+  } stop_watch{writer};
 
   std::string text;
   Event last;

@@ -377,6 +377,7 @@ int RunGateway(gateway::GatewayConfig config) {
                (*server)->in_flight());
   (*server)->Stop();
   (*gw)->ReleaseClients();
+  (*gw)->FinishBlockingWork();
   // The engines' threads stop before the event loops are destroyed: a token callback running on
   // one must not touch a request's channel while its loop goes away.
   if (engines) engines->Stop();

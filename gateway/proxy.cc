@@ -243,7 +243,8 @@ asio::awaitable<void> Gateway::HandleInference(http::Request& request,
   if (!rec.stream) {
     auto response = co_await client.Send(route->url, std::move(out));
     writer.OnClientGone(nullptr);
-    if (abandon.fired()) {
+    // (An answer that had all arrived when the client left is still read for its usage below.)
+    if (!response && abandon.fired()) {
       log.SetError(499, "client_disconnected", abandoned_message());
       log.Commit();
       co_return;

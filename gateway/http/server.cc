@@ -261,7 +261,11 @@ class ServerImpl final : public Server {
     worker.deadline_sentinel.expires_after(std::chrono::milliseconds(250));
     worker.deadline_sentinel.async_wait([&worker](const boost::system::error_code& ec) {
       if (ec) return;
-      worker.state.CheckGoneClients();
+      try {
+        worker.state.CheckGoneClients();
+      } catch (...) {
+        // A handler's callback threw: the tick must go on for the other connections.
+      }
       ArmDeadlineSentinel(worker);
     });
   }

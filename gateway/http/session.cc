@@ -102,7 +102,8 @@ void AppendNumber(std::string& out, Int value, int base = 10) {
 // by hand into a buffer the connection keeps, so answering allocates nothing in steady state.
 class Writer final : public ResponseWriter, public WriterHooks {
  public:
-  Writer(beast::tcp_stream& stream, WorkerState& worker) : stream_(stream), worker_(worker) {}
+  Writer(beast::tcp_stream& stream, const beast::flat_buffer& pending_input, WorkerState& worker)
+      : stream_(stream), pending_input_(pending_input), worker_(worker) {}
 
   void Reset(unsigned version, bool keep_alive, bool head_only) {
     version_ = version;
@@ -183,6 +184,7 @@ class Writer final : public ResponseWriter, public WriterHooks {
   void CutStream() override {
     if (!streaming_ || finished_ || gone_ || writing_ || head_only_ || cut_notice_.empty()) return;
     finished_ = true;
+    gone_ = true;  // the socket closes next: later writes fail as a client that left
     std::string bytes;
     if (chunked_) {
       AppendNumber(bytes, cut_notice_.size(), 16);
@@ -206,10 +208,13 @@ class Writer final : public ResponseWriter, public WriterHooks {
   bool client_gone() const override {
     if (gone_) return true;
     // A peek that does not block: 0 means the peer sent FIN; a hard error means it is gone.
-    // Pending bytes (a pipelined request) or EAGAIN mean it is still there.
+    // Pending bytes (a pipelined request) or EAGAIN mean it is still there. A FIN behind
+    // pipelined requests already read is a client that sent everything and still reads the
+    // answers (like nginx, kvgate otherwise takes a FIN for a client that left).
     char c;
     const ssize_t n = ::recv(stream_.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+    if ((n == 0 && pending_input_.size() == 0) ||
+        (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
       gone_ = true;
     }
     return gone_;
@@ -268,6 +273,7 @@ class Writer final : public ResponseWriter, public WriterHooks {
   }
 
   beast::tcp_stream& stream_;
+  const beast::flat_buffer& pending_input_;  // bytes read but not yet parsed (pipelining)
   WorkerState& worker_;
   std::string head_;        // reused across requests
   std::string chunk_head_;  // reused across chunks
@@ -434,7 +440,7 @@ asio::awaitable<void> Serve(asio::ip::tcp::socket socket, WorkerState& worker) {
   SessionLink link(worker, stream.socket());
   const ServerOptions& options = worker.options;
   beast::flat_buffer buffer;
-  Writer writer(stream, worker);
+  Writer writer(stream, buffer, worker);
   link.writer = &writer;
   Request req;
   req.worker_index = worker.index;

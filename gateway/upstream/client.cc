@@ -322,7 +322,7 @@ asio::awaitable<Attempt> Exchange(Stream& stream, Conn& conn, const std::string&
   co_return out;
 }
 
-Result<Response> Abandoned(const std::string& origin) {
+std::unexpected<Error> Abandoned(const std::string& origin) {
   return MakeError(ErrorCode::kUnavailable,
                    "the exchange with upstream " + origin + " was abandoned by the caller");
 }
@@ -404,7 +404,10 @@ class ClientImpl final : public Client {
       }
       if (request.abandon != nullptr) {
         request.abandon->SetCancel(nullptr);
-        if (request.abandon->fired()) co_return Abandoned(origin);  // the connection closes
+        if (request.abandon->fired()) {  // the connection was closed: never pooled
+          if (!a.result) co_return Abandoned(origin);
+          co_return std::move(a.result);  // it had all arrived: the caller may still use it
+        }
       }
       if (!a.result && a.retryable && reused && attempt == 0) {
         // The pooled connection had gone stale (the server closed it as we sent): nothing of
@@ -432,9 +435,14 @@ class ClientImpl final : public Client {
       timer.async_wait([resolver](boost::system::error_code ec) {
         if (!ec) resolver->cancel();
       });
+      if (abandon != nullptr) abandon->SetCancel([r = resolver.get()] { r->cancel(); });
       auto [rec, results] = co_await resolver->async_resolve(
           url.host, std::to_string(url.port), as_tuple(use_awaitable));
       timer.cancel();
+      if (abandon != nullptr) {
+        abandon->SetCancel(nullptr);
+        if (abandon->fired()) co_return Abandoned(origin);
+      }
       if (rec == asio::error::operation_aborted) {
         co_return MakeError(ErrorCode::kDeadlineExceeded,
                             "upstream " + origin + ": resolving the host name deadline (" +
@@ -454,6 +462,7 @@ class ClientImpl final : public Client {
     auto conn = use_tls ? std::make_unique<Conn>(executor_, tls_) : std::make_unique<Conn>(executor_);
     // Giving up closes the socket mid-connect or mid-handshake too (Run reports it).
     if (abandon != nullptr) abandon->SetCancel([c = conn.get()] { c->tcp().close(); });
+    if (abandon != nullptr && abandon->fired()) co_return Abandoned(origin);
     conn->tcp().expires_at(deadline);
     auto [cec, ep] = co_await conn->tcp().async_connect(endpoints, as_tuple(use_awaitable));
     if (cec) {

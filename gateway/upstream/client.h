@@ -46,7 +46,7 @@ struct ClientOptions {
 // Lets the caller of an exchange give it up from outside it (its own client left, so the answer
 // has no reader and an upstream that stops generating when its connection closes stops costing):
 // Fire() closes the exchange's connection, and the exchange returns kUnavailable ("abandoned by
-// the caller") at once, without a retry. Single-threaded like the Client; outlives the exchange.
+// the caller") at once, without a retry (or the response, if it had all arrived). Single-threaded like the Client; outlives the exchange.
 class Abandon {
  public:
   void Fire() {

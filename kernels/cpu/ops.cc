@@ -200,9 +200,10 @@ void PagedAttention(const CpuContext& ctx, const PagedAttentionArgs& a) {
   auto run = [&](size_t begin, size_t end) {
     // Per row: the query (rounded to f16, as llama.cpp does when multiplying it with the f16 K
     // cache), its last visible position, the online-softmax state and the accumulator.
-    std::vector<float> q, acc;
-    std::vector<int64_t> last;
-    std::vector<float> m, l;
+    // (Per thread, reused across calls: ParallelFor runs this once per item.)
+    thread_local std::vector<float> q, acc;
+    thread_local std::vector<int64_t> last;
+    thread_local std::vector<float> m, l;
     float scores[64];
     uint16_t qh[kMaxHeadDim];
     for (size_t i = begin; i < end; ++i) {

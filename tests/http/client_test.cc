@@ -278,6 +278,21 @@ TEST(ClientTest, AbandonDuringTheTlsHandshakeEndsItAtOnce) {
   EXPECT_EQ(client->stats().requests_sent, 0u);
 }
 
+TEST(ClientTest, AnExchangeAbandonedBeforeItStartsOpensNoConnection) {
+  auto upstream = StartUpstream();
+  asio::io_context ioc;
+  auto client = Client::Create(ioc.get_executor(), {});
+  const Url url = MustParse("http://127.0.0.1:" + std::to_string(upstream->port()) + "/v1");
+  Abandon abandon;
+  abandon.Fire();
+  OutgoingRequest req = Post("/echo", "x");
+  req.abandon = &abandon;
+  auto r = Await(ioc, client->Send(url, req));
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("abandoned by the caller"), std::string::npos);
+  EXPECT_EQ(client->stats().requests_sent, 0u);
+}
+
 TEST(ClientTest, StalePooledConnectionIsRetriedOnceOnAFreshOne) {
   // Connection 0 answers once with keep-alive, then drops the next request unanswered, as a
   // server closing an idle connection at the wrong moment does. Connection 1 answers.

@@ -728,6 +728,33 @@ TEST(ServerTest, OnClientGoneTellsAWaitingHandlerThatItsClientLeft) {
   EXPECT_EQ(gone_calls.load(), 1);
 }
 
+// A client that pipelines its requests and then half-closes still wants the answers: its FIN
+// behind requests kvgate has read is not a client that left.
+TEST(ServerTest, HalfCloseAfterPipelinedRequestsIsNotAClientThatLeft) {
+  std::atomic<int> gone_calls{0};
+  auto server = StartOrDie({}, [&](Request& req, ResponseWriter& w) -> asio::awaitable<void> {
+    auto executor = co_await asio::this_coro::executor;
+    asio::steady_timer wait(executor, std::chrono::milliseconds(req.path == "/a" ? 700 : 0));
+    w.OnClientGone([&] {
+      ++gone_calls;
+      wait.cancel();
+    });
+    co_await wait.async_wait(asio::as_tuple(asio::use_awaitable));
+    co_await w.Send(200, "text/plain", req.path);
+  });
+  RawConn c;
+  ASSERT_EQ(c.Connect(server->port()), 0);
+  ASSERT_TRUE(c.Send(Get("/a") + Get("/b")));
+  c.ShutdownWrite();
+  auto a = ReadResponse(c, 5000);
+  auto b = ReadResponse(c, 5000);
+  ASSERT_TRUE(a);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(a->body, "/a");
+  EXPECT_EQ(b->body, "/b");
+  EXPECT_EQ(gone_calls.load(), 0);
+}
+
 TEST(ServerTest, StopFromInsideAHandlerDoesNotDeadlock) {
   Server* self = nullptr;
   auto server = StartOrDie({}, [&](Request&, ResponseWriter& w) -> asio::awaitable<void> {

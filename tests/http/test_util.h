@@ -44,6 +44,9 @@ class RawConn {
   RawConn& operator=(const RawConn&) = delete;
   ~RawConn() { Close(); }
 
+  // Half-closes: the server reads EOF, the client still reads.
+  void ShutdownWrite() { ::shutdown(fd_, SHUT_WR); }
+
   // Returns 0 on success, else errno (e.g. ECONNREFUSED).
   int Connect(uint16_t port) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);

@@ -171,6 +171,17 @@ asio::awaitable<void> Gateway::HandleInference(http::Request& request,
     co_return;
   }
   rec.stream = stream && stream->is_true();
+  // As OpenAI (and vLLM) answer it: stream_options asks for something only a stream carries.
+  if (std::optional<raw_json::Value> stream_options = body.Find("stream_options");
+      !rec.stream && stream_options && !stream_options->is_null()) {
+    co_await SendError(writer, log,
+                       providers::MakeOpenAIError(
+                           400, "The 'stream_options' parameter is only allowed when 'stream' is "
+                                "enabled.", "invalid_request_error", "invalid_request",
+                           "stream_options"),
+                       "error", headers);
+    co_return;
+  }
   const bool wants_usage = providers::ClientWantsStreamUsage(body);
   if (!rec.thread_id.empty()) log.set_prompt(*parsed);  // request.body outlives the log
 

@@ -532,6 +532,22 @@ def test_anthropic_all_empty_messages_400_from_kvgate(gw, sim):
     assert not sim.client.requests(), "the request reached the simulator"
 
 
+@pytest.mark.parametrize("model", ["gpt-4o-mini", "claude-sonnet-4-5"])
+def test_stream_options_without_stream_is_a_400_like_openai(gw, sim, model):
+    """OpenAI (and vLLM) refuse stream_options on a request that does not stream; kvgate answers
+    the same for every upstream instead of silently dropping it."""
+    thread = new_thread_id("stream-options")
+    with pytest.raises(openai.BadRequestError) as exc:
+        gw.client().chat.completions.create(
+            model=model, messages=[{"role": "user", "content": "hi"}],
+            stream_options={"include_usage": True}, extra_body={"thread_identifier": thread})
+    assert exc.value.body["param"] == "stream_options", exc.value.body
+    assert "only allowed when 'stream' is enabled" in exc.value.body["message"]
+    assert not sim.client.requests(), "the request reached the simulator"
+    turn = gw.wait_turns(thread, 1)[0]
+    assert turn["status"] == "error" and turn["http_status"] == 400, turn
+
+
 @pytest.mark.parametrize("param", ["logprobs", "response_format", "temperature"])
 def test_anthropic_refuses_unsupported_parameters(gw, sim, param):
     """Parameters Anthropic cannot honour are a 400 from kvgate, not silently dropped (logprobs,

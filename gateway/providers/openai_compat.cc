@@ -51,6 +51,7 @@ struct ChunkFacts {
   bool has_error = false;
   bool has_timings = false;  // llama.cpp
   std::optional<raw_json::Value> usage;  // the usage member, when present and not null
+  bool has_null_usage = false;           // "usage": null (what include_usage puts in every chunk)
 };
 
 bool IsContentKey(std::string_view raw_key) {
@@ -94,7 +95,10 @@ ChunkFacts ReadChunk(raw_json::Value chunk) {
       return;
     }
     const raw_json::Value value = raw_json::ReadMember(p, end);
-    if (raw_json::KeyIs(key, "usage")) facts.usage = NonNull(value) ? std::optional(value) : std::nullopt;
+    if (raw_json::KeyIs(key, "usage")) {
+      facts.usage = NonNull(value) ? std::optional(value) : std::nullopt;
+      facts.has_null_usage = !facts.usage;
+    }
     if (raw_json::KeyIs(key, "error")) facts.has_error = NonNull(value);
     if (raw_json::KeyIs(key, "timings")) facts.has_timings = NonNull(value);
   });
@@ -140,6 +144,8 @@ bool OnlyComments(std::string_view raw) {
   return true;
 }
 
+constexpr std::string_view kTrailingNullUsage = ",\"usage\":null}";
+
 class OpenAICompatStream final : public SseStreamTranslator {
  public:
   OpenAICompatStream(ProviderType type, const CallOptions& options)
@@ -181,9 +187,18 @@ class OpenAICompatStream final : public SseStreamTranslator {
           type_ == ProviderType::kLlamaCpp ? *parsed : facts.usage.value_or(raw_json::Value{}));
     }
     if (facts.choices.has_content) out.has_content = true;
-    if (facts.usage && strip_usage_) {
-      if (!facts.choices.any) return;  // the extra chunk kvgate asked for
-      // The chunk minus its usage member, every other byte as the upstream sent it.
+    if (facts.has_null_usage && strip_usage_ && data.ends_with(kTrailingNullUsage)) {
+      // The common shape (OpenAI puts it last): cut the suffix, no second walk of the chunk.
+      out.bytes += "data: ";
+      out.bytes += data.substr(0, data.size() - kTrailingNullUsage.size());
+      out.bytes += "}\n\n";
+      return;
+    }
+    if ((facts.usage || facts.has_null_usage) && strip_usage_) {
+      if (facts.usage && !facts.choices.any) return;  // the extra chunk kvgate asked for
+      // The chunk minus its usage member (the `"usage": null` that include_usage adds to every
+      // chunk, or the usage the client did not ask for), every other byte as the upstream sent
+      // it: the client sees the stream it would have had without kvgate's request.
       out.bytes += "data: ";
       AppendObjectWithout(*parsed, "usage", "", out.bytes);
       out.bytes += "\n\n";

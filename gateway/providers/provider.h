@@ -114,9 +114,9 @@ std::optional<std::string> UnsupportedFeature(const nlohmann::json& body, std::s
 // options.upstream_model; `stream` follows options.stream; when streaming, stream_options.
 // include_usage is forced to true (other stream_options keys kept); when not streaming,
 // stream_options is removed (upstreams reject it without stream). Chunks the upstream then sends
-// with `"usage":null` reach the client unchanged. Headers: content-type,
-// authorization "Bearer <key>" (when the key is non-empty), accept "text/event-stream" when
-// streaming.
+// with `"usage":null` reach a client that did not ask for usage without that member. Headers:
+// content-type, authorization "Bearer <key>" (when the key is non-empty), accept
+// "text/event-stream" when streaming.
 //
 // Anthropic: the chat body is translated to a Messages request (see anthropic_request.cc for the
 // field-by-field rules). Errors (kInvalidArgument, message fit to show the client as a 400):

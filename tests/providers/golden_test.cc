@@ -125,7 +125,11 @@ TEST(GoldenStreamTest, OpenAIUsageChunkStrippedWhenClientDidNotAsk) {
   const std::string stream = ReadGolden("openai_stream_include_usage.sse");
   auto t = NewStreamTranslator(ProviderType::kOpenAI, StreamOptions(false));
   auto r = RunStream(*t, stream);
-  EXPECT_EQ(r.bytes, Without(stream, kOpenAIUsageEvent));
+  // What OpenAI sends without include_usage: no usage chunk, and no "usage": null in the others.
+  std::string expected = Without(stream, kOpenAIUsageEvent);
+  for (size_t at; (at = expected.find(",\"usage\":null")) != std::string::npos;)
+    expected.erase(at, std::string_view(",\"usage\":null").size());
+  EXPECT_EQ(r.bytes, expected);
   EXPECT_TRUE(t->completed());
   EXPECT_EQ(t->finish_reason(), "stop");
   ExpectUsage(t->usage(), {1152, 0, 0, 98, 3, 0});

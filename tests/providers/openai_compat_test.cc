@@ -413,6 +413,32 @@ TEST(OpenAICompatStreamTest, LastUsageWinsAndEveryUsageStrippedFromChoicesChunks
   EXPECT_EQ(t->finish_reason(), "length");
 }
 
+// OpenAI puts "usage": null in every chunk once include_usage is set. When kvgate set it for its
+// own telemetry, the client gets its chunks without it, as OpenAI sends them without the option;
+// a client that asked for usage gets them unchanged.
+TEST(OpenAICompatStreamTest, NullUsageAddedForKvgateIsStrippedForAClientThatDidNotAsk) {
+  const std::string chunk =
+      "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}],"
+      "\"usage\":null}\n\n";
+  const std::string last =
+      "data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":9,"
+      "\"completion_tokens\":1}}\n\n";
+  auto stripped = NewStreamTranslator(ProviderType::kOpenAI, StreamOptions(false));
+  auto r = RunStream(*stripped, chunk + last + "data: [DONE]\n\n");
+  EXPECT_EQ(r.bytes,
+            "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}"
+            "\n\ndata: [DONE]\n\n");
+  EXPECT_EQ(stripped->usage().output, 1);
+  auto kept = NewStreamTranslator(ProviderType::kOpenAI, StreamOptions(true));
+  EXPECT_EQ(RunStream(*kept, chunk + last + "data: [DONE]\n\n").bytes,
+            chunk + last + "data: [DONE]\n\n");
+  // Not last (other servers): the member goes all the same.
+  auto first = NewStreamTranslator(ProviderType::kVllm, StreamOptions(false));
+  EXPECT_EQ(RunStream(*first, "data: {\"usage\":null,\"choices\":[{\"index\":0}]}\n\n"
+                             "data: [DONE]\n\n").bytes,
+            "data: {\"choices\":[{\"index\":0}]}\n\ndata: [DONE]\n\n");
+}
+
 TEST(OpenAICompatStreamTest, RoleOnlyChunkIsNotContentToolCallIs) {
   auto t = NewStreamTranslator(ProviderType::kOpenAI, StreamOptions(true));
   EXPECT_FALSE(

@@ -374,14 +374,43 @@ namespace {
 // Where a ${...} reference stands in the YAML text, which decides how its value is written.
 enum class YamlContext { kPlain, kDoubleQuoted, kSingleQuoted, kComment };
 
-// The value as it must appear inside `context` to read back as itself: escaped in a quoted
-// scalar (a password with a quote or a backslash), as is elsewhere.
-void AppendValue(YamlContext context, std::string_view value, std::string& out) {
+// The value as it must appear inside a quoted scalar to read back as itself (a password with a
+// quote or a backslash).
+void AppendQuotedValue(YamlContext context, std::string_view value, std::string& out) {
   for (const char c : value) {
-    if (context == YamlContext::kDoubleQuoted && (c == '"' || c == '\\')) out.push_back('\\');
+    if (context == YamlContext::kDoubleQuoted) {
+      if (c == '\n') { out += "\\n"; continue; }
+      if (c == '\t') { out += "\\t"; continue; }
+      if (c == '"' || c == '\\') out.push_back('\\');
+    }
     if (context == YamlContext::kSingleQuoted && c == '\'') out.push_back('\'');
     out.push_back(c);
   }
+}
+
+// True when `value`, written as a plain (unquoted) scalar, would not read back as itself: YAML
+// would see a comment, a mapping, a flow collection, an anchor, a tag or a block scalar in it.
+// (A password with a '#' would silently lose everything after it.)
+bool NeedsQuotes(std::string_view value) {
+  if (value.empty()) return false;
+  if (value.front() == ' ' || value.back() == ' ' || value.front() == '-' || value.front() == '?') {
+    return true;
+  }
+  return value.find_first_of(":#{}[],\"'\n\r\t&*!|>%@`") != std::string_view::npos;
+}
+
+// True when the reference text[begin, end) is a whole scalar: it starts where a scalar starts and
+// nothing but blanks, a comment or the end of a flow item follows it on its line.
+bool WholeScalar(const std::string& text, size_t end, char last_significant) {
+  const bool starts = last_significant == '\n' || last_significant == ':' ||
+                      last_significant == '-' || last_significant == '[' ||
+                      last_significant == '{' || last_significant == ',' || last_significant == '?';
+  if (!starts) return false;
+  size_t j = end;
+  while (j < text.size() && (text[j] == ' ' || text[j] == '\t')) ++j;
+  if (j == text.size()) return true;
+  const char c = text[j];
+  return c == '\n' || c == '\r' || c == ',' || c == ']' || c == '}' || (c == '#' && j > end);
 }
 
 }  // namespace
@@ -413,12 +442,30 @@ Result<std::string> InterpolateEnv(const std::string& text, const EnvLookup& env
         return MakeError(ErrorCode::kInvalidArgument, "bad variable reference ${" + inner + "}");
       }
       auto value = env(name);
+      std::optional<std::string> text_value;
       if (value && !value->empty()) {
-        AppendValue(context, *value, out);
+        text_value = std::move(*value);
       } else if (fallback) {
-        AppendValue(context, *fallback, out);
+        text_value = std::move(*fallback);
       } else if (unset) {
         unset->push_back(name);
+      }
+      if (text_value && context != YamlContext::kPlain) {
+        AppendQuotedValue(context, *text_value, out);
+      } else if (text_value && !NeedsQuotes(*text_value)) {
+        out += *text_value;  // as typed: numbers stay numbers, http://${HOST}:8080 works
+      } else if (text_value) {
+        // A value with YAML syntax in it is written as a double-quoted scalar, which reads back
+        // as exactly that text; inside a longer plain scalar that cannot be done.
+        if (!WholeScalar(text, close + 1, last_significant)) {
+          return MakeError(ErrorCode::kInvalidArgument,
+                           "the value of ${" + name + "} contains YAML syntax (one of :#{}[],\"'"
+                           " and the like) inside a longer unquoted value; put the whole value in "
+                           "double quotes in the config");
+        }
+        out.push_back('"');
+        AppendQuotedValue(YamlContext::kDoubleQuoted, *text_value, out);
+        out.push_back('"');
       }
       i = close;
       last_significant = 'x';

@@ -79,6 +79,10 @@ EnvLookup ProcessEnv();
 // Replaces ${NAME} and ${NAME:-default} in `text`. An unset variable without a default becomes ""
 // and its name is appended to `unset` (the caller warns: a config listing three providers should
 // still start when only one key is set). A malformed reference ("${", "${1X}") is an error.
+// Values always read back as themselves: escaped inside a quoted scalar; written as typed in an
+// unquoted one, unless they contain YAML syntax (a password with '#' or ': '), which makes an
+// unquoted reference that is the whole value a double-quoted scalar, and one inside a longer
+// unquoted value an error.
 Result<std::string> InterpolateEnv(const std::string& text, const EnvLookup& env,
                                    std::vector<std::string>* unset = nullptr);
 

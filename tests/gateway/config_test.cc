@@ -159,6 +159,33 @@ TEST(ConfigTest, ErrorsNameTheField) {
   }
 }
 
+// An unquoted reference whose value has YAML syntax in it (a '#' would start a comment, ': ' a
+// mapping, ',' or '}' end a flow item) still reads back as exactly that value.
+TEST(ConfigTest, UnquotedReferencesKeepValuesWithYamlSyntax) {
+  const std::string secret = "pa#ss: w{o}rd, [x] \"q\" 'a' \\ &*!|>%@`";
+  auto env = FakeEnv({{"S", secret}, {"H", "example.com"}, {"N", "7"}});
+  auto config = ParseConfig(
+      "server: {admin_token: ${S}, threads: ${N}}\n"
+      "providers:\n"
+      "  - {name: a, type: openai, base_url: http://${H}:8080/v1, api_key: ${S}}\n"
+      "  - name: b\n    type: openai\n    base_url: http://x\n    api_key: ${S}   # comment\n"
+      "models: [{name: m, provider: a}]\n",
+      env, "test.yaml");
+  ASSERT_TRUE(config.has_value()) << config.error().message;
+  EXPECT_EQ(config->admin_token, secret);
+  EXPECT_EQ(config->threads, 7);
+  ASSERT_EQ(config->providers.size(), 2u);
+  EXPECT_EQ(config->providers[0].api_key, secret);
+  EXPECT_EQ(config->providers[1].api_key, secret);
+  EXPECT_EQ(config->providers[0].base_url, "http://example.com:8080/v1");
+  // Inside a longer unquoted value it cannot be written safely: an error that names the variable
+  // (never its value, which may be a secret).
+  auto bad = InterpolateEnv("base_url: http://${S}/v1\n", env);
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_NE(bad.error().message.find("${S}"), std::string::npos) << bad.error().message;
+  EXPECT_EQ(bad.error().message.find("pa#ss"), std::string::npos) << bad.error().message;
+}
+
 TEST(ConfigTest, DefaultsFromEnvironment) {
   auto config = DefaultConfig(FakeEnv({{"ANTHROPIC_API_KEY", "sk-a"}}), "/nonexistent/model.gguf");
   EXPECT_EQ(config.listen_host, "127.0.0.1");

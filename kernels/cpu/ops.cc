@@ -147,46 +147,79 @@ void WriteKv(const CpuContext& ctx, const float* k, const float* v, int64_t t, i
 namespace {
 
 // One unit of attention work: query tokens [tok0, tok1) of sequence s (consecutive positions)
-// against KV head kv_head, for query heads [head0, head1) of that head's group. All of its rows
-// read the same keys, so each cache block is brought into L1 once per item instead of once per
-// (token, head): at long contexts the K/V stream, not the arithmetic, is what costs.
+// against KV head kv_head, for query heads [head0, head1) of that head's group, over cache blocks
+// [blk0, blk1). All of its rows read the same keys, so each cache block is brought into L1 once
+// per item instead of once per (token, head): at long contexts the K/V stream, not the
+// arithmetic, is what costs. An item that covers only part of the keys (part >= 0) leaves its
+// softmax state in a partial slot, merged with the other parts afterwards.
 struct AttentionItem {
   int32_t s;
   int32_t kv_head;
   int64_t tok0, tok1;
   int64_t head0, head1;
+  int64_t blk0, blk1;
+  int64_t part = -1;  // partial slot (rows x (head_dim + 2) floats), or -1: write the output
 };
 
 // Query tokens per item in a prefill chunk: with the group's heads, about 16 rows share a block.
 constexpr int64_t kAttentionRows = 16;
+// Fewest cache blocks a key split gives each part (16 blocks = 256 positions): shorter ranges are
+// not worth a merge.
+constexpr int64_t kMinBlocksPerPart = 16;
 
-std::vector<AttentionItem> AttentionItems(const PagedAttentionArgs& a, size_t threads) {
+struct AttentionPlan {
+  std::vector<AttentionItem> items;
+  // Items split over the keys: [first, first + parts) are the parts of one (tokens, heads) unit.
+  struct Split {
+    size_t first;
+    int64_t parts;
+  };
+  std::vector<Split> splits;
+  int64_t partial_slots = 0;
+};
+
+AttentionPlan PlanAttention(const PagedAttentionArgs& a, size_t threads) {
   const int64_t group = a.heads / a.kv_heads;
   const int num_seqs = static_cast<int>(a.context_lens.size());
   const int64_t tile = std::max<int64_t>(1, kAttentionRows / group);
-  size_t whole_groups = 0;  // items if every item takes the group's heads together
+  size_t whole_groups = 0;  // items if every item takes the group's heads and all keys
   for (int s = 0; s < num_seqs; ++s) {
     const int64_t qlen = a.query_start[s + 1] - a.query_start[s];
     whole_groups += static_cast<size_t>((qlen + tile - 1) / tile * a.kv_heads);
   }
-  // Too few items to keep every thread busy (one sequence decoding): one head per item, as many
-  // items as there are heads, at the price of reading each block once per head.
+  // Too few items to keep every thread busy (a sequence or two decoding): long contexts split
+  // their keys into parts (flash-decoding), which keeps each block read once per group; short
+  // ones take one head per item, at the price of reading each block once per head.
+  const size_t wanted = 2 * threads;
+  const int64_t parts_wanted =
+      whole_groups >= wanted ? 1 : static_cast<int64_t>((wanted + whole_groups - 1) / whole_groups);
   const bool split_heads = whole_groups < threads;
-  std::vector<AttentionItem> items;
+  AttentionPlan plan;
   for (int s = 0; s < num_seqs; ++s) {
+    const int64_t blocks = (a.context_lens[s] + a.block_size - 1) / a.block_size;
+    const int64_t parts = std::min(parts_wanted, blocks / kMinBlocksPerPart);
     for (int64_t t0 = a.query_start[s]; t0 < a.query_start[s + 1]; t0 += tile) {
       const int64_t t1 = std::min<int64_t>(t0 + tile, a.query_start[s + 1]);
       for (int64_t g = 0; g < a.kv_heads; ++g) {
-        if (!split_heads) {
-          items.push_back({s, static_cast<int32_t>(g), t0, t1, g * group, (g + 1) * group});
-          continue;
+        const auto kv = static_cast<int32_t>(g);
+        if (parts >= 2) {
+          plan.splits.push_back({plan.items.size(), parts});
+          const int64_t rows = (t1 - t0) * group;
+          for (int64_t p = 0; p < parts; ++p) {
+            plan.items.push_back({s, kv, t0, t1, g * group, (g + 1) * group, blocks * p / parts,
+                                  blocks * (p + 1) / parts, plan.partial_slots});
+            plan.partial_slots += rows;
+          }
+        } else if (!split_heads) {
+          plan.items.push_back({s, kv, t0, t1, g * group, (g + 1) * group, 0, blocks});
+        } else {
+          for (int64_t h = g * group; h < (g + 1) * group; ++h)
+            plan.items.push_back({s, kv, t0, t1, h, h + 1, 0, blocks});
         }
-        for (int64_t h = g * group; h < (g + 1) * group; ++h)
-          items.push_back({s, static_cast<int32_t>(g), t0, t1, h, h + 1});
       }
     }
   }
-  return items;
+  return plan;
 }
 
 }  // namespace
@@ -196,7 +229,9 @@ void PagedAttention(const CpuContext& ctx, const PagedAttentionArgs& a) {
   const int64_t kv_dim = a.kv_heads * a.head_dim;
   const int64_t bs = a.block_size;
   const int64_t dh = a.head_dim;
-  const std::vector<AttentionItem> items = AttentionItems(a, static_cast<size_t>(ctx.pool->size()));
+  const AttentionPlan plan = PlanAttention(a, static_cast<size_t>(ctx.pool->size()));
+  // Per partial row: m, l, then the unnormalized accumulator.
+  std::vector<float> partials(static_cast<size_t>(plan.partial_slots * (dh + 2)));
   auto run = [&](size_t begin, size_t end) {
     // Per row: the query (rounded to f16, as llama.cpp does when multiplying it with the f16 K
     // cache), its last visible position, the online-softmax state and the accumulator.
@@ -207,7 +242,7 @@ void PagedAttention(const CpuContext& ctx, const PagedAttentionArgs& a) {
     float scores[64];
     uint16_t qh[kMaxHeadDim];
     for (size_t i = begin; i < end; ++i) {
-      const AttentionItem& it = items[i];
+      const AttentionItem& it = plan.items[i];
       const int64_t heads = it.head1 - it.head0;
       const int64_t rows = (it.tok1 - it.tok0) * heads;
       q.resize(static_cast<size_t>(rows * dh));
@@ -229,7 +264,7 @@ void PagedAttention(const CpuContext& ctx, const PagedAttentionArgs& a) {
       const int64_t kv_off = it.kv_head * dh;
       // Online softmax, one cache block (<= 64 keys) at a time; the block stays in L1 while every
       // row of the item reads it. Per row the arithmetic is the same as one row alone.
-      for (int64_t blk = 0; blk * bs <= max_pos; ++blk) {
+      for (int64_t blk = it.blk0; blk < it.blk1 && blk * bs <= max_pos; ++blk) {
         const int64_t slot0 = static_cast<int64_t>(table[blk]) * bs;
         for (int64_t r = 0; r < rows; ++r) {
           const int64_t n = std::min(bs, last[r] + 1 - blk * bs);
@@ -257,6 +292,13 @@ void PagedAttention(const CpuContext& ctx, const PagedAttentionArgs& a) {
         }
       }
       for (int64_t r = 0; r < rows; ++r) {
+        if (it.part >= 0) {
+          float* slot = partials.data() + (it.part + r) * (dh + 2);
+          slot[0] = m[r];
+          slot[1] = l[r];
+          std::copy(acc.begin() + r * dh, acc.begin() + (r + 1) * dh, slot + 2);
+          continue;
+        }
         const int64_t tok = it.tok0 + r / heads, head = it.head0 + r % heads;
         float* o = a.out + (tok * a.heads + head) * dh;
         const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
@@ -264,7 +306,33 @@ void PagedAttention(const CpuContext& ctx, const PagedAttentionArgs& a) {
       }
     }
   };
-  ctx.pool->ParallelFor(items.size(), 1, run);
+  ctx.pool->ParallelFor(plan.items.size(), 1, run);
+
+  // Merge the parts of each split: rescale every part's state to the largest maximum.
+  for (const AttentionPlan::Split& split : plan.splits) {
+    const AttentionItem& first = plan.items[split.first];
+    const int64_t heads = first.head1 - first.head0;
+    const int64_t rows = (first.tok1 - first.tok0) * heads;
+    for (int64_t r = 0; r < rows; ++r) {
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int64_t p = 0; p < split.parts; ++p) {
+        mx = std::max(mx, partials[(plan.items[split.first + p].part + r) * (dh + 2)]);
+      }
+      const int64_t tok = first.tok0 + r / heads, head = first.head0 + r % heads;
+      float* o = a.out + (tok * a.heads + head) * dh;
+      std::fill(o, o + dh, 0.0f);
+      float total = 0.0f;
+      for (int64_t p = 0; p < split.parts; ++p) {
+        const float* slot = partials.data() + (plan.items[split.first + p].part + r) * (dh + 2);
+        if (slot[1] == 0.0f) continue;  // this part saw no key of this row
+        const float w = std::exp(slot[0] - mx);
+        total += slot[1] * w;
+        for (int64_t d = 0; d < dh; ++d) o[d] += slot[2 + d] * w;
+      }
+      const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+      for (int64_t d = 0; d < dh; ++d) o[d] *= inv;
+    }
+  }
 }
 
 }  // namespace kvgate::kernels::cpu

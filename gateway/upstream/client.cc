@@ -322,6 +322,15 @@ asio::awaitable<Attempt> Exchange(Stream& stream, Conn& conn, const std::string&
   co_return out;
 }
 
+// Closes an abandoned exchange's connection with a reset (SO_LINGER 0): the upstream learns at
+// once that nobody waits for its answer, even when it had stopped reading the request, and the
+// kernel drops what was still queued to send instead of holding it in FIN-WAIT-1.
+void CloseAbandoned(Conn& conn) {
+  boost::system::error_code ignored;
+  conn.tcp().socket().set_option(asio::socket_base::linger(true, 0), ignored);
+  conn.tcp().close();
+}
+
 std::unexpected<Error> Abandoned(const std::string& origin) {
   return MakeError(ErrorCode::kUnavailable,
                    "the exchange with upstream " + origin + " was abandoned by the caller");
@@ -390,7 +399,7 @@ class ClientImpl final : public Client {
       }
       if (request.abandon != nullptr) {
         if (request.abandon->fired()) co_return Abandoned(origin);
-        request.abandon->SetCancel([c = conn.get()] { c->tcp().close(); });
+        request.abandon->SetCancel([c = conn.get()] { CloseAbandoned(*c); });
       }
       sent_.fetch_add(1, std::memory_order_relaxed);
       // (No co_await inside ?: or &&: GCC 12 miscompiles temporaries there.)
@@ -461,7 +470,7 @@ class ClientImpl final : public Client {
     }
     auto conn = use_tls ? std::make_unique<Conn>(executor_, tls_) : std::make_unique<Conn>(executor_);
     // Giving up closes the socket mid-connect or mid-handshake too (Run reports it).
-    if (abandon != nullptr) abandon->SetCancel([c = conn.get()] { c->tcp().close(); });
+    if (abandon != nullptr) abandon->SetCancel([c = conn.get()] { CloseAbandoned(*c); });
     if (abandon != nullptr && abandon->fired()) co_return Abandoned(origin);
     conn->tcp().expires_at(deadline);
     auto [cec, ep] = co_await conn->tcp().async_connect(endpoints, as_tuple(use_awaitable));

@@ -632,8 +632,10 @@ def test_fault_reset_after_chunks(sim):
             got += chunk
     conn.close()
     assert got.count(b"data: ") <= 2 and b"[DONE]" not in got
-    log = sim.client.usage_log()
-    assert log[-1]["delivered"] is False
+    deadline = time.monotonic() + 5  # (marked once the simulator's handler has finished)
+    while sim.client.usage_log()[-1]["delivered"] is not False and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sim.client.usage_log()[-1]["delivered"] is False
     # Non-streaming requests matched by the fault are reset before any byte.
     sim.client.add_faults({"path": "/openai/", "reset_after_chunks": 0})
     with pytest.raises((http.client.HTTPException, ConnectionError, OSError)):
@@ -678,19 +680,35 @@ OPENAI_STREAM = {"model": "gpt-4o-mini", "stream": True,
                  "messages": [{"role": "user", "content": "x"}]}
 
 
+def newest_usage_entry(sim, known: int, until=lambda entry: True, timeout: float = 5.0) -> dict:
+    """The usage-log entry after the first `known` ones, once `until(entry)` holds: the simulator
+    marks a stream undelivered only after it has ended it, which may be just after the client read
+    the end."""
+    deadline = time.monotonic() + timeout
+    while True:
+        log = sim.client.usage_log()
+        if (len(log) > known and until(log[known])) or time.monotonic() > deadline:
+            assert len(log) > known, log
+            return log[known]
+        time.sleep(0.01)
+
+
 def test_fault_end_after_chunks_and_drop_final_event(sim):
     sim.client.add_faults({"path": "/openai/", "end_after_chunks": 2})
+    known = len(sim.client.usage_log())
     st, _, payload = call(sim.port, "POST", "/openai/v1/chat/completions", OPENAI_STREAM,
                           OPENAI_AUTH)  # a clean end of the chunked body: no exception
     assert st == 200 and len(parse_sse(payload)) == 2
     assert b"finish_reason\":\"stop" not in payload and b"[DONE]" not in payload
-    assert sim.client.usage_log()[-1]["delivered"] is False
+    entry = newest_usage_entry(sim, known, until=lambda e: e["delivered"] is False)
+    assert entry["delivered"] is False, entry
     sim.client.add_faults({"path": "/openai/", "drop_final_event": True})
+    known = len(sim.client.usage_log())
     st, _, payload = call(sim.port, "POST", "/openai/v1/chat/completions", OPENAI_STREAM,
                           OPENAI_AUTH)
     datas = [json.loads(d) for _, d in parse_sse(payload)]  # all JSON: no [DONE]
     assert datas[-2]["choices"][0]["finish_reason"] == "stop"
-    assert datas[-1]["usage"] == sim.client.usage_log()[-1]["usage"]
+    assert datas[-1]["usage"] == newest_usage_entry(sim, known)["usage"]
     sim.client.add_faults({"path": "/anthropic/", "drop_final_event": True})
     st, _, payload = ant(sim.port, {**ant_body(), "stream": True})
     names = [e for e, _ in parse_sse(payload)]

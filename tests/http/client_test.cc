@@ -214,6 +214,23 @@ TEST(ClientTest, AbortFromSinkClosesInsteadOfPooling) {
   EXPECT_EQ(client->stats().reused, 0u);
 }
 
+// Sends a request to `url` and fires its Abandon 100 ms later: the exchange must end at once
+// with the abandonment error, well before any deadline.
+void ExpectAbandonedAfter100ms(asio::io_context& ioc, Client& client, const std::string& url) {
+  Abandon abandon;
+  asio::steady_timer later(ioc, std::chrono::milliseconds(100));
+  later.async_wait([&](const boost::system::error_code&) { abandon.Fire(); });
+  OutgoingRequest req = Post("/slow", "x");
+  req.abandon = &abandon;
+  const int64_t start = NowMs();
+  auto r = Await(ioc, client.Send(MustParse(url), req));
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kUnavailable);
+  EXPECT_NE(r.error().message.find("abandoned by the caller"), std::string::npos)
+      << r.error().message;
+  EXPECT_LT(NowMs() - start, 2000);
+}
+
 // The caller gives up while the upstream has not answered: the exchange ends at once with an
 // error naming the abandonment, the upstream sees its connection close, and nothing is retried.
 TEST(ClientTest, AbandonClosesTheConnectionAndEndsTheExchange) {
@@ -232,19 +249,7 @@ TEST(ClientTest, AbandonClosesTheConnectionAndEndsTheExchange) {
   });
   asio::io_context ioc;
   auto client = Client::Create(ioc.get_executor(), {});
-  const Url url = MustParse("http://127.0.0.1:" + std::to_string(upstream.port()));
-  Abandon abandon;
-  asio::steady_timer later(ioc, std::chrono::milliseconds(100));
-  later.async_wait([&](const boost::system::error_code&) { abandon.Fire(); });
-  OutgoingRequest req = Post("/slow", "x");
-  req.abandon = &abandon;
-  const int64_t start = NowMs();
-  auto r = Await(ioc, client->Send(url, req));
-  ASSERT_FALSE(r);
-  EXPECT_EQ(r.error().code, ErrorCode::kUnavailable);
-  EXPECT_NE(r.error().message.find("abandoned by the caller"), std::string::npos)
-      << r.error().message;
-  EXPECT_LT(NowMs() - start, 2000);
+  ExpectAbandonedAfter100ms(ioc, *client, "http://127.0.0.1:" + std::to_string(upstream.port()));
   for (int i = 0; i < 200 && !upstream_saw_close; ++i) std::this_thread::sleep_for(10ms);
   EXPECT_TRUE(upstream_saw_close.load());
   EXPECT_EQ(upstream.connections(), 1);  // not retried
@@ -263,18 +268,8 @@ TEST(ClientTest, AbandonDuringTheTlsHandshakeEndsItAtOnce) {
   });
   asio::io_context ioc;
   auto client = Client::Create(ioc.get_executor(), {});
-  const Url url = MustParse("https://127.0.0.1:" + std::to_string(upstream.port()));
-  Abandon abandon;
-  asio::steady_timer later(ioc, std::chrono::milliseconds(100));
-  later.async_wait([&](const boost::system::error_code&) { abandon.Fire(); });
-  OutgoingRequest req = Post("/slow", "x");
-  req.abandon = &abandon;
-  const int64_t start = NowMs();
-  auto r = Await(ioc, client->Send(url, req));
-  ASSERT_FALSE(r);
-  EXPECT_NE(r.error().message.find("abandoned by the caller"), std::string::npos)
-      << r.error().message;
-  EXPECT_LT(NowMs() - start, 2000);  // the connect deadline is 10 s
+  // (The connect deadline is 10 s.)
+  ExpectAbandonedAfter100ms(ioc, *client, "https://127.0.0.1:" + std::to_string(upstream.port()));
   EXPECT_EQ(client->stats().requests_sent, 0u);
 }
 

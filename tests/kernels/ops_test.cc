@@ -5,7 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <numeric>
+#include <random>
+#include <vector>
 
 #include "tests/kernels/test_util.h"
 
@@ -166,14 +169,21 @@ TEST(OpsTest, SwiGluAndAdd) {
   EXPECT_EQ(x[2], 2.0f);
 }
 
-// Reference attention over logical (unpaged) K/V [S][ctx][Hkv][Dh] already rounded to f16.
-TEST(OpsTest, PagedAttentionMatchesDenseCausalReference) {
-  std::mt19937_64 rng(25);
+// Writes random K/V for sequences of `ctx_lens` into a paged cache with scattered block tables,
+// runs PagedAttention for query chunks of `qlens` on every tested ISA and thread count, and
+// compares it with attention over the logical (unpaged) K/V, rounded to f16 as the cache holds
+// them, computed in double.
+void ExpectPagedAttentionMatchesDense(uint64_t seed, const std::vector<int32_t>& ctx_lens,
+                                      const std::vector<int32_t>& qlens,
+                                      std::initializer_list<int> thread_counts) {
+  std::mt19937_64 rng(seed);
   const int64_t h = 6, hkv = 2, dh = 64, bs = 16, kv_dim = hkv * dh;
-  // Sequence 0: prefill chunk of 20 queries after 13 cached tokens; 1: decode at context 40;
-  // 2: first chunk of 5 tokens.
-  const std::vector<int32_t> ctx_lens = {33, 40, 5}, qlens = {20, 1, 5};
-  const int64_t s = 3, max_blocks = 4, num_blocks = 12;
+  const auto s = static_cast<int64_t>(ctx_lens.size());
+  int64_t max_blocks = 0, num_blocks = 0;
+  for (int32_t c : ctx_lens) {
+    max_blocks = std::max<int64_t>(max_blocks, (c + bs - 1) / bs);
+    num_blocks += (c + bs - 1) / bs;
+  }
   std::vector<int32_t> qstart = {0};
   for (int32_t q : qlens) qstart.push_back(qstart.back() + q);
   const int64_t t = qstart.back();
@@ -221,74 +231,7 @@ TEST(OpsTest, PagedAttentionMatchesDenseCausalReference) {
         }
       }
   for (Isa isa : TestedIsas()) {
-    // 16 threads: fewer work items than threads, so each item takes one head (the decode split).
-    for (int threads : {1, 2, 16}) {
-      Env env(isa, threads);
-      std::vector<float> out(t * h * dh, NAN);
-      PagedAttentionArgs a{q.data(), kc.data(), vc.data(), t, h, hkv, dh, bs, qstart, ctx_lens,
-                           tables, max_blocks, scale, out.data()};
-      PagedAttention(env.ctx, a);
-      for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], ref[i], 2e-5) << IsaName(isa) << " " << i;
-    }
-  }
-}
-
-
-// Long contexts with few sequences split their keys over the threads (parts merged after): one
-// sequence decoding at 700 positions and one with a 3-token chunk at 600, whose rows see
-// different key ranges in the last part.
-TEST(OpsTest, PagedAttentionSplitOverKeysMatchesDenseReference) {
-  std::mt19937_64 rng(26);
-  const int64_t h = 6, hkv = 2, dh = 64, bs = 16, kv_dim = hkv * dh;
-  const std::vector<int32_t> ctx_lens = {700, 600}, qlens = {1, 3};
-  const int64_t s = 2, max_blocks = 44, num_blocks = 88;
-  std::vector<int32_t> qstart = {0, 1, 4};
-  const int64_t t = 4;
-  std::vector<int32_t> perm(num_blocks);
-  std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), rng);
-  std::vector<int32_t> tables(s * max_blocks, -1);
-  for (int64_t i = 0, next = 0; i < s; ++i)
-    for (int64_t b = 0; b * bs < ctx_lens[i]; ++b) tables[i * max_blocks + b] = perm[next++];
-  std::vector<uint16_t> kc(num_blocks * bs * kv_dim), vc(kc.size());
-  std::vector<std::vector<float>> kd(s), vd(s);
-  for (int64_t i = 0; i < s; ++i) {
-    kd[i] = RandomFloats(rng, ctx_lens[i] * kv_dim);
-    vd[i] = RandomFloats(rng, ctx_lens[i] * kv_dim);
-    std::vector<int64_t> slots(ctx_lens[i]);
-    for (int64_t p = 0; p < ctx_lens[i]; ++p) slots[p] = tables[i * max_blocks + p / bs] * bs + p % bs;
-    Env env(Isa::kScalar, 1);
-    WriteKv(env.ctx, kd[i].data(), vd[i].data(), ctx_lens[i], kv_dim, slots, kc.data(), vc.data());
-    for (float& x : kd[i]) x = F16ToF32(F32ToF16(x));
-    for (float& x : vd[i]) x = F16ToF32(F32ToF16(x));
-  }
-  const auto q = RandomFloats(rng, t * h * dh);
-  std::vector<float> qr(q);
-  for (float& x : qr) x = F16ToF32(F32ToF16(x));
-  const float scale = 1.0f / 8.0f;
-  std::vector<double> ref(t * h * dh);
-  for (int64_t i = 0; i < s; ++i)
-    for (int64_t qi = 0; qi < qlens[i]; ++qi)
-      for (int64_t hh = 0; hh < h; ++hh) {
-        const int64_t tok = qstart[i] + qi, last = ctx_lens[i] - qlens[i] + qi, g = hh / (h / hkv);
-        std::vector<double> sc(last + 1);
-        double mx = -1e30, sum = 0;
-        for (int64_t p = 0; p <= last; ++p) {
-          double d = 0;
-          for (int64_t j = 0; j < dh; ++j) d += double(qr[(tok * h + hh) * dh + j]) * kd[i][p * kv_dim + g * dh + j];
-          sc[p] = d * scale;
-          mx = std::max(mx, sc[p]);
-        }
-        for (double& v : sc) sum += (v = std::exp(v - mx));
-        for (int64_t j = 0; j < dh; ++j) {
-          double o = 0;
-          for (int64_t p = 0; p <= last; ++p) o += sc[p] / sum * vd[i][p * kv_dim + g * dh + j];
-          ref[(tok * h + hh) * dh + j] = o;
-        }
-      }
-  for (Isa isa : TestedIsas()) {
-    // 1 thread: no split; 2: two parts per unit; 16: as many parts as 16 positions per block allow.
-    for (int threads : {1, 2, 16}) {
+    for (int threads : thread_counts) {
       Env env(isa, threads);
       std::vector<float> out(t * h * dh, NAN);
       PagedAttentionArgs a{q.data(), kc.data(), vc.data(), t, h, hkv, dh, bs, qstart, ctx_lens,
@@ -299,6 +242,21 @@ TEST(OpsTest, PagedAttentionSplitOverKeysMatchesDenseReference) {
     }
   }
 }
+
+// Sequence 0: a prefill chunk of 20 queries after 13 cached tokens; 1: decode at context 40;
+// 2: a first chunk of 5 tokens. 16 threads: fewer work items than threads, so each item takes
+// one head (the short-context decode split).
+TEST(OpsTest, PagedAttentionMatchesDenseCausalReference) {
+  ExpectPagedAttentionMatchesDense(25, {33, 40, 5}, {20, 1, 5}, {1, 2, 16});
+}
+
+// Long contexts with few sequences split their keys over the threads (parts merged after): one
+// sequence decoding at 700 positions and one with a 3-token chunk at 600, whose rows see
+// different key ranges in the last part. 1 thread: no split; 16: two parts per unit.
+TEST(OpsTest, PagedAttentionSplitOverKeysMatchesDenseReference) {
+  ExpectPagedAttentionMatchesDense(26, {700, 600}, {1, 3}, {1, 2, 16});
+}
+
 TEST(OpsTest, WriteKvSkipsNegativeSlots) {
   Env env(Isa::kScalar, 1);
   const float k[] = {1, 2, 3, 4}, v[] = {5, 6, 7, 8};

@@ -587,8 +587,8 @@ asio::awaitable<void> LocalEnginesImpl::Serve(const Route& route, const json& bo
     }
   }
 
-  // A client that leaves while the engine has nothing for it yet (a long prefill) frees the
-  // engine at once, not at the first token.
+  // A client that leaves (its timeout, a user's stop) frees the engine within a sweep of the
+  // server's, even mid-prefill with no token yet; no socket is peeked per batch of tokens.
   bool client_left = false;
   writer.OnClientGone([&client_left, &channel] {
     client_left = true;
@@ -648,12 +648,6 @@ asio::awaitable<void> LocalEnginesImpl::Serve(const Route& route, const json& bo
         log.SetError(200, "client_disconnected", "the client closed the connection mid-stream");
         co_return;  // the guard cancels the engine request; the log records on destruction
       }
-    }
-    // A client that gave up on a whole answer (its timeout) frees the engine at once.
-    if (!streaming && !finished && writer.client_gone()) {
-      log.SetError(499, "client_disconnected",
-                   "the client closed the connection before the response was ready");
-      co_return;  // as above
     }
   }
   guard.done = true;

@@ -399,13 +399,18 @@ bool NeedsQuotes(std::string_view value) {
   return value.find_first_of(":#{}[],\"'\n\r\t&*!|>%@`") != std::string_view::npos;
 }
 
-// True when the reference text[begin, end) is a whole scalar: it starts where a scalar starts and
-// nothing but blanks, a comment or the end of a flow item follows it on its line.
+// True when a scalar may start after `last_significant`, the last non-blank character before it
+// on its line (a line start, a key's ':', a list '-', a flow collection's '[', '{' or ',').
+bool StartsScalar(char last_significant) {
+  return last_significant == '\n' || last_significant == ':' || last_significant == '-' ||
+         last_significant == '[' || last_significant == '{' || last_significant == ',' ||
+         last_significant == '?';
+}
+
+// True when a reference ending just before text[end] is a whole scalar: it starts where a scalar
+// starts and nothing but blanks, a comment or the end of a flow item follows it on its line.
 bool WholeScalar(const std::string& text, size_t end, char last_significant) {
-  const bool starts = last_significant == '\n' || last_significant == ':' ||
-                      last_significant == '-' || last_significant == '[' ||
-                      last_significant == '{' || last_significant == ',' || last_significant == '?';
-  if (!starts) return false;
+  if (!StartsScalar(last_significant)) return false;
   size_t j = end;
   while (j < text.size() && (text[j] == ' ' || text[j] == '\t')) ++j;
   if (j == text.size()) return true;
@@ -497,10 +502,7 @@ Result<std::string> InterpolateEnv(const std::string& text, const EnvLookup& env
       case YamlContext::kPlain: {
         // A quote opens a scalar only where one starts (don't is plain text); # starts a
         // comment at the start of a line or after a blank.
-        const bool scalar_start = last_significant == '\n' || last_significant == ':' ||
-                                  last_significant == '-' || last_significant == '[' ||
-                                  last_significant == '{' || last_significant == ',' ||
-                                  last_significant == '?';
+        const bool scalar_start = StartsScalar(last_significant);
         if (c == '#' && (i == 0 || text[i - 1] == ' ' || text[i - 1] == '\t' || text[i - 1] == '\n')) {
           context = YamlContext::kComment;
         } else if (c == '"' && scalar_start) {

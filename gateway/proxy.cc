@@ -63,8 +63,8 @@ std::string UnreadableEncoding(const upstream::Response& head, const std::string
 
 // The status a client gets for an answer kvgate cannot decode: the upstream's own error status,
 // else 502.
-int UnreadableStatus(const upstream::Response& head) {
-  return head.status >= 400 && head.status < 600 ? head.status : 502;
+int UnreadableStatus(int upstream_status) {
+  return upstream_status >= 400 && upstream_status < 600 ? upstream_status : 502;
 }
 
 // An answer to a streaming request that came as a JSON document with an error object in it
@@ -272,7 +272,7 @@ asio::awaitable<void> Gateway::HandleInference(http::Request& request,
     CopyUpstreamHeaders(*response, headers);
     if (std::string why = UnreadableEncoding(*response, route->provider_name); !why.empty()) {
       co_await SendError(writer, log,
-                         providers::MakeOpenAIError(UnreadableStatus(*response), std::move(why),
+                         providers::MakeOpenAIError(UnreadableStatus(response->status), std::move(why),
                                                     "upstream_error", "bad_upstream_response"),
                          "upstream_error", headers);
       co_return;
@@ -322,7 +322,6 @@ asio::awaitable<void> Gateway::HandleInference(http::Request& request,
   int upstream_status = 0;
 
   std::string unreadable;    // why the upstream's answer cannot be streamed, when it cannot
-  int unreadable_status = 502;
   bool json_answer = false;  // a 2xx JSON document instead of a stream: buffered like an error
   auto on_head = [&](const upstream::Response& head) -> asio::awaitable<bool> {
     upstream_status = head.status;
@@ -330,7 +329,6 @@ asio::awaitable<void> Gateway::HandleInference(http::Request& request,
     rec.upstream_request_id = UpstreamRequestId(head);
     CopyUpstreamHeaders(head, headers);
     unreadable = UnreadableEncoding(head, route->provider_name);
-    unreadable_status = UnreadableStatus(head);
     if (!unreadable.empty()) co_return false;
     if (head.status < 200 || head.status >= 300) co_return true;  // buffer the error body
     if (IsJsonNotStream(head)) {
@@ -393,7 +391,7 @@ asio::awaitable<void> Gateway::HandleInference(http::Request& request,
       log.SetError(499, "client_disconnected", "the client went away before the stream began");
     } else if (!unreadable.empty()) {
       co_await SendError(writer, log,
-                         providers::MakeOpenAIError(unreadable_status, std::move(unreadable),
+                         providers::MakeOpenAIError(UnreadableStatus(upstream_status), std::move(unreadable),
                                                     "upstream_error", "bad_upstream_response"),
                          "upstream_error", headers);
     } else if (json_answer && result) {

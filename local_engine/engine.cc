@@ -179,11 +179,10 @@ Result<uint64_t> Engine::AddRequest(EngineRequest request) {
     return bad("prompt of " + std::to_string(n) + " tokens does not fit the context length " +
                std::to_string(weights_.dims.context_length));
   }
-  if (n + 1 > static_cast<int64_t>(blocks_->num_blocks()) * 16) {
+  if (const int64_t pool_tokens = int64_t{blocks_->num_blocks()} * kBlockSize; n + 1 > pool_tokens) {
     return MakeError(ErrorCode::kResourceExhausted,
                      "prompt of " + std::to_string(n) + " tokens does not fit the KV cache of " +
-                         std::to_string(static_cast<int64_t>(blocks_->num_blocks()) * 16) +
-                         " tokens (kv_cache_tokens)");
+                         std::to_string(pool_tokens) + " tokens (kv_cache_tokens)");
   }
   std::lock_guard lock(inbox_mu_);
   const uint64_t id = next_id_++;

@@ -8,9 +8,12 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include "common/ids.h"
+#include "common/json_text.h"
+#include "common/utf8.h"
 #include "gateway/alerting.h"
 #include "gateway/local_provider.h"
 #include "gateway/request_log.h"
+#include "gateway/tracked_writer.h"
 
 namespace kvgate::gateway {
 namespace {
@@ -22,8 +25,8 @@ constexpr std::string_view kJson = "application/json";
 
 // The OpenAI error body (providers::MakeOpenAIError owns its shape); the status goes separately.
 std::string ErrorJson(std::string message, std::string type, std::string code) {
-  return providers::MakeOpenAIError(0, std::move(message), std::move(type), std::move(code))
-      .body.dump();
+  return JsonText(
+      providers::MakeOpenAIError(0, std::move(message), std::move(type), std::move(code)).body);
 }
 
 int StatusFor(ErrorCode code) {
@@ -57,36 +60,16 @@ std::string_view BearerToken(std::string_view authorization) {
 // GET routes answer HEAD too (the server leaves the body out).
 bool IsGet(std::string_view method) { return method == "GET" || method == "HEAD"; }
 
-// Adds fixed headers (the x-request-id) to every answer of a handler that does not know them.
-class TaggedWriter final : public http::ResponseWriter {
- public:
-  TaggedWriter(http::ResponseWriter& inner, std::vector<http::Header> tags)
-      : inner_(inner), tags_(std::move(tags)) {}
+}  // namespace
 
-  asio::awaitable<Status> Send(int status, std::string_view content_type, std::string body,
-                               std::vector<http::Header> extra_headers) override {
-    extra_headers.insert(extra_headers.end(), tags_.begin(), tags_.end());
-    return inner_.Send(status, content_type, std::move(body), std::move(extra_headers));
-  }
-  asio::awaitable<Status> BeginStream(int status, std::string_view content_type,
-                                      std::vector<http::Header> extra_headers) override {
-    extra_headers.insert(extra_headers.end(), tags_.begin(), tags_.end());
-    return inner_.BeginStream(status, content_type, std::move(extra_headers));
-  }
-  asio::awaitable<Status> WriteChunk(std::string_view data) override {
-    return inner_.WriteChunk(data);
-  }
-  asio::awaitable<Status> EndStream() override { return inner_.EndStream(); }
-  void SetCutNotice(std::string_view chunk) override { inner_.SetCutNotice(chunk); }
-  void OnClientGone(std::function<void()> on_gone) override {
-    inner_.OnClientGone(std::move(on_gone));
-  }
-  bool client_gone() const override { return inner_.client_gone(); }
+std::string InternalErrorJson(std::string_view request_id) {
+  return ErrorJson("kvgate failed on this request with an internal error (request " +
+                       std::string(request_id) + "); it is recorded, and the server log has the "
+                       "details",
+                   "server_error", "internal_error");
+}
 
- private:
-  http::ResponseWriter& inner_;
-  std::vector<http::Header> tags_;
-};
+namespace {
 
 asio::awaitable<void> SendMethodNotAllowed(http::ResponseWriter& writer, const http::Request& request,
                                            std::string allow) {
@@ -283,39 +266,60 @@ asio::awaitable<void> Gateway::Handle(http::Request& request, http::ResponseWrit
     co_return;
   }
   // Every other answer carries an id too (not recorded: the read API holds inference requests).
-  std::vector<http::Header> tags{{"x-request-id", NewId("req")}};
-  TaggedWriter tagged_writer(writer, std::move(tags));
-  http::ResponseWriter& tagged = tagged_writer;  // the interface has the default arguments
+  const std::string request_id = NewId("req");
+  TrackedWriter tracked(writer, {{"x-request-id", request_id}});
+  std::string failure;
+  try {
+    co_await HandleOther(request, tracked);
+  } catch (const std::exception& e) {
+    failure = e.what();
+  } catch (...) {
+    failure = "unknown exception";
+  }
+  if (failure.empty()) co_return;
+  // The last barrier: a defect must cost one request a 500 that says so, never the connection
+  // or the process (the server's own catch-all would answer without the request's id).
+  std::fprintf(stderr, "kvgate: internal error on %s %s (request %s): %s\n",
+               request.method.c_str(), Utf8Snippet(request.path).c_str(), request_id.c_str(),
+               failure.c_str());
+  if (tracked.status() == 0) {
+    std::vector<http::Header> no_headers;  // (the tags carry the id)
+    co_await tracked.Send(500, kJson, InternalErrorJson(request_id), std::move(no_headers));
+  } else if (tracked.stream_open()) {
+    co_await tracked.EndStream();
+  }
+}
+
+asio::awaitable<void> Gateway::HandleOther(http::Request& request, http::ResponseWriter& writer) {
+  const std::string& path = request.path;
   const bool get = IsGet(request.method);
   if (path.rfind("/api/", 0) == 0) {
-    co_await HandleReadApi(request, tagged);
+    co_await HandleReadApi(request, writer);
   } else if (path == "/v1/chat/completions" || path == "/v1/completions") {
-    co_await SendMethodNotAllowed(tagged, request, "POST");
+    co_await SendMethodNotAllowed(writer, request, "POST");
   } else if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0) {
     if (get) {
-      co_await HandleModels(request, tagged);
+      co_await HandleModels(request, writer);
     } else {
-      co_await SendMethodNotAllowed(tagged, request, "GET, HEAD");
+      co_await SendMethodNotAllowed(writer, request, "GET, HEAD");
     }
   } else if (path == "/healthz" || path == "/metrics") {
     if (!get) {
-      co_await SendMethodNotAllowed(tagged, request, "GET, HEAD");
+      co_await SendMethodNotAllowed(writer, request, "GET, HEAD");
     } else if (path == "/healthz") {
       // Still 200 when telemetry cannot be written: the gateway serves; the body says what ails.
       telemetry::TelemetryStore::Stats stats = deps_.store->stats();
       std::string health = R"({"status":"ok"})";
       if (stats.failing) {
-        health = json{{"status", "degraded"},
-                      {"telemetry", "failing: " + stats.last_error}}.dump(
-            -1, ' ', false, json::error_handler_t::replace);
+        health = JsonText(json{{"status", "degraded"}, {"telemetry", "failing: " + stats.last_error}});
       }
-      co_await tagged.Send(200, kJson, std::move(health));
+      co_await writer.Send(200, kJson, std::move(health));
     } else {
       std::string text = deps_.metrics->registry().Expose();
-      co_await tagged.Send(200, "text/plain; version=0.0.4; charset=utf-8", std::move(text));
+      co_await writer.Send(200, "text/plain; version=0.0.4; charset=utf-8", std::move(text));
     }
   } else {
-    co_await SendNotFound(tagged, request);
+    co_await SendNotFound(writer, request);
   }
 }
 
@@ -336,7 +340,18 @@ std::vector<http::Header> Gateway::OnRejected(const http::Rejection& rejection) 
   telemetry::RequestRecord& rec = log.record();
   rec.request_id = headers.front().value;
   rec.endpoint = std::move(endpoint);
-  rec.thread_id = std::string(request.header("x-thread-id"));  // the body was not read
+  // The body was not read, so only the header can name a thread. A request that could not show
+  // a gateway key (or whose head was never read) is recorded without one: an unauthenticated
+  // client must not create or poison threads.
+  if (rejection.head_read) {
+    if (Result<std::string> key = Authenticate(request)) {
+      rec.api_key_id = std::move(*key);
+      std::string_view thread_id = request.header("x-thread-id");
+      if (providers::ValidateThreadId(thread_id, "the X-Thread-Id header")) {
+        rec.thread_id = std::string(thread_id);
+      }
+    }
+  }
   log.SetError(rejection.status, "error", std::string(rejection.message));
   log.Commit();
   return headers;
@@ -445,7 +460,7 @@ asio::awaitable<void> Gateway::HandleAlertsApi(http::Request& request,
                                    std::string(ErrorCodeName(result.error().code))));
     co_return;
   }
-  co_await writer.Send(ok_status, kJson, result->dump());
+  co_await writer.Send(ok_status, kJson, JsonText(*result));
 }
 
 Result<json> Gateway::EngineLookup(const http::Request& request) const {
@@ -478,7 +493,7 @@ std::string Gateway::ModelsJson() const {
   std::sort(sorted.begin(), sorted.end(),
             [](const Route* a, const Route* b) { return a->model < b->model; });
   for (const Route* route : sorted) data.push_back(ModelJson(*route));
-  return json{{"object", "list"}, {"data", data}}.dump();
+  return JsonText(json{{"object", "list"}, {"data", data}});
 }
 
 asio::awaitable<void> Gateway::HandleModels(const http::Request& request,
@@ -496,15 +511,14 @@ asio::awaitable<void> Gateway::HandleModels(const http::Request& request,
   const std::string name = http::PercentDecode(std::string_view(request.path).substr(11));
   const Route* route = FindRoute(name);
   if (route == nullptr) {
-    co_await writer.Send(404, kJson,
-                         providers::MakeOpenAIError(404,
-                                                    "The model '" + name + "' does not exist",
-                                                    "invalid_request_error", "model_not_found",
-                                                    "model")
-                             .body.dump());
+    std::string body = JsonText(
+        providers::MakeOpenAIError(404, "The model '" + name + "' does not exist",
+                                   "invalid_request_error", "model_not_found", "model")
+            .body);
+    co_await writer.Send(404, kJson, std::move(body));
     co_return;
   }
-  co_await writer.Send(200, kJson, ModelJson(*route).dump());
+  co_await writer.Send(200, kJson, JsonText(ModelJson(*route)));
 }
 
 asio::awaitable<void> Gateway::HandleReadApi(http::Request& request, http::ResponseWriter& writer) {
@@ -545,7 +559,7 @@ asio::awaitable<void> Gateway::HandleReadApi(http::Request& request, http::Respo
                            ErrorJson(lookup.error().message, "invalid_request_error",
                                      std::string(ErrorCodeName(lookup.error().code))));
     } else {
-      co_await writer.Send(200, kJson, lookup->dump());
+      co_await writer.Send(200, kJson, JsonText(*lookup));
     }
     co_return;
   }
@@ -590,7 +604,7 @@ asio::awaitable<void> Gateway::HandleReadApi(http::Request& request, http::Respo
                                    std::string(ErrorCodeName(result.error().code))));
     co_return;
   }
-  co_await writer.Send(200, kJson, result->dump());
+  co_await writer.Send(200, kJson, JsonText(*result));
 }
 
 }  // namespace kvgate::gateway

@@ -25,6 +25,10 @@ namespace kvgate::gateway {
 
 class LocalEngines;  // the built-in engine instances (local providers), see local_provider.h
 class Alerting;      // monitors and alert delivery, see alerting.h
+class RequestLog;    // request_log.h
+
+// The body of the 500 a request gets when kvgate fails on it (an escaped exception).
+std::string InternalErrorJson(std::string_view request_id);
 
 // Where one client-visible model name goes. Constant after construction.
 struct Route {
@@ -76,8 +80,14 @@ class Gateway {
  private:
   Gateway(const GatewayConfig& config, telemetry::PriceCatalog catalog, GatewayDeps deps);
 
+  // POST /v1/chat/completions and /v1/completions (proxy.cc): recorded on every path, behind the
+  // last barrier (an exception becomes a recorded 500, or an error event mid-stream).
   boost::asio::awaitable<void> HandleInference(http::Request& request, http::ResponseWriter& writer,
                                                providers::Endpoint endpoint);
+  boost::asio::awaitable<void> ServeInference(http::Request& request, http::ResponseWriter& writer,
+                                              providers::Endpoint endpoint, RequestLog& log);
+  // Every route but inference.
+  boost::asio::awaitable<void> HandleOther(http::Request& request, http::ResponseWriter& writer);
   boost::asio::awaitable<void> HandleReadApi(http::Request& request, http::ResponseWriter& writer);
   boost::asio::awaitable<void> HandleAlertsApi(http::Request& request,
                                                http::ResponseWriter& writer);

@@ -19,6 +19,7 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include "common/ids.h"
+#include "common/json_text.h"
 #include "common/thread_name.h"
 #include "gateway/gateway.h"
 #include "gateway/request_log.h"
@@ -173,7 +174,9 @@ Result<std::string> ContentText(const json& content) {
   }
   std::string text;
   for (const auto& part : content) {
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+    // (json::value("type", "") would throw on a type that is not a string.)
+    const auto type = part.is_object() ? part.find("type") : part.end();
+    if (!part.is_object() || type == part.end() || *type != "text" || !part.contains("text") ||
         !part["text"].is_string()) {
       return MakeError(ErrorCode::kInvalidArgument,
                        "the built-in engine accepts only text content parts");
@@ -181,6 +184,20 @@ Result<std::string> ContentText(const json& content) {
     text += part["text"].get<std::string>();
   }
   return text;
+}
+
+// The first request field that asks for what the engine does not do yet (tools, function
+// calling, logit_bias), or nullopt. The request gets a 400 naming it (docs/api.md): an answer
+// that silently lacks what was asked for is worse than an error. Empty values ask for nothing.
+std::optional<std::string> UnsupportedByEngine(const json& body) {
+  for (const char* key : {"tools", "functions", "logit_bias", "tool_choice", "function_call"}) {
+    auto it = body.find(key);
+    if (it == body.end() || it->is_null()) continue;
+    if ((it->is_array() || it->is_object()) && it->empty()) continue;
+    if (it->is_string() && *it == "none") continue;  // tool_choice / function_call: "none"
+    return std::string(key);
+  }
+  return std::nullopt;
 }
 
 Result<engine::SamplingParams> SamplingFrom(const json& body) {
@@ -309,7 +326,7 @@ std::string Chunk(const std::string& id, int64_t created, const std::string& mod
              {"choices", json::array({{{"index", 0}, {"text", delta_or_text},
                                        {"logprobs", nullptr}, {"finish_reason", finish_reason}}})}};
   }
-  return "data: " + chunk.dump() + "\n\n";
+  return "data: " + JsonText(chunk) + "\n\n";
 }
 
 std::string UsageChunk(const std::string& id, int64_t created, const std::string& model,
@@ -320,7 +337,7 @@ std::string UsageChunk(const std::string& id, int64_t created, const std::string
                                : "text_completion"},
                 {"created", created}, {"model", model}, {"choices", json::array()},
                 {"usage", UsageJson(usage)}};
-  return "data: " + chunk.dump() + "\n\n";
+  return "data: " + JsonText(chunk) + "\n\n";
 }
 
 std::string FullResponse(const std::string& id, int64_t created, const std::string& model,
@@ -332,16 +349,16 @@ std::string FullResponse(const std::string& id, int64_t created, const std::stri
   } else {
     choice["text"] = text;
   }
-  return json{{"id", id},
-              {"object", endpoint == providers::Endpoint::kChatCompletions ? "chat.completion"
-                                                                           : "text_completion"},
-              {"created", created}, {"model", model}, {"choices", json::array({choice})},
-              {"usage", UsageJson(usage)}}
-      .dump();
+  return JsonText(
+      json{{"id", id},
+           {"object", endpoint == providers::Endpoint::kChatCompletions ? "chat.completion"
+                                                                        : "text_completion"},
+           {"created", created}, {"model", model}, {"choices", json::array({choice})},
+           {"usage", UsageJson(usage)}});
 }
 
 std::string ErrorBody(const std::string& message, const char* type, const char* code) {
-  return providers::MakeOpenAIError(0, message, type, code).body.dump();
+  return JsonText(providers::MakeOpenAIError(0, message, type, code).body);
 }
 
 class LocalEnginesImpl final : public LocalEngines {
@@ -468,6 +485,16 @@ asio::awaitable<void> LocalEnginesImpl::Serve(const Route& route, const json& bo
     log.SetError(400, "error", error.message);
     return ErrorBody(error.message, "invalid_request_error", "invalid_request");
   };
+  if (std::optional<std::string> param = UnsupportedByEngine(body)) {
+    std::string message = "'" + *param + "' is not supported by the built-in engine";
+    log.SetError(400, "error", message);
+    std::string error_body = JsonText(providers::MakeOpenAIError(400, std::move(message),
+                                                                 "invalid_request_error",
+                                                                 "unsupported_parameter", *param)
+                                          .body);
+    co_await writer.Send(400, kJson, std::move(error_body), std::move(headers));
+    co_return;
+  }
   auto sampling = SamplingFrom(body);
   if (!sampling) {
     co_await writer.Send(400, kJson, reject(sampling.error()), std::move(headers));
@@ -506,10 +533,10 @@ asio::awaitable<void> LocalEnginesImpl::Serve(const Route& route, const json& bo
   }
   if (!too_long.empty()) {
     log.SetError(400, "error", too_long);
-    std::string error_body = providers::MakeOpenAIError(400, std::move(too_long),
-                                                        "invalid_request_error",
-                                                        "context_length_exceeded", what)
-                                 .body.dump();
+    std::string error_body = JsonText(providers::MakeOpenAIError(400, std::move(too_long),
+                                                                 "invalid_request_error",
+                                                                 "context_length_exceeded", what)
+                                          .body);
     co_await writer.Send(400, kJson, std::move(error_body), std::move(headers));
     co_return;
   }
@@ -663,7 +690,7 @@ asio::awaitable<void> LocalEnginesImpl::Serve(const Route& route, const json& bo
     log.SetError(streaming ? 200 : 500, "error", message);
     if (streaming) {
       json err = {{"error", {{"message", message}, {"type", "server_error"}, {"code", "engine_error"}}}};
-      co_await writer.WriteChunk("data: " + err.dump() + "\n\n");
+      co_await writer.WriteChunk("data: " + JsonText(err) + "\n\n");
       co_await writer.EndStream();
     } else {
       co_await writer.Send(500, kJson, ErrorBody(message, "server_error", "engine_error"),

@@ -5,10 +5,13 @@
 #include <boost/asio/this_coro.hpp>
 
 #include "common/ids.h"
+#include "common/json_text.h"
 #include "common/raw_json.h"
+#include "common/utf8.h"
 #include "gateway/gateway.h"
 #include "gateway/local_provider.h"
 #include "gateway/request_log.h"
+#include "gateway/tracked_writer.h"
 
 namespace kvgate::gateway {
 namespace {
@@ -27,7 +30,7 @@ asio::awaitable<void> SendError(http::ResponseWriter& writer, RequestLog& log,
     message = (*it)["message"].get<std::string>();
   }
   log.SetError(error.status, std::move(status), message);
-  co_await writer.Send(error.status, kJson, error.body.dump(), std::move(headers));
+  co_await writer.Send(error.status, kJson, JsonText(error.body), std::move(headers));
 }
 
 // Rate-limit and retry headers a client SDK acts on; passed through from the upstream.
@@ -112,6 +115,36 @@ asio::awaitable<void> Gateway::HandleInference(http::Request& request,
   rec.request_id = NewId("req");
   rec.endpoint = endpoint == providers::Endpoint::kChatCompletions ? "chat.completions"
                                                                    : "completions";
+  TrackedWriter tracked(writer, {});
+  std::string failure;
+  try {
+    co_await ServeInference(request, tracked, endpoint, log);
+  } catch (const std::exception& e) {
+    failure = e.what();
+  } catch (...) {
+    failure = "unknown exception";
+  }
+  if (failure.empty()) co_return;
+  // The last barrier: the turn is recorded as kvgate's error (never as a client that left), and
+  // the client gets a 500 with the request's id, or an error event if its stream had begun.
+  std::fprintf(stderr, "kvgate: internal error on request %s: %s\n", rec.request_id.c_str(),
+               failure.c_str());
+  const int status = tracked.status() == 0 ? 500 : tracked.status();
+  log.SetError(status, "error", "kvgate internal error: " + Utf8Snippet(failure));
+  if (tracked.status() == 0) {
+    std::vector<http::Header> headers{{"x-request-id", rec.request_id}};
+    co_await tracked.Send(500, kJson, InternalErrorJson(rec.request_id), std::move(headers));
+  } else if (tracked.stream_open()) {
+    co_await tracked.WriteChunk("data: " + InternalErrorJson(rec.request_id) + "\n\n");
+    co_await tracked.EndStream();
+  }
+  log.Commit();
+}
+
+asio::awaitable<void> Gateway::ServeInference(http::Request& request,
+                                              http::ResponseWriter& writer,
+                                              providers::Endpoint endpoint, RequestLog& log) {
+  auto& rec = log.record();
   std::vector<http::Header> headers{{"x-request-id", rec.request_id}};
 
   // Authentication (gateway keys are optional).
@@ -149,7 +182,16 @@ asio::awaitable<void> Gateway::HandleInference(http::Request& request,
     co_return;
   }
   const raw_json::Object body(*parsed);
-  rec.thread_id = providers::ThreadIdOf(body, request.header("x-thread-id"));
+  if (Result<std::string> thread_id = providers::ThreadIdOf(body, request.header("x-thread-id"));
+      !thread_id) {
+    co_await SendError(writer, log,
+                       providers::MakeOpenAIError(400, thread_id.error().message,
+                                                  "invalid_request_error", "invalid_thread_id"),
+                       "error", headers);
+    co_return;
+  } else {
+    rec.thread_id = std::move(*thread_id);
+  }
   std::optional<raw_json::Value> model = body.Find("model");
   std::optional<std::string> model_name = model ? raw_json::DecodeString(*model) : std::nullopt;
   if (!model_name || model_name->empty()) {
@@ -408,7 +450,7 @@ asio::awaitable<void> Gateway::HandleInference(http::Request& request,
         }
         error = providers::MakeOpenAIError(
             502, "upstream " + route->provider_name + " answered a streaming request with a JSON "
-                 "document instead of an event stream: " + error_body.substr(0, 200),
+                 "document instead of an event stream: " + Utf8Snippet(error_body),
             "upstream_error", "bad_upstream_response");
       }
       co_await SendError(writer, log, error, "upstream_error", headers);

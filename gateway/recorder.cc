@@ -30,6 +30,7 @@ telemetry::CacheRules Recorder::RulesFor(std::string_view provider_type,
 
 void Recorder::Record(telemetry::RequestRecord record,
                       const std::optional<telemetry::Price>& price) {
+  telemetry::MakeTextValid(record);  // before the metrics' labels and the listeners see it
   if (price) record.cost = telemetry::ComputeCost(record.usage, *price);
   if (record.prompt_fingerprint && !record.thread_id.empty() && record.status == "ok") {
     auto diagnosis = tracker_.Diagnose(record, record.prompt_fingerprint,

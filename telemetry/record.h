@@ -43,4 +43,10 @@ struct RequestRecord {
   nlohmann::json cache_diagnosis;
 };
 
+// Makes every text field of `record` valid UTF-8 (invalid bytes become U+FFFD). Ids, model names
+// and error messages can carry bytes from outside (headers, upstream bodies); a stored field
+// that is not UTF-8 would make every query that serializes its row fail. Cheap when the text is
+// already valid: one pass over each field, no allocation.
+void MakeTextValid(RequestRecord& record);
+
 }  // namespace kvgate::telemetry

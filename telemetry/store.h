@@ -112,7 +112,9 @@ class TelemetryStore {
 
   // Enqueues a record; never blocks on disk, never drops while open (the queue is unbounded: the
   // writer drains all of it in each transaction). A record with created_at_us == 0 is stamped with
-  // the clock. After Close() the record is discarded and counted in write_errors.
+  // the clock. Text that is not UTF-8 is stored with U+FFFD in place of the bad bytes
+  // (MakeTextValid), so every stored row serializes. After Close() the record is discarded and
+  // counted in write_errors.
   virtual void Record(RequestRecord record) = 0;
 
   // Blocks until everything recorded before the call is committed (or given up on after retries).

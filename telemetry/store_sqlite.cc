@@ -121,6 +121,7 @@ void SqliteTelemetryStore::Start() {
 }
 
 void SqliteTelemetryStore::Record(RequestRecord record) {
+  MakeTextValid(record);
   if (record.created_at_us == 0) record.created_at_us = clock_.NowUnixMicros();
   bool wake = false;
   {

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/utf8.h"
 #include "gateway/providers/provider.h"
 
 namespace kvgate::providers::internal {
@@ -26,9 +27,9 @@ json ParseJson(std::string_view text);
 std::string Dump(const json& value);
 std::string Dump(const nlohmann::ordered_json& value);
 
-// At most `max` bytes of `text` (then "..."), for error messages about upstream bodies; always
+// At most 200 bytes of `text` (then "..."), for error messages about upstream bodies; always
 // valid UTF-8 (invalid bytes become U+FFFD).
-std::string Snippet(std::string_view text, size_t max = 200);
+inline std::string Snippet(std::string_view text) { return Utf8Snippet(text, 200); }
 
 // `s` without leading blanks and trailing blanks or CR (an SSE data field, as compared).
 inline std::string_view TrimSpace(std::string_view s) {

@@ -8,6 +8,9 @@
 #include <exception>
 #include <utility>
 
+#include "common/json_text.h"
+#include "common/str_cat.h"
+#include "common/utf8.h"
 #include "gateway/providers/internal.h"
 
 namespace kvgate::providers {
@@ -110,17 +113,43 @@ bool ClientWantsStreamUsage(const raw_json::Object& client_body) {
   return include && include->is_true();
 }
 
-std::string ThreadIdOf(const raw_json::Object& body, std::string_view header) {
-  if (std::optional<raw_json::Value> v = body.Find("thread_identifier")) {
-    if (std::optional<std::string> id = ThreadIdFrom(*v)) return std::move(*id);
+Status ValidateThreadId(std::string_view id, std::string_view source) {
+  if (id.size() > kMaxThreadIdBytes) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     StrCat(source, " is ", id.size(), " bytes long; a thread id is at most ",
+                            kMaxThreadIdBytes, " bytes"));
   }
-  if (!header.empty()) return std::string(header);
-  if (std::optional<raw_json::Value> meta = body.Find("metadata")) {
-    if (std::optional<raw_json::Value> v = raw_json::Find(*meta, "thread_id")) {
-      if (std::optional<std::string> id = ThreadIdFrom(*v)) return std::move(*id);
+  if (!IsValidUtf8(id)) {
+    return MakeError(ErrorCode::kInvalidArgument, StrCat(source, " is not valid UTF-8"));
+  }
+  for (char c : id) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       StrCat(source, " contains a control character"));
     }
   }
-  return "";
+  return {};
+}
+
+Result<std::string> ThreadIdOf(const raw_json::Object& body, std::string_view header) {
+  auto checked = [](std::string id, std::string_view source) -> Result<std::string> {
+    if (Status s = ValidateThreadId(id, source); !s) return std::unexpected(s.error());
+    return id;
+  };
+  if (std::optional<raw_json::Value> v = body.Find("thread_identifier")) {
+    if (std::optional<std::string> id = ThreadIdFrom(*v)) {
+      return checked(std::move(*id), "thread_identifier");
+    }
+  }
+  if (!header.empty()) return checked(std::string(header), "the X-Thread-Id header");
+  if (std::optional<raw_json::Value> meta = body.Find("metadata")) {
+    if (std::optional<raw_json::Value> v = raw_json::Find(*meta, "thread_id")) {
+      if (std::optional<std::string> id = ThreadIdFrom(*v)) {
+        return checked(std::move(*id), "metadata.thread_id");
+      }
+    }
+  }
+  return std::string();
 }
 
 std::optional<std::string> UnsupportedFeature(const json& body, std::string_view upstream) {
@@ -248,23 +277,9 @@ json ParseJson(std::string_view text) {
   return json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
 }
 
-std::string Dump(const json& value) {
-  return value.dump(-1, ' ', false, json::error_handler_t::replace);
-}
+std::string Dump(const json& value) { return JsonText(value); }
 
-std::string Dump(const nlohmann::ordered_json& value) {
-  return value.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
-}
-
-std::string Snippet(std::string_view text, size_t max) {
-  std::string out(text.substr(0, max));
-  // Upstream bytes may be invalid UTF-8 (or cut mid-character): make the snippet valid, so that
-  // whoever serializes an error message containing it cannot hit nlohmann's UTF-8 exception.
-  const json parsed = ParseJson(Dump(json(std::move(out))));
-  out = parsed.is_string() ? parsed.get<std::string>() : std::string();
-  if (text.size() > max) out += "...";
-  return out;
-}
+std::string Dump(const nlohmann::ordered_json& value) { return JsonText(value); }
 
 int64_t CreatedTime(const CallOptions& options) {
   if (options.created != 0) return options.created;

@@ -94,8 +94,16 @@ bool ClientWantsStreamUsage(const raw_json::Object& client_body);
 // A string is an id as is, an integer its decimal form; other types (and empty strings) carry none.
 //
 // The thread (conversation) id of a request, "" when it has none. Precedence: thread_identifier,
-// then the X-Thread-Id header (`header`, "" when absent), then metadata.thread_id.
-std::string ThreadIdOf(const raw_json::Object& body, std::string_view header);
+// then the X-Thread-Id header (`header`, "" when absent), then metadata.thread_id. The id that
+// wins must pass ValidateThreadId (kInvalidArgument naming its source otherwise): ids are stored
+// in several indexes and shown in the dashboard, so a client cannot make them huge or unreadable.
+Result<std::string> ThreadIdOf(const raw_json::Object& body, std::string_view header);
+
+// The longest thread id kvgate accepts, in bytes (docs/api.md).
+inline constexpr size_t kMaxThreadIdBytes = 512;
+// OK when `id` is valid UTF-8 of at most kMaxThreadIdBytes bytes without control characters;
+// otherwise kInvalidArgument with a message that names `source` ("the X-Thread-Id header").
+Status ValidateThreadId(std::string_view id, std::string_view source);
 // Removes kvgate's fields from a parsed tree in place (for adapters that work on one) and returns
 // the id they carried (thread_identifier first). Does nothing when `body` is not an object.
 std::optional<std::string> TakeKvgateFields(nlohmann::json& body);

@@ -7,7 +7,9 @@
 #include <ctime>
 
 #include "common/ids.h"
+#include "common/json_text.h"
 #include "common/thread_name.h"
+#include "common/utf8.h"
 
 namespace kvgate::telemetry::alerts {
 namespace {
@@ -341,7 +343,7 @@ void AlertEngine::Attempt(DeliveryRecord& d, int64_t now_us) {
       outcome = Outcome::kDelivered;
       return;
     }
-    error = "HTTP " + std::to_string(response->status) + ": " + response->body.substr(0, 200);
+    error = "HTTP " + std::to_string(response->status) + ": " + Utf8Snippet(response->body);
     outcome = Retryable(response->status) ? Outcome::kRetry : Outcome::kFailed;
     if (auto ra = response->Header("retry-after")) {
       retry_after_s = ParseRetryAfterSeconds(*ra, now_us / 1'000'000);
@@ -358,14 +360,14 @@ void AlertEngine::Attempt(DeliveryRecord& d, int64_t now_us) {
       case ChannelConfig::Type::kSlack:
         classify_http(
             http_.Post(HttpRequest{
-                channel->url, {{"Content-Type", "application/json"}}, SlackPayload(event).dump()}),
+                channel->url, {{"Content-Type", "application/json"}}, JsonText(SlackPayload(event))}),
             /*slack=*/true);
         break;
       case ChannelConfig::Type::kWebhook: {
         const nlohmann::json payload = {{"type", "alert." + event.kind},
                                         {"timestamp", Iso8601(now_us)},
                                         {"data", event.ToJson()}};
-        const std::string body = payload.dump();
+        const std::string body = JsonText(payload);
         const int64_t ts = now_us / 1'000'000;
         auto signature = SignWebhook(channel->secret, d.id, ts, body);
         if (!signature) {

@@ -4,6 +4,8 @@
 
 #include <variant>
 
+#include "common/json_text.h"
+
 namespace kvgate::telemetry::alerts {
 namespace {
 
@@ -211,7 +213,7 @@ Status SqliteAlertStore::SaveEvent(const AlertEvent& event,
                       "INSERT OR REPLACE INTO alert_events (id, incident_id, kind, rule_id, at_us, "
                       "event_json) VALUES (?, ?, ?, ?, ?, ?)")
                      .Run({event.id, event.incident_id, event.kind, event.rule_id, event.at_us,
-                           event.ToJson().dump()});
+                           JsonText(event.ToJson())});
       !s) {
     return s;
   }
@@ -336,7 +338,7 @@ Status SqliteAlertStore::SaveMonitor(const AlertRule& rule) {
   return Stmt(db_,
               "INSERT INTO monitors (id, rule_json) VALUES (?, ?) "
               "ON CONFLICT(id) DO UPDATE SET rule_json = excluded.rule_json")
-      .Run({rule.id, ToJson(rule).dump()});
+      .Run({rule.id, JsonText(ToJson(rule))});
 }
 
 Result<bool> SqliteAlertStore::DeleteMonitor(const std::string& id) {

@@ -84,6 +84,18 @@ class Gateway:
                                      f"last answer {last[0]}: {json.dumps(last[1])[:3000]}")
             time.sleep(0.05)
 
+    def wait_request(self, request_id: str, timeout: float = 10.0) -> dict:
+        """Polls /api/requests/{id} until the request is stored; returns its record."""
+        deadline = time.monotonic() + timeout
+        while True:
+            st, _, body = self.admin_get(f"/api/requests/{urllib.parse.quote(request_id)}")
+            if st == 200:
+                return body
+            if time.monotonic() > deadline:
+                raise AssertionError(f"request {request_id} not stored within {timeout}s: "
+                                     f"{st} {body!r:.2000}")
+            time.sleep(0.05)
+
     def post_raw_streaming_body(self, path: str, headers: dict, body_len: int,
                                 timeout: float = 20.0):
         """Sends a large body in pieces, stopping as soon as the server answers (a server may

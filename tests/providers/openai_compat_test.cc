@@ -227,7 +227,7 @@ TEST(OpenAICompatRequestTest, MetadataLeftEmptyIsDroppedOtherwiseKept) {
 
 TEST(ThreadIdTest, PrecedenceThreadIdentifierHeaderMetadata) {
   auto id = [](std::string_view body, std::string_view header) {
-    return ThreadIdOf(raw_json::Object(raw_json::Parse(body).value()), header);
+    return ThreadIdOf(raw_json::Object(raw_json::Parse(body).value()), header).value();
   };
   EXPECT_EQ(id(R"({"thread_identifier":"a","metadata":{"thread_id":"c"}})", "b"), "a");
   EXPECT_EQ(id(R"({"metadata":{"thread_id":"c"}})", "b"), "b");
@@ -239,6 +239,32 @@ TEST(ThreadIdTest, PrecedenceThreadIdentifierHeaderMetadata) {
   EXPECT_EQ(id(R"({"thread_identifier":1.5})", ""), "");
   EXPECT_EQ(id(R"({"thread_identifier":"caf\u00e9"})", ""), "caf\xc3\xa9");
   EXPECT_EQ(id(R"([1])", "h"), "h");
+}
+
+TEST(ThreadIdTest, RejectsIdsThatAreNotUtf8TooLongOrHaveControlCharacters) {
+  auto id = [](std::string body, std::string_view header) {
+    return ThreadIdOf(raw_json::Object(raw_json::Parse(body).value()), header);
+  };
+  auto bad_header = id("{}", "poison\xff");
+  ASSERT_FALSE(bad_header.has_value());
+  EXPECT_EQ(bad_header.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_EQ(bad_header.error().message, "the X-Thread-Id header is not valid UTF-8");
+  // Overlong encodings and lone surrogates are not UTF-8 either.
+  EXPECT_FALSE(id("{}", "\xc0\xaf").has_value());
+  EXPECT_FALSE(id("{}", "\xed\xa0\x80").has_value());
+  EXPECT_FALSE(id("{}", "cut\xe2\x82").has_value());
+
+  const std::string longest(kMaxThreadIdBytes, 'a');
+  EXPECT_EQ(id(R"({"thread_identifier":")" + longest + "\"}", ""), longest);
+  auto too_long = id(R"({"thread_identifier":")" + longest + "b\"}", "");
+  ASSERT_FALSE(too_long.has_value());
+  EXPECT_NE(too_long.error().message.find("thread_identifier is 513 bytes long"),
+            std::string::npos);
+  auto meta = id(R"({"metadata":{"thread_id":"a\u0000b"}})", "");
+  ASSERT_FALSE(meta.has_value());
+  EXPECT_EQ(meta.error().message, "metadata.thread_id contains a control character");
+  // Only the id that wins is checked: a valid thread_identifier overrides a bad header.
+  EXPECT_EQ(id(R"({"thread_identifier":"ok"})", "\xff").value(), "ok");
 }
 
 TEST(OpenAICompatRequestTest, RejectsNonObjectBodyAndMissingMessages) {

@@ -219,6 +219,32 @@ TEST(TelemetryStoreTest, GetRequestHasEveryField) {
   EXPECT_TRUE((*threads)["threads"].empty());
 }
 
+TEST(TelemetryStoreTest, TextThatIsNotUtf8IsStoredReadably) {
+  // One row with bytes that are not UTF-8 must not make every query that shows it fail.
+  TempDir dir;
+  FakeClock clock;
+  auto store = OpenOrDie(dir.File("t.db"), clock);
+  RequestRecord r = MakeRecord("req_bad", "poison\xff", kT0, "m\xc0\xaf", UsageFlavor::kOpenAIChat,
+                               R"({"prompt_tokens": 10, "completion_tokens": 2})");
+  r.error = std::string("cut in a character: \xe6\x97");
+  store->Record(r);
+  ASSERT_TRUE(store->Flush().has_value());
+  Result<json> requests = store->ListRequests({});
+  ASSERT_TRUE(requests.has_value()) << requests.error().ToString();
+  ASSERT_EQ((*requests)["requests"].size(), 1u);
+  const json& row = (*requests)["requests"][0];
+  EXPECT_EQ(row["thread_id"], "poison\xef\xbf\xbd");
+  EXPECT_EQ(row["model"], "m\xef\xbf\xbd\xef\xbf\xbd");
+  EXPECT_EQ(row["error"], "cut in a character: \xef\xbf\xbd\xef\xbf\xbd");
+  EXPECT_NO_THROW(requests->dump());
+  Result<json> threads = store->ListThreads({});
+  ASSERT_TRUE(threads.has_value());
+  EXPECT_NO_THROW(threads->dump());
+  Result<json> thread = store->GetThread("poison\xef\xbf\xbd");
+  ASSERT_TRUE(thread.has_value()) << thread.error().ToString();
+  EXPECT_NO_THROW(thread->dump());
+}
+
 TEST(TelemetryStoreTest, LatestThreadTurnsGivesEachRecentThreadsNewestFingerprintedOkTurn) {
   TempDir dir;
   FakeClock clock;

@@ -3,6 +3,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/redact.h"
 #include "gateway/upstream/client.h"
 
 namespace kvgate::upstream {
@@ -28,7 +29,7 @@ bool ValidHostChar(char c) {
 Result<Url> Url::Parse(std::string_view text) {
   auto bad = [&](std::string_view why) {
     return MakeError(ErrorCode::kInvalidArgument,
-                     "bad upstream URL '" + std::string(text) + "': " + std::string(why));
+                     "bad upstream URL '" + RedactUrlCredentials(text) + "': " + std::string(why));
   };
   Url url;
   const size_t scheme_end = text.find("://");

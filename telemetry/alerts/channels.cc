@@ -74,8 +74,17 @@ std::string Base64Encode(const unsigned char* data, size_t n) {
   return out;
 }
 
+// Strict RFC 4648 base64: the alphabet only, '=' only as the last one or two characters
+// (EVP_DecodeBlock alone skips blanks and accepts padding anywhere).
 std::optional<std::string> Base64Decode(std::string_view in) {
   if (in.empty() || in.size() % 4 != 0) return std::nullopt;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const char c = in[i];
+    const bool alphabet = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+                          (c >= '0' && c <= '9') || c == '+' || c == '/';
+    const bool padding = c == '=' && i + 2 >= in.size() && (i + 1 == in.size() || in.back() == '=');
+    if (!alphabet && !padding) return std::nullopt;
+  }
   std::string out(in.size() / 4 * 3, '\0');
   const int len =
       EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),

@@ -5,6 +5,9 @@
 #include <set>
 #include <utility>
 
+#include "common/redact.h"
+#include "telemetry/alerts/channels.h"
+
 namespace kvgate::telemetry::alerts {
 namespace {
 
@@ -292,6 +295,13 @@ Result<ChannelConfig> ParseChannel(const nlohmann::json& j) {
       if (c.type == ChannelConfig::Type::kWebhook && !c.secret.starts_with("whsec_")) {
         return std::unexpected(Invalid(where + ".secret: required, \"whsec_<base64>\""));
       }
+      // Checked with the signer deliveries use: a secret it refuses would make every delivery
+      // fail for good, long after the config was accepted.
+      if (c.type == ChannelConfig::Type::kWebhook && !SignWebhook(c.secret, "probe", 0, "")) {
+        return std::unexpected(Invalid(where + ".secret: the part after whsec_ must be "
+                                               "non-empty standard base64 (A-Z a-z 0-9 + /, "
+                                               "'=' padding)"));
+      }
       break;
     case ChannelConfig::Type::kEmail:
       if (!c.url.starts_with("smtp://") && !c.url.starts_with("smtps://")) {
@@ -313,7 +323,7 @@ nlohmann::json ToJson(const ChannelConfig& c) {
     const size_t host_end = c.url.find('/', c.url.find("//") + 2);
     j["url"] = c.url.substr(0, host_end) + "/***";
   } else {
-    j["url"] = c.url;
+    j["url"] = RedactUrlCredentials(c.url);
   }
   if (!c.secret.empty()) j["secret"] = "***";
   if (c.type == ChannelConfig::Type::kEmail) {

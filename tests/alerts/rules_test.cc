@@ -106,6 +106,12 @@ TEST(ChannelTest, RejectsBadChannels) {
       R"({"name":"a","type":"pager","url":"https://x"})",
       R"({"name":"a","type":"webhook","url":"https://x"})",
       R"({"name":"a","type":"webhook","url":"https://x","secret":"plain"})",
+      // Every delivery would fail: the part after whsec_ must be standard base64.
+      R"({"name":"a","type":"webhook","url":"https://x","secret":"whsec_"})",
+      R"({"name":"a","type":"webhook","url":"https://x","secret":"whsec_not*base64!"})",
+      R"({"name":"a","type":"webhook","url":"https://x","secret":"whsec_YW=j"})",
+      R"({"name":"a","type":"webhook","url":"https://x","secret":"whsec_YWJ jZGVm"})",
+      R"({"name":"a","type":"webhook","url":"https://x","secret":"whsec_YWJjZ"})",
       R"({"name":"a","type":"slack","url":"ftp://x"})",
       R"({"name":"a","type":"email","url":"http://x","from":"a@b","to":["c@d"]})",
       R"({"name":"a","type":"email","url":"smtp://x:587","to":["c@d"]})",
@@ -113,6 +119,24 @@ TEST(ChannelTest, RejectsBadChannels) {
   for (const char* body : bad) {
     EXPECT_FALSE(ParseChannel(json::parse(body)).has_value()) << body;
   }
+  auto bad_secret = ParseChannel(json::parse(
+      R"({"name":"ops","type":"webhook","url":"https://x","secret":"whsec_%%%%"})"));
+  ASSERT_FALSE(bad_secret.has_value());
+  EXPECT_NE(bad_secret.error().message.find("channel ops.secret"), std::string::npos)
+      << bad_secret.error().message;
+  for (const char* padded : {"whsec_YWI=", "whsec_YQ==", "whsec_YWJj"}) {
+    EXPECT_TRUE(ParseChannel(json{{"name", "ok"}, {"type", "webhook"}, {"url", "https://x"},
+                                  {"secret", padded}})
+                    .has_value())
+        << padded;
+  }
+}
+
+TEST(ChannelTest, CredentialsInAUrlAreRedacted) {
+  auto hook = ParseChannel(json::parse(
+      R"({"name":"ops","type":"webhook","url":"https://u:pw@example.com/h","secret":"whsec_YWJj"})"));
+  ASSERT_TRUE(hook.has_value());
+  EXPECT_EQ(ToJson(*hook)["url"], "https://***@example.com/h");
 }
 
 TEST(AlertEventTest, JsonRoundTrip) {

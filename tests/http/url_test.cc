@@ -64,6 +64,15 @@ TEST(UrlTest, RejectsBadUrlsWithClearErrors) {
   }
 }
 
+TEST(UrlTest, AnErrorAboutCredentialsDoesNotRepeatThem) {
+  auto u = Url::Parse("https://alice:hunter2@api.example.com/v1");
+  ASSERT_FALSE(u);
+  EXPECT_EQ(u.error().message.find("hunter2"), std::string::npos) << u.error().message;
+  EXPECT_EQ(u.error().message.find("alice"), std::string::npos) << u.error().message;
+  EXPECT_NE(u.error().message.find("https://***@api.example.com/v1"), std::string::npos)
+      << u.error().message;
+}
+
 TEST(ResponseTest, HeaderLookupIsCaseInsensitive) {
   Response r;
   r.headers = {{"Content-Type", "text/event-stream"}, {"x-request-id", "abc"}};

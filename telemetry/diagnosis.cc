@@ -265,8 +265,10 @@ nlohmann::json Diagnosis::ToJson() const {
   if (message_index) j["message_index"] = *message_index;
   if (element) j["element"] = *element;
   if (char_offset) j["char_offset"] = *char_offset;
+  if (lost_tokens) j["lost_tokens"] = *lost_tokens;
   if (previous_model) j["previous_model"] = *previous_model;
   if (previous_provider) j["previous_provider"] = *previous_provider;
+  if (router) j["router"] = *router;
   if (min_tokens) j["min_tokens"] = *min_tokens;
   return j;
 }
@@ -275,7 +277,10 @@ TurnSummary TurnSummary::Of(const RequestRecord& r,
                             std::shared_ptr<const PromptFingerprint> fingerprint) {
   TurnSummary t;
   t.model = r.model;
+  t.target = r.target.empty() ? r.model : r.target;
   t.provider = r.provider;
+  t.key = r.key_index;
+  t.system_fingerprint = r.system_fingerprint;
   t.created_at_us = r.created_at_us;
   t.fingerprint = std::move(fingerprint);
   t.cache_read = r.usage.cache_read;
@@ -283,44 +288,131 @@ TurnSummary TurnSummary::Of(const RequestRecord& r,
     t.cache_write = *r.usage.cache_write_5m + *r.usage.cache_write_1h;
   }
   t.total_input = r.usage.TotalInput();
+  t.output = r.usage.output;
   t.wrote_1h = r.usage.cache_write_1h.value_or(0) > 0;
   return t;
 }
 
+std::optional<CacheExpectation> ExpectCached(const TurnSummary& last,
+                                             const PromptFingerprint& current,
+                                             std::optional<int64_t> current_input_tokens,
+                                             const CacheRules& rules, int64_t now_us) {
+  if (!last.total_input || !last.fingerprint) return std::nullopt;
+  CacheExpectation e;
+  e.comparison = ComparePrefixes(*last.fingerprint, current);
+  const int64_t last_tokens = *last.total_input;
+  if (e.comparison.previous_intact) {
+    e.shared_tokens = last_tokens;
+  } else {
+    // Bytes of minified JSON -> tokens at the last prompt's own ratio.
+    const uint64_t last_bytes = std::max<uint64_t>(1, last.fingerprint->TotalBytes());
+    e.shared_tokens = static_cast<int64_t>(
+        static_cast<double>(e.comparison.common_bytes) * static_cast<double>(last_tokens) /
+        static_cast<double>(last_bytes));
+    e.shared_tokens = std::min(e.shared_tokens, last_tokens);
+  }
+  if (rules.automatic) {
+    e.left_cached = last_tokens;
+  } else if (last.cache_read && last.cache_write) {
+    e.left_cached = *last.cache_read + *last.cache_write;
+  } else {
+    return std::nullopt;
+  }
+  int64_t usable = std::min(e.left_cached, e.shared_tokens);
+  // With breakpoints only whole cached prefixes are read: a prompt that diverged before the end
+  // of what was written can still read the shorter prefix the last turn read (an earlier
+  // breakpoint), else nothing.
+  if (!rules.automatic && usable < e.left_cached) {
+    usable = last.cache_read && *last.cache_read <= e.shared_tokens ? *last.cache_read : 0;
+  }
+  if (current_input_tokens) usable = std::min(usable, *current_input_tokens);
+  e.tokens = Cacheable(usable, rules);
+  e.idle_seconds = double(now_us - last.created_at_us) / 1e6;
+  e.ttl_seconds = rules.ttl_seconds;
+  if (e.ttl_seconds && last.wrote_1h) {
+    e.ttl_seconds = std::max<int64_t>(*e.ttl_seconds, rules.long_ttl_seconds);
+  }
+  e.expired = e.ttl_seconds && e.idle_seconds >= double(*e.ttl_seconds);
+  return e;
+}
+
+namespace {
+
+// "message 3" / "the system" / "the tools" for where a prompt changed, "" when it only got
+// shorter.
+std::string ChangedElement(const PrefixComparison& cmp, Diagnosis& d) {
+  if (!cmp.diverged_kind) return "";
+  d.element = std::string(KindName(*cmp.diverged_kind));
+  d.char_offset = cmp.diverged_char_offset;
+  if (*cmp.diverged_kind == FingerprintElement::Kind::kMessage) {
+    d.message_index = cmp.diverged_message_index;
+    return "message " + std::to_string(cmp.diverged_message_index);
+  }
+  return "the " + *d.element;
+}
+
+}  // namespace
+
 std::optional<Diagnosis> DiagnoseTurn(const TurnSummary& prev, const TurnSummary& cur,
-                                      const CacheRules& rules) {
+                                      const CacheRules& rules, const TurnContext& context) {
   if (!cur.cache_read || !cur.total_input || !prev.fingerprint || !cur.fingerprint) {
     return std::nullopt;
   }
-  // Tokens of the previous prompt that should be in the cache after the previous turn.
-  int64_t in_cache = 0;
-  if (rules.automatic) {
-    if (!prev.total_input) return std::nullopt;
-    in_cache = *prev.total_input;
-  } else {
-    if (!prev.cache_read || !prev.cache_write) return std::nullopt;
-    in_cache = *prev.cache_read + *prev.cache_write;
-  }
-  const PrefixComparison cmp = ComparePrefixes(*prev.fingerprint, *cur.fingerprint);
+  const std::optional<CacheExpectation> expectation =
+      ExpectCached(prev, *cur.fingerprint, cur.total_input, rules, cur.created_at_us);
+  if (!expectation) return std::nullopt;
+  const CacheExpectation& e = *expectation;
+  const PrefixComparison& cmp = e.comparison;
   const int64_t cached = *cur.cache_read;
-  const int64_t full = Cacheable(std::min(in_cache, *cur.total_input), rules);
+  const int64_t full = e.tokens;
   const int64_t tolerance = std::max<int64_t>(std::max<int64_t>(1, rules.granularity), full / 50);
   const bool dropped = full > 0 && cached + tolerance < full;
 
   Diagnosis d;
   d.expected_cached = full;
   d.cached = cached;
-  d.idle_seconds = double(cur.created_at_us - prev.created_at_us) / 1e6;
-  char buf[96];
+  d.idle_seconds = e.idle_seconds;
+  char buf[128];
 
-  if (cur.model != prev.model || cur.provider != prev.provider) {
-    if (!dropped) return std::nullopt;
-    d.cause = "model_switch";
-    d.previous_model = prev.model;
-    d.previous_provider = prev.provider;
-    d.detail = "this turn went to " + cur.model + " via " + cur.provider +
-               ", the previous one to " + prev.model + " via " + prev.provider +
-               "; prompt caches are per model";
+  if (dropped) {
+    if (cur.target != prev.target || cur.provider != prev.provider) {
+      d.previous_model = prev.target;
+      d.previous_provider = prev.provider;
+      if (!context.router.empty()) {
+        d.cause = "routed_away";
+        d.router = context.router;
+        d.detail = "router " + context.router + " moved this thread from " + prev.target +
+                   " to " + cur.target + "; prompt caches are per model";
+        if (!context.route_reason.empty()) d.detail += " (" + context.route_reason + ")";
+      } else {
+        d.cause = "model_switch";
+        d.detail = "this turn went to " + cur.target + " via " + cur.provider +
+                   ", the previous one to " + prev.target + " via " + prev.provider +
+                   "; prompt caches are per model";
+      }
+      return d;
+    }
+    if (!rules.ttl_seconds && !prev.system_fingerprint.empty() &&
+        !cur.system_fingerprint.empty() && prev.system_fingerprint != cur.system_fingerprint) {
+      d.cause = "engine_restarted";
+      d.detail = "the engine behind " + cur.target + " restarted since the previous turn (" +
+                 prev.system_fingerprint + " -> " + cur.system_fingerprint +
+                 ") and lost its cache";
+      return d;
+    }
+    const bool reads_gone =
+        cached < std::max<int64_t>(std::max<int64_t>(1, rules.granularity), full / 20);
+    if (reads_gone && e.expired) {
+      d.cause = "expired";
+      std::snprintf(buf, sizeof(buf), "%.0f s idle, at or above the cache TTL of %lld s",
+                    d.idle_seconds, static_cast<long long>(*e.ttl_seconds));
+      d.detail = std::string("the cache had expired: ") + buf;
+      return d;
+    }
+    d.cause = "partial_eviction";
+    d.detail = "only " + std::to_string(cached) + " of the " + std::to_string(full) +
+               " tokens this prompt shares with the previous turn were read from the cache";
+    if (reads_gone) d.detail += e.ttl_seconds ? " (evicted before the TTL)" : " (evicted)";
     return d;
   }
   if (rules.min_tokens > 0 && *cur.total_input < rules.min_tokens && cached == 0 &&
@@ -332,45 +424,25 @@ std::optional<Diagnosis> DiagnoseTurn(const TurnSummary& prev, const TurnSummary
                std::to_string(rules.min_tokens);
     return d;
   }
-  if (!dropped) return std::nullopt;
-  if (!cmp.previous_intact) {
-    d.cause = "prompt_changed";
-    if (cmp.diverged_kind) {
-      d.element = std::string(KindName(*cmp.diverged_kind));
-      d.char_offset = cmp.diverged_char_offset;
-      if (*cmp.diverged_kind == FingerprintElement::Kind::kMessage) {
-        d.message_index = cmp.diverged_message_index;
-        std::snprintf(buf, sizeof(buf), "message %d", cmp.diverged_message_index);
-        d.detail = buf;
-      } else {
-        d.detail = "the " + *d.element;
-      }
-      std::snprintf(buf, sizeof(buf), " differs from the previous turn at character %llu",
-                    static_cast<unsigned long long>(cmp.diverged_char_offset));
-      d.detail = "the prompt changed: " + d.detail + buf + " (within " +
-                 std::to_string(kFingerprintChunkBytes) + " characters)";
-    } else {
-      d.detail = "the prompt changed: it has " + std::to_string(cur.fingerprint->elements.size()) +
-                 " elements, a strict prefix of the previous turn's " +
-                 std::to_string(prev.fingerprint->elements.size());
-    }
-    return d;
-  }
-  std::optional<int64_t> ttl = rules.ttl_seconds;
-  if (ttl && prev.wrote_1h) ttl = std::max<int64_t>(*ttl, 3600);
-  const bool reads_gone =
-      cached < std::max<int64_t>(std::max<int64_t>(1, rules.granularity), full / 20);
-  if (reads_gone && ttl && d.idle_seconds >= double(*ttl)) {
-    d.cause = "expired";
-    std::snprintf(buf, sizeof(buf), "%.0f s idle, at or above the cache TTL of %lld s",
-                  d.idle_seconds, static_cast<long long>(*ttl));
-    d.detail = std::string("the prompt prefix was unchanged but the cache had expired: ") + buf;
-    return d;
-  }
-  d.cause = "partial_eviction";
-  d.detail = "the prompt prefix was unchanged but only " + std::to_string(cached) + " of " +
-             std::to_string(full) + " expected tokens were read from the cache";
-  if (reads_gone) d.detail += ttl ? " (evicted before the TTL)" : " (evicted)";
+  // Reads were what the shared prefix allows. Say so only when the client changed the prompt
+  // before the previous turn's last element (an edited history, a new system prompt, other
+  // tools) and that cost cached reads: replacing the last message is how regenerations and
+  // edits of the latest question work, and costs only that message.
+  if (cmp.previous_intact || !cmp.diverged_kind) return std::nullopt;
+  const size_t last_element = prev.fingerprint->elements.size() - 1;
+  if (cmp.common_elements >= last_element) return std::nullopt;
+  const int64_t could_have = Cacheable(std::min(e.left_cached, *cur.total_input), rules);
+  const int64_t lost = could_have - std::max(cached, full);
+  if (lost <= tolerance) return std::nullopt;
+  d.cause = "prompt_changed";
+  d.lost_tokens = lost;
+  d.expected_cached = could_have;
+  const std::string where = ChangedElement(cmp, d);
+  std::snprintf(buf, sizeof(buf), " differs from the previous turn at character %llu",
+                static_cast<unsigned long long>(cmp.diverged_char_offset));
+  d.detail = "the prompt changed: " + where + buf + " (within " +
+             std::to_string(kFingerprintChunkBytes) + " characters), so " +
+             std::to_string(lost) + " tokens the previous turn had cached could not be read";
   return d;
 }
 
@@ -387,9 +459,41 @@ ThreadTracker::Shard& ThreadTracker::ShardFor(const std::string& thread_id) {
   return *shards_[std::hash<std::string>{}(thread_id) % shards_.size()];
 }
 
+const TurnSummary* ThreadView::OnTarget(std::string_view target) const {
+  for (const TurnSummary& t : by_target) {
+    if (t.target == target) return &t;
+  }
+  return nullptr;
+}
+
+void ThreadTracker::Remember(ThreadView& view, TurnSummary turn) {
+  // Running means weight recent turns (a thread's habits drift: a long paste, a new task).
+  constexpr double kWeight = 0.3;
+  auto blend = [&](double& mean, double value, bool first) {
+    mean = first ? value : mean + kWeight * (value - mean);
+  };
+  if (view.latest) {  // the gaps and growth between turns start with the second turn
+    if (turn.total_input && view.latest->total_input) {
+      blend(view.mean_growth_tokens,
+            std::max<double>(0, double(*turn.total_input - *view.latest->total_input)),
+            view.turns == 1);
+    }
+    blend(view.mean_gap_seconds, double(turn.created_at_us - view.latest->created_at_us) / 1e6,
+          view.turns == 1);
+  }
+  if (turn.output) blend(view.mean_output_tokens, double(*turn.output), view.turns == 0);
+  ++view.turns;
+  std::erase_if(view.by_target, [&](const TurnSummary& t) { return t.target == turn.target; });
+  view.by_target.insert(view.by_target.begin(), turn);
+  if (view.by_target.size() > kTargetsKept) view.by_target.resize(kTargetsKept);
+  view.latest = std::move(turn);
+}
+
 void ThreadTracker::InsertLocked(Shard& shard, const std::string& thread_id, TurnSummary turn) {
   shard.lru.push_front(thread_id);
-  shard.threads.emplace(thread_id, Shard::Entry{std::move(turn), shard.lru.begin()});
+  ThreadView view;
+  Remember(view, std::move(turn));
+  shard.threads.emplace(thread_id, Shard::Entry{std::move(view), shard.lru.begin()});
   while (shard.threads.size() > per_shard_cap_) {
     shard.threads.erase(shard.lru.back());
     shard.lru.pop_back();
@@ -407,7 +511,8 @@ bool ThreadTracker::Restore(const RequestRecord& turn) {
 
 std::optional<Diagnosis> ThreadTracker::Diagnose(const RequestRecord& turn,
                                                  std::shared_ptr<const PromptFingerprint> fingerprint,
-                                                 const CacheRules& rules) {
+                                                 const CacheRules& rules,
+                                                 const TurnContext& context) {
   if (turn.thread_id.empty()) return std::nullopt;
   TurnSummary current = TurnSummary::Of(turn, std::move(fingerprint));
   std::optional<TurnSummary> previous;
@@ -416,8 +521,8 @@ std::optional<Diagnosis> ThreadTracker::Diagnose(const RequestRecord& turn,
     std::lock_guard lock(shard.mu);
     auto it = shard.threads.find(turn.thread_id);
     if (it != shard.threads.end()) {
-      previous = std::move(it->second.turn);
-      it->second.turn = current;
+      previous = it->second.view.latest;
+      Remember(it->second.view, current);
       shard.lru.splice(shard.lru.begin(), shard.lru, it->second.lru_pos);
     } else {
       InsertLocked(shard, turn.thread_id, current);
@@ -425,7 +530,14 @@ std::optional<Diagnosis> ThreadTracker::Diagnose(const RequestRecord& turn,
   }
   // The comparison runs outside the lock: summaries are values and fingerprints immutable.
   if (!previous) return std::nullopt;
-  return DiagnoseTurn(*previous, current, rules);
+  return DiagnoseTurn(*previous, current, rules, context);
+}
+
+ThreadView ThreadTracker::View(const std::string& thread_id) const {
+  const Shard& shard = *shards_[std::hash<std::string>{}(thread_id) % shards_.size()];
+  std::lock_guard lock(shard.mu);
+  auto it = shard.threads.find(thread_id);
+  return it == shard.threads.end() ? ThreadView{} : it->second.view;
 }
 
 void ThreadTracker::Forget(const std::string& thread_id) {

@@ -76,13 +76,16 @@ struct PrefixComparison {
 PrefixComparison ComparePrefixes(const PromptFingerprint& previous,
                                  const PromptFingerprint& current);
 
-// A provider's prompt-caching rules (the price catalog will carry them per provider type).
+// A provider's prompt-caching rules (the price catalog carries them per provider type).
 struct CacheRules {
   int64_t min_tokens = 1024;  // shorter prompts are never cached
   int64_t granularity = 128;  // cache hits come in multiples of this many tokens
   // Idle time after which the cache is assumed gone; nullopt when entries only go under memory
   // pressure (vLLM, SGLang, llama.cpp, kvgate's engine): then a drop is never "expired".
   std::optional<int64_t> ttl_seconds = 300;
+  // The TTL of entries written with the longer retention (Anthropic's 1h writes): a turn that
+  // wrote such entries keeps its prefix this long.
+  int64_t long_ttl_seconds = 3600;
   // True when the provider caches every prompt prefix by itself (OpenAI, DeepSeek, Gemini implicit,
   // vLLM, kvgate's engine). False when only marked prefixes are cached (Anthropic cache_control):
   // then the tracker expects back only what the previous turn read or wrote.
@@ -90,51 +93,104 @@ struct CacheRules {
 };
 
 struct Diagnosis {
-  // "expired" | "partial_eviction" | "prompt_changed" | "model_switch" | "below_minimum"
+  // "expired" | "partial_eviction" | "prompt_changed" | "model_switch" | "routed_away" |
+  // "engine_restarted" | "below_minimum"
   std::string cause;
   std::string detail;           // one human sentence
-  int64_t expected_cached = 0;  // tokens the previous turn left cached, as far as this turn uses
+  int64_t expected_cached = 0;  // tokens the cache should have given this prompt
   int64_t cached = 0;           // tokens this turn read from the cache
   double idle_seconds = 0;      // since the previous turn of the thread arrived
   std::optional<int> message_index;     // prompt_changed on a message
   std::optional<std::string> element;   // prompt_changed: "tools" | "system" | "message"
   std::optional<uint64_t> char_offset;  // prompt_changed: chunk-aligned offset, see above
-  std::optional<std::string> previous_model, previous_provider;  // model_switch
+  std::optional<int64_t> lost_tokens;   // prompt_changed: cached tokens the change cost
+  std::optional<std::string> previous_model, previous_provider;  // model_switch, routed_away
+  std::optional<std::string> router;                             // routed_away
   std::optional<int64_t> min_tokens;                             // below_minimum
 
   // {"cause","detail","expected_cached","cached","idle_seconds", and the optional fields set}.
   nlohmann::json ToJson() const;
 };
 
-// What the tracker remembers of one turn (and all the diagnosis needs of it).
+// What the thread memory keeps of one turn (all the diagnosis and the router's cache model need).
 struct TurnSummary {
-  std::string model, provider;
+  std::string model;     // what the client asked for
+  std::string target;    // the configured model that served it (== model without a router)
+  std::string provider;
+  int key = 0;           // which of the provider's API keys served it
+  std::string system_fingerprint;  // the serving backend's instance (engine restarts change it)
   int64_t created_at_us = 0;
   std::shared_ptr<const PromptFingerprint> fingerprint;  // never null in a summary
   std::optional<int64_t> cache_read;
   std::optional<int64_t> cache_write;  // 5m + 1h, when both known
   std::optional<int64_t> total_input;  // when every input component is known
-  bool wrote_1h = false;               // the turn wrote with a 1-hour TTL
+  std::optional<int64_t> output;
+  bool wrote_1h = false;               // the turn wrote with the long TTL
 
   // REQUIRES: fingerprint != nullptr.
   static TurnSummary Of(const RequestRecord& record,
                         std::shared_ptr<const PromptFingerprint> fingerprint);
 };
 
+// What a provider's cache should give `current` (a prompt of `current_input_tokens` tokens when
+// known) if `last` is the thread's last turn on that same cache: the prefix the two prompts share
+// (in tokens, at the last turn's bytes-per-token ratio), bounded by what the last turn left
+// cached (its whole prompt with automatic caching, its reads and writes with breakpoints), in
+// whole granularity steps, nothing below the minimum. Both the cache-miss diagnosis and the
+// router's cost planner use it, so what kvgate predicts and what it explains afterwards agree.
+struct CacheExpectation {
+  int64_t tokens = 0;          // expected cache reads, ignoring expiry
+  int64_t shared_tokens = 0;   // tokens of the shared prefix
+  int64_t left_cached = 0;     // what the last turn left in the cache (before expiry)
+  double idle_seconds = 0;     // now - last turn
+  std::optional<int64_t> ttl_seconds;  // the TTL that applies to the last turn's entries
+  bool expired = false;        // idle >= ttl: the cache is expected gone
+  PrefixComparison comparison;
+  // Expected reads at `now_us`: 0 once expired.
+  int64_t Live() const { return expired ? 0 : tokens; }
+};
+// nullopt when the last turn's input size is unknown (nothing to convert bytes with).
+std::optional<CacheExpectation> ExpectCached(const TurnSummary& last,
+                                             const PromptFingerprint& current,
+                                             std::optional<int64_t> current_input_tokens,
+                                             const CacheRules& rules, int64_t now_us);
+
+// What kvgate knows about a turn beyond its usage when it diagnoses it: whether a router moved
+// the thread (and why), for "routed_away".
+struct TurnContext {
+  std::string router;        // the router that chose this turn's target, "" without one
+  std::string route_reason;  // its reason in words
+};
+
 // The diagnosis itself, without state: `previous` and `current` are consecutive turns of a thread,
-// `rules` those of the provider `current` went to. Returns nullopt when there is nothing to say:
+// `rules` those of the target `current` went to. Returns nullopt when there is nothing to say:
 // usage unknown (this turn's cache_read or total input; for automatic caching the previous turn's
-// total input, otherwise its reads and writes), or reads as expected within
+// total input, otherwise its reads and writes), or reads as the shared prefix allows within
 // max(granularity, 2% of the expected count).
 //
-// Decision order: model_switch (reads dropped and the model or provider changed), below_minimum
-// (no reads, the prompt shares a prefix with the previous turn but is shorter than min_tokens),
-// prompt_changed (reads dropped and the shared prefix ended before the end of the previous prompt),
-// expired (intact prefix, reads ~0, idle >= ttl; at least 1 h when the previous turn wrote 1h
-// entries),
-// partial_eviction (intact prefix, reads dropped otherwise, including ~0 before the TTL).
+// The expected reads are ExpectCached's: the prefix this prompt shares with the previous one, not
+// the whole previous prompt (a turn that replaces its last message expects only what precedes
+// it). Decision order when reads fell short of that: routed_away (a router moved the thread to
+// another target) or model_switch (another model or provider), engine_restarted (same
+// self-hosted target, a new backend instance), expired (reads ~0, idle >= ttl; the long TTL when
+// the previous turn wrote long-TTL entries), partial_eviction (otherwise). When reads were as
+// allowed: below_minimum (no reads, the prompt shares a prefix with the previous turn but is
+// shorter than min_tokens), prompt_changed (the client changed the prompt before the previous
+// turn's last message, which cost reads the previous turn had cached).
 std::optional<Diagnosis> DiagnoseTurn(const TurnSummary& previous, const TurnSummary& current,
-                                      const CacheRules& rules);
+                                      const CacheRules& rules, const TurnContext& context = {});
+
+// A thread as the router sees it before a turn: its last turn, the last turn each target it used
+// served (the caches those targets may still hold for it), and how its turns go.
+struct ThreadView {
+  std::optional<TurnSummary> latest;
+  std::vector<TurnSummary> by_target;  // most recent first, at most ThreadTracker::kTargetsKept
+  int turns = 0;                       // diagnosed turns remembered for this thread
+  double mean_output_tokens = 0;       // over recent turns (exponentially weighted)
+  double mean_growth_tokens = 0;       // input tokens added per turn
+  double mean_gap_seconds = 0;         // idle time between turns
+  const TurnSummary* OnTarget(std::string_view target) const;
+};
 
 struct ThreadTrackerOptions {
   size_t max_threads = 10'000;  // least recently used threads are forgotten beyond this
@@ -158,7 +214,11 @@ class ThreadTracker {
   // REQUIRES: fingerprint != nullptr.
   std::optional<Diagnosis> Diagnose(const RequestRecord& turn,
                                     std::shared_ptr<const PromptFingerprint> fingerprint,
-                                    const CacheRules& rules);
+                                    const CacheRules& rules, const TurnContext& context = {});
+  // The thread's memory (an empty view for an unknown thread): a copy, fingerprints shared.
+  ThreadView View(const std::string& thread_id) const;
+  // How many targets' last turns a thread keeps (the caches it may return to).
+  static constexpr size_t kTargetsKept = 4;
   // Remembers `turn` (a stored turn, with its prompt_fingerprint) as its thread's latest without
   // diagnosing it, so that the thread's next turn is compared with it: how a restarted gateway
   // picks up threads from the store. Does nothing, returning false, for a turn without thread id
@@ -175,7 +235,7 @@ class ThreadTracker {
     mutable std::mutex mu;
     std::list<std::string> lru;  // GUARDED_BY(mu); front = most recently used
     struct Entry {
-      TurnSummary turn;
+      ThreadView view;  // view.latest is always set
       std::list<std::string>::iterator lru_pos;
     };
     std::unordered_map<std::string, Entry> threads;  // GUARDED_BY(mu)
@@ -184,6 +244,8 @@ class ThreadTracker {
   // Inserts a new thread at the front of its shard's LRU, evicting beyond the cap. REQUIRES: the
   // shard's lock held and thread_id not in the shard.
   void InsertLocked(Shard& shard, const std::string& thread_id, TurnSummary turn);
+  // Makes `turn` the thread's latest: its target's entry replaced, the running means updated.
+  static void Remember(ThreadView& view, TurnSummary turn);
 
   // Constant after construction.
   const size_t per_shard_cap_;

@@ -423,6 +423,7 @@ Status PriceCatalog::MergeJson(const nlohmann::json& catalog) {
       return MakeError(ErrorCode::kInvalidArgument, "a price catalog must be a JSON object");
     }
     std::map<std::string, Price, std::less<>> parsed;
+    std::map<std::string, int64_t, std::less<>> windows;
     for (const auto& [model, entry] : catalog.items()) {
       if (!entry.is_object()) {
         return MakeError(ErrorCode::kInvalidArgument, "price entry \"" + model + "\" is not an object");
@@ -433,8 +434,20 @@ Status PriceCatalog::MergeJson(const nlohmann::json& catalog) {
         return MakeError(ErrorCode::kInvalidArgument, "model \"" + model + "\": " + price.error().message);
       }
       if (price->has_value()) parsed[model] = **price;
+      // kvgate's "context_window", or LiteLLM's "max_input_tokens".
+      for (const char* key : {"context_window", "max_input_tokens"}) {
+        Result<std::optional<int64_t>> window = ReadCount(entry, key, false);
+        if (!window) {
+          return MakeError(ErrorCode::kInvalidArgument, "model \"" + model + "\": " + window.error().message);
+        }
+        if (*window && **window > 0) {
+          windows[model] = **window;
+          break;
+        }
+      }
     }
     for (auto& [model, price] : parsed) prices_[model] = std::move(price);
+    for (auto& [model, window] : windows) context_windows_[model] = window;
     return {};
   } catch (const std::exception& e) {
     return MakeError(ErrorCode::kInvalidArgument, std::string("price catalog: ") + e.what());
@@ -445,6 +458,11 @@ void PriceCatalog::Set(std::string model, Price price) { prices_[std::move(model
 
 std::optional<Price> PriceCatalog::Find(std::string_view model) const {
   if (const Price* p = LookupModel(prices_, model)) return *p;
+  return std::nullopt;
+}
+
+std::optional<int64_t> PriceCatalog::ContextWindow(std::string_view model) const {
+  if (const int64_t* n = LookupModel(context_windows_, model)) return *n;
   return std::nullopt;
 }
 

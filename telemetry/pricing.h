@@ -120,6 +120,9 @@ class PriceCatalog {
   // for the part after the last '/' ("openai/gpt-4o" finds "gpt-4o"); else nullopt.
   std::optional<Price> Find(std::string_view model) const;
   size_t size() const { return prices_.size(); }
+  // The model's context window in tokens (an entry's "context_window", or LiteLLM's
+  // "max_input_tokens"), looked up like Find; nullopt when unknown.
+  std::optional<int64_t> ContextWindow(std::string_view model) const;
 
   // Adds or replaces caching rules from {provider_type: {"min_cacheable_tokens", "granularity_tokens",
   // "ttl_seconds" (null: none), "max_ttl_seconds", "automatic" (default true),
@@ -132,6 +135,7 @@ class PriceCatalog {
 
  private:
   std::map<std::string, Price, std::less<>> prices_;
+  std::map<std::string, int64_t, std::less<>> context_windows_;
   std::map<std::string, CachingRule, std::less<>> caching_rules_;
 };
 

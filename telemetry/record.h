@@ -22,6 +22,13 @@ struct RequestRecord {
   std::string provider;        // the configured provider name the request went to ("" if none)
   std::string provider_type;   // "openai", "anthropic", ...
   std::string upstream_model;  // the model name sent upstream
+  // The configured model (models[].name) that served the request: the model the client named, or
+  // the one its router chose. "" when none was reached.
+  std::string target;
+  int key_index = 0;           // which of the provider's API keys was used
+  // The serving backend's identity as it reported it (OpenAI's system_fingerprint; the built-in
+  // engine's instance id, which changes when it restarts and loses its cache). "" when none.
+  std::string system_fingerprint;
   std::string api_key_id;      // the gateway key's id (not the key), "" when keys are off
   bool stream = false;
   // "ok" | "error" | "client_disconnected" | "upstream_error" | "timeout"
@@ -41,6 +48,11 @@ struct RequestRecord {
   std::shared_ptr<const PromptFingerprint> prompt_fingerprint;
   // Filled by the thread tracker: null JSON when reads were as expected.
   nlohmann::json cache_diagnosis;
+  // The router's decision for a model that is a router (router/router.h, RouteDecision::ToJson),
+  // null otherwise; and every upstream attempt made for the request, in order (empty when none
+  // was made): [{"target","provider","status","http_status","error","latency_ms"}].
+  nlohmann::json route;
+  nlohmann::json attempts = nlohmann::json::array();
 };
 
 // Makes every text field of `record` valid UTF-8 (invalid bytes become U+FFFD). Ids, model names

@@ -137,7 +137,8 @@ class TelemetryStore {
   //    "cost_usd": {"total", "cache_read", "cache_write", "uncached", "output", "saved"},
   //    "cost_pico_usd": {same keys, integers}, "cost_complete" (false: the total is a lower bound),
   //    "error" (null when none), "http_status", "cache_diagnosis" (null or the tracker's object),
-  //    "usage_clamped"}
+  //    "usage_clamped", "target" (the configured model that served it), "route" (the router's
+  //    decision, null without a router), "attempts" ([] when no upstream was tried)}
   //
   // Thread aggregates ("tokens", "cost", "hit_ratio") sum the known counts; "hit_ratio" is
   // cache_read / total input over the turns whose every input component is known, null if none.
@@ -158,12 +159,14 @@ class TelemetryStore {
   virtual Result<nlohmann::json> ListRequests(const RequestQuery& query) const = 0;
   // One request with every stored field: the listed turn plus "provider_type", "api_key_id",
   // "upstream_request_id", "finish_reason", "usage_raw" (the provider's usage JSON),
-  // "reported_input", "cost_priced". kNotFound when there is none.
+  // "reported_input", "cost_priced", "key_index", "system_fingerprint". kNotFound when there is
+  // none.
   virtual Result<nlohmann::json> GetRequest(std::string_view request_id) const = 0;
   // For each thread last seen at or after `since_us`, most recently seen first and at most
   // `max_threads` of them: the last turn recorded with a prompt_fingerprint (the Recorder keeps
   // one only on successful turns), as a record with thread_id, request_id, created_at_us, model,
-  // provider, provider_type, upstream_model, status, usage (token counts, not raw) and
+  // provider, provider_type, upstream_model, target, key_index, system_fingerprint, status,
+  // usage (token counts, not raw) and
   // prompt_fingerprint set. Only each thread's latest fingerprint is stored. Threads without one
   // are left out, as are fingerprints that do not parse (counted in *skipped_corrupt when given).
   // What a restarted gateway hands to its thread tracker (Recorder::RestoreThreads).

@@ -30,13 +30,14 @@ constexpr std::string_view kTurnColumns =
     "cache_write_5m, cache_write_1h, uncached, output_tokens, reasoning_tokens, reported_input, "
     "usage_clamped, usage_raw, cost_cache_read, cost_cache_write, cost_uncached, cost_output, "
     "cost_total, cost_saved, cost_complete, cost_priced, error, upstream_request_id, finish_reason, "
-    "cache_diagnosis, seq";
+    "cache_diagnosis, seq, target, key_index, system_fingerprint, route, attempts";
 enum Col {
   kRequestId, kThreadId, kCreatedAt, kEndpoint, kModel, kProvider, kProviderType, kUpstreamModel,
   kApiKeyId, kStream, kStatus, kHttpStatus, kUpstreamStatus, kLatency, kTtft, kCacheRead,
   kCacheWrite5m, kCacheWrite1h, kUncached, kOutput, kReasoning, kReportedInput, kClamped, kUsageRaw,
   kCostCacheRead, kCostCacheWrite, kCostUncached, kCostOutput, kCostTotal, kCostSaved, kCostComplete,
-  kCostPriced, kError, kUpstreamRequestId, kFinishReason, kDiagnosis, kSeq,
+  kCostPriced, kError, kUpstreamRequestId, kFinishReason, kDiagnosis, kSeq, kTarget, kKeyIndex,
+  kSystemFingerprint, kRoute, kAttempts, kTurnColumnCount
 };
 
 enum class Detail { kTurn, kListed, kFull };
@@ -104,6 +105,11 @@ json TurnJson(const internal::Stmt& s, Detail detail) {
   turn["http_status"] = s.Int(kHttpStatus);
   turn["cache_diagnosis"] = StoredJson(s, kDiagnosis);
   turn["usage_clamped"] = s.Int(kClamped) != 0;
+  // The configured model that served it (a router's choice), the router's decision, the attempts.
+  const std::string target = s.Text(kTarget);
+  turn["target"] = target.empty() ? turn["model"] : json(target);
+  turn["route"] = StoredJson(s, kRoute);
+  turn["attempts"] = s.IsNull(kAttempts) ? json::array() : StoredJson(s, kAttempts);
   if (detail == Detail::kListed || detail == Detail::kFull) {
     turn["thread_id"] = s.Text(kThreadId);
     turn["endpoint"] = s.Text(kEndpoint);
@@ -118,6 +124,8 @@ json TurnJson(const internal::Stmt& s, Detail detail) {
     turn["usage_raw"] = StoredJson(s, kUsageRaw);
     turn["reported_input"] = OptInt(s.OptInt(kReportedInput));
     turn["cost_priced"] = s.Int(kCostPriced) != 0;
+    turn["key_index"] = s.Int(kKeyIndex);
+    turn["system_fingerprint"] = s.Text(kSystemFingerprint);
   }
   return turn;
 }
@@ -459,7 +467,7 @@ Result<std::vector<RequestRecord>> SqliteTelemetryStore::LatestThreadTurns(int64
   auto reader = AcquireReader();
   if (!reader) return std::unexpected(reader.error());
   // The fingerprint comes from thread_last_prompt, the rest of the turn from its request row.
-  constexpr int kFingerprintColumn = kSeq + 1;
+  constexpr int kFingerprintColumn = kTurnColumnCount;
   auto stmt = (*reader)->db().Prepare(
       "SELECT " + std::string(kTurnColumns) + ", fingerprint FROM (SELECT p.request_id AS pick, "
       "p.fingerprint AS fingerprint, t.last_seen_us AS last_seen FROM thread_last_prompt p JOIN "
@@ -489,6 +497,9 @@ Result<std::vector<RequestRecord>> SqliteTelemetryStore::LatestThreadTurns(int64
       r.provider = s.Text(kProvider);
       r.provider_type = s.Text(kProviderType);
       r.upstream_model = s.Text(kUpstreamModel);
+      r.target = s.Text(kTarget);
+      r.key_index = static_cast<int>(s.Int(kKeyIndex));
+      r.system_fingerprint = s.Text(kSystemFingerprint);
       r.status = s.Text(kStatus);
       r.usage.cache_read = s.OptInt(kCacheRead);
       r.usage.cache_write_5m = s.OptInt(kCacheWrite5m);

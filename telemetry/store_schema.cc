@@ -101,9 +101,21 @@ CREATE TABLE thread_last_prompt (
 ALTER TABLE requests DROP COLUMN prompt_fingerprint;
 )sql";
 
-constexpr std::array<Migration, 2> kCoreMigrations = {{
+// Routing: the configured model that served each request (its router may have chosen it), the
+// provider key it used, the backend instance it reported, the router's decision and every
+// upstream attempt (JSON, NULL when there was no router / no attempt).
+constexpr std::string_view kRouting = R"sql(
+ALTER TABLE requests ADD COLUMN target TEXT NOT NULL DEFAULT '';
+ALTER TABLE requests ADD COLUMN key_index INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE requests ADD COLUMN system_fingerprint TEXT NOT NULL DEFAULT '';
+ALTER TABLE requests ADD COLUMN route TEXT;
+ALTER TABLE requests ADD COLUMN attempts TEXT;
+)sql";
+
+constexpr std::array<Migration, 3> kCoreMigrations = {{
     {1, "requests_and_threads", kRequestsAndThreads},
     {2, "thread_last_prompt", kThreadLastPrompt},
+    {3, "routing", kRouting},
 }};
 
 constexpr std::string_view kMigrationsTable = R"sql(

@@ -27,9 +27,11 @@ INSERT INTO requests (
   cache_read, cache_write_5m, cache_write_1h, uncached, output_tokens, reasoning_tokens,
   reported_input, usage_clamped, usage_raw,
   cost_cache_read, cost_cache_write, cost_uncached, cost_output, cost_total, cost_saved,
-  cost_complete, cost_priced, error, upstream_request_id, finish_reason, cache_diagnosis)
+  cost_complete, cost_priced, error, upstream_request_id, finish_reason, cache_diagnosis,
+  target, key_index, system_fingerprint, route, attempts)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20,
-        ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, ?35, ?36)
+        ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, ?35, ?36,
+        ?37, ?38, ?39, ?40, ?41)
 ON CONFLICT (request_id) DO NOTHING)sql";
 
 // A batch's turns of one thread folded into its aggregates. Token sums count known values only;
@@ -296,9 +298,11 @@ Status SqliteTelemetryStore::InsertRequest(const RequestRecord& r) {
   // aggregates; any other failure is an I/O-level error that loses the transaction, which
   // WriteBatch retries.
   auto fail = [](Error e) -> Status { return std::unexpected(std::move(e)); };
-  std::string diagnosis;
+  std::string diagnosis, route, attempts;
   try {
     if (!r.cache_diagnosis.is_null()) diagnosis = DumpJson(r.cache_diagnosis);
+    if (!r.route.is_null()) route = DumpJson(r.route);
+    if (r.attempts.is_array() && !r.attempts.empty()) attempts = DumpJson(r.attempts);
   } catch (const std::exception& e) {
     return fail(Error{ErrorCode::kInternal, std::string("json: ") + e.what()});
   }
@@ -351,6 +355,19 @@ Status SqliteTelemetryStore::InsertRequest(const RequestRecord& r) {
     s.BindNull(36);
   } else {
     s.BindTextNoCopy(36, diagnosis);
+  }
+  s.BindTextNoCopy(37, r.target);
+  s.BindInt(38, r.key_index);
+  s.BindTextNoCopy(39, r.system_fingerprint);
+  if (route.empty()) {
+    s.BindNull(40);
+  } else {
+    s.BindTextNoCopy(40, route);
+  }
+  if (attempts.empty()) {
+    s.BindNull(41);
+  } else {
+    s.BindTextNoCopy(41, attempts);
   }
   if (Result<bool> step = s.Step(); !step) return fail(step.error());
   if (writer_db_->Changes() == 0) {

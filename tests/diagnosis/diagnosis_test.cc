@@ -382,6 +382,159 @@ TEST(ThreadTrackerTest, RestoredTurnIsComparedWithTheThreadsNextTurn) {
   EXPECT_EQ(tracker.Size(), 0u);
 }
 
+// A turn that replaces its last message (a regeneration, an edited question) shares everything
+// before it: reads of that shared prefix are all the cache can give, so nothing is flagged, however
+// long the replaced message was.
+TEST(ThreadTrackerTest, ReplacingTheLastMessageIsNotADrop) {
+  ThreadTracker tracker;
+  json first = Body(kSystem, 1);
+  first["messages"][1]["content"] = std::string(6000, 'p');  // a long pasted question
+  ASSERT_FALSE(tracker.Diagnose(Turn(0, 0, 3000), Fp(first), kOpenAI));
+  json replaced = Body(kSystem, 1);
+  replaced["messages"][1]["content"] = "a short question instead";
+  // The system prompt (about a third of the bytes) is what the two prompts share.
+  auto d = tracker.Diagnose(Turn(30, 1024, 100), Fp(replaced), kOpenAI);
+  EXPECT_FALSE(d.has_value()) << d->ToJson().dump();
+}
+
+// The same replacement after an idle gap past the TTL is an expiry, not a prompt change.
+TEST(ThreadTrackerTest, AnExpiredCacheIsExpiredEvenWhenTheLastMessageChanged) {
+  ThreadTracker tracker;
+  json first = Body(kSystem, 1);
+  first["messages"][1]["content"] = std::string(600, 'p');
+  ASSERT_FALSE(tracker.Diagnose(Turn(0, 0, 2000), Fp(first), kOpenAI));
+  json replaced = Body(kSystem, 1);
+  replaced["messages"][1]["content"] = "another question";
+  auto d = tracker.Diagnose(Turn(400, 0, 1800), Fp(replaced), kOpenAI);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->cause, "expired") << d->ToJson().dump();
+  EXPECT_GE(d->expected_cached, 1024);
+}
+
+TEST(ThreadTrackerTest, AnEditedHistoryIsAPromptChangeThatSaysWhatItCost) {
+  ThreadTracker tracker;
+  ASSERT_FALSE(tracker.Diagnose(Turn(0, 0, 2000), Fp(Body(kSystem, 3)), kOpenAI));
+  json edited = Body(kSystem, 4);
+  edited["messages"][2]["content"] = "a different earlier answer";
+  // Reads cover the shared prefix (the system prompt and the first question).
+  auto d = tracker.Diagnose(Turn(20, 1920, 300), Fp(edited), kOpenAI);
+  EXPECT_FALSE(d.has_value()) << "reads were all the shared prefix allowed: "
+                              << d->ToJson().dump();
+  // With a system prompt edit, the shared prefix is nearly nothing.
+  json system_edit = Body("EDITED " + kSystem, 5);
+  d = tracker.Diagnose(Turn(40, 0, 2400), Fp(system_edit), kOpenAI);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->cause, "prompt_changed");
+  EXPECT_EQ(d->message_index, 0);
+  EXPECT_GT(d->ToJson()["lost_tokens"].get<int64_t>(), 1000);
+}
+
+TEST(ThreadTrackerTest, RoutedAwayNamesTheRouterAndItsReason) {
+  ThreadTracker tracker;
+  RequestRecord first = Turn(0, 0, 2000);
+  first.model = "kvgate-router";
+  first.target = "sonnet";
+  first.provider = "claude";
+  ASSERT_FALSE(tracker.Diagnose(first, Fp(Body(kSystem, 1)), kOpenAI));
+  RequestRecord moved = Turn(20, 0, 2100);
+  moved.model = "kvgate-router";
+  moved.target = "gpt-4o-mini";
+  auto d = tracker.Diagnose(moved, Fp(Body(kSystem, 2)), kOpenAI,
+                            TurnContext{.router = "kvgate-router",
+                                        .route_reason = "moved to gpt-4o-mini: cheaper"});
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->cause, "routed_away");
+  json j = d->ToJson();
+  EXPECT_EQ(j["router"], "kvgate-router");
+  EXPECT_EQ(j["previous_model"], "sonnet");
+  EXPECT_NE(j["detail"].get<std::string>().find("cheaper"), std::string::npos) << j.dump();
+  // The same move without a router is a plain model switch.
+  RequestRecord back = Turn(40, 0, 2200);
+  back.target = "sonnet";
+  back.provider = "claude";
+  d = tracker.Diagnose(back, Fp(Body(kSystem, 3)), kOpenAI);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->cause, "model_switch");
+}
+
+TEST(ThreadTrackerTest, AnEngineThatRestartedIsNamed) {
+  CacheRules engine{.min_tokens = 16, .granularity = 16, .ttl_seconds = std::nullopt};
+  ThreadTracker tracker;
+  RequestRecord first = Turn(0, 0, 2000);
+  first.system_fingerprint = "kvgate-engine-a";
+  ASSERT_FALSE(tracker.Diagnose(first, Fp(Body(kSystem, 1)), engine));
+  RequestRecord after = Turn(50, 0, 2100);
+  after.system_fingerprint = "kvgate-engine-b";
+  auto d = tracker.Diagnose(after, Fp(Body(kSystem, 2)), engine);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->cause, "engine_restarted");
+  // Same instance, same loss: the engine evicted it.
+  RequestRecord again = Turn(60, 0, 2200);
+  again.system_fingerprint = "kvgate-engine-b";
+  d = tracker.Diagnose(again, Fp(Body(kSystem, 3)), engine);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->cause, "partial_eviction");
+}
+
+TEST(ThreadTrackerTest, TheViewKeepsEachTargetsLastTurnAndTheThreadsHabits) {
+  ThreadTracker tracker;
+  auto turn = [](int64_t at, const char* target, int64_t input) {
+    RequestRecord r = Turn(at, 0, input);
+    r.target = target;
+    return r;
+  };
+  tracker.Diagnose(turn(0, "a", 1000), Fp(Body(kSystem, 1)), kOpenAI);
+  tracker.Diagnose(turn(10, "b", 1200), Fp(Body(kSystem, 2)), kOpenAI);
+  tracker.Diagnose(turn(30, "a", 1400), Fp(Body(kSystem, 3)), kOpenAI);
+  ThreadView view = tracker.View("thr_1");
+  EXPECT_EQ(view.turns, 3);
+  ASSERT_TRUE(view.latest.has_value());
+  EXPECT_EQ(view.latest->target, "a");
+  ASSERT_EQ(view.by_target.size(), 2u);
+  EXPECT_EQ(view.by_target[0].target, "a");
+  EXPECT_EQ(view.by_target[0].created_at_us, kT0 + 30'000'000);
+  ASSERT_NE(view.OnTarget("b"), nullptr);
+  EXPECT_EQ(*view.OnTarget("b")->total_input, 1200);
+  EXPECT_EQ(view.OnTarget("c"), nullptr);
+  EXPECT_NEAR(view.mean_growth_tokens, 200, 1e-9);
+  EXPECT_NEAR(view.mean_output_tokens, 50, 1e-9);
+  EXPECT_GT(view.mean_gap_seconds, 10);
+  EXPECT_FALSE(tracker.View("nobody").latest.has_value());
+}
+
+TEST(ExpectCachedTest, SharedPrefixLimitsAndTtlExpires) {
+  TurnSummary last;
+  last.target = "m";
+  last.created_at_us = kT0;
+  last.fingerprint = Fp(Body(kSystem, 2));
+  last.total_input = 2000;
+  last.cache_read = 0;
+  last.cache_write = 0;
+  // Intact prefix: the whole previous prompt, in 128-token steps.
+  auto e = ExpectCached(last, Fingerprint(Body(kSystem, 3)), 2300, kOpenAI, kT0 + 60'000'000);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_TRUE(e->comparison.previous_intact);
+  EXPECT_EQ(e->tokens, 1920);
+  EXPECT_FALSE(e->expired);
+  EXPECT_EQ(e->Live(), 1920);
+  // Past the TTL the same prefix is expected gone.
+  e = ExpectCached(last, Fingerprint(Body(kSystem, 3)), 2300, kOpenAI, kT0 + 301'000'000);
+  EXPECT_TRUE(e->expired);
+  EXPECT_EQ(e->Live(), 0);
+  // Breakpoint caching gives back only what was read or written.
+  last.cache_write = 1500;
+  e = ExpectCached(last, Fingerprint(Body(kSystem, 3)), 2300, kAnthropic, kT0 + 1'000'000);
+  EXPECT_EQ(e->tokens, 1500);
+  // A long-TTL write keeps it past five minutes.
+  last.wrote_1h = true;
+  e = ExpectCached(last, Fingerprint(Body(kSystem, 3)), 2300, kAnthropic, kT0 + 600'000'000);
+  EXPECT_FALSE(e->expired);
+  EXPECT_EQ(e->ttl_seconds, 3600);
+  // Unknown size of the last prompt: no expectation.
+  last.total_input.reset();
+  EXPECT_FALSE(ExpectCached(last, Fingerprint(Body(kSystem, 3)), 2300, kOpenAI, kT0));
+}
+
 TEST(ThreadTrackerTest, ConcurrentThreadsAreSafe) {
   ThreadTracker tracker({.max_threads = 64, .shards = 4});
   const auto fp = Fp(Body(kSystem, 1));

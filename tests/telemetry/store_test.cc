@@ -116,7 +116,11 @@ TEST(TelemetryStoreTest, ThreadShapeAndValues) {
   EXPECT_EQ(Keys(a), (std::set<std::string>{"request_id", "created_at", "model", "provider", "status", "stream",
                                             "latency_ms", "ttft_ms", "usage", "cost_usd", "cost_pico_usd",
                                             "cost_complete", "error", "http_status", "cache_diagnosis",
-                                            "usage_clamped"}));
+                                            "usage_clamped", "target", "route", "attempts"}));
+  // Without a router: served by the model it named, no decision, no attempts recorded.
+  EXPECT_EQ(a["target"], "gpt-4o-mini");
+  EXPECT_TRUE(a["route"].is_null());
+  EXPECT_EQ(a["attempts"], json::array());
   EXPECT_EQ(a["created_at"], "2026-01-01T00:00:01.000000Z");
   EXPECT_EQ(a["model"], "gpt-4o-mini");
   EXPECT_EQ(a["provider"], "prov-openai");

@@ -1,0 +1,110 @@
+#include "router/planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace kvgate::router::internal {
+namespace {
+
+// Cache hits come in whole granularity steps, and nothing below the minimum is cached.
+int64_t Cacheable(int64_t tokens, const telemetry::CacheRules& rules) {
+  if (tokens <= 0 || tokens < rules.min_tokens) return 0;
+  const int64_t g = std::max<int64_t>(1, rules.granularity);
+  return tokens / g * g;
+}
+
+// The share of a breakpoint cache's new input the client marked for writing, as the thread's last
+// turn there shows it; all of it when there is no such turn (clients that mark breakpoints usually
+// mark the end of the conversation).
+double WriteShare(const telemetry::TurnSummary* last) {
+  if (last == nullptr || !last->cache_write || !last->cache_read || !last->total_input) return 1.0;
+  const int64_t fresh = *last->total_input - *last->cache_read;
+  if (fresh <= 0) return 1.0;
+  return std::clamp(double(*last->cache_write) / double(fresh), 0.0, 1.0);
+}
+
+}  // namespace
+
+int64_t CostPico(const Target& target, const TurnEstimate& t) {
+  if (!target.price) return 0;
+  const telemetry::Price& price = *target.price;
+  const telemetry::Rates& r = price.tier_threshold_tokens && t.prompt_tokens > *price.tier_threshold_tokens
+                                  ? price.above
+                                  : price.base;
+  return t.uncached * r.input + t.cached * r.cached_input +
+         t.writes * (t.long_ttl ? r.cache_write_1h : r.cache_write_5m) + t.output * r.output;
+}
+
+TurnEstimate EstimateTurn(const Target& target, const TurnInputs& in,
+                          const telemetry::TurnSummary* last_on_target, bool breakpoints) {
+  TurnEstimate t;
+  t.prompt_tokens = std::max<int64_t>(0, in.prompt_tokens);
+  t.cached = std::clamp<int64_t>(in.cached.value_or(0), 0, t.prompt_tokens);
+  t.output = std::max<int64_t>(0, in.expected_output);
+  const int64_t rest = t.prompt_tokens - t.cached;
+  const telemetry::CacheRules& rules = target.cache_rules;
+  if (!rules.automatic && breakpoints && t.prompt_tokens >= rules.min_tokens) {
+    t.writes = static_cast<int64_t>(std::llround(double(rest) * WriteShare(last_on_target)));
+    t.long_ttl = last_on_target != nullptr && last_on_target->wrote_1h;
+  }
+  t.uncached = rest - t.writes;
+  t.priced = target.price.has_value();
+  t.cost_pico = CostPico(target, t);
+  return t;
+}
+
+int64_t FutureCostPico(const Target& target, const TurnEstimate& now, int turns,
+                       const telemetry::ThreadView& thread, bool breakpoints) {
+  const telemetry::CacheRules& rules = target.cache_rules;
+  // A thread without a history yet grows by about its answer and a question like it per turn.
+  const double growth = thread.turns >= 2 ? std::max(0.0, thread.mean_growth_tokens)
+                                          : 2.0 * double(now.output);
+  std::optional<int64_t> ttl = rules.ttl_seconds;
+  if (ttl && now.long_ttl) ttl = std::max<int64_t>(*ttl, rules.long_ttl_seconds);
+  // A thread whose turns come further apart than the TTL finds the cache gone each time.
+  const bool live = !ttl || thread.turns < 2 || thread.mean_gap_seconds < double(*ttl);
+  int64_t total = 0;
+  TurnEstimate previous = now;
+  for (int k = 1; k <= turns; ++k) {
+    TurnEstimate next;
+    next.prompt_tokens = previous.prompt_tokens + static_cast<int64_t>(std::llround(growth));
+    next.output = now.output;
+    next.long_ttl = now.long_ttl;
+    int64_t cached = 0;
+    if (live) {
+      cached = rules.automatic ? Cacheable(previous.prompt_tokens, rules)
+                               : (breakpoints ? previous.cached + previous.writes : 0);
+    }
+    next.cached = std::min(cached, next.prompt_tokens);
+    const int64_t rest = next.prompt_tokens - next.cached;
+    if (!rules.automatic && breakpoints && next.prompt_tokens >= rules.min_tokens) {
+      next.writes = rest;
+    }
+    next.uncached = rest - next.writes;
+    next.cost_pico = CostPico(target, next);
+    total += next.cost_pico;
+    previous = next;
+  }
+  return total;
+}
+
+std::string Usd(int64_t pico) {
+  const double usd = double(pico) / 1e12;
+  char buf[48];
+  const double a = std::fabs(usd);
+  std::snprintf(buf, sizeof buf, a >= 1 ? "$%.2f" : a >= 0.01 ? "$%.4f" : "$%.6f", usd);
+  return buf;
+}
+
+std::string Thousands(int64_t n) {
+  std::string digits = std::to_string(n < 0 ? -n : n);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return n < 0 ? "-" + out : out;
+}
+
+}  // namespace kvgate::router::internal

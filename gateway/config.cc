@@ -196,8 +196,8 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
   if (!root.is_object()) {
     return MakeError(ErrorCode::kInvalidArgument, config.source + ": top level must be a mapping");
   }
-  static const std::set<std::string> kTopLevel = {"server", "storage", "providers", "models",
-                                                  "alerts", "pricing"};
+  static const std::set<std::string> kTopLevel = {"server",  "storage", "providers", "models",
+                                                  "alerts",  "pricing", "routers",   "routing"};
   for (const auto& [key, _] : root.items()) {
     if (!kTopLevel.contains(key)) {
       return MakeError(ErrorCode::kInvalidArgument,
@@ -290,8 +290,9 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
       Reader r{p, "providers[" + std::to_string(i) + "]"};
       if (!p.is_object()) return MakeError(ErrorCode::kInvalidArgument, r.path + " must be a mapping");
       if (Status s = OnlyKeys(p, r.path,
-                              {"name", "type", "base_url", "api_key", "model_path", "device",
-                               "kv_cache_tokens", "threads", "gpu_memory_fraction", "cuda_graphs"});
+                              {"name", "type", "base_url", "api_key", "api_keys", "model_path",
+                               "device", "kv_cache_tokens", "threads", "gpu_memory_fraction",
+                               "cuda_graphs"});
           !s) {
         return std::unexpected(s.error());
       }
@@ -319,6 +320,24 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
       auto graphs = r.Bool("cuda_graphs", pc.cuda_graphs);
       if (!graphs) return std::unexpected(graphs.error());
       pc.cuda_graphs = *graphs;
+      if (auto keys = p.find("api_keys"); keys != p.end() && !keys->is_null()) {
+        if (!keys->is_array() || keys->empty()) {
+          return MakeError(ErrorCode::kInvalidArgument,
+                           r.path + ".api_keys must be a non-empty list of keys");
+        }
+        if (!pc.api_key.empty()) {
+          return MakeError(ErrorCode::kInvalidArgument,
+                           r.path + ": give api_key or api_keys, not both");
+        }
+        for (size_t k = 0; k < keys->size(); ++k) {
+          const json& key = (*keys)[k];
+          if (!key.is_string() || key.get<std::string>().empty()) {
+            return MakeError(ErrorCode::kInvalidArgument,
+                             r.path + ".api_keys[" + std::to_string(k) + "] must be a non-empty string");
+          }
+          pc.api_keys.push_back(key.get<std::string>());
+        }
+      }
       while (!pc.base_url.empty() && pc.base_url.back() == '/') pc.base_url.pop_back();
       config.providers.push_back(std::move(pc));
     }
@@ -329,7 +348,9 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
       const json& m = (*it)[i];
       Reader r{m, "models[" + std::to_string(i) + "]"};
       if (!m.is_object()) return MakeError(ErrorCode::kInvalidArgument, r.path + " must be a mapping");
-      if (Status s = OnlyKeys(m, r.path, {"name", "provider", "upstream_model", "pricing"}); !s) {
+      if (Status s = OnlyKeys(m, r.path, {"name", "provider", "upstream_model", "pricing",
+                                          "context_window", "supports"});
+          !s) {
         return std::unexpected(s.error());
       }
       ModelConfig mc;
@@ -347,10 +368,44 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
         if (!price) return std::unexpected(price.error());
         mc.pricing = *price;
       }
+      auto window = r.Int("context_window", 0);
+      if (!window) return std::unexpected(window.error());
+      if (*window < 0) {
+        return MakeError(ErrorCode::kInvalidArgument, r.path + ".context_window must be >= 0");
+      }
+      mc.context_window = *window;
+      if (auto sup = m.find("supports"); sup != m.end() && !sup->is_null()) {
+        if (!sup->is_object()) {
+          return MakeError(ErrorCode::kInvalidArgument,
+                           r.path + ".supports must be a mapping {tools, images, response_format}");
+        }
+        if (Status s = OnlyKeys(*sup, r.path + ".supports", {"tools", "images", "response_format"});
+            !s) {
+          return std::unexpected(s.error());
+        }
+        Reader sr{*sup, r.path + ".supports"};
+        for (auto [key, slot] : {std::pair{"tools", &mc.supports_tools},
+                                 {"images", &mc.supports_images},
+                                 {"response_format", &mc.supports_response_format}}) {
+          if (!sup->contains(key)) continue;
+          auto v = sr.Bool(key, true);
+          if (!v) return std::unexpected(v.error());
+          *slot = *v;
+        }
+      }
       config.models.push_back(std::move(mc));
     }
   }
   if (auto it = root.find("alerts"); it != root.end()) config.alerts = *it;
+  {
+    const json none;
+    auto routers = root.find("routers");
+    auto routing = root.find("routing");
+    auto parsed = router::ParseRoutingConfig(routers == root.end() ? none : *routers,
+                                             routing == root.end() ? none : *routing);
+    if (!parsed) return std::unexpected(parsed.error());
+    config.routing = std::move(*parsed);
+  }
   return config;
 }
 
@@ -662,7 +717,9 @@ Status ValidateConfig(const GatewayConfig& config) {
                        where + ".provider \"" + m.provider + "\" is not a configured provider");
     }
   }
-  return {};
+  std::vector<std::string> model_names;
+  for (const auto& m : config.models) model_names.push_back(m.name);
+  return router::CheckTargets(config.routing, model_names);
 }
 
 std::string HashApiKey(std::string_view key) {

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "router/router.h"
 #include "telemetry/pricing.h"
 
 namespace kvgate::gateway {
@@ -23,6 +24,9 @@ struct ProviderConfig {
                          // gemini-openai | local
   std::string base_url;  // e.g. https://api.openai.com/v1 (empty for local)
   std::string api_key;   // may be empty (local servers)
+  // Several keys of one provider (api_keys: [...]; api_key is then empty): a thread sticks to the
+  // key that served it (router affinity), others are spread over them.
+  std::vector<std::string> api_keys;
   // Only for type local: the GGUF model file, the KV pool size in tokens (0: 8192 on cpu; on cuda
   // gpu_memory_fraction of the GPU memory left after the weights), the device (cpu | cuda) and the
   // CPU threads (0: one per core).
@@ -41,6 +45,10 @@ struct ModelConfig {
   std::string provider;        // a ProviderConfig::name
   std::string upstream_model;  // what is sent upstream (defaults to name)
   std::optional<telemetry::Price> pricing;  // overrides the catalog
+  int64_t context_window = 0;  // tokens; 0: the catalog's (or the engine's), else unknown
+  // What the model can do, where it differs from its provider type's defaults (routers send a
+  // request only where it can be served).
+  std::optional<bool> supports_tools, supports_images, supports_response_format;
 };
 
 struct GatewayConfig {
@@ -66,6 +74,8 @@ struct GatewayConfig {
   nlohmann::json caching_rules;
   std::vector<ProviderConfig> providers;
   std::vector<ModelConfig> models;
+  // The `routers:` list and the `routing:` section, parsed (router/router.h).
+  router::RoutingConfig routing;
   // The `alerts:` section as JSON, handed to the monitors module unchanged.
   nlohmann::json alerts;
   // Where the config came from, and what the operator should be told at startup.
@@ -97,7 +107,8 @@ Result<GatewayConfig> LoadConfigFile(const std::string& path, const EnvLookup& e
 // `bundled_model_path` exists.
 GatewayConfig DefaultConfig(const EnvLookup& env, const std::string& bundled_model_path);
 
-// Validates cross references (models -> providers, unique names, known types, URLs).
+// Validates cross references (models -> providers, router targets -> models, unique names, known
+// types, URLs).
 Status ValidateConfig(const GatewayConfig& config);
 
 // SHA-256 hex of a gateway API key, the form stored in memory and logged as key id prefix.

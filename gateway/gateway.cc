@@ -12,6 +12,7 @@
 #include "common/utf8.h"
 #include "gateway/alerting.h"
 #include "gateway/local_provider.h"
+#include "gateway/targets.h"
 #include "gateway/request_log.h"
 #include "gateway/tracked_writer.h"
 
@@ -187,63 +188,32 @@ auto RunBlocking(asio::thread_pool& pool, Fn fn) {
 
 }  // namespace
 
-Result<std::unique_ptr<Gateway>> Gateway::Create(const GatewayConfig& config,
-                                                 telemetry::PriceCatalog catalog,
-                                                 GatewayDeps deps) {
-  std::unique_ptr<Gateway> gateway(new Gateway(config, std::move(catalog), deps));
-  std::map<std::string, const ProviderConfig*> providers;
-  for (const auto& p : config.providers) providers[p.name] = &p;
-  for (const auto& m : config.models) {
-    auto pit = providers.find(m.provider);
-    if (pit == providers.end()) {
+Result<std::unique_ptr<Gateway>> Gateway::Create(const GatewayConfig& config, GatewayDeps deps) {
+  auto connections = BuildConnections(config);
+  if (!connections) return std::unexpected(connections.error());
+  std::unique_ptr<Gateway> gateway(new Gateway(config, deps));
+  gateway->connections_ = std::move(*connections);
+  for (const router::Target& t : deps.router->targets()) {
+    if (!gateway->connections_.contains(t.provider)) {
       return MakeError(ErrorCode::kInvalidArgument,
-                       "model " + m.name + " names unknown provider " + m.provider);
+                       "model " + t.name + " names unknown provider " + t.provider);
     }
-    const ProviderConfig& p = *pit->second;
-    auto type = providers::ProviderTypeFromName(p.type);
-    if (!type) {
-      return MakeError(ErrorCode::kInvalidArgument, "provider " + p.name + ": unknown type " + p.type);
-    }
-    Route route{.model = m.name,
-                .provider_name = p.name,
-                .type = *type,
-                .url = {},
-                .api_key = p.api_key,
-                .upstream_model = m.upstream_model.empty() ? m.name : m.upstream_model,
-                .price = std::nullopt};
-    if (*type != providers::ProviderType::kLocal) {
-      auto url = upstream::Url::Parse(p.base_url);
-      if (!url) {
-        return MakeError(ErrorCode::kInvalidArgument,
-                         "provider " + p.name + ": " + url.error().message);
-      }
-      route.url = *url;
-    }
-    if (m.pricing) {
-      route.price = m.pricing;
-    } else if (auto price = gateway->catalog_.Find(route.upstream_model)) {
-      route.price = price;
-    } else {
-      route.price = gateway->catalog_.Find(m.name);
-    }
-    gateway->routes_.emplace(m.name, std::move(route));
   }
+  Gateway* g = gateway.get();
+  gateway->remote_ = NewRemoteUpstream([g](size_t worker) -> upstream::Client& {
+    return g->ClientFor(worker);
+  }, *deps.clock);
   return gateway;
 }
 
-Gateway::Gateway(const GatewayConfig& config, telemetry::PriceCatalog catalog, GatewayDeps deps)
-    : config_(config), catalog_(std::move(catalog)), deps_(std::move(deps)) {
+Gateway::Gateway(const GatewayConfig& config, GatewayDeps deps)
+    : config_(config), deps_(std::move(deps)) {
   client_options_.connect_timeout = config.upstream_connect_timeout;
   client_options_.header_timeout = config.upstream_timeout;
   client_options_.idle_read_timeout = config.upstream_timeout;
 }
 
 Gateway::~Gateway() { blocking_pool_.join(); }
-
-const Route* Gateway::FindRoute(std::string_view model) const {
-  auto it = routes_.find(std::string(model));
-  return it == routes_.end() ? nullptr : &it->second;
-}
 
 http::Handler Gateway::handler() {
   return [this](http::Request& request, http::ResponseWriter& writer) {
@@ -471,28 +441,40 @@ Result<json> Gateway::EngineLookup(const http::Request& request) const {
                      "the body must be a JSON object with \"model\" and \"messages\" or "
                      "\"prompt\"");
   }
-  const Route* route = FindRoute(body["model"].get<std::string>());
-  if (route == nullptr) {
-    return MakeError(ErrorCode::kNotFound, "unknown model " + body["model"].get<std::string>());
-  }
-  if (route->type != providers::ProviderType::kLocal || deps_.engines == nullptr) {
+  const std::string model = body["model"].get<std::string>();
+  std::optional<size_t> t = deps_.router->FindTarget(model);
+  if (!t) return MakeError(ErrorCode::kNotFound, "unknown model " + model);
+  const router::Target& target = deps_.router->targets()[*t];
+  if (target.provider_type != "local" || deps_.engines == nullptr) {
     return MakeError(ErrorCode::kInvalidArgument,
-                     "model " + route->model + " is not served by the built-in engine");
+                     "model " + target.name + " is not served by the built-in engine");
   }
-  return deps_.engines->Lookup(*route, body);
+  return deps_.engines->Lookup(target, body);
 }
 
-json Gateway::ModelJson(const Route& route) {
-  return {{"id", route.model}, {"object", "model"}, {"created", 0}, {"owned_by", route.provider_name}};
+std::optional<json> Gateway::ModelJson(std::string_view name) const {
+  if (std::optional<size_t> t = deps_.router->FindTarget(name)) {
+    const router::Target& target = deps_.router->targets()[*t];
+    return json{{"id", target.name}, {"object", "model"}, {"created", 0},
+                {"owned_by", target.provider}};
+  }
+  if (const router::RouterConfig* r = deps_.router->FindRouter(name)) {
+    json targets = json::array();
+    for (const auto& ref : r->targets) targets.push_back(ref.model);
+    return json{{"id", r->name}, {"object", "model"}, {"created", 0}, {"owned_by", "kvgate-router"},
+                {"kvgate_router", {{"strategy", router::StrategyName(r->strategy)},
+                                   {"targets", targets}}}};
+  }
+  return std::nullopt;
 }
 
 std::string Gateway::ModelsJson() const {
+  std::vector<std::string> names;
+  for (const router::Target& t : deps_.router->targets()) names.push_back(t.name);
+  for (const router::RouterConfig& r : deps_.router->routers()) names.push_back(r.name);
+  std::sort(names.begin(), names.end());
   json data = json::array();
-  std::vector<const Route*> sorted;
-  for (const auto& [_, route] : routes_) sorted.push_back(&route);
-  std::sort(sorted.begin(), sorted.end(),
-            [](const Route* a, const Route* b) { return a->model < b->model; });
-  for (const Route* route : sorted) data.push_back(ModelJson(*route));
+  for (const std::string& name : names) data.push_back(*ModelJson(name));
   return JsonText(json{{"object", "list"}, {"data", data}});
 }
 
@@ -509,8 +491,8 @@ asio::awaitable<void> Gateway::HandleModels(const http::Request& request,
   }
   // GET /v1/models/{model}: one model, as OpenAI's "retrieve model" answers.
   const std::string name = http::PercentDecode(std::string_view(request.path).substr(11));
-  const Route* route = FindRoute(name);
-  if (route == nullptr) {
+  std::optional<json> model = ModelJson(name);
+  if (!model) {
     std::string body = JsonText(
         providers::MakeOpenAIError(404, "The model '" + name + "' does not exist",
                                    "invalid_request_error", "model_not_found", "model")
@@ -518,7 +500,7 @@ asio::awaitable<void> Gateway::HandleModels(const http::Request& request,
     co_await writer.Send(404, kJson, std::move(body));
     co_return;
   }
-  co_await writer.Send(200, kJson, JsonText(ModelJson(*route)));
+  co_await writer.Send(200, kJson, JsonText(*model));
 }
 
 asio::awaitable<void> Gateway::HandleReadApi(http::Request& request, http::ResponseWriter& writer) {
@@ -542,7 +524,8 @@ asio::awaitable<void> Gateway::HandleReadApi(http::Request& request, http::Respo
   }
   const bool known = path == "/api/threads" || path.rfind("/api/threads/", 0) == 0 ||
                      path == "/api/requests" || path.rfind("/api/requests/", 0) == 0 ||
-                     path == "/api/engine" || path == "/api/engine/lookup";
+                     path == "/api/engine" || path == "/api/engine/lookup" ||
+                     path == "/api/routes";
   if (!known) {
     co_await SendNotFound(writer, request);
     co_return;
@@ -593,6 +576,8 @@ asio::awaitable<void> Gateway::HandleReadApi(http::Request& request, http::Respo
   } else if (path.rfind("/api/requests/", 0) == 0) {
     std::string id = http::PercentDecode(std::string_view(path).substr(14));
     result = co_await run([&store, &id] { return store.GetRequest(id); });
+  } else if (path == "/api/routes") {
+    result = deps_.router->Describe();
   } else if (path == "/api/engine") {
     result = deps_.engines ? Result<json>(deps_.engines->Describe())
                            : Result<json>(json{{"engines", json::array()}});

@@ -6,7 +6,8 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <unordered_map>
+#include <map>
+#include <optional>
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/thread_pool.hpp>
@@ -16,9 +17,10 @@
 #include "gateway/http/server.h"
 #include "gateway/providers/provider.h"
 #include "gateway/recorder.h"
+#include "gateway/upstream.h"
 #include "gateway/upstream/client.h"
+#include "router/router.h"
 #include "telemetry/metrics.h"
-#include "telemetry/pricing.h"
 #include "telemetry/store.h"
 
 namespace kvgate::gateway {
@@ -30,32 +32,24 @@ class RequestLog;    // request_log.h
 // The body of the 500 a request gets when kvgate fails on it (an escaped exception).
 std::string InternalErrorJson(std::string_view request_id);
 
-// Where one client-visible model name goes. Constant after construction.
-struct Route {
-  std::string model;           // client-visible name
-  std::string provider_name;
-  providers::ProviderType type;
-  upstream::Url url;           // unused for local
-  std::string api_key;
-  std::string upstream_model;
-  std::optional<telemetry::Price> price;  // nullopt: unknown price, cost is marked incomplete
-};
-
 struct GatewayDeps {
   telemetry::TelemetryStore* store = nullptr;      // required: the read API queries it
   telemetry::GatewayMetrics* metrics = nullptr;    // required: /metrics
   Recorder* recorder = nullptr;                    // required: where finished requests go
   const Clock* clock = nullptr;                    // required
-  LocalEngines* engines = nullptr;                 // optional: serves routes of type local
+  router::Router* router = nullptr;                // required: the targets and the routers
+  LocalEngines* engines = nullptr;                 // optional: serves targets of type local
   Alerting* alerting = nullptr;                    // optional: /api/monitors, /api/alerts
+  // optional: answers for every remote target instead of the HTTP client (tests of the attempt
+  // loop); must outlive the gateway.
+  Upstream* remote = nullptr;
 };
 
 class Gateway {
  public:
-  // Builds routes from the config (prices: config override, else the catalog by upstream model,
-  // else by client name). Errors: an invalid base_url.
-  static Result<std::unique_ptr<Gateway>> Create(const GatewayConfig& config,
-                                                 telemetry::PriceCatalog catalog, GatewayDeps deps);
+  // The providers' connections come from the config (BuildConnections); the targets from
+  // deps.router. Errors: an invalid base_url.
+  static Result<std::unique_ptr<Gateway>> Create(const GatewayConfig& config, GatewayDeps deps);
   ~Gateway();
 
   // The http::Handler: routes /v1/*, /healthz, /metrics, /api/*.
@@ -64,8 +58,6 @@ class Gateway {
   // ServerOptions::on_rejected: records an inference request the server could not read (413,
   // 431, malformed HTTP) and gives its answer an x-request-id.
   std::vector<http::Header> OnRejected(const http::Rejection& rejection);
-
-  const Route* FindRoute(std::string_view model) const;
 
   // Per event loop state: the server calls OnLoopStart (ServerOptions::on_thread_start) once on
   // each of its `loops` threads before serving; ReleaseClients() after Server::Stop() and before
@@ -78,7 +70,7 @@ class Gateway {
   void FinishBlockingWork() { blocking_pool_.join(); }
 
  private:
-  Gateway(const GatewayConfig& config, telemetry::PriceCatalog catalog, GatewayDeps deps);
+  Gateway(const GatewayConfig& config, GatewayDeps deps);
 
   // POST /v1/chat/completions and /v1/completions (proxy.cc): recorded on every path, behind the
   // last barrier (an exception becomes a recorded 500, or an error event mid-stream).
@@ -86,6 +78,13 @@ class Gateway {
                                                providers::Endpoint endpoint);
   boost::asio::awaitable<void> ServeInference(http::Request& request, http::ResponseWriter& writer,
                                               providers::Endpoint endpoint, RequestLog& log);
+  // Tries the decision's eligible candidates in order (each with its retries) until one answers
+  // or a failure may not be tried elsewhere; records every attempt. Commits the log.
+  boost::asio::awaitable<void> RunAttempts(const InferenceCall& call,
+                                           const router::RouteDecision& decision,
+                                           ClientStream& client);
+  // Exact cache answers from the built-in engines a router would ask (router::ProbeTargets).
+  void ProbeEngines(const raw_json::Object& body, router::RequestFacts& facts) const;
   // Every route but inference.
   boost::asio::awaitable<void> HandleOther(http::Request& request, http::ResponseWriter& writer);
   boost::asio::awaitable<void> HandleReadApi(http::Request& request, http::ResponseWriter& writer);
@@ -94,19 +93,22 @@ class Gateway {
   // GET /v1/models and /v1/models/{model}.
   boost::asio::awaitable<void> HandleModels(const http::Request& request,
                                             http::ResponseWriter& writer);
-  static nlohmann::json ModelJson(const Route& route);
+  // The model entry of a target or router (its name), nullopt for an unknown name.
+  std::optional<nlohmann::json> ModelJson(std::string_view name) const;
   std::string ModelsJson() const;
   // The gateway key check (server.api_keys): the key's id for telemetry ("" when no keys are
   // configured), or kUnauthenticated with the message for the client.
   Result<std::string> Authenticate(const http::Request& request) const;
   Result<nlohmann::json> EngineLookup(const http::Request& request) const;
   upstream::Client& ClientFor(size_t worker_index) { return *clients_[worker_index]; }
+  // The upstream that serves `target`'s provider (the engines for local, else remote_).
+  Upstream& UpstreamFor(const router::Target& target);
 
   // Constant after construction.
   GatewayConfig config_;
-  telemetry::PriceCatalog catalog_;
   GatewayDeps deps_;
-  std::unordered_map<std::string, Route> routes_;
+  std::map<std::string, ProviderConnection> connections_;  // by provider name
+  std::unique_ptr<Upstream> remote_;
   upstream::ClientOptions client_options_;
   // One upstream client (connection pool) per event loop, used only from that loop: no locks.
   std::vector<std::unique_ptr<upstream::Client>> clients_;

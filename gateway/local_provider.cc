@@ -21,7 +21,6 @@
 #include "common/ids.h"
 #include "common/json_text.h"
 #include "common/thread_name.h"
-#include "gateway/gateway.h"
 #include "gateway/request_log.h"
 #include "local_engine/chat_template.h"
 #include "local_engine/device.h"
@@ -34,7 +33,6 @@ namespace {
 using nlohmann::json;
 namespace asio = boost::asio;
 
-constexpr std::string_view kJson = "application/json";
 
 // One event as the coroutine sees it (TokenEvent's text is a view valid only in the callback).
 struct Event {
@@ -61,6 +59,9 @@ class EngineHost {
  public:
   EngineHost(std::string name, std::unique_ptr<engine::Engine> engine, engine::ChatTemplate tmpl)
       : name_(std::move(name)), engine_(std::move(engine)), template_(std::move(tmpl)),
+        // A new id per start: its prefix cache starts empty, and a thread's turns on another
+        // instance than the last one explain a lost cache ("engine_restarted").
+        instance_(NewId("kvgate-engine")),
         thread_([this] {
           NameThisThread("engine-" + name_);
           Loop();
@@ -91,6 +92,7 @@ class EngineHost {
   }
 
   const std::string& name() const { return name_; }
+  const std::string& instance() const { return instance_; }
   engine::Engine& engine() { return *engine_; }
   const engine::Engine& engine() const { return *engine_; }
   const engine::ChatTemplate& chat_template() const { return template_; }
@@ -98,6 +100,7 @@ class EngineHost {
   json Describe() const {
     const engine::CacheStats c = engine_->cache_stats();
     return json{{"provider", name_},
+                {"instance", instance_},
                 {"backend", std::string(engine_->backend_name())},
                 {"block_size", engine::kBlockSize},
                 {"pool_blocks", c.blocks.num_blocks},
@@ -156,6 +159,7 @@ class EngineHost {
   const std::string name_;
   const std::unique_ptr<engine::Engine> engine_;
   const engine::ChatTemplate template_;
+  const std::string instance_;
 
   std::mutex mu_;
   std::condition_variable cv_;
@@ -312,53 +316,81 @@ std::string FinishReasonFor(engine::FinishReason reason) {
   return reason == engine::FinishReason::kLength ? "length" : "stop";
 }
 
-std::string Chunk(const std::string& id, int64_t created, const std::string& model,
-                  providers::Endpoint endpoint, const json& delta_or_text,
-                  const json& finish_reason) {
-  json chunk;
-  if (endpoint == providers::Endpoint::kChatCompletions) {
-    chunk = {{"id", id}, {"object", "chat.completion.chunk"}, {"created", created},
-             {"model", model},
-             {"choices", json::array({{{"index", 0}, {"delta", delta_or_text},
-                                       {"logprobs", nullptr}, {"finish_reason", finish_reason}}})}};
-  } else {
-    chunk = {{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model},
-             {"choices", json::array({{{"index", 0}, {"text", delta_or_text},
-                                       {"logprobs", nullptr}, {"finish_reason", finish_reason}}})}};
+// What every chunk and the whole answer of one response repeat.
+struct ResponseHead {
+  std::string id;
+  int64_t created = 0;
+  std::string model;
+  providers::Endpoint endpoint = providers::Endpoint::kChatCompletions;
+  std::string fingerprint;  // system_fingerprint: the engine's instance
+  bool chat() const { return endpoint == providers::Endpoint::kChatCompletions; }
+  json Base(const char* chat_object) const {
+    return {{"id", id}, {"object", chat() ? chat_object : "text_completion"}, {"created", created},
+            {"model", model}, {"system_fingerprint", fingerprint}};
   }
+};
+
+std::string Chunk(const ResponseHead& head, const json& delta_or_text, const json& finish_reason) {
+  json chunk = head.Base("chat.completion.chunk");
+  chunk["choices"] = json::array({{{"index", 0}, {head.chat() ? "delta" : "text", delta_or_text},
+                                   {"logprobs", nullptr}, {"finish_reason", finish_reason}}});
   return "data: " + JsonText(chunk) + "\n\n";
 }
 
-std::string UsageChunk(const std::string& id, int64_t created, const std::string& model,
-                       providers::Endpoint endpoint, const engine::Usage& usage) {
-  json chunk = {{"id", id},
-                {"object", endpoint == providers::Endpoint::kChatCompletions
-                               ? "chat.completion.chunk"
-                               : "text_completion"},
-                {"created", created}, {"model", model}, {"choices", json::array()},
-                {"usage", UsageJson(usage)}};
+std::string UsageChunk(const ResponseHead& head, const engine::Usage& usage) {
+  json chunk = head.Base("chat.completion.chunk");
+  chunk["choices"] = json::array();
+  chunk["usage"] = UsageJson(usage);
   return "data: " + JsonText(chunk) + "\n\n";
 }
 
-std::string FullResponse(const std::string& id, int64_t created, const std::string& model,
-                         providers::Endpoint endpoint, const std::string& text,
+std::string FullResponse(const ResponseHead& head, const std::string& text,
                          const std::string& finish_reason, const engine::Usage& usage) {
   json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason}};
-  if (endpoint == providers::Endpoint::kChatCompletions) {
+  if (head.chat()) {
     choice["message"] = {{"role", "assistant"}, {"content", text}};
   } else {
     choice["text"] = text;
   }
-  return JsonText(
-      json{{"id", id},
-           {"object", endpoint == providers::Endpoint::kChatCompletions ? "chat.completion"
-                                                                        : "text_completion"},
-           {"created", created}, {"model", model}, {"choices", json::array({choice})},
-           {"usage", UsageJson(usage)}});
+  json answer = head.Base("chat.completion");
+  answer["choices"] = json::array({choice});
+  answer["usage"] = UsageJson(usage);
+  return JsonText(answer);
 }
 
-std::string ErrorBody(const std::string& message, const char* type, const char* code) {
-  return JsonText(providers::MakeOpenAIError(0, message, type, code).body);
+// An attempt that ends with nothing sent: `error` is what the client would get.
+AttemptResult Refused(int status, std::string message, const char* type, const char* code,
+                      router::Failure failure, std::string param = "") {
+  AttemptResult r;
+  r.message = message;
+  r.error = providers::MakeOpenAIError(status, std::move(message), type, code, std::move(param));
+  r.status_word = "error";
+  r.outcome.failure = failure;
+  r.outcome.status = status;
+  return r;
+}
+
+// Why an explicit max_tokens or the prompt itself does not fit the engine's context (OpenAI's
+// wording and code: clients look for it to trim history), or "" when it fits.
+std::string TooLong(int64_t prompt_tokens, int64_t context_length, bool asked_max,
+                    int64_t max_tokens, const std::string& what) {
+  if (prompt_tokens >= context_length) {
+    return "This model's maximum context length is " + std::to_string(context_length) +
+           " tokens. However, your " + what + " resulted in " + std::to_string(prompt_tokens) +
+           " tokens" +
+           (prompt_tokens == context_length ? ", which leaves no room for a completion" : "") +
+           ". Please reduce the length of the " + what + ".";
+  }
+  // An explicit max_tokens must fit beside the prompt (OpenAI and vLLM refuse it too): otherwise
+  // a "length" finish would come before max_tokens.
+  if (asked_max && prompt_tokens + max_tokens > context_length) {
+    return "This model's maximum context length is " + std::to_string(context_length) +
+           " tokens. However, you requested " + std::to_string(prompt_tokens + max_tokens) +
+           " tokens (" + std::to_string(prompt_tokens) + " in the " + what + ", " +
+           std::to_string(max_tokens) + " in the completion). Please reduce the length of the " +
+           what + " or completion.";
+  }
+  return "";
 }
 
 class LocalEnginesImpl final : public LocalEngines {
@@ -366,9 +398,14 @@ class LocalEnginesImpl final : public LocalEngines {
   explicit LocalEnginesImpl(std::map<std::string, std::unique_ptr<EngineHost>> hosts)
       : hosts_(std::move(hosts)) {}
 
-  asio::awaitable<void> Serve(const Route& route, const json& body,
-                              const providers::CallOptions& options, http::ResponseWriter& writer,
-                              RequestLog& log, std::vector<http::Header> headers) override;
+  asio::awaitable<AttemptResult> Attempt(const InferenceCall& call, const AttemptPlan& plan,
+                                         ClientStream& client) override;
+
+  std::optional<int64_t> ContextLength(const std::string& provider) const override {
+    auto it = hosts_.find(provider);
+    if (it == hosts_.end()) return std::nullopt;
+    return it->second->engine().dims().context_length;
+  }
 
   void Stop() override {
     for (auto& [_, host] : hosts_) host->Stop();
@@ -447,10 +484,10 @@ class LocalEnginesImpl final : public LocalEngines {
     }
   }
 
-  Result<json> Lookup(const Route& route, const json& body) const override {
-    auto it = hosts_.find(route.provider_name);
+  Result<json> Lookup(const router::Target& target, const json& body) const override {
+    auto it = hosts_.find(target.provider);
     if (it == hosts_.end()) {
-      return MakeError(ErrorCode::kNotFound, "engine " + route.provider_name + " is not running");
+      return MakeError(ErrorCode::kNotFound, "engine " + target.provider + " is not running");
     }
     const EngineHost& host = *it->second;
     const bool chat = body.contains("messages");
@@ -459,86 +496,62 @@ class LocalEnginesImpl final : public LocalEngines {
                                 : providers::Endpoint::kCompletions);
     if (!text) return std::unexpected(text.error());
     std::vector<int32_t> prompt = host.engine().tokenizer().Encode(*text, true);
-    return json{{"model", route.model},
+    const engine::CacheStats stats = host.engine().cache_stats();
+    return json{{"model", target.name},
                 {"prompt_tokens", prompt.size()},
-                {"cached_tokens", host.engine().LookupCachedTokens(prompt)}};
+                {"cached_tokens", host.engine().LookupCachedTokens(prompt)},
+                {"running", stats.running},
+                {"waiting", stats.waiting}};
   }
 
  private:
   std::map<std::string, std::unique_ptr<EngineHost>> hosts_;
 };
 
-asio::awaitable<void> LocalEnginesImpl::Serve(const Route& route, const json& body,
-                                              const providers::CallOptions& options,
-                                              http::ResponseWriter& writer, RequestLog& log,
-                                              std::vector<http::Header> headers) {
-  auto& rec = log.record();
-  auto host_it = hosts_.find(route.provider_name);
+asio::awaitable<AttemptResult> LocalEnginesImpl::Attempt(const InferenceCall& call,
+                                                         const AttemptPlan& plan,
+                                                         ClientStream& client) {
+  using router::Failure;
+  auto& rec = client.record();
+  RequestLog& log = client.log();
+  const router::Target& target = *plan.target;
+  auto host_it = hosts_.find(target.provider);
   if (host_it == hosts_.end()) {
-    log.SetError(503, "error", "engine " + route.provider_name + " is not running");
-    co_await writer.Send(503, kJson, ErrorBody(rec.error, "server_error", "engine_unavailable"),
-                         std::move(headers));
-    co_return;
+    co_return Refused(503, "engine " + target.provider + " is not running", "server_error",
+                      "engine_unavailable", Failure::kConnect);
   }
   EngineHost& host = *host_it->second;
-  auto reject = [&](const Error& error) -> std::string {
-    log.SetError(400, "error", error.message);
-    return ErrorBody(error.message, "invalid_request_error", "invalid_request");
-  };
+  rec.system_fingerprint = host.instance();
+  // The engine renders the chat template from a tree.
+  json body = json::parse(call.body.value().text, nullptr, false);
+  providers::TakeKvgateFields(body);
   if (std::optional<std::string> param = UnsupportedByEngine(body)) {
-    std::string message = "'" + *param + "' is not supported by the built-in engine";
-    log.SetError(400, "error", message);
-    std::string error_body = JsonText(providers::MakeOpenAIError(400, std::move(message),
-                                                                 "invalid_request_error",
-                                                                 "unsupported_parameter", *param)
-                                          .body);
-    co_await writer.Send(400, kJson, std::move(error_body), std::move(headers));
-    co_return;
+    co_return Refused(400, "'" + *param + "' is not supported by the built-in engine",
+                      "invalid_request_error", "unsupported_parameter", Failure::kOther, *param);
   }
   auto sampling = SamplingFrom(body);
   if (!sampling) {
-    co_await writer.Send(400, kJson, reject(sampling.error()), std::move(headers));
-    co_return;
+    co_return Refused(400, sampling.error().message, "invalid_request_error", "invalid_request",
+                      Failure::kOther);
   }
-  auto prompt_text = PromptText(host, body, options.endpoint);
+  auto prompt_text = PromptText(host, body, call.endpoint);
   if (!prompt_text) {
-    co_await writer.Send(400, kJson, reject(prompt_text.error()), std::move(headers));
-    co_return;
+    co_return Refused(400, prompt_text.error().message, "invalid_request_error",
+                      "invalid_request", Failure::kOther);
   }
   std::vector<int32_t> prompt = host.engine().tokenizer().Encode(*prompt_text, true);
-  const int64_t context_length = host.engine().dims().context_length;
-  const int64_t prompt_tokens = static_cast<int64_t>(prompt.size());
-  const bool chat = options.endpoint == providers::Endpoint::kChatCompletions;
-  const std::string what = chat ? "messages" : "prompt";
-  // An explicit max_tokens must fit beside the prompt (OpenAI and vLLM refuse it too): otherwise
-  // a "length" finish would come before max_tokens.
+  const bool chat = call.endpoint == providers::Endpoint::kChatCompletions;
   bool asked_max = false;
   for (const char* key : {"max_tokens", "max_completion_tokens"}) {
     asked_max = asked_max || (body.contains(key) && !body[key].is_null());
   }
-  std::string too_long;  // OpenAI's wording and code: clients look for it to trim history
-  if (prompt_tokens >= context_length) {
-    too_long = "This model's maximum context length is " + std::to_string(context_length) +
-               " tokens. However, your " + what + " resulted in " +
-               std::to_string(prompt_tokens) + " tokens" +
-               (prompt_tokens == context_length ? ", which leaves no room for a completion" : "") +
-               ". Please reduce the length of the " + what + ".";
-  } else if (asked_max && prompt_tokens + sampling->max_tokens > context_length) {
-    too_long = "This model's maximum context length is " + std::to_string(context_length) +
-               " tokens. However, you requested " +
-               std::to_string(prompt_tokens + sampling->max_tokens) + " tokens (" +
-               std::to_string(prompt_tokens) + " in the " + what + ", " +
-               std::to_string(sampling->max_tokens) + " in the completion). Please reduce the " +
-               "length of the " + what + " or completion.";
-  }
-  if (!too_long.empty()) {
-    log.SetError(400, "error", too_long);
-    std::string error_body = JsonText(providers::MakeOpenAIError(400, std::move(too_long),
-                                                                 "invalid_request_error",
-                                                                 "context_length_exceeded", what)
-                                          .body);
-    co_await writer.Send(400, kJson, std::move(error_body), std::move(headers));
-    co_return;
+  const std::string what = chat ? "messages" : "prompt";
+  if (std::string too_long = TooLong(static_cast<int64_t>(prompt.size()),
+                                     host.engine().dims().context_length, asked_max,
+                                     sampling->max_tokens, what);
+      !too_long.empty()) {
+    co_return Refused(400, std::move(too_long), "invalid_request_error", "context_length_exceeded",
+                      Failure::kOther, what);
   }
 
   auto executor = co_await asio::this_coro::executor;
@@ -563,8 +576,8 @@ asio::awaitable<void> LocalEnginesImpl::Serve(const Route& route, const json& bo
       }};
   auto id = host.Add(std::move(request));
   if (!id) {
-    co_await writer.Send(400, kJson, reject(id.error()), std::move(headers));
-    co_return;
+    co_return Refused(400, id.error().message, "invalid_request_error", "invalid_request",
+                      Failure::kOther);
   }
   // If this coroutine ends early (client gone, shutdown), the engine must stop working for it,
   // and what it did so far is still counted: the engine reports usage with every token.
@@ -585,59 +598,45 @@ asio::awaitable<void> LocalEnginesImpl::Serve(const Route& route, const json& bo
     }
   } guard{host, *id, log};
 
-  const std::string response_id = (options.endpoint == providers::Endpoint::kChatCompletions
-                                        ? NewId("chatcmpl")
-                                        : NewId("cmpl"));
-  const int64_t created = std::time(nullptr);
-  const std::string& model = rec.model;
-  bool streaming = options.stream;
+  const ResponseHead head{.id = chat ? NewId("chatcmpl") : NewId("cmpl"),
+                          .created = std::time(nullptr),
+                          .model = rec.model,
+                          .endpoint = call.endpoint,
+                          .fingerprint = host.instance()};
+  AttemptResult answered;
+  answered.answered = true;
+  const bool streaming = plan.options.stream;
   if (streaming) {
-    std::vector<http::Header> stream_headers = headers;
-    stream_headers.push_back({"cache-control", "no-cache"});
-    // No co_await inside && / || / ?: in this file: GCC 12 miscompiles those.
-    auto began = co_await writer.BeginStream(200, "text/event-stream", std::move(stream_headers));
-    if (!began) {
-      log.SetError(499, "client_disconnected", "the client went away before the stream began");
-      log.Commit();
-      co_return;
-    }
-    writer.SetCutNotice(providers::ShutdownCutEvent());
-    if (options.endpoint == providers::Endpoint::kChatCompletions) {
+    const bool began = co_await client.BeginStream();
+    if (!began) co_return answered;  // recorded: the client went away
+    if (chat) {
       json role = {{"role", "assistant"}, {"content", ""}};
-      auto wrote = co_await writer.WriteChunk(
-          Chunk(response_id, created, model, options.endpoint, role, nullptr));
-      if (!wrote) {
-        log.SetError(200, "client_disconnected", "the client closed the connection mid-stream");
-        log.Commit();
-        co_return;
-      }
+      const bool wrote = co_await client.Write(Chunk(head, role, nullptr));
+      if (!wrote) co_return answered;
     }
   }
 
   // A client that leaves (its timeout, a user's stop) frees the engine within a sweep of the
   // server's, even mid-prefill with no token yet; no socket is peeked per batch of tokens.
   bool client_left = false;
-  writer.OnClientGone([&client_left, &channel] {
+  client.WatchClientGone([&client_left, &channel] {
     client_left = true;
     channel->wakeup.cancel();
   });
   struct StopWatch {  // the callback refers to this frame: it must not outlive it
-    http::ResponseWriter& writer;
-    ~StopWatch() { writer.OnClientGone(nullptr); }
-  } stop_watch{writer};
+    ClientStream& client;
+    ~StopWatch() { client.WatchClientGone(nullptr); }
+  } stop_watch{client};
 
   std::string text;
   Event last;
   bool finished = false;
   while (!finished) {
     if (client_left) {
-      if (streaming) {
-        log.SetError(200, "client_disconnected", "the client closed the connection mid-stream");
-      } else {
-        log.SetError(499, "client_disconnected",
-                     "the client closed the connection before the response was ready");
-      }
-      co_return;  // the guard cancels the engine request; the log records on destruction
+      client.RecordClientLeft(streaming ? "the client closed the connection mid-stream"
+                                        : "the client closed the connection before the response "
+                                          "was ready");
+      co_return answered;  // the guard cancels the engine request
     }
     std::deque<Event> batch;
     {
@@ -655,10 +654,8 @@ asio::awaitable<void> LocalEnginesImpl::Serve(const Route& route, const json& bo
       if (!e.text.empty()) {
         log.MarkFirstToken();
         if (streaming) {
-          json delta = options.endpoint == providers::Endpoint::kChatCompletions
-                           ? json{{"content", e.text}}
-                           : json(e.text);
-          out += Chunk(response_id, created, model, options.endpoint, delta, nullptr);
+          json delta = chat ? json{{"content", e.text}} : json(e.text);
+          out += Chunk(head, delta, nullptr);
         } else {
           text += e.text;
         }
@@ -670,62 +667,37 @@ asio::awaitable<void> LocalEnginesImpl::Serve(const Route& route, const json& bo
       }
     }
     if (streaming && !out.empty()) {
-      auto wrote = co_await writer.WriteChunk(out);
-      if (!wrote) {
-        log.SetError(200, "client_disconnected", "the client closed the connection mid-stream");
-        co_return;  // the guard cancels the engine request; the log records on destruction
-      }
+      const bool wrote = co_await client.Write(out);
+      if (!wrote) co_return answered;  // the guard cancels the engine request
     }
   }
   guard.done = true;
   host.CountFinished(last.usage);
   rec.usage = telemetry::NormalizeUsage(telemetry::UsageFlavor::kKvgateEngine,
                                         UsageJson(last.usage));
-  rec.finish_reason = last.reason == engine::FinishReason::kError
-                          ? "error"
-                          : FinishReasonFor(last.reason);
-
+  rec.finish_reason = last.reason == engine::FinishReason::kError ? "error"
+                                                                   : FinishReasonFor(last.reason);
   if (last.reason == engine::FinishReason::kError) {
     std::string message = "the built-in engine failed: " + last.error;
-    log.SetError(streaming ? 200 : 500, "error", message);
-    if (streaming) {
-      json err = {{"error", {{"message", message}, {"type", "server_error"}, {"code", "engine_error"}}}};
-      co_await writer.WriteChunk("data: " + JsonText(err) + "\n\n");
-      co_await writer.EndStream();
-    } else {
-      co_await writer.Send(500, kJson, ErrorBody(message, "server_error", "engine_error"),
-                           std::move(headers));
+    if (!streaming) {  // nothing was sent: another target may still answer
+      co_return Refused(500, std::move(message), "server_error", "engine_error", Failure::kStatus);
     }
-    log.Commit();
-    co_return;
+    log.SetError(200, "error", message);
+    json err = {{"error", {{"message", message}, {"type", "server_error"}, {"code", "engine_error"}}}};
+    const bool wrote = co_await client.Write("data: " + JsonText(err) + "\n\n");
+    if (wrote) co_await client.EndStream();
+    co_return answered;
   }
-  rec.http_status = 200;
   if (streaming) {
-    std::string tail =
-        Chunk(response_id, created, model, options.endpoint,
-              options.endpoint == providers::Endpoint::kChatCompletions ? json::object()
-                                                                        : json(""),
-              rec.finish_reason);
-    if (options.client_wants_usage) {
-      tail += UsageChunk(response_id, created, model, options.endpoint, last.usage);
-    }
+    std::string tail = Chunk(head, chat ? json::object() : json(""), rec.finish_reason);
+    if (call.client_wants_usage) tail += UsageChunk(head, last.usage);
     tail += "data: [DONE]\n\n";
-    auto wrote = co_await writer.WriteChunk(tail);
-    if (wrote) wrote = co_await writer.EndStream();
-    if (!wrote) {
-      log.SetError(200, "client_disconnected", "the client closed the connection mid-stream");
-    }
-  } else if (writer.client_gone()) {
-    log.SetError(499, "client_disconnected",
-                 "the client closed the connection before the response was ready");
+    const bool wrote = co_await client.Write(tail);
+    if (wrote) co_await client.EndStream();
   } else {
-    auto sent = co_await writer.Send(200, kJson,
-                                     FullResponse(response_id, created, model, options.endpoint,
-                                                  text, rec.finish_reason, last.usage),
-                                     std::move(headers));
-    if (!sent) log.SetError(200, "client_disconnected", sent.error().message);
+    co_await client.SendAnswer(FullResponse(head, text, rec.finish_reason, last.usage));
   }
-  log.Commit();
+  co_return answered;
 }
 
 }  // namespace

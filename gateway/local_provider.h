@@ -13,34 +13,34 @@
 
 #include "common/error.h"
 #include "gateway/config.h"
-#include "gateway/http/server.h"
-#include "gateway/providers/provider.h"
+#include "gateway/upstream.h"
 
 namespace kvgate::gateway {
 
-struct Route;
-class RequestLog;
-
-class LocalEngines {
+// The built-in engines: one per configured local provider, each an Upstream for the targets
+// (models) served by it.
+class LocalEngines : public Upstream {
  public:
   // Loads every provider of type local in `config` (model file, tokenizer, KV pool) and starts
   // its engine thread. Errors name the provider and the file.
   static Result<std::unique_ptr<LocalEngines>> Start(const GatewayConfig& config);
-  virtual ~LocalEngines() = default;
+  ~LocalEngines() override = default;
 
-  // Serves one OpenAI-format request on the engine behind `route`: applies the chat template,
-  // streams or buffers the answer, fills usage (prompt tokens reused from the prefix cache are
-  // cache_read) into `log`.
-  virtual boost::asio::awaitable<void> Serve(const Route& route, const nlohmann::json& body,
-                                             const providers::CallOptions& options,
-                                             http::ResponseWriter& writer, RequestLog& log,
-                                             std::vector<http::Header> headers) = 0;
+  // Upstream: serves one OpenAI-format request on the engine of plan.target's provider: applies
+  // the chat template, streams or buffers the answer, fills usage (prompt tokens reused from the
+  // prefix cache are cache_read, newly cached ones cache_write) and the engine's instance
+  // (system_fingerprint) into the record. Requests the engine cannot honour, and prompts that do
+  // not fit its context, fail before anything is sent.
+
   // Stops accepting work, finishes or cancels in-flight requests, joins the engine threads.
   virtual void Stop() = 0;
   // How much of this prompt ({"messages"} or {"prompt"}, OpenAI-shaped) the engine behind
-  // `route` has cached right now, without touching LRU order or refcounts:
-  // {"model", "prompt_tokens", "cached_tokens"}.
-  virtual Result<nlohmann::json> Lookup(const Route& route, const nlohmann::json& body) const = 0;
+  // `target` has cached right now, without touching LRU order or refcounts:
+  // {"model", "prompt_tokens", "cached_tokens", "running", "waiting"}.
+  virtual Result<nlohmann::json> Lookup(const router::Target& target,
+                                        const nlohmann::json& body) const = 0;
+  // The context length of a local provider's model; nullopt for an unknown provider.
+  virtual std::optional<int64_t> ContextLength(const std::string& provider) const = 0;
   // Engine state for GET /api/engine (pool size, used blocks, hit counters) per provider.
   virtual nlohmann::json Describe() const = 0;
   // Appends the engines' Prometheus exposition (vLLM's names) to `out`; thread safe.

@@ -22,6 +22,7 @@
 #include "gateway/http/server.h"
 #include "gateway/local_provider.h"
 #include "gateway/recorder.h"
+#include "gateway/targets.h"
 #include "local_engine/cli_generate.h"
 #include "local_engine/device.h"
 #include "local_engine/kv_size.h"
@@ -315,7 +316,17 @@ int RunGateway(gateway::GatewayConfig config) {
     std::fprintf(stderr, "kvgate: %s: %s\n", config.source.c_str(), alerting.error().message.c_str());
     return 2;
   }
-  gateway::Recorder recorder(**store, **metrics, catalog);
+  auto targets = gateway::BuildTargets(config, catalog, engines.get());
+  if (!targets) {
+    std::fprintf(stderr, "kvgate: %s\n", targets.error().message.c_str());
+    return 2;
+  }
+  auto router = router::Router::Create(std::move(*targets), config.routing, clock, &registry);
+  if (!router) {
+    std::fprintf(stderr, "kvgate: %s: %s\n", config.source.c_str(), router.error().message.c_str());
+    return 2;
+  }
+  gateway::Recorder recorder(**store, **metrics, **router);
   RestoreThreads(clock, recorder);
   recorder.AddListener([a = alerting->get()](const telemetry::RequestRecord& record) {
     a->Submit(record);
@@ -324,9 +335,10 @@ int RunGateway(gateway::GatewayConfig config) {
                             .metrics = metrics->get(),
                             .recorder = &recorder,
                             .clock = &clock,
+                            .router = router->get(),
                             .engines = engines.get(),
                             .alerting = alerting->get()};
-  auto gw = gateway::Gateway::Create(config, catalog, deps);
+  auto gw = gateway::Gateway::Create(config, deps);
   if (!gw) {
     std::fprintf(stderr, "kvgate: %s\n", gw.error().message.c_str());
     return 2;
@@ -360,9 +372,9 @@ int RunGateway(gateway::GatewayConfig config) {
   std::string host = config.listen_host.find(':') != std::string::npos
                          ? "[" + config.listen_host + "]"
                          : config.listen_host;
-  std::fprintf(stderr, "kvgate: %zu models from %s; telemetry in %s; malloc: %s\n",
-               config.models.size(), config.source.c_str(), config.sqlite_path.c_str(),
-               MallocName().c_str());
+  std::fprintf(stderr, "kvgate: %zu models and %zu routers from %s; telemetry in %s; malloc: %s\n",
+               config.models.size(), config.routing.routers.size(), config.source.c_str(),
+               config.sqlite_path.c_str(), MallocName().c_str());
   if (config.admin_token.empty()) {
     std::fprintf(stderr, "kvgate: warning: no server.admin_token: /api/* is open to anyone who "
                          "can reach this port\n");

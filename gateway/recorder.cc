@@ -3,41 +3,37 @@
 namespace kvgate::gateway {
 
 Recorder::Recorder(telemetry::TelemetryStore& store, telemetry::GatewayMetrics& metrics,
-                   const telemetry::PriceCatalog& catalog)
-    : store_(store), metrics_(metrics), catalog_(catalog) {}
+                   router::Router& router)
+    : store_(store), metrics_(metrics), router_(router) {}
 
 void Recorder::AddListener(std::function<void(const telemetry::RequestRecord&)> listener) {
   listeners_.push_back(std::move(listener));
-}
-
-telemetry::CacheRules Recorder::RulesFor(std::string_view provider_type,
-                                         std::string_view model) const {
-  // kvgate's provider types -> the catalog's caching-rule keys.
-  std::string_view key = provider_type;
-  if (provider_type == "gemini-openai") key = "gemini";
-  if (provider_type == "local") key = "kvgate";
-  if (provider_type == "openrouter") key = "openai";
-  telemetry::CacheRules rules;
-  auto rule = catalog_.FindCachingRule(key);
-  if (!rule) return rules;
-  rules.automatic = rule->automatic;
-  rules.min_tokens = rule->MinCacheableTokensFor(model);
-  rules.granularity = std::max<int64_t>(1, rule->granularity_tokens);
-  // nullopt for caches without time-based expiry (self-hosted engines): never "expired".
-  rules.ttl_seconds = rule->ttl_seconds;
-  return rules;
 }
 
 void Recorder::Record(telemetry::RequestRecord record,
                       const std::optional<telemetry::Price>& price) {
   telemetry::MakeTextValid(record);  // before the metrics' labels and the listeners see it
   if (price) record.cost = telemetry::ComputeCost(record.usage, *price);
+  // (A plain index: GCC 12 warns of a maybe-uninitialized std::optional<size_t> here.)
+  constexpr size_t kNone = static_cast<size_t>(-1);
+  size_t target = kNone;
+  if (auto t = record.target.empty() ? std::nullopt : router_.FindTarget(record.target)) target = *t;
   if (record.prompt_fingerprint && !record.thread_id.empty() && record.status == "ok") {
-    auto diagnosis = tracker_.Diagnose(record, record.prompt_fingerprint,
-                                       RulesFor(record.provider_type, record.upstream_model));
+    telemetry::TurnContext context;
+    if (record.route.is_object() && record.route.value("moved", false)) {
+      context.router = record.route.value("router", "");
+      context.route_reason = record.route.value("reason", "");
+    }
+    const telemetry::CacheRules rules =
+        target != kNone ? router_.targets()[target].cache_rules : telemetry::CacheRules{};
+    auto diagnosis = tracker_.Diagnose(record, record.prompt_fingerprint, rules, context);
     if (diagnosis) record.cache_diagnosis = diagnosis->ToJson();
   } else {
     record.prompt_fingerprint.reset();  // nothing will ever compare with it
+  }
+  if (target != kNone && record.status == "ok") {
+    router_.Learn(target, record.prompt_fingerprint ? record.prompt_fingerprint->TotalBytes() : 0,
+                  record);
   }
   metrics_.Observe(record);
   // Listeners read the record before the store takes it: moving it in saves a copy per request.

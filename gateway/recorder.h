@@ -8,6 +8,7 @@
 #include <functional>
 #include <optional>
 
+#include "router/router.h"
 #include "telemetry/diagnosis.h"
 #include "telemetry/metrics.h"
 #include "telemetry/pricing.h"
@@ -18,18 +19,24 @@ namespace kvgate::gateway {
 
 class Recorder {
  public:
-  // `catalog` supplies the caching rules per provider type; all references must outlive this.
+  // `router` supplies each target's caching rules and learns from each recorded turn; all
+  // references must outlive this.
   Recorder(telemetry::TelemetryStore& store, telemetry::GatewayMetrics& metrics,
-           const telemetry::PriceCatalog& catalog);
+           router::Router& router);
 
   // Extra consumers of finished records (the monitors); called just before the store gets the
   // record (which is asynchronous either way: a listener never sees it committed).
   void AddListener(std::function<void(const telemetry::RequestRecord&)> listener);
 
   // Fills record.cost (when `price` is known) and, for a successful turn of a thread that carries
-  // its prompt_fingerprint, record.cache_diagnosis; then hands the record on. The fingerprint is
-  // kept (and stored) only for turns the tracker compared.
+  // its prompt_fingerprint, record.cache_diagnosis (with the rules of the target that served
+  // it; "routed_away" when its route says a router moved the thread); lets the router learn from
+  // it; then hands the record on. The fingerprint is kept (and stored) only for turns the tracker
+  // compared.
   void Record(telemetry::RequestRecord record, const std::optional<telemetry::Price>& price);
+
+  // The thread's memory as the router sees it before a turn (telemetry::ThreadTracker::View).
+  telemetry::ThreadView View(const std::string& thread_id) const { return tracker_.View(thread_id); }
 
   // Gives the thread tracker the latest stored turn of each thread seen at or after `since_us` (as
   // many as it holds, newest first, from TelemetryStore::LatestThreadTurns), so that a restarted
@@ -45,14 +52,11 @@ class Recorder {
   void MarkShutdownCut() { shutdown_cut_.store(true, std::memory_order_relaxed); }
   bool shutdown_cut() const { return shutdown_cut_.load(std::memory_order_relaxed); }
 
-  // The diagnosis rules for a provider type and model (exposed for tests).
-  telemetry::CacheRules RulesFor(std::string_view provider_type, std::string_view model) const;
-
  private:
   std::atomic<bool> shutdown_cut_{false};
   telemetry::TelemetryStore& store_;
   telemetry::GatewayMetrics& metrics_;
-  const telemetry::PriceCatalog& catalog_;
+  router::Router& router_;
   telemetry::ThreadTracker tracker_;
   std::vector<std::function<void(const telemetry::RequestRecord&)>> listeners_;  // set before use
 };

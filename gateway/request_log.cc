@@ -44,8 +44,10 @@ void RequestLog::Commit() {
   record_.latency_us = ElapsedMicros();
   if (record_.status.empty()) record_.status = "ok";
   if (prompt_ && record_.status == "ok") {
-    record_.prompt_fingerprint = std::make_shared<const telemetry::PromptFingerprint>(
-        telemetry::Fingerprint(raw_json::Object(*prompt_)));
+    record_.prompt_fingerprint =
+        fingerprint_ ? std::move(fingerprint_)
+                     : std::make_shared<const telemetry::PromptFingerprint>(
+                           telemetry::Fingerprint(raw_json::Object(*prompt_)));
   }
   recorder_.Record(std::move(record_), price_);
 }

@@ -29,6 +29,11 @@ class RequestLog {
   // waits for Commit(), which runs after the response went out, so it stays off the client's
   // latency path. REQUIRES: the bytes `body` views outlive this RequestLog.
   void set_prompt(raw_json::Value body) { prompt_ = body; }
+  // The prompt's fingerprint when the request path already computed it (a router used it):
+  // Commit then uses it instead of hashing the prompt again.
+  void set_fingerprint(std::shared_ptr<const telemetry::PromptFingerprint> fingerprint) {
+    fingerprint_ = std::move(fingerprint);
+  }
   // Marks the first content token sent to the client (streams); later calls are ignored.
   void MarkFirstToken();
   // Sets the outcome the client saw.
@@ -44,6 +49,7 @@ class RequestLog {
   int64_t arrival_ns_;
   std::optional<telemetry::Price> price_;
   std::optional<raw_json::Value> prompt_;
+  std::shared_ptr<const telemetry::PromptFingerprint> fingerprint_;
   telemetry::RequestRecord record_;
   bool committed_ = false;
 };

@@ -1,0 +1,398 @@
+// Attempts on remote providers: the adapter builds the upstream call, the per-loop HTTP client
+// sends it, the adapter translates the answer (buffered or streamed) for the client.
+#include <boost/algorithm/string/predicate.hpp>
+
+#include <charconv>
+
+#include "common/clock.h"
+#include "common/json_text.h"
+#include "common/utf8.h"
+#include "gateway/upstream.h"
+
+namespace kvgate::gateway {
+namespace {
+
+namespace asio = boost::asio;
+using router::Failure;
+
+// Rate-limit and retry headers a client SDK acts on; passed through from the upstream.
+void CopyUpstreamHeaders(const upstream::Response& head, std::vector<http::Header>& out) {
+  for (const auto& h : head.headers) {
+    std::string lower = h.name;
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (lower == "retry-after" || lower == "retry-after-ms" || lower.rfind("x-ratelimit-", 0) == 0 ||
+        lower.rfind("anthropic-ratelimit-", 0) == 0) {
+      out.push_back(h);
+    }
+  }
+}
+
+std::string UpstreamRequestId(const upstream::Response& head) {
+  for (const char* name : {"x-request-id", "request-id", "x-amzn-requestid"}) {
+    if (auto v = head.header(name); !v.empty()) return std::string(v);
+  }
+  return "";
+}
+
+// Why an upstream answer cannot be read as it came, or "" when it can: kvgate asks for identity
+// coding, but a server may compress anyway. (Content codings are case-insensitive, RFC 9110
+// 8.4.1.) An error status is kept: a compressed 429 is still a 429 to the client.
+std::string UnreadableEncoding(const upstream::Response& head, const std::string& provider) {
+  std::string_view encoding = head.header("content-encoding");
+  if (encoding.empty() || boost::iequals(encoding, "identity")) return "";
+  std::string why = "upstream " + provider + " answered";
+  if (head.status < 200 || head.status >= 300) why += " HTTP " + std::to_string(head.status);
+  return why + " with Content-Encoding " + std::string(encoding) + ", which kvgate does not decode";
+}
+
+// The status a client gets for an answer kvgate cannot decode: the upstream's own error status,
+// else 502.
+int UnreadableStatus(int upstream_status) {
+  return upstream_status >= 400 && upstream_status < 600 ? upstream_status : 502;
+}
+
+// An answer to a streaming request that came as a JSON document with an error object in it
+// ({"error": {...}} or {"error": "text"}; not "error": null), as some servers send with 200.
+bool HasErrorObject(std::string_view body) {
+  Result<raw_json::Value> document = raw_json::Parse(body);
+  if (!document || !document->is_object()) return false;
+  std::optional<raw_json::Value> error = raw_json::Find(*document, "error");
+  if (!error) return false;
+  if (error->is_string()) return true;
+  return error->is_object() && !raw_json::Object(*error).members().empty();
+}
+
+// An answer to a streaming request that is a JSON document, not an event stream (an error sent
+// with status 200, or a server that ignored "stream": true).
+bool IsJsonNotStream(const upstream::Response& head) {
+  bool json = false;
+  for (const http::Header& h : head.headers) {  // (a repeated Content-Type: any event stream wins)
+    if (h.name.size() != 12 || !boost::iequals(h.name, "content-type")) continue;
+    if (h.value.starts_with("text/event-stream")) return false;
+    json = json || h.value.starts_with("application/json");
+  }
+  return json;
+}
+
+std::string ErrorMessage(const providers::ClientError& error) {
+  if (auto it = error.body.find("error"); it != error.body.end() && it->is_object()) {
+    if (auto m = it->find("message"); m != it->end() && m->is_string()) return m->get<std::string>();
+  }
+  return "";
+}
+
+class RemoteUpstream final : public Upstream {
+ public:
+  RemoteUpstream(std::function<upstream::Client&(size_t)> client_for, const Clock& clock)
+      : client_for_(std::move(client_for)), clock_(clock) {}
+
+  asio::awaitable<AttemptResult> Attempt(const InferenceCall& call, const AttemptPlan& plan,
+                                         ClientStream& client) override;
+
+ private:
+  int64_t Micros(int64_t since_ns) const { return (clock_.MonotonicNanos() - since_ns) / 1000; }
+
+  // A failure before anything reached the client.
+  static AttemptResult Failed(providers::ClientError error, std::string status_word,
+                              Failure failure, int status = 0) {
+    AttemptResult r;
+    r.message = ErrorMessage(error);
+    r.error = std::move(error);
+    r.status_word = std::move(status_word);
+    r.outcome.failure = failure;
+    r.outcome.status = status;
+    return r;
+  }
+  // The upstream answered an error status (its body buffered).
+  static AttemptResult FailedStatus(const upstream::Response& head, providers::ProviderType type,
+                                    std::string_view body) {
+    AttemptResult r = Failed(providers::TranslateUpstreamError(type, head.status, body),
+                             "upstream_error", Failure::kStatus, head.status);
+    r.outcome.retry_after_ms = RetryAfterMs(head);
+    return r;
+  }
+  static AttemptResult Transport(const Error& error, const std::string& provider) {
+    if (error.code == ErrorCode::kDeadlineExceeded) {
+      return Failed(providers::MakeOpenAIError(504, "upstream " + provider + " timed out: " +
+                                                        error.message,
+                                               "upstream_error", "upstream_timeout"),
+                    "timeout", Failure::kTimeout);
+    }
+    return Failed(providers::MakeOpenAIError(502, "upstream " + provider + " failed: " + error.message,
+                                             "upstream_error", "upstream_unavailable"),
+                  "upstream_error", Failure::kConnect);
+  }
+
+  asio::awaitable<AttemptResult> Buffered(const InferenceCall& call, const AttemptPlan& plan,
+                                          upstream::OutgoingRequest out, ClientStream& client);
+  asio::awaitable<AttemptResult> Streamed(const InferenceCall& call, const AttemptPlan& plan,
+                                          upstream::OutgoingRequest out, ClientStream& client);
+
+  std::function<upstream::Client&(size_t)> client_for_;
+  const Clock& clock_;
+};
+
+asio::awaitable<AttemptResult> RemoteUpstream::Attempt(const InferenceCall& call,
+                                                       const AttemptPlan& plan,
+                                                       ClientStream& client) {
+  const ProviderConnection& connection = *plan.connection;
+  auto built = providers::BuildUpstreamCall(connection.type, call.body, plan.options);
+  if (!built) {
+    const bool internal = built.error().code == ErrorCode::kInternal;
+    co_return Failed(providers::MakeOpenAIError(internal ? 500 : 400, built.error().message,
+                                                internal ? "server_error" : "invalid_request_error",
+                                                internal ? "internal_error" : "invalid_request"),
+                     "error", Failure::kOther);
+  }
+  upstream::OutgoingRequest out{
+      .method = "POST", .path = std::move(built->path), .body = std::move(built->body)};
+  out.headers.reserve(built->headers.size());
+  for (auto& [name, value] : built->headers) out.headers.push_back({std::move(name), std::move(value)});
+  if (call.stream) co_return co_await Streamed(call, plan, std::move(out), client);
+  co_return co_await Buffered(call, plan, std::move(out), client);
+}
+
+asio::awaitable<AttemptResult> RemoteUpstream::Buffered(const InferenceCall& call,
+                                                        const AttemptPlan& plan,
+                                                        upstream::OutgoingRequest out,
+                                                        ClientStream& client) {
+  const ProviderConnection& connection = *plan.connection;
+  auto& rec = client.record();
+  const int64_t started_ns = clock_.MonotonicNanos();
+  // A client that leaves while the upstream works (its timeout, a user's "stop") gets the
+  // upstream request closed too: nobody will read the answer, and servers like vLLM stop
+  // generating when their connection closes.
+  upstream::Abandon abandon;
+  out.abandon = &abandon;
+  client.WatchClientGone([&abandon] { abandon.Fire(); });
+  auto response = co_await client_for_(call.worker_index).Send(connection.url, std::move(out));
+  client.WatchClientGone(nullptr);
+  AttemptResult answered;
+  answered.answered = true;
+  // (An answer that had all arrived when the client left is still read for its usage below.)
+  if (!response && abandon.fired()) {
+    client.RecordClientLeft("the client closed the connection while upstream " + connection.name +
+                            " was answering; kvgate closed the upstream request");
+    answered.outcome.failure = Failure::kOther;
+    answered.message = "client left";
+    co_return answered;
+  }
+  if (!response) co_return Transport(response.error(), connection.name);
+  rec.upstream_status = response->status;
+  rec.upstream_request_id = UpstreamRequestId(*response);
+  if (std::string why = UnreadableEncoding(*response, connection.name); !why.empty()) {
+    const int status = UnreadableStatus(response->status);
+    AttemptResult r = Failed(providers::MakeOpenAIError(status, std::move(why), "upstream_error",
+                                                        "bad_upstream_response"),
+                             "upstream_error", Failure::kStatus, status);
+    CopyUpstreamHeaders(*response, client.headers());
+    co_return r;
+  }
+  if (response->status < 200 || response->status >= 300) {
+    AttemptResult r = FailedStatus(*response, connection.type, response->body);
+    // The upstream's Retry-After and rate-limit headers reach the client if this error is its
+    // answer (the loop drops them when another attempt answers instead).
+    CopyUpstreamHeaders(*response, client.headers());
+    co_return r;
+  }
+  auto translated = providers::TranslateResponse(connection.type, response->body, plan.options);
+  if (!translated) {
+    co_return Failed(providers::MakeOpenAIError(502,
+                                                "upstream " + connection.name +
+                                                    " sent a response kvgate cannot read: " +
+                                                    translated.error().message,
+                                                "upstream_error", "bad_upstream_response"),
+                     "upstream_error", Failure::kStatus, 502);
+  }
+  CopyUpstreamHeaders(*response, client.headers());
+  rec.usage = std::move(translated->usage);
+  rec.finish_reason = translated->finish_reason;
+  answered.outcome.latency_us = Micros(started_ns);
+  co_await client.SendAnswer(std::move(translated->body));
+  co_return answered;
+}
+
+asio::awaitable<AttemptResult> RemoteUpstream::Streamed(const InferenceCall& call,
+                                                        const AttemptPlan& plan,
+                                                        upstream::OutgoingRequest out,
+                                                        ClientStream& client) {
+  const ProviderConnection& connection = *plan.connection;
+  auto& rec = client.record();
+  RequestLog& log = client.log();
+  const int64_t started_ns = clock_.MonotonicNanos();
+  upstream::Abandon abandon;
+  out.abandon = &abandon;
+  client.WatchClientGone([&abandon] { abandon.Fire(); });
+
+  // Answer the client's head only once the upstream's head is known, so an upstream 4xx/5xx is a
+  // plain JSON error with the right status (and another target may still be tried), not a
+  // broken stream.
+  auto translator = providers::NewStreamTranslator(connection.type, plan.options);
+  bool client_gone = false;
+  std::string error_body;  // a non-2xx upstream body, buffered
+  std::optional<upstream::Response> error_head;
+  std::string unreadable;    // why the upstream's answer cannot be streamed, when it cannot
+  bool json_answer = false;  // a 2xx JSON document instead of a stream: buffered like an error
+  std::optional<int64_t> ttft_us;
+  auto on_head = [&](const upstream::Response& head) -> asio::awaitable<bool> {
+    rec.upstream_status = head.status;
+    rec.upstream_request_id = UpstreamRequestId(head);
+    unreadable = UnreadableEncoding(head, connection.name);
+    if (!unreadable.empty()) {
+      error_head = head;
+      co_return false;
+    }
+    if (head.status < 200 || head.status >= 300 || IsJsonNotStream(head)) {
+      json_answer = head.status >= 200 && head.status < 300;
+      error_head = head;
+      co_return true;  // buffer the body
+    }
+    CopyUpstreamHeaders(head, client.headers());
+    const bool began = co_await client.BeginStream();
+    if (!began) client_gone = true;
+    co_return began;
+  };
+  // Set when the stream's final event arrived: the client's stream was ended and the turn
+  // recorded right then, whatever the upstream does with the rest of its body.
+  bool answered = false;
+  auto record_stream = [&] {
+    rec.usage = translator->usage();
+    rec.finish_reason = std::string(translator->finish_reason());
+    log.Commit();
+  };
+  upstream::BodySink sink = [&](std::string_view bytes) -> asio::awaitable<upstream::SinkVerdict> {
+    if (!client.streaming()) {
+      if (error_body.size() < 1 << 20) error_body.append(bytes);
+      co_return upstream::SinkVerdict::kContinue;
+    }
+    auto piece = translator->Feed(bytes);
+    if (piece.has_content) {
+      log.MarkFirstToken();
+      if (!ttft_us) ttft_us = Micros(started_ns);
+    }
+    if (!piece.bytes.empty()) {
+      const bool wrote = co_await client.Write(piece.bytes);
+      if (!wrote) {
+        client_gone = true;
+        co_return upstream::SinkVerdict::kAbort;
+      }
+    }
+    if (!translator->completed()) co_return upstream::SinkVerdict::kContinue;
+    // The final event ([DONE], message_stop) ends the answer even if the upstream keeps its body
+    // open: the client and the record must not wait for the upstream to close it.
+    answered = true;
+    co_await client.EndStream();
+    record_stream();
+    co_return upstream::SinkVerdict::kFinished;
+  };
+
+  auto result = co_await client_for_(call.worker_index)
+                    .SendStreaming(connection.url, std::move(out), on_head, sink);
+  client.WatchClientGone(nullptr);
+  AttemptResult done;
+  done.answered = true;
+  done.outcome.latency_us = Micros(started_ns);
+  done.outcome.ttft_us = ttft_us;
+  if (answered) co_return done;
+  client_gone = client_gone || abandon.fired();
+  if (!client.streaming()) {
+    if (abandon.fired()) {
+      client.RecordClientLeft("the client closed the connection while upstream " +
+                              connection.name + " was answering; kvgate closed the upstream "
+                              "request");
+      done.outcome.failure = Failure::kOther;
+      co_return done;
+    }
+    if (client_gone) {
+      done.outcome.failure = Failure::kOther;
+      co_return done;  // BeginStream recorded it
+    }
+    if (!unreadable.empty()) {
+      CopyUpstreamHeaders(*error_head, client.headers());
+      const int status = UnreadableStatus(error_head->status);
+      co_return Failed(providers::MakeOpenAIError(status, std::move(unreadable), "upstream_error",
+                                                  "bad_upstream_response"),
+                       "upstream_error", Failure::kStatus, status);
+    }
+    if (!result) co_return Transport(result.error(), connection.name);
+    if (json_answer) {
+      // Its own error message if it carries an error object (as a 502: it came with a 200),
+      // else what came instead of a stream. A whole answer (a server that ignored "stream")
+      // was generated and billed: its usage is recorded all the same.
+      providers::ClientError error;
+      if (HasErrorObject(error_body)) {
+        error = providers::TranslateUpstreamError(connection.type, 502, error_body);
+      } else {
+        if (auto whole = providers::TranslateResponse(connection.type, error_body, plan.options)) {
+          rec.usage = std::move(whole->usage);
+          rec.finish_reason = whole->finish_reason;
+        }
+        error = providers::MakeOpenAIError(
+            502, "upstream " + connection.name + " answered a streaming request with a JSON "
+                 "document instead of an event stream: " + Utf8Snippet(error_body),
+            "upstream_error", "bad_upstream_response");
+      }
+      co_return Failed(std::move(error), "upstream_error", Failure::kStatus, 502);
+    }
+    CopyUpstreamHeaders(*error_head, client.headers());
+    co_return FailedStatus(*error_head, connection.type, error_body);
+  }
+
+  // The stream had begun: whatever happens now ends it, and no other target can take over.
+  if (client_gone) {
+    client.RecordClientLeft("the client closed the connection mid-stream");
+    done.outcome.failure = Failure::kOther;
+    record_stream();
+    co_return done;
+  }
+  std::string tail = result ? translator->Finish(true)
+                            : translator->Finish(false, result.error().message);
+  // No co_await inside && / || / ?: anywhere in this file: GCC 12 miscompiles those.
+  bool wrote = true;
+  if (!tail.empty()) wrote = co_await client.Write(tail);
+  if (wrote) wrote = co_await client.EndStream();
+  if (!wrote) {
+    done.outcome.failure = Failure::kOther;  // the client left; Write/EndStream recorded it
+  } else if (!result) {
+    const bool timeout = result.error().code == ErrorCode::kDeadlineExceeded;
+    log.SetError(200, timeout ? "timeout" : "upstream_error",
+                 "upstream stream failed: " + result.error().message);
+    done.outcome.failure = timeout ? Failure::kTimeout : Failure::kConnect;
+    done.message = result.error().message;
+  } else if (auto client_error = translator->client_error()) {
+    // An upstream error event, a malformed stream or an early end: the client got an error event.
+    log.SetError(200, "upstream_error", *client_error);
+    done.outcome.failure = Failure::kStatus;
+    done.outcome.status = 502;
+    done.message = *client_error;
+  } else if (!translator->completed()) {
+    log.SetError(200, "upstream_error", "upstream ended the stream before its final event");
+    done.outcome.failure = Failure::kStatus;
+    done.outcome.status = 502;
+    done.message = "upstream ended the stream before its final event";
+  }
+  record_stream();
+  co_return done;
+}
+
+}  // namespace
+
+std::optional<int64_t> RetryAfterMs(const upstream::Response& head) {
+  auto parse = [](std::string_view text) -> std::optional<double> {
+    while (!text.empty() && text.front() == ' ') text.remove_prefix(1);
+    double v = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec != std::errc() || v < 0 || end == text.data()) return std::nullopt;
+    return v;
+  };
+  if (auto ms = parse(head.header("retry-after-ms"))) return static_cast<int64_t>(*ms);
+  if (auto s = parse(head.header("retry-after"))) return static_cast<int64_t>(*s * 1000);
+  return std::nullopt;
+}
+
+std::unique_ptr<Upstream> NewRemoteUpstream(std::function<upstream::Client&(size_t)> client_for,
+                                            const Clock& clock) {
+  return std::make_unique<RemoteUpstream>(std::move(client_for), clock);
+}
+
+}  // namespace kvgate::gateway

@@ -1,0 +1,80 @@
+#include "gateway/targets.h"
+
+#include "gateway/local_provider.h"
+
+namespace kvgate::gateway {
+
+Result<std::vector<router::Target>> BuildTargets(const GatewayConfig& config,
+                                                 const telemetry::PriceCatalog& catalog,
+                                                 const LocalEngines* engines) {
+  std::map<std::string, const ProviderConfig*> providers;
+  for (const auto& p : config.providers) providers[p.name] = &p;
+  std::vector<router::Target> targets;
+  for (const ModelConfig& m : config.models) {
+    auto pit = providers.find(m.provider);
+    if (pit == providers.end()) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       "model " + m.name + " names unknown provider " + m.provider);
+    }
+    const ProviderConfig& p = *pit->second;
+    router::Target t;
+    t.name = m.name;
+    t.provider = p.name;
+    t.provider_type = p.type;
+    t.upstream_model = m.upstream_model.empty() ? m.name : m.upstream_model;
+    if (m.pricing) {
+      t.price = m.pricing;
+    } else if (auto price = catalog.Find(t.upstream_model)) {
+      t.price = price;
+    } else {
+      t.price = catalog.Find(m.name);
+    }
+    t.cache_rules = router::CacheRulesFor(catalog, p.type, t.upstream_model);
+    if (m.context_window > 0) {
+      t.context_window = m.context_window;
+    } else if (auto window = catalog.ContextWindow(t.upstream_model)) {
+      t.context_window = *window;
+    } else if (p.type == "local" && engines != nullptr) {
+      t.context_window = engines->ContextLength(p.name).value_or(0);
+    }
+    if (p.type == "local") {
+      t.capabilities = {.tools = false, .images = false, .response_format = false};
+    } else if (p.type == "anthropic") {
+      t.capabilities.response_format = false;
+    } else if (p.type == "deepseek") {
+      t.capabilities.images = false;
+    }
+    if (m.supports_tools) t.capabilities.tools = *m.supports_tools;
+    if (m.supports_images) t.capabilities.images = *m.supports_images;
+    if (m.supports_response_format) t.capabilities.response_format = *m.supports_response_format;
+    t.keys = std::max<int>(1, static_cast<int>(p.api_keys.size()));
+    targets.push_back(std::move(t));
+  }
+  return targets;
+}
+
+Result<std::map<std::string, ProviderConnection>> BuildConnections(const GatewayConfig& config) {
+  std::map<std::string, ProviderConnection> out;
+  for (const ProviderConfig& p : config.providers) {
+    auto type = providers::ProviderTypeFromName(p.type);
+    if (!type) {
+      return MakeError(ErrorCode::kInvalidArgument, "provider " + p.name + ": unknown type " + p.type);
+    }
+    ProviderConnection c;
+    c.name = p.name;
+    c.type = *type;
+    if (*type != providers::ProviderType::kLocal) {
+      auto url = upstream::Url::Parse(p.base_url);
+      if (!url) {
+        return MakeError(ErrorCode::kInvalidArgument, "provider " + p.name + ": " + url.error().message);
+      }
+      c.url = *url;
+    }
+    c.api_keys = p.api_keys;
+    if (c.api_keys.empty() && !p.api_key.empty()) c.api_keys.push_back(p.api_key);
+    out.emplace(p.name, std::move(c));
+  }
+  return out;
+}
+
+}  // namespace kvgate::gateway

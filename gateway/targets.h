@@ -1,0 +1,33 @@
+// The router's table, built from the config: one router::Target per configured model (provider,
+// upstream model, price, caching rules, context window, what it supports, how many keys), and
+// one ProviderConnection per remote provider. Pure: reads the config, the catalog and the
+// engines' context lengths; starts nothing.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "gateway/config.h"
+#include "gateway/upstream.h"
+#include "router/router.h"
+#include "telemetry/pricing.h"
+
+namespace kvgate::gateway {
+
+class LocalEngines;
+
+// Prices: the model's config override, else the catalog by upstream model, else by name.
+// Context windows: the config's, else the catalog's, else (local) the engine's. Capabilities: the
+// provider type's (the built-in engine: text only, no tools; Anthropic: no response_format;
+// DeepSeek: no images), overridden by `supports`. Errors: a model naming an unknown provider.
+// `engines` may be null (no local provider).
+Result<std::vector<router::Target>> BuildTargets(const GatewayConfig& config,
+                                                 const telemetry::PriceCatalog& catalog,
+                                                 const LocalEngines* engines);
+
+// Errors: an invalid base_url (its credentials redacted), an unknown provider type.
+Result<std::map<std::string, ProviderConnection>> BuildConnections(const GatewayConfig& config);
+
+}  // namespace kvgate::gateway

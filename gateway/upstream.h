@@ -1,0 +1,78 @@
+// One attempt at answering a client's inference request on one target: the seam between the
+// attempt loop (proxy.cc: route, then try candidates while nothing was sent to the client) and
+// the two kinds of upstream, a remote provider (remote_upstream.cc: adapter + HTTP client) and
+// the built-in engine (local_provider.cc).
+//
+// An attempt either answers the client through the ClientStream (a whole answer, a stream, or the
+// record of a client that left), or fails with nothing sent, returning the error the client would
+// get; the loop then retries, falls back or sends that error.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/asio/awaitable.hpp>
+
+#include "common/clock.h"
+#include "common/raw_json.h"
+#include "gateway/client_stream.h"
+#include "gateway/providers/provider.h"
+#include "gateway/upstream/client.h"
+#include "router/router.h"
+
+namespace kvgate::gateway {
+
+// Where a provider is and how to sign in to it. Constant after construction.
+struct ProviderConnection {
+  std::string name;
+  providers::ProviderType type = providers::ProviderType::kOpenAI;
+  upstream::Url url;                  // unused for local
+  std::vector<std::string> api_keys;  // empty: no credential header
+};
+
+// The client's request, the same for every attempt.
+struct InferenceCall {
+  providers::Endpoint endpoint = providers::Endpoint::kChatCompletions;
+  raw_json::Object body;       // the client's JSON body (bytes owned by the http::Request)
+  bool stream = false;
+  bool client_wants_usage = false;
+  size_t worker_index = 0;     // the event loop (its upstream::Client)
+};
+
+struct AttemptPlan {
+  const router::Target* target = nullptr;
+  const ProviderConnection* connection = nullptr;
+  int key_index = 0;
+  providers::CallOptions options;  // endpoint, upstream model, the key, stream, usage
+};
+
+struct AttemptResult {
+  // The client was answered (or left, or was cut mid-stream): the request is over.
+  bool answered = false;
+  // When !answered: nothing reached the client; what it would get if no other attempt follows.
+  providers::ClientError error;
+  std::string status_word = "upstream_error";  // "upstream_error" | "timeout" | "error"
+  // For health and fallback (outcome.target is set by the loop).
+  router::AttemptOutcome outcome;
+  std::string message;  // for the record's attempts list ("" on success)
+};
+
+class Upstream {
+ public:
+  virtual ~Upstream() = default;
+  virtual boost::asio::awaitable<AttemptResult> Attempt(const InferenceCall& call,
+                                                        const AttemptPlan& plan,
+                                                        ClientStream& client) = 0;
+};
+
+// The Retry-After of an upstream answer in milliseconds (retry-after-ms, or retry-after in
+// seconds), nullopt when absent or not a number.
+std::optional<int64_t> RetryAfterMs(const upstream::Response& head);
+
+// Remote providers: `client_for(worker_index)` is that event loop's upstream client; `clock`
+// times the attempts (latency and time to first token, for the router's health).
+std::unique_ptr<Upstream> NewRemoteUpstream(
+    std::function<upstream::Client&(size_t worker_index)> client_for, const Clock& clock);
+
+}  // namespace kvgate::gateway

@@ -327,12 +327,16 @@ asio::awaitable<void> Gateway::RunAttempts(const InferenceCall& call,
           .stream = call.stream,
           .client_wants_usage = call.client_wants_usage};
       const int64_t started_ns = deps_.clock->MonotonicNanos();
+      json entry = {{"target", target.name}, {"provider", target.provider}, {"status", "ok"},
+                    {"http_status", 0}, {"error", nullptr}, {"latency_ms", nullptr}};
+      if (target.keys > 1) entry["key"] = key;
+      log.BeginAttempt(std::move(entry));
       AttemptResult result = co_await UpstreamFor(target).Attempt(call, plan, client);
       const int64_t latency_us = (deps_.clock->MonotonicNanos() - started_ns) / 1000;
       result.outcome.target = candidate.target;
       if (result.outcome.latency_us == 0) result.outcome.latency_us = latency_us;
       router.ReportAttempt(result.outcome);
-      rec.attempts.push_back(AttemptJson(target, key, target.keys, result, rec, latency_us));
+      log.EndAttempt(AttemptJson(target, key, target.keys, result, rec, latency_us));
       if (result.answered) {
         log.Commit();
         co_return;

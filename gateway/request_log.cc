@@ -33,9 +33,27 @@ void RequestLog::SetError(int http_status, std::string status, std::string messa
   record_.error = std::move(message);
 }
 
+void RequestLog::BeginAttempt(nlohmann::json entry) {
+  if (committed_) return;
+  record_.attempts.push_back(std::move(entry));
+  attempt_started_ns_ = clock_.MonotonicNanos();
+}
+
+void RequestLog::EndAttempt(nlohmann::json entry) {
+  if (committed_ || attempt_started_ns_ < 0 || record_.attempts.empty()) return;
+  record_.attempts.back() = std::move(entry);
+  attempt_started_ns_ = -1;
+}
+
 void RequestLog::Commit() {
   if (committed_) return;
   committed_ = true;
+  if (attempt_started_ns_ >= 0 && !record_.attempts.empty()) {
+    nlohmann::json& open = record_.attempts.back();
+    open["status"] = record_.status.empty() ? "ok" : record_.status;
+    open["http_status"] = record_.upstream_status;
+    open["latency_ms"] = double(clock_.MonotonicNanos() - attempt_started_ns_) / 1e6;
+  }
   if (record_.status == "client_disconnected" && recorder_.shutdown_cut()) {
     record_.status = "shutdown";
     record_.error = "kvgate shut down before the response was complete (server.drain_timeout_ms "

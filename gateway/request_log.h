@@ -36,6 +36,13 @@ class RequestLog {
   }
   // Marks the first content token sent to the client (streams); later calls are ignored.
   void MarkFirstToken();
+  // The attempt loop's bookkeeping: an attempt's entry is added to record().attempts when it
+  // starts; if the log commits while it runs (a stream's final event commits at once), Commit
+  // fills the entry's outcome from the record itself. EndAttempt replaces the entry with the
+  // attempt's own account, when the log is still open.
+  void BeginAttempt(nlohmann::json entry);
+  void EndAttempt(nlohmann::json entry);
+  bool committed() const { return committed_; }
   // Sets the outcome the client saw.
   void SetError(int http_status, std::string status, std::string message);
   // Computes latency, then hands the record to the recorder. Idempotent.
@@ -52,6 +59,7 @@ class RequestLog {
   std::shared_ptr<const telemetry::PromptFingerprint> fingerprint_;
   telemetry::RequestRecord record_;
   bool committed_ = false;
+  int64_t attempt_started_ns_ = -1;  // -1: no attempt open
 };
 
 }  // namespace kvgate::gateway

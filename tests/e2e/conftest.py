@@ -247,3 +247,17 @@ def local_gw(kvgate_bin, tmp_path):
     kg = LocalKvgateProcess(kvgate_bin, tmp_path / "local", sim_port=0, name="local").start(timeout=60)
     yield kg.gateway()
     assert kg.terminate() == 0, kg.stderr_tail()
+
+
+@pytest.fixture
+def bundled_model() -> Path:
+    """The bundled GGUF model; a missing file fails the test (scripts/fetch_model.sh fetches it)."""
+    if not BUNDLED_MODEL.exists():
+        pytest.fail(f"bundled model missing: {BUNDLED_MODEL} (scripts/fetch_model.sh fetches it)")
+    return BUNDLED_MODEL
+
+
+@pytest.fixture
+def local_kvgate_class():
+    """LocalKvgateProcess, for tests that restart a kvgate on the built-in engine."""
+    return LocalKvgateProcess

@@ -73,12 +73,9 @@ def test_prefix_affinity_sends_a_known_prefix_to_the_replica_that_holds_it(repli
     assert gw.wait_turns(fresh, 1)[0]["route"]["reason_code"] == "least_loaded"
 
 
-def test_an_engine_restart_is_named_in_the_diagnosis(kvgate_bin, tmp_path):
-    from conftest import BUNDLED_MODEL, LocalKvgateProcess  # noqa: PLC0415
-
-    if not BUNDLED_MODEL.exists():
-        pytest.fail(f"bundled model missing: {bundled_model}")
-    kg = LocalKvgateProcess(kvgate_bin, tmp_path / "restart", sim_port=0, name="restart")
+def test_an_engine_restart_is_named_in_the_diagnosis(kvgate_bin, tmp_path, local_kvgate_class,
+                                                    bundled_model):
+    kg = local_kvgate_class(kvgate_bin, tmp_path / "restart", sim_port=0, name="restart")
     kg.start(timeout=60)
     thread = tid("restart")
     messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Hi"}]

@@ -238,9 +238,15 @@ Result<RouterConfig> ParseRouter(const json& j, const std::string& path) {
       return std::unexpected(Invalid(path + ".affinity must be none, thread or prefix"));
     }
   }
-  auto horizon = IntIn(j, "horizon_turns", path, r.horizon_turns, 1, 1000);
-  if (!horizon) return std::unexpected(horizon.error());
-  r.horizon_turns = static_cast<int>(*horizon);
+  if (auto it = j.find("horizon_turns"); it != j.end() && it->is_string() && *it == "auto") {
+    r.horizon_auto = true;
+  } else {
+    auto horizon = IntIn(j, "horizon_turns", path, r.horizon_turns, 1, 1000);
+    if (!horizon) {
+      return std::unexpected(Invalid(path + ".horizon_turns must be an integer from 1 to 1000 or auto"));
+    }
+    r.horizon_turns = static_cast<int>(*horizon);
+  }
   auto ttl = IntIn(j, "affinity_ttl_seconds", path, r.affinity_ttl_seconds, 1, 30 * 86'400);
   if (!ttl) return std::unexpected(ttl.error());
   r.affinity_ttl_seconds = *ttl;

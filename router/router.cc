@@ -449,12 +449,13 @@ Result<RouteDecision> Router::Route(const RequestFacts& facts,
         d.reason = "cheapest eligible target at list price (cache-blind): " + name_of(0);
       } else {
         const std::string incumbent = thread.latest ? thread.latest->target : "";
+        const int h = r.horizon_auto ? std::clamp(thread.turns, 4, 32) : r.horizon_turns;
         std::vector<double> rank;
         std::vector<int64_t> after;
         for (size_t i = 0; i < eligible.size(); ++i) {
           const Target& target = s.targets[eligible[i].target];
           const int64_t future = internal::FutureCostPico(target, estimates[i],
-                                                          r.horizon_turns - 1, thread,
+                                                          h - 1, thread,
                                                           facts.cache_breakpoints);
           after.push_back(future);
           double total = estimates[i].priced ? double(estimates[i].cost_pico + future) : 1e30;
@@ -463,7 +464,6 @@ Result<RouteDecision> Router::Route(const RequestFacts& facts,
           rank.push_back(total);
         }
         Permute(after, sort_by(rank));
-        const int h = r.horizon_turns;
         const TurnEstimate& best = estimates[0];
         size_t inc = eligible.size();
         for (size_t i = 0; i < eligible.size(); ++i) {
@@ -727,7 +727,8 @@ json Router::Describe() const {
     routers.push_back({{"name", r.name}, {"strategy", StrategyName(r.strategy)},
                        {"cache_aware", r.cache_aware}, {"affinity", AffinityName(r.affinity)},
                        {"targets", list}, {"fallback_on", fallback}, {"retries", r.retries},
-                       {"horizon_turns", r.horizon_turns}, {"when_rules", r.when.size()}});
+                       {"horizon_turns", r.horizon_auto ? json("auto") : json(r.horizon_turns)},
+                       {"when_rules", r.when.size()}});
   }
   return json{{"targets", targets}, {"routers", routers}};
 }

@@ -91,6 +91,10 @@ struct RouterConfig {
   int retries = 1;                  // same target, before falling back
   Affinity affinity = Affinity::kThread;
   int horizon_turns = 4;            // turns ahead the cost planner weighs
+  // horizon_turns: auto. A conversation that has run n turns is expected to run about as many
+  // more: the planner weighs max(4, n) turns ahead (at most 32), so long threads move to the
+  // target that is cheapest warm, young ones do not pay a switch they will not recover.
+  bool horizon_auto = false;
   std::vector<WhenRule> when;       // the first rule that matches restricts the targets
   // affinity thread: how long a thread stays bound to its target and key after its last turn.
   int64_t affinity_ttl_seconds = 3600;

@@ -29,10 +29,45 @@ uint64_t CombinePrefix(uint64_t previous, uint64_t element_hash, FingerprintElem
 }
 
 
+// `value` minified, without its cache_control members at any depth: a breakpoint marks where a
+// provider may cache, it is not part of the prompt's tokens, and clients move it every turn (to
+// the newest message), which must not read as a change of the message it left.
+void AppendPromptBytes(raw_json::Value value, std::string& out) {
+  if (value.text.find("\"cache_control\"") == std::string_view::npos) {
+    raw_json::AppendMinified(value, out);
+    return;
+  }
+  if (value.is_object()) {
+    out += '{';
+    bool first = true;
+    raw_json::ForEachMember(value, [&](const raw_json::Member& m) {
+      if (m.KeyIs("cache_control")) return;
+      if (!first) out += ',';
+      first = false;
+      out += '"';
+      out += m.key;
+      out += "\":";
+      AppendPromptBytes(m.value, out);
+    });
+    out += '}';
+  } else if (value.is_array()) {
+    out += '[';
+    bool first = true;
+    raw_json::ForEachElement(value, [&](raw_json::Value element) {
+      if (!first) out += ',';
+      first = false;
+      AppendPromptBytes(element, out);
+    });
+    out += ']';
+  } else {
+    raw_json::AppendMinified(value, out);
+  }
+}
+
 void AddElement(PromptFingerprint& fp, FingerprintElement::Kind kind, int message_index,
                 raw_json::Value value, std::string& text) {
   text.clear();
-  raw_json::AppendMinified(value, text);
+  AppendPromptBytes(value, text);
   FingerprintElement e;
   e.kind = kind;
   e.message_index = message_index;

@@ -52,8 +52,9 @@ struct PromptFingerprint {
 // hashed as the client sent it, minified: whitespace between tokens does not matter, key order
 // and string escaping do. (Hashing the client's bytes costs a few thousand instructions per
 // request where a parse + sorted re-serialization cost ~70k; clients re-send earlier messages
-// byte-identically, which is also what provider caches need.) Missing or malformed fields are
-// skipped; never throws.
+// byte-identically, which is also what provider caches need.) `cache_control` members are left
+// out: they are not prompt tokens, and clients move the breakpoint to the newest message each
+// turn. Missing or malformed fields are skipped; never throws.
 PromptFingerprint Fingerprint(const raw_json::Object& request_body);
 
 // Storage form (RequestRecord.prompt_fingerprint): a JSON array, one object per element:

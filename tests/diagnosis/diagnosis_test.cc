@@ -80,6 +80,22 @@ TEST(FingerprintTest, MinifiedAndOrderedToolsSystemMessages) {
   EXPECT_TRUE(Fingerprint(json::parse(R"({"messages": 3})")).elements.empty());
 }
 
+TEST(FingerprintTest, CacheBreakpointsAreNotPartOfThePrompt) {
+  // Turn 1 marks its question; turn 2 moves the mark to the new question.
+  const std::string turn1 = R"({"messages":[{"role":"user","content":[{"type":"text",
+      "text":"first","cache_control":{"type":"ephemeral"}}]}]})";
+  const std::string turn2 = R"({"messages":[{"role":"user","content":[{"type":"text",
+      "text":"first"}]},{"role":"assistant","content":"a"},{"role":"user","content":[
+      {"type":"text","text":"second","cache_control":{"type":"ephemeral","ttl":"5m"}}]}]})";
+  PromptFingerprint a = FingerprintOfText(turn1);
+  PromptFingerprint b = FingerprintOfText(turn2);
+  ASSERT_EQ(b.elements.size(), 3u);
+  EXPECT_EQ(a.elements[0], b.elements[0]);
+  EXPECT_TRUE(ComparePrefixes(a, b).previous_intact);
+  EXPECT_EQ(b.elements[2].length,
+            std::string(R"({"role":"user","content":[{"type":"text","text":"second"}]})").size());
+}
+
 TEST(FingerprintTest, JsonRoundTripAndRejectsCorruption) {
   PromptFingerprint fp = Fingerprint(Body(kSystem, 3));
   json stored = json::parse(ToJsonText(fp));

@@ -23,7 +23,8 @@ Control (no auth):
   GET  /_sim/requests[?limit=N]              last requests received (oldest first): method, path,
                                              headers (names lowercased), body, status
   GET  /_sim/usage_log                       {"entries": [...], "by_id": {response_id: entry}}
-  POST /_sim/config {"output_tokens": N, "openai_ttl": s, "deepseek_ttl": s, "reasoning_tokens": N}
+  POST /_sim/config {"output_tokens": N, "openai_ttl": s, "deepseek_ttl": s, "reasoning_tokens": N,
+                     "anthropic_ttl_5m": s, "anthropic_ttl_1h": s}  (TTLs: shorter for replays)
   POST /_sim/reset                           clear caches, logs and faults (the clock keeps running)
 
 Tokenization (documented so tests can derive expected numbers)
@@ -57,13 +58,14 @@ Caching rules (simulated time; see /_sim/clock)
   2048; others 1024) is silently not written. Read = the longest live cached prefix ending at any
   block boundary at or before the last breakpoint (none without breakpoints). Written = from the read
   point to each later breakpoint that is long enough; the tokens between consecutive written points
-  take the TTL of the breakpoint closing them (5m = 300 s, 1h = 3600 s). A read refreshes the entry.
+  take the TTL of the breakpoint closing them (5m = anthropic_ttl_5m, 300 s; 1h = anthropic_ttl_1h, 3600 s). A read refreshes the entry.
   input_tokens = total - max(read, last written point); total = input + creation + read.
 
 Faults (POST /_sim/faults)
 --------------------------
 Each fault is an object; optional match keys: "path" (substring of the request path, e.g.
-"/openai/"), "provider" ("openai"|"anthropic"|"deepseek"), "stream" (bool), "model".
+"/openai/"), "provider" ("openai"|"anthropic"|"deepseek"), "stream" (bool), "model", "user" (the
+request's end-user id: OpenAI's `user`, Anthropic's metadata.user_id).
 "count": how many requests it applies to (default 1; 0 or negative = until cleared). Effects:
   {"status": 500, "body": {...} | "text", "headers": {...}}  error answer (body defaults to the
                                                             provider's error format)

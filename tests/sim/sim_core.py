@@ -225,6 +225,11 @@ def anthropic_min_cacheable(model: str) -> int:
 
 def common_prefix_len(a, b) -> int:
     lo, hi = 0, min(len(a), len(b))
+    # Prompts of other conversations usually differ early: settle those without copying the
+    # long slices the binary search makes.
+    head = min(hi, 64)
+    if a[:head] != b[:head]:
+        hi = head - 1
     while lo < hi:  # largest m with a[:m] == b[:m]; slice comparison runs in C
         mid = (lo + hi + 1) // 2
         if a[:mid] == b[:mid]:
@@ -259,7 +264,9 @@ class SimState:
         self.keys = {"openai": args.openai_key, "anthropic": args.anthropic_key,
                      "deepseek": args.deepseek_key}
         self.config = {"output_tokens": args.output_tokens, "openai_ttl": args.openai_ttl,
-                       "deepseek_ttl": args.deepseek_ttl, "reasoning_tokens": args.reasoning_tokens}
+                       "deepseek_ttl": args.deepseek_ttl, "reasoning_tokens": args.reasoning_tokens,
+                       "anthropic_ttl_5m": ANTHROPIC_TTLS["5m"],
+                       "anthropic_ttl_1h": ANTHROPIC_TTLS["1h"]}
         self.clock_offset = 0.0
         self.shutdown = threading.Event()
         self.reset()
@@ -333,7 +340,7 @@ class SimState:
                 continue
             w[ttl] += pos - point
             point = pos
-            ttl_s = ANTHROPIC_TTLS[ttl]
+            ttl_s = float(self.config["anthropic_ttl_" + ttl])
             self.anthropic_cache[(model, tuple(tokens[:pos]))] = [now + ttl_s, ttl_s]
         return read, w["5m"], w["1h"], total - point
 
@@ -354,6 +361,8 @@ class SimState:
                 continue
             if "model" in f and f["model"] != model:
                 continue
+            if "user" in f and _user_of(body) != f["user"]:
+                continue
             count = int(f.get("count", 1))
             if count > 0:
                 if count == 1:
@@ -363,6 +372,16 @@ class SimState:
             f["_applied"] = f.get("_applied", 0) + 1
             return dict(f)
         return None
+
+
+def _user_of(body) -> str | None:
+    """The end-user id of a request: OpenAI's `user`, Anthropic's metadata.user_id."""
+    if not isinstance(body, dict):
+        return None
+    if isinstance(body.get("user"), str):
+        return body["user"]
+    md = body.get("metadata")
+    return md.get("user_id") if isinstance(md, dict) else None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -585,6 +585,30 @@ def test_fault_status_one_shot_and_counted(sim):
     assert not any(e.get("status") for e in sim.client.usage_log())
 
 
+def test_fault_user_match(sim):
+    """A fault can target one end user (OpenAI `user`, Anthropic metadata.user_id): a replay marks
+    the turns of an outage with it."""
+    msgs = [{"role": "user", "content": "x"}]
+    sim.client.add_faults({"user": "down", "status": 503, "count": 0})
+    assert openai_chat(sim.port, msgs)[0] == 200
+    assert openai_chat(sim.port, msgs, user="down")[0] == 503
+    assert ant(sim.port, ant_body(metadata={"user_id": "down"}))[0] == 503
+    assert ant(sim.port, ant_body(metadata={"user_id": "up"}))[0] == 200
+
+
+def test_anthropic_ttls_are_configurable(sim):
+    sim.client.config(anthropic_ttl_5m=2)
+    try:
+        b = ant_body(msg_cache=True, user="short ttl")
+        ant(sim.port, b)
+        sim.client.advance_clock(1)
+        assert ant(sim.port, b)[2]["usage"]["cache_read_input_tokens"] > 0
+        sim.client.advance_clock(3)
+        assert ant(sim.port, b)[2]["usage"]["cache_read_input_tokens"] == 0
+    finally:
+        sim.client.config(anthropic_ttl_5m=300)
+
+
 def test_fault_stream_match(sim):
     sim.client.add_faults({"path": "/openai/", "stream": True, "status": 502})
     assert openai_chat(sim.port, [{"role": "user", "content": "x"}])[0] == 200

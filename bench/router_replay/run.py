@@ -1,0 +1,463 @@
+#!/usr/bin/env python3
+"""bench/router_replay: what routing saves, billed by kvgate's own telemetry.
+
+Replays synthetic multi-turn sessions (a long system prompt and tools, 10-60 turns of growing
+history, idle gaps some of which outlast the cache TTL, provider outages, and turns that need the
+premium model) through a real kvgate against the provider simulator, once per strategy:
+
+  premium      every turn on claude-sonnet-4-5 (falling back only while it is down)
+  cache-blind  strategy cost, cache_aware false: the cheapest eligible target at list price
+  kvgate       strategy cost, cache_aware true: the planner that prices the cached prefix
+
+and computes a hindsight oracle: per session, the cheapest assignment of turns to targets
+knowing every future turn (dynamic programming over which targets' caches are warm), under the
+simulator's caching rules and the same constraints. Prints one table: billed cost of each, its
+ratio to the oracle, the cache hit rate, and the planner's prediction error (estimated vs billed
+cost per turn).
+
+Time is scaled: cache TTLs are 2 s (5-minute entries) and 24 s (1-hour entries) in the simulator
+and in kvgate's caching rules; gaps are scaled alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import os
+import random
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "sim"))
+from simctl import SimProcess  # noqa: E402
+
+import openai  # noqa: E402
+
+TTL_S = 2           # the simulator's and kvgate's TTL of 5-minute cache entries, scaled
+LONG_TTL_S = 24     # of 1-hour entries
+OUTPUT_TOKENS = 60  # agent turns: a tool call or a short answer
+ADMIN = "bench-admin"
+
+# Three price points (USD per 1M tokens: input, cache read, 5-minute cache write, output). The
+# premium model caches at breakpoints; the mid model reads its cache at a tenth of its input price
+# (Gemini 2.5 Flash's rates, served here by the simulator's OpenAI endpoint and its caching
+# rules); the budget model is the cheapest at list price, from a host that does not discount
+# cache reads (Llama 3.3 70B at a typical open-model host's rates).
+PREMIUM, MID, BUDGET = "sonnet", "flash", "llama"
+TARGETS = [PREMIUM, MID, BUDGET]
+UPSTREAM = {PREMIUM: "claude-sonnet-4-5", MID: "gemini-2.5-flash", BUDGET: "llama-3.3-70b"}
+KIND = {PREMIUM: "anthropic", MID: "openai", BUDGET: "openai"}
+PRICES = {PREMIUM: ("3", "0.30", "3.75", "15"), MID: ("0.30", "0.03", "0.30", "2.50"),
+          BUDGET: ("0.23", "0.23", "0.23", "0.40")}
+
+
+# -- sessions --------------------------------------------------------------------------------
+
+@dataclass
+class Turn:
+    user: str
+    assistant: str  # the scripted answer the client keeps in its history (a replay)
+    gap: float      # seconds after the previous turn's answer
+    premium: bool   # needs the premium model (a when: rule)
+    down: str | None = None  # a target that is down for this turn
+
+
+@dataclass
+class Session:
+    sid: int
+    system: str
+    tools: list
+    turns: list[Turn] = field(default_factory=list)
+
+
+def words(rng: random.Random, n: int) -> str:
+    return " ".join(f"w{rng.randrange(50_000)}" for _ in range(n))
+
+
+def make_sessions(n: int, seed: int) -> list[Session]:
+    rng = random.Random(seed)
+    sessions = []
+    for sid in range(n):
+        system = f"session {sid} agent instructions: " + words(rng, rng.randint(3000, 15000))
+        tools = [{"type": "function", "function": {
+            "name": f"tool_{k}", "description": words(rng, 60),
+            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}
+            for k in range(2)]
+        s = Session(sid, system, tools)
+        n_turns = rng.randint(10, 60)
+        outage = None
+        if rng.random() < 0.2:
+            start = rng.randrange(1, n_turns)
+            outage = (rng.choice(TARGETS), start, start + rng.randint(3, 6))
+        for i in range(n_turns):
+            long_gap = i > 0 and rng.random() < 0.1
+            gap = rng.uniform(2.8, 4.0) if long_gap else rng.uniform(0.1, 1.0)
+            down = outage[0] if outage and outage[1] <= i < outage[2] else None
+            premium = i > 0 and rng.random() < 0.05 and down != PREMIUM
+            # The user side of an agent's turn is mostly tool output: a file, a search result.
+            s.turns.append(Turn(words(rng, rng.randint(30, 1200)), words(rng, rng.randint(20, 200)),
+                                0.0 if i == 0 else gap, premium, down))
+        sessions.append(s)
+    return sessions
+
+
+def body_of(s: Session, i: int, model: str, thread: str) -> dict:
+    """The client's request for turn i: the whole history, cache breakpoints on the system prompt
+    and on the newest user message (what Claude Code and similar agents send)."""
+    system = {"role": "system", "content": [
+        {"type": "text", "text": s.system, "cache_control": {"type": "ephemeral"}}]}
+    messages = [system]
+    # Earlier user messages keep their form (content parts); only the breakpoint moves.
+    for k in range(i):
+        messages += [{"role": "user", "content": [{"type": "text", "text": s.turns[k].user}]},
+                     {"role": "assistant", "content": s.turns[k].assistant}]
+    messages.append({"role": "user", "content": [
+        {"type": "text", "text": s.turns[i].user, "cache_control": {"type": "ephemeral"}}]})
+    extra = {"thread_identifier": thread}
+    t = s.turns[i]
+    if t.premium:
+        extra["metadata"] = {"needs": "premium"}
+    if t.down:
+        extra["user"] = f"down-{t.down}"
+    return {"model": model, "messages": messages, "tools": s.tools, "extra_body": extra}
+
+
+# -- processes -------------------------------------------------------------------------------
+
+def kvgate_config(sim_port: int, db: Path, horizon: str) -> str:
+    sim = f"http://127.0.0.1:{sim_port}"
+    when = "    when:\n      - {match: {metadata.needs: premium}, targets: [sonnet]}\n"
+    provider = {PREMIUM: "anthropic", MID: "openai", BUDGET: "openai"}
+    models = "models:\n" + "".join(
+        f"  - {{name: {t}, provider: {provider[t]}, upstream_model: {UPSTREAM[t]}, pricing: "
+        f"{{input: \"{p[0]}\", cached_input: \"{p[1]}\", cache_write_5m: \"{p[2]}\", "
+        f"output: \"{p[3]}\"}}}}\n" for t, p in PRICES.items())
+    return f"""\
+server: {{listen: 127.0.0.1:0, admin_token: {ADMIN}, threads: 2}}
+storage: {{sqlite: {db}}}
+pricing:
+  caching_rules:
+    openai: {{min_cacheable_tokens: 1024, granularity_tokens: 128, ttl_seconds: {TTL_S},
+             max_ttl_seconds: {LONG_TTL_S}}}
+    anthropic: {{automatic: false, min_cacheable_tokens: 1024, granularity_tokens: 1,
+                ttl_seconds: {TTL_S}, max_ttl_seconds: {LONG_TTL_S}}}
+providers:
+  - {{name: openai, type: openai, base_url: {sim}/openai/v1, api_key: sk-openai-sim}}
+  - {{name: anthropic, type: anthropic, base_url: {sim}/anthropic, api_key: sk-ant-test}}
+{models}routers:
+  - {{name: premium, strategy: fallback, targets: [sonnet, flash, llama], retries: 0, affinity: none}}
+  - name: cache-blind
+    strategy: cost
+    cache_aware: false
+    targets: [sonnet, flash, llama]
+    retries: 0
+{when}  - name: kvgate
+    strategy: cost
+    cache_aware: true
+    targets: [sonnet, flash, llama]
+    retries: 0
+    horizon_turns: {horizon}
+{when}# The replay's outages are per-request faults, not provider-wide: the breaker stays closed so
+# one session's outage does not move the others.
+routing:
+  health: {{failures_to_open: 1000, error_rate_to_open: 1.0, min_requests: 100000}}
+"""
+
+
+class Kvgate:
+    def __init__(self, binary: str, workdir: Path, sim_port: int, horizon: str):
+        self.config = workdir / "kvgate.yaml"
+        self.config.write_text(kvgate_config(sim_port, workdir / "router.db", horizon))
+        self.log = open(workdir / "kvgate.stderr.log", "wb")
+        self.proc = subprocess.Popen([binary, "serve", "--config", str(self.config)],
+                                     stdout=self.log, stderr=subprocess.PIPE, cwd=workdir)
+        self.port = None
+        deadline = time.monotonic() + 30
+        for line in iter(self.proc.stderr.readline, b""):
+            self.log.write(line)
+            m = re.search(rb"listening on http://127\.0\.0\.1:(\d+)", line)
+            if m:
+                self.port = int(m.group(1))
+                break
+            if time.monotonic() > deadline:
+                break
+        if self.port is None:
+            raise RuntimeError(f"kvgate did not start; see {workdir / 'kvgate.stderr.log'}")
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self):
+        for line in iter(self.proc.stderr.readline, b""):
+            self.log.write(line)
+
+    def get(self, path: str):
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}",
+                                     headers={"Authorization": f"Bearer {ADMIN}"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return json.loads(r.read())
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(60)
+
+
+# -- replay ----------------------------------------------------------------------------------
+
+def replay(gw: Kvgate, sessions: list[Session], model: str, run: str, concurrency: int) -> dict:
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{gw.port}/v1", api_key="unused",
+                           max_retries=0, timeout=60)
+    errors = []
+
+    def one(s: Session):
+        thread = f"{run}-{s.sid}"
+        for i, t in enumerate(s.turns):
+            time.sleep(t.gap)
+            b = body_of(s, i, model, thread)
+            try:
+                client.chat.completions.create(**b)
+            except openai.APIError as e:
+                errors.append((thread, i, str(e)[:200]))
+        return thread
+
+    t0 = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
+        threads = list(pool.map(one, sessions))
+    return {"threads": threads, "errors": errors, "seconds": time.monotonic() - t0}
+
+
+def collect(gw: Kvgate, threads: list[str], expected_turns: dict[str, int]) -> dict[str, list]:
+    """Each thread's turns from kvgate's read API, once all are stored."""
+    out = {}
+    for thread in threads:
+        deadline = time.monotonic() + 30
+        while True:
+            body = gw.get(f"/api/threads/{thread}")
+            turns = body.get("turns", [])
+            if len(turns) >= expected_turns[thread] or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        out[thread] = turns
+    return out
+
+
+# -- the oracle -------------------------------------------------------------------------------
+
+def micro(v: str) -> int:
+    """USD per 1M tokens -> micro-USD per 1M = pico-USD per token, exactly."""
+    whole, _, frac = v.partition(".")
+    return int(whole) * 1_000_000 + int((frac + "000000")[:6])
+
+
+def load_rates() -> dict[str, dict[str, int]]:
+    return {t: {"input": micro(p[0]), "cached": micro(p[1]), "w5m": micro(p[2]),
+                "output": micro(p[3])} for t, p in PRICES.items()}
+
+
+def openai_cached(common: int) -> int:
+    return 0 if common < 1024 else 1024 + 128 * ((common - 1024) // 128)
+
+
+def turn_cost(rates, target: str, prompt: dict, i: int, j: int | None, times: list[float],
+              output: int) -> int:
+    """The simulator's bill for turn i on `target` when its cache last held turn j's prompt
+    (append-only histories: turn j's prompt is a prefix of turn i's)."""
+    r = rates[target]
+    p_i = prompt[KIND[target]][i]
+    live = j is not None and times[i] - times[j] < TTL_S
+    if KIND[target] == "openai":
+        cached = openai_cached(min(prompt["openai"][j], p_i)) if live else 0
+        return (p_i - cached) * r["input"] + cached * r["cached"] + output * r["output"]
+    # Anthropic: the newest breakpoint closes the last user block (the primer follows it).
+    read = prompt["anthropic"][j] - 1 if live else 0
+    written = (p_i - 1) - read
+    return 1 * r["input"] + read * r["cached"] + written * r["w5m"] + output * r["output"]
+
+
+def oracle_session(rates, s: Session, prompt: dict, output: list[int], times: list[float]) -> int:
+    states = {(None, None, None): 0}
+    for i, turn in enumerate(s.turns):
+        allowed = [PREMIUM] if turn.premium else [t for t in TARGETS if t != turn.down]
+        nxt: dict[tuple, int] = {}
+        for state, cost in states.items():
+            # Entries older than the TTL are gone for good: forget them (keeps the state small).
+            state = tuple(j if j is not None and times[i] - times[j] < TTL_S else None
+                          for j in state)
+            for target in allowed:
+                k = TARGETS.index(target)
+                c = cost + turn_cost(rates, target, prompt, i, state[k], times, output[i])
+                new = list(state)
+                new[k] = i
+                key = tuple(new)
+                if key not in nxt or c < nxt[key]:
+                    nxt[key] = c
+        states = nxt
+    return min(states.values())
+
+
+def model_cost(rates, s: Session, prompt: dict, output: list[int], assignment: list[str],
+               times: list[float]) -> int:
+    """The oracle's cost model applied to a run's actual assignment (checks the model)."""
+    last: dict[str, int | None] = {t: None for t in TARGETS}
+    total = 0
+    for i, target in enumerate(assignment):
+        j = last[target]
+        if j is not None and times[i] - times[j] >= TTL_S:
+            j = None
+        total += turn_cost(rates, target, prompt, i, j, times, output[i])
+        last[target] = i
+    return total
+
+
+# -- report ------------------------------------------------------------------------------------
+
+def rfc3339_seconds(text: str) -> float:
+    # "2026-12-01T20:08:35.123456Z"
+    import datetime
+    return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+        tzinfo=datetime.timezone.utc).timestamp()
+
+
+def totals(turns_by_thread: dict[str, list]) -> dict:
+    cost = read = write = uncached = 0
+    errors = []
+    for turns in turns_by_thread.values():
+        for t in turns:
+            cost += t["cost_pico_usd"]["total"]
+            u = t["usage"]
+            read += u["cache_read"] or 0
+            write += (u["cache_write_5m"] or 0) + (u["cache_write_1h"] or 0)
+            uncached += u["uncached"] or 0
+            if t["route"]:
+                chosen = next((c for c in t["route"]["candidates"] if c["target"] == t["target"]),
+                              None)
+                billed = t["cost_pico_usd"]["total"]
+                if chosen and chosen["est_cost_pico"] is not None and billed > 0:
+                    errors.append(abs(chosen["est_cost_pico"] - billed) / billed)
+    total_in = read + write + uncached
+    return {"cost": cost, "hit": read / total_in if total_in else 0.0, "errors": errors}
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    v = sorted(values)
+    return v[min(len(v) - 1, int(q * len(v)))]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sessions", type=int, default=200)
+    ap.add_argument("--concurrency", type=int, default=40)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--horizon", default="auto", help="the kvgate router's horizon_turns")
+    ap.add_argument("--kvgate", default=str(REPO / "build" / "bin" / "kvgate"))
+    ap.add_argument("--out", default=str(REPO / "bench" / "out" / "router_replay"))
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="kvgate-router-replay-"))
+    sessions = make_sessions(args.sessions, args.seed)
+    n_turns = sum(len(s.turns) for s in sessions)
+    print(f"{len(sessions)} sessions, {n_turns} turns; "
+          f"{sum(t.premium for s in sessions for t in s.turns)} premium turns, "
+          f"{sum(1 for s in sessions if any(t.down for t in s.turns))} sessions with an outage, "
+          f"{sum(t.gap > TTL_S for s in sessions for t in s.turns)} gaps past the TTL", flush=True)
+
+    sim = SimProcess(openai_key="sk-openai-sim", extra_args=["--output-tokens", str(OUTPUT_TOKENS)],
+                     log_dir=str(work))
+    results = {}
+    try:
+        sim.client.config(openai_ttl=TTL_S, anthropic_ttl_5m=TTL_S, anthropic_ttl_1h=LONG_TTL_S)
+        gw = Kvgate(args.kvgate, work, sim.port, args.horizon)
+        try:
+            for name in ("premium", "cache-blind", "kvgate"):
+                sim.client.reset()  # every strategy starts with cold provider caches
+                for target in TARGETS:
+                    sim.client.add_faults({"model": UPSTREAM[target], "user": f"down-{target}",
+                                           "status": 503, "count": 0})
+                run = replay(gw, sessions, name, f"{name}-{args.seed}", args.concurrency)
+                expected = {f"{name}-{args.seed}-{s.sid}": len(s.turns) for s in sessions}
+                turns = collect(gw, run["threads"], expected)
+                results[name] = {"run": run, "turns": turns}
+                print(f"  {name}: {run['seconds']:.0f} s, {len(run['errors'])} client errors",
+                      flush=True)
+        finally:
+            gw.stop()
+    finally:
+        sim.stop()
+
+    # Token counts per turn and tokenizer, from the runs (premium: Anthropic's, the others:
+    # OpenAI's); output tokens as billed.
+    rates = load_rates()
+    oracle = 0
+    checks = {name: [0, 0] for name in results}
+    for s in sessions:
+        prompt = {"openai": {}, "anthropic": {}}
+        output = [OUTPUT_TOKENS] * len(s.turns)
+        for name, res in results.items():
+            for i, t in enumerate(res["turns"][f"{name}-{args.seed}-{s.sid}"]):
+                u = t["usage"]
+                if u["uncached"] is None:
+                    continue
+                total = u["cache_read"] + u["cache_write_5m"] + u["cache_write_1h"] + u["uncached"]
+                prompt[KIND[t["target"]]][i] = total
+                output[i] = u["output"]
+        # A turn's count is missing for a tokenizer only where no run could send it there (a
+        # premium turn for the OpenAI models, a premium outage for Anthropic's): the oracle never
+        # prices those.
+        def times_of(turns):
+            return [rfc3339_seconds(t["created_at"]) for t in turns]
+
+        # The oracle meets the turns when the kvgate run sent them (the gaps as they really were,
+        # latency included).
+        kv_turns = results["kvgate"]["turns"][f"kvgate-{args.seed}-{s.sid}"]
+        oracle += oracle_session(rates, s, prompt, output, times_of(kv_turns))
+        for name, res in results.items():
+            turns = res["turns"][f"{name}-{args.seed}-{s.sid}"]
+            if len(turns) != len(s.turns):
+                continue
+            checks[name][0] += model_cost(rates, s, prompt, output, [t["target"] for t in turns],
+                                          times_of(turns))
+            checks[name][1] += sum(t["cost_pico_usd"]["total"] for t in turns)
+
+    rows = []
+    summary = {"sessions": len(sessions), "turns": n_turns, "oracle_usd": oracle / 1e12}
+    kv = totals(results["kvgate"]["turns"])
+    for name in ("premium", "cache-blind", "kvgate"):
+        t = totals(results[name]["turns"])
+        rows.append((name, t["cost"] / 1e12, t["cost"] / oracle, t["cost"] / kv["cost"], t["hit"],
+                     len(results[name]["run"]["errors"]), checks[name][0] / max(1, checks[name][1])))
+        summary[name] = {"usd": t["cost"] / 1e12, "x_oracle": t["cost"] / oracle,
+                         "x_kvgate": t["cost"] / kv["cost"], "hit_rate": t["hit"],
+                         "client_errors": len(results[name]["run"]["errors"]),
+                         "oracle_model_vs_billed": checks[name][0] / max(1, checks[name][1])}
+    summary["prediction_error_median"] = pct(kv["errors"], 0.5)
+    summary["prediction_error_p95"] = pct(kv["errors"], 0.95)
+    print()
+    print(f"| strategy | billed USD | x oracle | x kvgate | cache hit rate | client errors | "
+          f"oracle model / billed |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for name, usd, xo, xk, hit, errs, check in rows:
+        print(f"| {name} | {usd:.4f} | {xo:.3f} | {xk:.3f} | {hit:.3f} | {errs} | {check:.4f} |")
+    print(f"| hindsight oracle | {oracle / 1e12:.4f} | 1.000 | {oracle / kv['cost']:.3f} | | | |")
+    print()
+    print(f"planner prediction error (kvgate, |estimated - billed| / billed per turn): "
+          f"median {summary['prediction_error_median']:.4f}, "
+          f"p95 {summary['prediction_error_p95']:.4f} over {len(kv['errors'])} turns")
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    print(f"(summary in {out / 'summary.json'}; logs in {work})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -35,7 +35,13 @@ void Recorder::Record(telemetry::RequestRecord record,
   if (record.prompt_fingerprint && !record.thread_id.empty() && record.status == "ok") {
     auto diagnosis = tracker_.Diagnose(record, record.prompt_fingerprint,
                                        RulesFor(record.provider_type, record.upstream_model));
-    if (diagnosis) record.cache_diagnosis = diagnosis->ToJson();
+    if (diagnosis) {
+      record.cache_diagnosis = diagnosis->ToJson();
+      if (price) {
+        record.cost.missed =
+            telemetry::MissCost(diagnosis->MissedTokens(), record.usage, *price);
+      }
+    }
   } else {
     record.prompt_fingerprint.reset();  // nothing will ever compare with it
   }

@@ -268,7 +268,13 @@ nlohmann::json Diagnosis::ToJson() const {
   if (previous_model) j["previous_model"] = *previous_model;
   if (previous_provider) j["previous_provider"] = *previous_provider;
   if (min_tokens) j["min_tokens"] = *min_tokens;
+  if (ttl_seconds) j["ttl_seconds"] = *ttl_seconds;
   return j;
+}
+
+int64_t Diagnosis::MissedTokens() const {
+  if (cause == "below_minimum") return 0;
+  return std::max<int64_t>(0, expected_cached - cached);
 }
 
 TurnSummary TurnSummary::Of(const RequestRecord& r,
@@ -279,9 +285,7 @@ TurnSummary TurnSummary::Of(const RequestRecord& r,
   t.created_at_us = r.created_at_us;
   t.fingerprint = std::move(fingerprint);
   t.cache_read = r.usage.cache_read;
-  if (r.usage.cache_write_5m && r.usage.cache_write_1h) {
-    t.cache_write = *r.usage.cache_write_5m + *r.usage.cache_write_1h;
-  }
+  t.cache_write = r.usage.CacheWrite();
   t.total_input = r.usage.TotalInput();
   t.wrote_1h = r.usage.cache_write_1h.value_or(0) > 0;
   return t;
@@ -360,6 +364,7 @@ std::optional<Diagnosis> DiagnoseTurn(const TurnSummary& prev, const TurnSummary
   if (ttl && prev.wrote_1h) ttl = std::max<int64_t>(*ttl, 3600);
   const bool reads_gone =
       cached < std::max<int64_t>(std::max<int64_t>(1, rules.granularity), full / 20);
+  d.ttl_seconds = ttl;
   if (reads_gone && ttl && d.idle_seconds >= double(*ttl)) {
     d.cause = "expired";
     std::snprintf(buf, sizeof(buf), "%.0f s idle, at or above the cache TTL of %lld s",

@@ -1,4 +1,4 @@
-// Threads and cache-drop diagnosis (ARCHITECTURE.md, "Threads and cache-drop diagnosis").
+// Threads and cache-drop diagnosis (docs/api.md lists the causes a user sees).
 //
 // A prompt fingerprint summarizes a request's prompt prefix at element boundaries (tools, then a
 // top-level system, then each message: the order providers cache in) so that two turns of one
@@ -101,6 +101,11 @@ struct Diagnosis {
   std::optional<uint64_t> char_offset;  // prompt_changed: chunk-aligned offset, see above
   std::optional<std::string> previous_model, previous_provider;  // model_switch
   std::optional<int64_t> min_tokens;                             // below_minimum
+  std::optional<int64_t> ttl_seconds;  // expired, partial_eviction: the TTL the idle gap met
+
+  // Tokens this turn should have read from the cache and did not (0 for below_minimum: the
+  // provider could not have cached them).
+  int64_t MissedTokens() const;
 
   // {"cause","detail","expected_cached","cached","idle_seconds", and the optional fields set}.
   nlohmann::json ToJson() const;
@@ -112,7 +117,7 @@ struct TurnSummary {
   int64_t created_at_us = 0;
   std::shared_ptr<const PromptFingerprint> fingerprint;  // never null in a summary
   std::optional<int64_t> cache_read;
-  std::optional<int64_t> cache_write;  // 5m + 1h, when both known
+  std::optional<int64_t> cache_write;  // 5m + 1h + no TTL, when all known
   std::optional<int64_t> total_input;  // when every input component is known
   bool wrote_1h = false;               // the turn wrote with a 1-hour TTL
 

@@ -588,6 +588,7 @@ asio::awaitable<void> LocalEnginesImpl::Serve(const Route& route, const json& bo
   const std::string response_id = (options.endpoint == providers::Endpoint::kChatCompletions
                                         ? NewId("chatcmpl")
                                         : NewId("cmpl"));
+  rec.response_id = response_id;
   const int64_t created = std::time(nullptr);
   const std::string& model = rec.model;
   bool streaming = options.stream;

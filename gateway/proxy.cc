@@ -340,6 +340,7 @@ asio::awaitable<void> Gateway::ServeInference(http::Request& request,
     }
     rec.usage = std::move(translated->usage);
     rec.finish_reason = translated->finish_reason;
+    rec.response_id = providers::ResponseIdOf(translated->body);
     rec.http_status = 200;
     // A client that gave up while the upstream worked (its timeout) closed the connection; a
     // write would still succeed into the socket buffer, so ask the socket.
@@ -404,6 +405,7 @@ asio::awaitable<void> Gateway::ServeInference(http::Request& request,
     }
     auto piece = translator->Feed(bytes);
     if (piece.has_content) log.MarkFirstToken();
+    if (rec.response_id.empty()) rec.response_id = providers::ResponseIdOfStream(piece.bytes);
     if (!piece.bytes.empty()) {
       auto wrote = co_await writer.WriteChunk(piece.bytes);
       if (!wrote) {

@@ -74,13 +74,13 @@ auto Guarded(F&& f) -> decltype(f()) {
 
 namespace internal {
 
-// One pass over the primary key's range: a row per (bucket, model, provider).
+// One pass over the primary key's range, in key order; the rows are summed into buckets here
+// (a GROUP BY would sort every row of the range first: 60 ms for a week of four models).
 std::string_view OverviewSql() {
-  return "SELECT (minute_us - ?1) / ?3, model, provider, sum(requests), sum(errors), "
-         "sum(cache_read), sum(cache_write), sum(uncached), sum(output_tokens), sum(cost_total), "
-         "sum(cost_saved), sum(cost_missed), sum(known_input_read), sum(known_input_total), "
-         "sum(latency_us_sum), sum(latency_count) FROM usage_by_minute "
-         "WHERE minute_us >= ?1 AND minute_us < ?2 GROUP BY 1, 2, 3";
+  return "SELECT minute_us, model, provider, requests, errors, cache_read, cache_write, uncached, "
+         "output_tokens, cost_total, cost_saved, cost_missed, known_input_read, known_input_total, "
+         "latency_us_sum, latency_count FROM usage_by_minute "
+         "WHERE minute_us >= ?1 AND minute_us < ?2";
 }
 
 Result<json> SqliteTelemetryStore::Overview(int64_t since_us, int64_t until_us,
@@ -106,7 +106,6 @@ Result<json> SqliteTelemetryStore::Overview(int64_t since_us, int64_t until_us,
   const int64_t first_minute = since_us >= 0 ? since_us / kMinuteUs * kMinuteUs : since_us;
   s.BindInt(1, first_minute);
   s.BindInt(2, until_us);
-  s.BindInt(3, bucket_us);
   return Guarded([&]() -> Result<json> {
     std::vector<Sums> series(static_cast<size_t>(buckets));
     struct ModelSeries {
@@ -114,11 +113,14 @@ Result<json> SqliteTelemetryStore::Overview(int64_t since_us, int64_t until_us,
       std::vector<Sums> points;
     };
     std::map<std::pair<std::string, std::string>, ModelSeries> models;
+    std::pair<std::string, std::string> key;
+    ModelSeries* m = nullptr;  // the previous row's: looked up again when the row's model differs
     for (;;) {
       Result<bool> row = s.Step();
       if (!row) return std::unexpected(row.error());
       if (!*row) break;
-      const int64_t index = std::clamp<int64_t>(s.Int(0), 0, buckets - 1);
+      const int64_t index =
+          std::clamp<int64_t>((s.Int(0) - since_us) / bucket_us, 0, buckets - 1);
       Sums v;
       int64_t* fields[] = {&v.requests,    &v.errors,      &v.cache_read, &v.cache_write,
                            &v.uncached,    &v.output,      &v.cost_total, &v.cost_saved,
@@ -127,10 +129,14 @@ Result<json> SqliteTelemetryStore::Overview(int64_t since_us, int64_t until_us,
       int column = 3;
       for (int64_t* f : fields) *f = s.Int(column++);
       series[static_cast<size_t>(index)].Add(v);
-      ModelSeries& m = models[{s.Text(1), s.Text(2)}];
-      if (m.points.empty()) m.points.resize(static_cast<size_t>(buckets));
-      m.points[static_cast<size_t>(index)].Add(v);
-      m.total.Add(v);
+      std::string model = s.Text(1), provider = s.Text(2);
+      if (m == nullptr || model != key.first || provider != key.second) {
+        key = {std::move(model), std::move(provider)};
+        m = &models[key];
+        if (m->points.empty()) m->points.resize(static_cast<size_t>(buckets));
+      }
+      m->points[static_cast<size_t>(index)].Add(v);
+      m->total.Add(v);
     }
     json out;
     out["since"] = FormatRfc3339Micros(since_us);

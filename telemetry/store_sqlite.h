@@ -25,7 +25,11 @@ Status ApplyMigrations(Db& db, std::span<const Migration> extra, const Clock& cl
 
 // The SQL of the two list queries for a query's filters (store_queries.cc): what ListThreads and
 // ListRequests run, and what the test of their query plans explains.
-std::string ThreadListSql(const ThreadQuery& query, bool has_cursor);
+// `sort_after_filter`: read the threads the filters select through their own index and sort
+// them, instead of walking the sort's index until `limit` of them pass (ListThreads picks it
+// when the `since` window holds few threads).
+std::string ThreadListSql(const ThreadQuery& query, bool has_cursor,
+                          bool sort_after_filter = false);
 std::string RequestListSql(const RequestQuery& query, bool has_cursor);
 // The overview's statement (store_overview.cc).
 std::string_view OverviewSql();

@@ -180,6 +180,23 @@ TEST(StoreDashboardTest, ThreadListFiltersByPrefixAndTime) {
   window.sort = ThreadQuery::Sort::kHitRatio;  // all unknown -> by id, ascending
   EXPECT_EQ(ids(window), (std::vector<std::string>{"sales-1", "support-2"}));
 
+  // A small `since` window in another order is read and sorted (ListThreads' count): it pages
+  // through the same cursor.
+  ThreadQuery paged;
+  paged.since_us = kT0 + 5 * kMinute;
+  paged.sort = ThreadQuery::Sort::kFirstSeen;
+  paged.descending = false;
+  paged.limit = 1;
+  std::vector<std::string> order;
+  for (int page = 0; page < 5; ++page) {
+    auto list = store->ListThreads(paged);
+    ASSERT_TRUE(list) << list.error().ToString();
+    for (const auto& t : (*list)["threads"]) order.push_back(t["thread_id"]);
+    if ((*list)["next_cursor"].is_null()) break;
+    paged.cursor = (*list)["next_cursor"];
+  }
+  EXPECT_EQ(order, (std::vector<std::string>{"support-2", "sales-1", "supportive"}));
+
   RequestQuery rq;
   rq.since_us = kT0 + 10 * kMinute;
   rq.until_us = kT0 + 20 * kMinute;
@@ -391,6 +408,10 @@ TEST(StoreDashboardTest, EveryListQueryUsesAnIndex) {
           const bool plain = (filters & 5) == 0;  // no model, no prefix: a walk of the sort index
           expect_indexed(internal::ThreadListSql(q, cursor), plain);
           ++checked;
+          if (q.since_us && plain) {  // the window read through threads_by_last_seen, then sorted
+            const std::string plan = expect_indexed(internal::ThreadListSql(q, cursor, true), false);
+            EXPECT_NE(plan.find("threads_by_last_seen (last_seen_us>?)"), std::string::npos) << plan;
+          }
         }
       }
     }

@@ -56,7 +56,7 @@ function render(root, state, ov, lossy) {
       { label: 'Cost', data: ov.series.map((p) => p.cost_usd), backgroundColor: '#4c7fd6', yAxisID: 'y' },
       { label: 'Saved', data: ov.series.map((p) => p.saved_usd), backgroundColor: '#2f9e6e', yAxisID: 'y' },
       { label: 'Lost to misses', data: ov.series.map((p) => p.missed_usd), backgroundColor: '#c0392b', yAxisID: 'y' },
-      { type: 'line', label: 'Requests', data: ov.series.map((p) => p.requests), borderColor: '#555', backgroundColor: '#555', yAxisID: 'y2', pointRadius: 2, borderWidth: 1.5 },
+      { type: 'line', label: 'Requests', data: ov.series.map((p) => p.requests), borderColor: '#555', backgroundColor: '#555', yAxisID: 'y2', pointRadius: (c) => (c.raw ? 2 : 0), borderWidth: 1.5, order: 0 },
     ] },
     options: { scales: { x: { ticks: { autoSkip: true, maxRotation: 0 } },
       y: { ticks: { callback: (v) => fmtUsd(v) } },

@@ -84,8 +84,9 @@ function render(root, state, data) {
   const costChart = chart(costCanvas, {
     type: 'bar',
     data: { labels, datasets: [
-      ...COST_PARTS.map((p) => ({ label: p.label, backgroundColor: p.color, data: turns.map((t) => t.cost_usd[p.key]), stack: 'cost', yAxisID: 'y' })),
-      { type: 'line', label: 'Cumulative saving', data: cumulative, borderColor: '#1b7f4f', backgroundColor: '#1b7f4f', yAxisID: 'y2', pointRadius: 0, borderWidth: 2 },
+      ...COST_PARTS.map((p) => ({ label: p.label, backgroundColor: p.color, data: turns.map((t) => t.cost_usd[p.key]), stack: 'cost', yAxisID: 'y', order: 1 })),
+      // order 0: drawn over the bars
+      { type: 'line', label: 'Cumulative saving', data: cumulative, borderColor: '#1b7f4f', backgroundColor: '#1b7f4f', yAxisID: 'y2', pointRadius: 0, borderWidth: 2, order: 0 },
     ] },
     options: { scales: {
       x: { stacked: true, ticks: { color: tickColor, autoSkip: true, maxRotation: 0, sampleSize: 8 } },

@@ -115,6 +115,9 @@ def open_kvgate(sim, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def browser():
+    # Both paths are given, so Selenium Manager has nothing to find; offline, it could not
+    # download a browser or a driver even if it tried.
+    os.environ.setdefault("SE_OFFLINE", "true")
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 

@@ -32,6 +32,7 @@ function render(root, state, ov, lossy) {
   state.charts.forEach((c) => c.destroy());
   state.charts = [];
   clear(root);
+  root.dataset.since = ov.since;  // which buckets are shown (the window moves with the clock)
   const t = ov.totals;
   root.append(h('div', { class: 'page-head row' },
     h('h1', {}, 'Overview'),

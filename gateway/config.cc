@@ -148,7 +148,9 @@ Result<telemetry::Price> ParsePricing(const json& pricing, const std::string& pa
                           {"cached_input", &price.base.cached_input},
                           {"cache_write_5m", &price.base.cache_write_5m},
                           {"cache_write_1h", &price.base.cache_write_1h},
+                          {"cache_write_no_ttl", &price.base.cache_write_no_ttl},
                           {"output", &price.base.output}};
+  bool no_ttl_given = false;
   for (const auto& [key, value] : pricing.items()) {
     bool known = false;
     for (const Field& f : fields) {
@@ -160,14 +162,17 @@ Result<telemetry::Price> ParsePricing(const json& pricing, const std::string& pa
                          path + "." + key + ": " + parsed.error().message);
       }
       *f.slot = *parsed;
+      no_ttl_given = no_ttl_given || f.slot == &price.base.cache_write_no_ttl;
     }
     if (!known) {
       return MakeError(ErrorCode::kInvalidArgument,
                        path + ": unknown price field \"" + key +
                            "\" (expected input, cached_input, cache_write_5m, cache_write_1h, "
-                           "output; USD per 1M tokens)");
+                           "cache_write_no_ttl, output; USD per 1M tokens)");
     }
   }
+  // Writes without a TTL cost what 5-minute writes cost unless priced apart.
+  if (!no_ttl_given) price.base.cache_write_no_ttl = price.base.cache_write_5m;
   return price;
 }
 

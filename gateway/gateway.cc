@@ -15,6 +15,7 @@
 #include "gateway/targets.h"
 #include "gateway/request_log.h"
 #include "gateway/tracked_writer.h"
+#include "gateway/web_assets.h"
 
 namespace kvgate::gateway {
 namespace {
@@ -63,6 +64,10 @@ bool IsGet(std::string_view method) { return method == "GET" || method == "HEAD"
 
 }  // namespace
 
+std::string_view OpenAdminApiWarning() {
+  return "no server.admin_token: /api/* is open to anyone who can reach this port";
+}
+
 std::string InternalErrorJson(std::string_view request_id) {
   return ErrorJson("kvgate failed on this request with an internal error (request " +
                        std::string(request_id) + "); it is recorded, and the server log has the "
@@ -102,6 +107,26 @@ Result<std::optional<int64_t>> IntParam(const http::Request& request, std::strin
   return std::optional<int64_t>{parsed};
 }
 
+// A time query parameter (since, until): unix microseconds or RFC 3339; nullopt when absent.
+Result<std::optional<int64_t>> TimeParam(const http::Request& request, std::string_view name) {
+  std::string value = request.query_param(name);
+  if (value.empty()) return std::optional<int64_t>{};
+  // An unencoded "+hh:mm" offset reads back as a space (query strings decode '+' so).
+  if (value.size() > 19 && value[value.size() - 6] == ' ') value[value.size() - 6] = '+';
+  const size_t digits_from = value[0] == '-' ? 1 : 0;
+  if (value.size() > digits_from &&
+      value.find_first_not_of("0123456789", digits_from) == std::string::npos) {
+    return IntParam(request, name);
+  }
+  Result<int64_t> parsed = telemetry::ParseRfc3339Micros(value);
+  if (!parsed) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     std::string(name) + " must be unix microseconds or an RFC 3339 time: " +
+                         parsed.error().message);
+  }
+  return std::optional<int64_t>{*parsed};
+}
+
 // `limit`: nullopt when absent; an error below 1; at most `max` (larger asks get `max`).
 Result<std::optional<int>> LimitParam(const http::Request& request, int max) {
   auto limit = IntParam(request, "limit");
@@ -138,9 +163,13 @@ Result<telemetry::ThreadQuery> ThreadQueryFrom(const http::Request& request) {
   auto offset = IntParam(request, "offset");
   if (!offset) return std::unexpected(offset.error());
   if (*offset) query.offset = std::max<int64_t>(0, **offset);
-  auto since = IntParam(request, "since");
+  auto since = TimeParam(request, "since");
   if (!since) return std::unexpected(since.error());
   query.since_us = *since;
+  auto until = TimeParam(request, "until");
+  if (!until) return std::unexpected(until.error());
+  query.until_us = *until;
+  query.id_prefix = request.query_param("q");
   return query;
 }
 
@@ -160,10 +189,37 @@ Result<telemetry::RequestQuery> RequestQueryFrom(const http::Request& request) {
                      "status must be one of ok, error, upstream_error, timeout, "
                      "client_disconnected, shutdown; got \"" + query.status + "\"");
   }
-  auto since = IntParam(request, "since");
+  auto since = TimeParam(request, "since");
   if (!since) return std::unexpected(since.error());
   query.since_us = *since;
+  auto until = TimeParam(request, "until");
+  if (!until) return std::unexpected(until.error());
+  query.until_us = *until;
   return query;
+}
+
+// GET /api/overview: window=1h|24h|7d (default 24h), ending now, in buckets of 1 min, 15 min and
+// 2 h (60, 96 and 84 points); the range is aligned to whole buckets.
+struct OverviewRange {
+  int64_t since_us = 0, until_us = 0, bucket_seconds = 0;
+};
+Result<OverviewRange> OverviewRangeFrom(const http::Request& request, int64_t now_us) {
+  std::string window = request.query_param("window");
+  if (window.empty()) window = "24h";
+  int64_t span_s = 0, bucket_s = 0;
+  if (window == "1h") {
+    span_s = 3600, bucket_s = 60;
+  } else if (window == "24h") {
+    span_s = 86400, bucket_s = 900;
+  } else if (window == "7d") {
+    span_s = 7 * 86400, bucket_s = 7200;
+  } else {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "window must be 1h, 24h or 7d, got \"" + window + "\"");
+  }
+  const int64_t bucket_us = bucket_s * 1'000'000;
+  const int64_t until = (now_us / bucket_us + 1) * bucket_us;
+  return OverviewRange{until - span_s * 1'000'000, until, bucket_s};
 }
 
 // Runs `fn` (blocking: a SQLite query) on `pool` and resumes the awaiting coroutine on its own
@@ -265,6 +321,8 @@ asio::awaitable<void> Gateway::HandleOther(http::Request& request, http::Respons
   const bool get = IsGet(request.method);
   if (path.rfind("/api/", 0) == 0) {
     co_await HandleReadApi(request, writer);
+  } else if (IsWebPath(path)) {
+    co_await SendWebAsset(request, writer);
   } else if (path == "/v1/chat/completions" || path == "/v1/completions") {
     co_await SendMethodNotAllowed(writer, request, "POST");
   } else if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0) {
@@ -504,6 +562,21 @@ asio::awaitable<void> Gateway::HandleModels(const http::Request& request,
 }
 
 asio::awaitable<void> Gateway::HandleReadApi(http::Request& request, http::ResponseWriter& writer) {
+  // Open to all: whether the dashboard must ask for the admin token, and, when none is set, the
+  // warning kvgate logs at startup. It says nothing an unauthenticated caller could not learn
+  // from a 401.
+  if (request.path == "/api/access") {
+    if (!IsGet(request.method)) {
+      co_await SendMethodNotAllowed(writer, request, "GET, HEAD");
+      co_return;
+    }
+    const bool required = !config_.admin_token.empty();
+    std::string access = JsonText(
+        json{{"token_required", required},
+             {"warning", required ? json(nullptr) : json(std::string(OpenAdminApiWarning()))}});
+    co_await writer.Send(200, kJson, std::move(access));
+    co_return;
+  }
   if (!config_.admin_token.empty()) {
     std::string_view token = BearerToken(request.header("authorization"));
     if (token.empty()) token = request.header("x-admin-token");
@@ -525,7 +598,7 @@ asio::awaitable<void> Gateway::HandleReadApi(http::Request& request, http::Respo
   const bool known = path == "/api/threads" || path.rfind("/api/threads/", 0) == 0 ||
                      path == "/api/requests" || path.rfind("/api/requests/", 0) == 0 ||
                      path == "/api/engine" || path == "/api/engine/lookup" ||
-                     path == "/api/routes";
+                     path == "/api/routes" || path == "/api/overview" || path == "/api/live";
   if (!known) {
     co_await SendNotFound(writer, request);
     co_return;
@@ -578,9 +651,32 @@ asio::awaitable<void> Gateway::HandleReadApi(http::Request& request, http::Respo
     result = co_await run([&store, &id] { return store.GetRequest(id); });
   } else if (path == "/api/routes") {
     result = deps_.router->Describe();
+  } else if (path == "/api/overview") {
+    auto range = OverviewRangeFrom(request, deps_.clock->NowUnixMicros());
+    if (!range) {
+      result = std::unexpected(range.error());
+    } else {
+      const OverviewRange& r = *range;
+      result = co_await run(
+          [&store, &r] { return store.Overview(r.since_us, r.until_us, r.bucket_seconds); });
+    }
+  } else if (path == "/api/live") {
+    const std::string thread_id = request.query_param("thread_id");
+    result = co_await run([&store, &thread_id] { return store.Live(thread_id); });
   } else if (path == "/api/engine") {
     result = deps_.engines ? Result<json>(deps_.engines->Describe())
                            : Result<json>(json{{"engines", json::array()}});
+    // The models each engine serves: what the dashboard's lookup box offers.
+    for (json& engine : (*result)["engines"]) {
+      json models = json::array();
+      for (const router::Target& t : deps_.router->targets()) {
+        if (t.provider_type == "local" && engine.value("provider", "") == t.provider) {
+          models.push_back(t.name);
+        }
+      }
+      std::sort(models.begin(), models.end());
+      engine["models"] = std::move(models);
+    }
   }
   if (!result) {
     int status = StatusFor(result.error().code);

@@ -29,6 +29,9 @@ class LocalEngines;  // the built-in engine instances (local providers), see loc
 class Alerting;      // monitors and alert delivery, see alerting.h
 class RequestLog;    // request_log.h
 
+// What kvgate logs at startup when server.admin_token is not set (the dashboard shows it too).
+std::string_view OpenAdminApiWarning();
+
 // The body of the 500 a request gets when kvgate fails on it (an escaped exception).
 std::string InternalErrorJson(std::string_view request_id);
 
@@ -52,7 +55,7 @@ class Gateway {
   static Result<std::unique_ptr<Gateway>> Create(const GatewayConfig& config, GatewayDeps deps);
   ~Gateway();
 
-  // The http::Handler: routes /v1/*, /healthz, /metrics, /api/*.
+  // The http::Handler: routes /v1/*, /healthz, /metrics, /api/*, and the dashboard (/, /assets/*).
   boost::asio::awaitable<void> Handle(http::Request& request, http::ResponseWriter& writer);
   http::Handler handler();
   // ServerOptions::on_rejected: records an inference request the server could not read (413,

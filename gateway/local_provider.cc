@@ -603,6 +603,7 @@ asio::awaitable<AttemptResult> LocalEnginesImpl::Attempt(const InferenceCall& ca
                           .model = rec.model,
                           .endpoint = call.endpoint,
                           .fingerprint = host.instance()};
+  rec.response_id = head.id;
   AttemptResult answered;
   answered.answered = true;
   const bool streaming = plan.options.stream;

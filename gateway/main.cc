@@ -376,8 +376,8 @@ int RunGateway(gateway::GatewayConfig config) {
                config.models.size(), config.routing.routers.size(), config.source.c_str(),
                config.sqlite_path.c_str(), MallocName().c_str());
   if (config.admin_token.empty()) {
-    std::fprintf(stderr, "kvgate: warning: no server.admin_token: /api/* is open to anyone who "
-                         "can reach this port\n");
+    const std::string warning(gateway::OpenAdminApiWarning());
+    std::fprintf(stderr, "kvgate: warning: %s\n", warning.c_str());
   }
   std::fprintf(stderr, "kvgate: listening on http://%s:%u\n", host.c_str(), (*server)->port());
   std::fflush(stderr);

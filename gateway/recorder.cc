@@ -27,7 +27,12 @@ void Recorder::Record(telemetry::RequestRecord record,
     const telemetry::CacheRules rules =
         target != kNone ? router_.targets()[target].cache_rules : telemetry::CacheRules{};
     auto diagnosis = tracker_.Diagnose(record, record.prompt_fingerprint, rules, context);
-    if (diagnosis) record.cache_diagnosis = diagnosis->ToJson();
+    if (diagnosis) {
+      record.cache_diagnosis = diagnosis->ToJson();
+      if (price) {
+        record.cost.missed = telemetry::MissCost(diagnosis->MissedTokens(), record.usage, *price);
+      }
+    }
   } else {
     record.prompt_fingerprint.reset();  // nothing will ever compare with it
   }

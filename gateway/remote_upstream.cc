@@ -207,6 +207,7 @@ asio::awaitable<AttemptResult> RemoteUpstream::Buffered(const InferenceCall& cal
   CopyUpstreamHeaders(*response, client.headers());
   rec.usage = std::move(translated->usage);
   rec.finish_reason = translated->finish_reason;
+  rec.response_id = providers::ResponseIdOf(translated->body);
   answered.outcome.latency_us = Micros(started_ns);
   co_await client.SendAnswer(std::move(translated->body));
   co_return answered;
@@ -266,6 +267,7 @@ asio::awaitable<AttemptResult> RemoteUpstream::Streamed(const InferenceCall& cal
       co_return upstream::SinkVerdict::kContinue;
     }
     auto piece = translator->Feed(bytes);
+    if (rec.response_id.empty()) rec.response_id = providers::ResponseIdOfStream(piece.bytes);
     if (piece.has_content) {
       log.MarkFirstToken();
       if (!ttft_us) ttft_us = Micros(started_ns);

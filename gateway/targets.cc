@@ -29,6 +29,9 @@ Result<std::vector<router::Target>> BuildTargets(const GatewayConfig& config,
     } else {
       t.price = catalog.Find(m.name);
     }
+    // The built-in engine runs here at no per-token charge: a model it serves without a
+    // configured price costs 0, a complete cost (not an unknown price).
+    if (!t.price && p.type == "local") t.price = telemetry::Price{};
     t.cache_rules = router::CacheRulesFor(catalog, p.type, t.upstream_model);
     if (m.context_window > 0) {
       t.context_window = m.context_window;

@@ -1,4 +1,5 @@
-// Read-only view of a GGUF file (memory-mapped). See ../shared/docs/ENGINE.md, "GGUF".
+// Read-only view of a GGUF file (memory-mapped): the header, metadata and tensor index of
+// ggml's GGUF format, version 3.
 // Every malformed file is rejected by Open() with an Error naming the file and the problem; after a
 // successful Open every tensor's bytes lie inside the mapping and every string is valid to read.
 #pragma once

@@ -1,4 +1,4 @@
-// KV cache size arithmetic (ENGINE.md, "KV bytes per token"):
+// KV cache size arithmetic (bytes of K/V cache per token):
 //   ordinary attention:  bytes/token = 2 (K and V) x layers x KV heads x head dim x bytes/value
 //   MLA (DeepSeek):      bytes/token = layers x (kv_lora_rank + qk_rope_head_dim) x bytes/value
 //                        (one latent vector and one RoPE key per layer, no separate V)

@@ -62,31 +62,32 @@ int64_t FutureCostPico(const Target& target, const TurnEstimate& now, int turns,
                                           : 2.0 * double(now.output);
   std::optional<int64_t> ttl = rules.ttl_seconds;
   if (ttl && now.long_ttl) ttl = std::max<int64_t>(*ttl, rules.long_ttl_seconds);
-  // A thread whose turns come further apart than the TTL finds the cache gone each time.
-  const bool live = !ttl || thread.turns < 2 || thread.mean_gap_seconds < double(*ttl);
-  int64_t total = 0;
-  TurnEstimate previous = now;
+  // Each later turn finds the cache warm as often as the thread's recent gaps stayed within the
+  // TTL, and pays for it cold otherwise.
+  const double warm_share = ttl ? thread.WarmShare(double(*ttl)) : 1.0;
+  // One future turn of `prompt` tokens whose first `cached` are read from the cache.
+  auto turn_cost = [&](int64_t prompt, int64_t cached) {
+    TurnEstimate t;
+    t.prompt_tokens = prompt;
+    t.output = now.output;
+    t.long_ttl = now.long_ttl;
+    t.cached = std::min(cached, prompt);
+    const int64_t rest = prompt - t.cached;
+    if (!rules.automatic && breakpoints && prompt >= rules.min_tokens) t.writes = rest;
+    t.uncached = rest - t.writes;
+    t.cost_pico = CostPico(target, t);
+    return t;
+  };
+  double total = 0;
+  int64_t prompt = now.prompt_tokens;
   for (int k = 1; k <= turns; ++k) {
-    TurnEstimate next;
-    next.prompt_tokens = previous.prompt_tokens + static_cast<int64_t>(std::llround(growth));
-    next.output = now.output;
-    next.long_ttl = now.long_ttl;
-    int64_t cached = 0;
-    if (live) {
-      cached = rules.automatic ? Cacheable(previous.prompt_tokens, rules)
-                               : (breakpoints ? previous.cached + previous.writes : 0);
-    }
-    next.cached = std::min(cached, next.prompt_tokens);
-    const int64_t rest = next.prompt_tokens - next.cached;
-    if (!rules.automatic && breakpoints && next.prompt_tokens >= rules.min_tokens) {
-      next.writes = rest;
-    }
-    next.uncached = rest - next.writes;
-    next.cost_pico = CostPico(target, next);
-    total += next.cost_pico;
-    previous = next;
+    const int64_t left = rules.automatic ? Cacheable(prompt, rules) : (breakpoints ? prompt : 0);
+    prompt += static_cast<int64_t>(std::llround(growth));
+    const int64_t warm = turn_cost(prompt, left).cost_pico;
+    const int64_t cold = turn_cost(prompt, 0).cost_pico;
+    total += warm_share * double(warm) + (1.0 - warm_share) * double(cold);
   }
-  return total;
+  return static_cast<int64_t>(std::llround(total));
 }
 
 std::string Usd(int64_t pico) {

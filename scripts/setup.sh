@@ -12,6 +12,8 @@ APT_PACKAGES=(
   libxxhash-dev libcurl4-openssl-dev libgtest-dev libgmock-dev libmimalloc-dev
   python3 python3-venv python3-pip unzip openssl
   prometheus  # promtool validates the /metrics exposition in the tests
+  libjs-chart.js  # the dashboard's charts, compiled into the kvgate binary (web/CMakeLists.txt)
+  chromium chromium-driver  # the dashboard's browser tests (tests/web), driven by Selenium
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -305,7 +305,13 @@ nlohmann::json Diagnosis::ToJson() const {
   if (previous_provider) j["previous_provider"] = *previous_provider;
   if (router) j["router"] = *router;
   if (min_tokens) j["min_tokens"] = *min_tokens;
+  if (ttl_seconds) j["ttl_seconds"] = *ttl_seconds;
   return j;
+}
+
+int64_t Diagnosis::MissedTokens() const {
+  if (cause == "below_minimum") return 0;
+  return std::max<int64_t>(0, expected_cached - cached);
 }
 
 TurnSummary TurnSummary::Of(const RequestRecord& r,
@@ -319,9 +325,7 @@ TurnSummary TurnSummary::Of(const RequestRecord& r,
   t.created_at_us = r.created_at_us;
   t.fingerprint = std::move(fingerprint);
   t.cache_read = r.usage.cache_read;
-  if (r.usage.cache_write_5m && r.usage.cache_write_1h) {
-    t.cache_write = *r.usage.cache_write_5m + *r.usage.cache_write_1h;
-  }
+  t.cache_write = r.usage.CacheWrite();
   t.total_input = r.usage.TotalInput();
   t.output = r.usage.output;
   t.wrote_1h = r.usage.cache_write_1h.value_or(0) > 0;
@@ -437,6 +441,7 @@ std::optional<Diagnosis> DiagnoseTurn(const TurnSummary& prev, const TurnSummary
     }
     const bool reads_gone =
         cached < std::max<int64_t>(std::max<int64_t>(1, rules.granularity), full / 20);
+    d.ttl_seconds = e.ttl_seconds;
     if (reads_gone && e.expired) {
       d.cause = "expired";
       std::snprintf(buf, sizeof(buf), "%.0f s idle, at or above the cache TTL of %lld s",
@@ -494,6 +499,13 @@ ThreadTracker::Shard& ThreadTracker::ShardFor(const std::string& thread_id) {
   return *shards_[std::hash<std::string>{}(thread_id) % shards_.size()];
 }
 
+double ThreadView::WarmShare(double ttl_seconds) const {
+  if (recent_gaps.empty()) return 1.0;
+  size_t warm = 0;
+  for (double g : recent_gaps) warm += g < ttl_seconds;
+  return double(warm) / double(recent_gaps.size());
+}
+
 const TurnSummary* ThreadView::OnTarget(std::string_view target) const {
   for (const TurnSummary& t : by_target) {
     if (t.target == target) return &t;
@@ -513,8 +525,12 @@ void ThreadTracker::Remember(ThreadView& view, TurnSummary turn) {
             std::max<double>(0, double(*turn.total_input - *view.latest->total_input)),
             view.turns == 1);
     }
-    blend(view.mean_gap_seconds, double(turn.created_at_us - view.latest->created_at_us) / 1e6,
-          view.turns == 1);
+    const double gap = double(turn.created_at_us - view.latest->created_at_us) / 1e6;
+    blend(view.mean_gap_seconds, gap, view.turns == 1);
+    view.recent_gaps.push_back(gap);
+    if (view.recent_gaps.size() > ThreadView::kRecentGaps) {
+      view.recent_gaps.erase(view.recent_gaps.begin());
+    }
   }
   if (turn.output) blend(view.mean_output_tokens, double(*turn.output), view.turns == 0);
   ++view.turns;

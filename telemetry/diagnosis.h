@@ -1,4 +1,4 @@
-// Threads and cache-drop diagnosis (ARCHITECTURE.md, "Threads and cache-drop diagnosis").
+// Threads and cache-drop diagnosis (docs/api.md lists the causes a user sees).
 //
 // A prompt fingerprint summarizes a request's prompt prefix at element boundaries (tools, then a
 // top-level system, then each message: the order providers cache in) so that two turns of one
@@ -108,6 +108,11 @@ struct Diagnosis {
   std::optional<std::string> previous_model, previous_provider;  // model_switch, routed_away
   std::optional<std::string> router;                             // routed_away
   std::optional<int64_t> min_tokens;                             // below_minimum
+  std::optional<int64_t> ttl_seconds;  // expired, partial_eviction: the TTL the idle gap met
+
+  // Tokens this turn should have read from the cache and did not (0 for below_minimum: the
+  // provider could not have cached them).
+  int64_t MissedTokens() const;
 
   // {"cause","detail","expected_cached","cached","idle_seconds", and the optional fields set}.
   nlohmann::json ToJson() const;
@@ -123,7 +128,7 @@ struct TurnSummary {
   int64_t created_at_us = 0;
   std::shared_ptr<const PromptFingerprint> fingerprint;  // never null in a summary
   std::optional<int64_t> cache_read;
-  std::optional<int64_t> cache_write;  // 5m + 1h, when both known
+  std::optional<int64_t> cache_write;  // 5m + 1h + no TTL, when all known
   std::optional<int64_t> total_input;  // when every input component is known
   std::optional<int64_t> output;
   bool wrote_1h = false;               // the turn wrote with the long TTL
@@ -190,6 +195,11 @@ struct ThreadView {
   double mean_output_tokens = 0;       // over recent turns (exponentially weighted)
   double mean_growth_tokens = 0;       // input tokens added per turn
   double mean_gap_seconds = 0;         // idle time between turns
+  std::vector<double> recent_gaps;     // the last kRecentGaps gaps, oldest first (seconds)
+  static constexpr size_t kRecentGaps = 8;
+  // The share of recent gaps shorter than `ttl_seconds` (1 without gaps yet): how likely the
+  // next turn is to find a cache of that TTL still warm.
+  double WarmShare(double ttl_seconds) const;
   const TurnSummary* OnTarget(std::string_view target) const;
 };
 

@@ -460,6 +460,7 @@ void GatewayMetrics::Observe(const RequestRecord& r) {
   add_tokens(0, u.cache_read);
   add_tokens(1, u.cache_write_5m);
   add_tokens(1, u.cache_write_1h);
+  add_tokens(1, u.cache_write_no_ttl);
   add_tokens(2, u.uncached);
   add_tokens(3, u.output);
 

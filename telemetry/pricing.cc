@@ -132,20 +132,26 @@ Result<int64_t> ParseScaledJson(const json& value, int scale) {
 // Every field optional: what one JSON entry (or its tier) says.
 struct PartialRates {
   std::optional<int64_t> input, cached_input, cache_write_5m, cache_write_1h, output;
+  std::optional<int64_t> cache_write_no_ttl;
 };
 
 struct RateKeys {
   std::string_view input, cached_input, cache_write_5m, cache_write_1h, output;
+  std::string_view cache_write_no_ttl;  // "" when the format has no such key
 };
-constexpr RateKeys kKvgateKeys{"input", "cached_input", "cache_write_5m", "cache_write_1h", "output"};
+constexpr RateKeys kKvgateKeys{"input",          "cached_input", "cache_write_5m",
+                               "cache_write_1h", "output",       "cache_write_no_ttl"};
+// LiteLLM has no rate for writes without a TTL: they default to its creation cost.
 constexpr RateKeys kLiteLlmKeys{"input_cost_per_token", "cache_read_input_token_cost",
                                 "cache_creation_input_token_cost",
-                                "cache_creation_input_token_cost_above_1hr", "output_cost_per_token"};
+                                "cache_creation_input_token_cost_above_1hr", "output_cost_per_token",
+                                ""};
 
 // Reads the rate keys of `obj` (key + suffix); null or absent fields stay unset.
 Status ReadRates(const json& obj, const RateKeys& keys, std::string_view suffix, int scale,
                  PartialRates* out) {
   auto read = [&](std::string_view key, std::optional<int64_t>* field) -> Status {
+    if (key.empty()) return {};
     auto it = obj.find(std::string(key) + std::string(suffix));
     if (it == obj.end() || it->is_null()) return {};
     Result<int64_t> v = ParseScaledJson(*it, scale);
@@ -157,7 +163,8 @@ Status ReadRates(const json& obj, const RateKeys& keys, std::string_view suffix,
                             std::pair{keys.cached_input, &out->cached_input},
                             std::pair{keys.cache_write_5m, &out->cache_write_5m},
                             std::pair{keys.cache_write_1h, &out->cache_write_1h},
-                            std::pair{keys.output, &out->output}}) {
+                            std::pair{keys.output, &out->output},
+                            std::pair{keys.cache_write_no_ttl, &out->cache_write_no_ttl}}) {
     if (Status s = read(key, field); !s) return s;
   }
   return {};
@@ -170,6 +177,7 @@ Rates ResolveBase(const PartialRates& p) {
   r.cached_input = p.cached_input.value_or(r.input);
   r.cache_write_5m = p.cache_write_5m.value_or(r.input);
   r.cache_write_1h = p.cache_write_1h.value_or(r.cache_write_5m);
+  r.cache_write_no_ttl = p.cache_write_no_ttl.value_or(r.cache_write_5m);
   return r;
 }
 
@@ -180,6 +188,9 @@ Rates ResolveTier(const PartialRates& p, const Rates& base) {
   r.cached_input = p.cached_input.value_or(base.cached_input);
   r.cache_write_5m = p.cache_write_5m.value_or(base.cache_write_5m);
   r.cache_write_1h = p.cache_write_1h.value_or(base.cache_write_1h);
+  // A tier that prices 5-minute writes prices writes without a TTL alike, unless it says.
+  r.cache_write_no_ttl = p.cache_write_no_ttl.value_or(
+      p.cache_write_5m.has_value() ? r.cache_write_5m : base.cache_write_no_ttl);
   return r;
 }
 
@@ -371,21 +382,40 @@ Cost ComputeCost(const Usage& usage, const Price& price) {
   const std::optional<int64_t> read = Price1(usage.cache_read, rates->cached_input);
   const std::optional<int64_t> write_5m = Price1(usage.cache_write_5m, rates->cache_write_5m);
   const std::optional<int64_t> write_1h = Price1(usage.cache_write_1h, rates->cache_write_1h);
+  const std::optional<int64_t> write_no_ttl =
+      Price1(usage.cache_write_no_ttl, rates->cache_write_no_ttl);
   const std::optional<int64_t> uncached = Price1(usage.uncached, rates->input);
   const std::optional<int64_t> output = Price1(usage.output, rates->output);
   add(read, &cost.cache_read);
   add(write_5m, &cost.cache_write);
   add(write_1h, &cost.cache_write);
+  add(write_no_ttl, &cost.cache_write);
   add(uncached, &cost.uncached);
   add(output, &cost.output);
   add_saving(usage.cache_read, read);
   add_saving(usage.cache_write_5m, write_5m);
   add_saving(usage.cache_write_1h, write_1h);
+  add_saving(usage.cache_write_no_ttl, write_no_ttl);
   // Uncached tokens cost the input rate either way: they save nothing.
   for (int64_t part : {cost.cache_read, cost.cache_write, cost.uncached, cost.output}) {
     if (!CheckedAdd(cost.total, part, &cost.total)) cost.complete = false;
   }
   return cost;
+}
+
+int64_t MissCost(int64_t missed_tokens, const Usage& usage, const Price& price) {
+  const Rates* rates = &price.base;
+  if (price.tier_threshold_tokens.has_value()) {
+    const std::optional<int64_t> total = usage.TotalInput() ? usage.TotalInput()
+                                                            : usage.reported_input;
+    if (total.has_value() && *total > *price.tier_threshold_tokens) rates = &price.above;
+  }
+  int64_t out = 0;
+  if (missed_tokens <= 0 || rates->input <= rates->cached_input ||
+      !CheckedMul(missed_tokens, rates->input - rates->cached_input, &out)) {
+    return 0;
+  }
+  return out;
 }
 
 Cost ComputeCost(const Usage& usage, const PriceCatalog& catalog, std::string_view model) {

@@ -21,6 +21,8 @@ struct Rates {
   int64_t cache_write_5m = 0;  // per 1M tokens written with a 5-minute TTL
   int64_t cache_write_1h = 0;  // per 1M tokens written with a 1-hour TTL
   int64_t output = 0;          // per 1M output tokens (reasoning included)
+  // per 1M tokens written with no TTL stated (Usage::cache_write_no_ttl); defaults to the 5m rate
+  int64_t cache_write_no_ttl = 0;
   bool operator==(const Rates&) const = default;
 };
 
@@ -35,7 +37,7 @@ struct Price {
 
 struct Cost {
   int64_t cache_read = 0;   // pico-USD
-  int64_t cache_write = 0;  // 5m + 1h
+  int64_t cache_write = 0;  // 5m + 1h + no TTL
   int64_t uncached = 0;
   int64_t output = 0;
   int64_t total = 0;
@@ -46,6 +48,8 @@ struct Cost {
   // summed, but the total is a lower bound.
   bool complete = false;
   bool priced = false;  // a price was found for the model
+  // What the cache misses diagnosed on this turn cost beyond a hit (MissCost), 0 when none.
+  int64_t missed = 0;
 };
 
 // Parses "0.075" -> 75'000 exactly (decimal string or JSON number, up to 6 decimals of a USD/1M).
@@ -67,11 +71,17 @@ Result<int64_t> ParseMicroUsdPerMillionFromPerToken(const nlohmann::json& value)
 // overflow int64 counts as unknown. `priced` is true.
 Cost ComputeCost(const Usage& usage, const Price& price);
 
+// What `missed_tokens` input tokens cost because they were not read from the cache: each at the
+// uncached input rate instead of the cached-input rate (the tier chosen as ComputeCost chooses it).
+// A lower bound where a miss was written to the cache again at a higher write rate. 0 when the
+// product would overflow.
+int64_t MissCost(int64_t missed_tokens, const Usage& usage, const Price& price);
+
 // pico-USD -> USD as a double, for JSON output only (never for arithmetic).
 double PicoUsdToUsd(int64_t pico);
 
-// How a provider type's prompt cache behaves, for cache-miss diagnosis (PROVIDERS.md; values marked
-// there with a warning are best knowledge, not guarantees).
+// How a provider type's prompt cache behaves, for cache-miss diagnosis (docs/providers.md; some of
+// these values are best knowledge, not guarantees).
 struct CachingRule {
   // Prompts shorter than this are never cached (silently).
   int64_t min_cacheable_tokens = 0;
@@ -93,20 +103,21 @@ struct CachingRule {
   bool operator==(const CachingRule&) const = default;
 };
 
-// The price catalog: the built-in table of PROVIDERS.md, plus entries loaded from JSON (kvgate's own
+// The price catalog: the built-in table (telemetry/catalog.json), plus entries loaded from JSON (kvgate's own
 // shape or LiteLLM's field names: input_cost_per_token, cache_read_input_token_cost, ...), plus
 // per-model overrides from the config. Immutable after construction; safe to share across threads.
 // (Const methods may run concurrently; MergeJson/Set/MergeCachingRules need exclusive access.)
 class PriceCatalog {
  public:
   // The built-in table (telemetry/catalog.json, compiled into the library): every model of
-  // PROVIDERS.md's price table and the caching rules per provider type.
+  // the price table of docs/providers.md and the caching rules per provider type.
   static PriceCatalog BuiltIn();
   // Adds or replaces entries from a JSON object {model: {...}}; both field styles accepted.
   // kvgate's shape, USD per 1M tokens as strings or numbers: {"input", "output", "cached_input",
-  // "cache_write_5m", "cache_write_1h", "tier": {"threshold_tokens", <same rate keys>}}; "input"
-  // and "output" are required; cached_input and cache_write_5m default to input (no separate fee
-  // means the provider bills those tokens as input), cache_write_1h to cache_write_5m; a tier's
+  // "cache_write_5m", "cache_write_1h", "cache_write_no_ttl", "tier": {"threshold_tokens", <same
+  // rate keys>}}; "input" and "output" are required; cached_input and cache_write_5m default to
+  // input (no separate fee means the provider bills those tokens as input), cache_write_1h and
+  // cache_write_no_ttl to cache_write_5m; a tier's
   // missing rates default to the base rates. Other keys are ignored.
   // LiteLLM's shape (recognised by any key containing "cost"), USD per token: input_cost_per_token,
   // output_cost_per_token, cache_read_input_token_cost, cache_creation_input_token_cost,

@@ -41,6 +41,9 @@ struct RequestRecord {
   Cost cost;                   // computed from usage and the model's price at record time
   std::string error;           // message of the error the client saw, "" when none
   std::string upstream_request_id;  // the provider's request id header, when given
+  // The id the client got in the response body ("chatcmpl-...", "msg_..."), "" when it got none:
+  // what an SDK shows as `r.id`, so GET /api/requests/{id} finds the request by it too.
+  std::string response_id;
   std::string finish_reason;
   // The prompt's fingerprint at message boundaries (diagnosis.h), on the turns the thread tracker
   // compares (successful turns of a thread); null on the others. The store keeps each thread's

@@ -58,18 +58,21 @@ struct StoreOptions {
 
 // Filters for ListThreads. Threads are conversations with a non-empty thread id.
 struct ThreadQuery {
-  enum class Sort { kLastSeen, kFirstSeen, kCost, kTurns, kHitRatio };
+  enum class Sort { kLastSeen, kFirstSeen, kCost, kTurns, kHitRatio, kMissedCost };
   Sort sort = Sort::kLastSeen;
   bool descending = true;
   std::string model;                // "" = any; else threads with at least one turn on this model
   std::optional<int64_t> since_us;  // threads last seen at or after this time (unix micros)
+  std::optional<int64_t> until_us;  // threads first seen at or before this time
+  std::string id_prefix;            // "" = any; else threads whose id starts with it
   int limit = 50;                   // clamped to [1, 500]
   // Where to continue: the "next_cursor" of the previous page (takes precedence), else `offset`.
   std::string cursor;
   int64_t offset = 0;
 };
 
-// "last_seen" | "first_seen" | "cost" | "turns" | "hit_ratio"; kInvalidArgument otherwise.
+// "last_seen" | "first_seen" | "cost" | "turns" | "hit_ratio" | "missed_cost"; kInvalidArgument
+// otherwise.
 Result<ThreadQuery::Sort> ParseThreadSort(std::string_view name);
 
 // Filters for ListRequests (all exact matches; "" = any).
@@ -79,6 +82,7 @@ struct RequestQuery {
   std::string provider;
   std::string status;
   std::optional<int64_t> since_us;  // created at or after (unix micros)
+  std::optional<int64_t> until_us;  // created at or before
   int limit = 100;                  // clamped to [1, 1000]
   std::string cursor;               // "next_cursor" of the previous page; "" = newest first
 };
@@ -133,8 +137,10 @@ class TelemetryStore {
   // A turn:
   //   {"request_id", "created_at", "model", "provider", "status", "stream",
   //    "latency_ms", "ttft_ms" (fractional ms, null when unknown),
-  //    "usage": {"cache_read", "cache_write_5m", "cache_write_1h", "uncached", "output", "reasoning"},
-  //    "cost_usd": {"total", "cache_read", "cache_write", "uncached", "output", "saved"},
+  //    "response_id" (the id in the response body, "" when none),
+  //    "usage": {"cache_read", "cache_write_5m", "cache_write_1h", "cache_write_no_ttl",
+  //              "uncached", "output", "reasoning"},
+  //    "cost_usd": {"total", "cache_read", "cache_write", "uncached", "output", "saved", "missed"},
   //    "cost_pico_usd": {same keys, integers}, "cost_complete" (false: the total is a lower bound),
   //    "error" (null when none), "http_status", "cache_diagnosis" (null or the tracker's object),
   //    "usage_clamped", "target" (the configured model that served it), "route" (the router's
@@ -144,13 +150,15 @@ class TelemetryStore {
   // cache_read / total input over the turns whose every input component is known, null if none.
   //
   // {"threads": [{"thread_id", "turns", "first_seen", "last_seen", "models": [...],
-  //   "tokens": {"cache_read", "cache_write", "uncached", "output"}, "cost_usd", "cost_pico_usd",
-  //   "hit_ratio"}], "next_cursor": string | null}
+  //   "tokens": {"cache_read", "cache_write" (all writes), "cache_write_5m", "cache_write_1h",
+  //              "cache_write_no_ttl", "uncached", "output", "reasoning"},
+  //   "cost_usd", "cost_pico_usd", "saved_usd", "saved_pico_usd", "missed_usd", "missed_pico_usd",
+  //   "hit_ratio"}], "next_cursor": string | null}. Every filter and sort is served by an index.
   virtual Result<nlohmann::json> ListThreads(const ThreadQuery& query) const = 0;
   // {"thread_id", "turns": [turn...] ordered by created_at then insertion order,
   //  "summary": {"turns", "first_seen", "last_seen", "models" (in order of first use),
-  //              "tokens": {"cache_read", "cache_write_5m", "cache_write_1h", "uncached", "output",
-  //                         "reasoning"}, "cost_usd": {...}, "cost_pico_usd": {...},
+  //              "tokens": {the keys of the list's "tokens", null when no turn reported one},
+  //              "cost_usd": {...}, "cost_pico_usd": {...},
   //              "cost_complete", "hit_ratio"}};
   // kNotFound when the thread has no requests (or thread_id is empty).
   virtual Result<nlohmann::json> GetThread(std::string_view thread_id) const = 0;
@@ -159,9 +167,24 @@ class TelemetryStore {
   virtual Result<nlohmann::json> ListRequests(const RequestQuery& query) const = 0;
   // One request with every stored field: the listed turn plus "provider_type", "api_key_id",
   // "upstream_request_id", "finish_reason", "usage_raw" (the provider's usage JSON),
-  // "reported_input", "cost_priced", "key_index", "system_fingerprint". kNotFound when there is
-  // none.
-  virtual Result<nlohmann::json> GetRequest(std::string_view request_id) const = 0;
+  // "reported_input", "cost_priced", "key_index", "system_fingerprint". `id` is kvgate's request id or the response body's id
+  // (response_id; the newest request with it). kNotFound when there is none.
+  virtual Result<nlohmann::json> GetRequest(std::string_view id) const = 0;
+  // The overview's time series (store_overview.cc), from per-minute sums: buckets of
+  // `bucket_seconds` from since_us (inclusive) to until_us (exclusive), each
+  //   {"start", "requests", "errors", "cost_usd", "saved_usd", "missed_usd",
+  //    "tokens": {"cache_read", "cache_write", "uncached", "output"}, "hit_ratio",
+  //    "latency_ms_avg"},
+  // as {"since", "until", "bucket_seconds", "series": [...], "totals": {same keys but start},
+  //     "by_model": [{"model", "provider", same keys, "series": [{"requests", "hit_ratio",
+  //                   "cost_usd"}, one per bucket]}] (most requests first)}.
+  // kInvalidArgument when bucket_seconds is not a multiple of 60 or the range has over 2,000
+  // buckets.
+  virtual Result<nlohmann::json> Overview(int64_t since_us, int64_t until_us,
+                                          int64_t bucket_seconds) const = 0;
+  // What changed, cheaply (for the dashboard's polling): {"last_seq"} (the newest request's
+  // insertion number, 0 when none) and, for a thread id, "thread": {"turns", "last_seq"}.
+  virtual Result<nlohmann::json> Live(std::string_view thread_id) const = 0;
   // For each thread last seen at or after `since_us`, most recently seen first and at most
   // `max_threads` of them: the last turn recorded with a prompt_fingerprint (the Recorder keeps
   // one only on successful turns), as a record with thread_id, request_id, created_at_us, model,
@@ -178,5 +201,9 @@ class TelemetryStore {
 
 // RFC 3339 UTC with microseconds: 1767225600000000 -> "2026-01-01T00:00:00.000000Z".
 std::string FormatRfc3339Micros(int64_t unix_micros);
+// The other way, for query parameters: "2026-01-01T00:00:00Z", with optional fractional seconds
+// (up to 9 digits; beyond microseconds they are dropped) and a "Z" or +hh:mm / -hh:mm offset;
+// 't' and 'z' as RFC 3339 allows. kInvalidArgument otherwise (the message quotes the text).
+Result<int64_t> ParseRfc3339Micros(std::string_view text);
 
 }  // namespace kvgate::telemetry

@@ -23,6 +23,9 @@ using nlohmann::json;
 constexpr int kThreadLimitDefault = 50;
 constexpr int kThreadLimitMax = 500;
 constexpr int kRequestLimitMax = 1000;
+// See ListThreads: the most threads of a `since` window that are read and sorted rather than
+// found by walking the order's index (sorting 20k rows takes about 15 ms).
+constexpr int64_t kSortAfterFilterMax = 20'000;
 
 constexpr std::string_view kTurnColumns =
     "request_id, thread_id, created_at_us, endpoint, model, provider, provider_type, upstream_model, "
@@ -30,14 +33,16 @@ constexpr std::string_view kTurnColumns =
     "cache_write_5m, cache_write_1h, uncached, output_tokens, reasoning_tokens, reported_input, "
     "usage_clamped, usage_raw, cost_cache_read, cost_cache_write, cost_uncached, cost_output, "
     "cost_total, cost_saved, cost_complete, cost_priced, error, upstream_request_id, finish_reason, "
-    "cache_diagnosis, seq, target, key_index, system_fingerprint, route, attempts";
+    "cache_diagnosis, seq, response_id, cache_write_no_ttl, cost_missed, target, key_index, "
+    "system_fingerprint, route, attempts";
 enum Col {
   kRequestId, kThreadId, kCreatedAt, kEndpoint, kModel, kProvider, kProviderType, kUpstreamModel,
   kApiKeyId, kStream, kStatus, kHttpStatus, kUpstreamStatus, kLatency, kTtft, kCacheRead,
   kCacheWrite5m, kCacheWrite1h, kUncached, kOutput, kReasoning, kReportedInput, kClamped, kUsageRaw,
   kCostCacheRead, kCostCacheWrite, kCostUncached, kCostOutput, kCostTotal, kCostSaved, kCostComplete,
-  kCostPriced, kError, kUpstreamRequestId, kFinishReason, kDiagnosis, kSeq, kTarget, kKeyIndex,
-  kSystemFingerprint, kRoute, kAttempts, kTurnColumnCount
+  kCostPriced, kError, kUpstreamRequestId, kFinishReason, kDiagnosis, kSeq, kResponseId,
+  kCacheWriteNoTtl, kCostMissed, kTarget, kKeyIndex, kSystemFingerprint, kRoute, kAttempts,
+  kTurnColumnCount
 };
 
 enum class Detail { kTurn, kListed, kFull };
@@ -71,11 +76,13 @@ json StoredJson(const internal::Stmt& s, int column) {
 
 struct CostParts {
   int64_t total = 0, cache_read = 0, cache_write = 0, uncached = 0, output = 0, saved = 0;
+  int64_t missed = 0;
 };
 
 void CostJson(const CostParts& c, json* usd, json* pico) {
   *pico = {{"total", c.total},       {"cache_read", c.cache_read}, {"cache_write", c.cache_write},
-           {"uncached", c.uncached}, {"output", c.output},         {"saved", c.saved}};
+           {"uncached", c.uncached}, {"output", c.output},         {"saved", c.saved},
+           {"missed", c.missed}};
   *usd = json::object();
   for (const auto& [key, value] : pico->items()) (*usd)[key] = PicoUsdToUsd(value.get<int64_t>());
 }
@@ -90,14 +97,17 @@ json TurnJson(const internal::Stmt& s, Detail detail) {
   turn["stream"] = s.Int(kStream) != 0;
   turn["latency_ms"] = OptMs(s.OptInt(kLatency));
   turn["ttft_ms"] = OptMs(s.OptInt(kTtft));
+  turn["response_id"] = s.Text(kResponseId);
   turn["usage"] = {{"cache_read", OptInt(s.OptInt(kCacheRead))},
                    {"cache_write_5m", OptInt(s.OptInt(kCacheWrite5m))},
                    {"cache_write_1h", OptInt(s.OptInt(kCacheWrite1h))},
+                   {"cache_write_no_ttl", OptInt(s.OptInt(kCacheWriteNoTtl))},
                    {"uncached", OptInt(s.OptInt(kUncached))},
                    {"output", OptInt(s.OptInt(kOutput))},
                    {"reasoning", OptInt(s.OptInt(kReasoning))}};
-  CostParts cost{s.Int(kCostTotal),    s.Int(kCostCacheRead), s.Int(kCostCacheWrite),
-                 s.Int(kCostUncached), s.Int(kCostOutput),    s.Int(kCostSaved)};
+  CostParts cost{s.Int(kCostTotal),  s.Int(kCostCacheRead), s.Int(kCostCacheWrite),
+                 s.Int(kCostUncached), s.Int(kCostOutput), s.Int(kCostSaved),
+                 s.Int(kCostMissed)};
   CostJson(cost, &turn["cost_usd"], &turn["cost_pico_usd"]);
   turn["cost_complete"] = s.Int(kCostComplete) != 0;
   const std::string error = s.Text(kError);
@@ -135,18 +145,28 @@ json HitRatio(int64_t read, int64_t total_input) {
   return static_cast<double>(read) / static_cast<double>(total_input);
 }
 
-std::string_view SortExpr(ThreadQuery::Sort sort) {
+// The sort key of each order. Every one is NOT NULL and has an index (store_schema.cc), so a page
+// is an index walk that stops after `limit` rows. Threads without a known hit ratio sort last in
+// either direction: their key is -1 descending and 2 ascending, outside [0, 1].
+std::string_view SortExpr(ThreadQuery::Sort sort, bool descending) {
   switch (sort) {
     case ThreadQuery::Sort::kLastSeen: return "t.last_seen_us";
     case ThreadQuery::Sort::kFirstSeen: return "t.first_seen_us";
     case ThreadQuery::Sort::kCost: return "t.cost_total";
     case ThreadQuery::Sort::kTurns: return "t.turns";
+    case ThreadQuery::Sort::kMissedCost: return "t.cost_missed";
     case ThreadQuery::Sort::kHitRatio:
-      return "CASE WHEN t.known_input_total > 0 THEN CAST(t.known_input_read AS REAL) / "
-             "t.known_input_total END";
+      return descending ? "(CASE WHEN t.known_input_total > 0 THEN CAST(t.known_input_read AS "
+                          "REAL) / t.known_input_total ELSE -1.0 END)"
+                        : "(CASE WHEN t.known_input_total > 0 THEN CAST(t.known_input_read AS "
+                          "REAL) / t.known_input_total ELSE 2.0 END)";
   }
   return "t.last_seen_us";
 }
+
+// The smallest string above every string that starts with `prefix`: thread ids are valid UTF-8,
+// which never has the byte 0xFF, and text compares bytewise.
+std::string PrefixEnd(std::string_view prefix) { return std::string(prefix) + "\xff"; }
 
 bool ParseInt(std::string_view text, int64_t* out) {
   auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
@@ -219,16 +239,111 @@ std::string FormatRfc3339Micros(int64_t unix_micros) {
   return buf;
 }
 
+Result<int64_t> ParseRfc3339Micros(std::string_view text) {
+  using namespace std::chrono;
+  auto bad = [&]() -> Result<int64_t> {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "\"" + std::string(text.substr(0, 64)) +
+                         "\" is not an RFC 3339 time (e.g. 2026-01-01T00:00:00Z)");
+  };
+  size_t pos = 0;
+  auto digits = [&](size_t n, int* out) {
+    if (pos + n > text.size()) return false;
+    int v = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const char c = text[pos + i];
+      if (c < '0' || c > '9') return false;
+      v = v * 10 + (c - '0');
+    }
+    pos += n;
+    *out = v;
+    return true;
+  };
+  auto expect = [&](std::string_view any_of) {
+    if (pos >= text.size() || any_of.find(text[pos]) == std::string_view::npos) return false;
+    ++pos;
+    return true;
+  };
+  int y = 0, mo = 0, d = 0, h = 0, mi = 0, sec = 0;
+  if (!digits(4, &y) || !expect("-") || !digits(2, &mo) || !expect("-") || !digits(2, &d) ||
+      !expect("Tt ") || !digits(2, &h) || !expect(":") || !digits(2, &mi) || !expect(":") ||
+      !digits(2, &sec)) {
+    return bad();
+  }
+  int64_t micros = 0;
+  if (pos < text.size() && text[pos] == '.') {
+    ++pos;
+    int n = 0;
+    while (pos < text.size() && text[pos] >= '0' && text[pos] <= '9') {
+      if (n < 6) micros = micros * 10 + (text[pos] - '0');
+      ++n;
+      ++pos;
+    }
+    if (n == 0 || n > 9) return bad();
+    for (int i = n; i < 6; ++i) micros *= 10;
+  }
+  int64_t offset_minutes = 0;
+  if (expect("Zz")) {
+  } else if (pos < text.size() && (text[pos] == '+' || text[pos] == '-')) {
+    const int sign = text[pos] == '-' ? -1 : 1;
+    ++pos;
+    int oh = 0, om = 0;
+    if (!digits(2, &oh) || !expect(":") || !digits(2, &om) || oh > 23 || om > 59) return bad();
+    offset_minutes = sign * (oh * 60 + om);
+  } else {
+    return bad();
+  }
+  if (pos != text.size()) return bad();
+  const year_month_day ymd{year(y), month(static_cast<unsigned>(mo)), day(static_cast<unsigned>(d))};
+  if (!ymd.ok() || h > 23 || mi > 59 || sec > 60) return bad();  // 60: a leap second
+  const int64_t days_since_epoch = sys_days(ymd).time_since_epoch().count();
+  return ((days_since_epoch * 24 + h) * 60 + mi - offset_minutes) * 60'000'000LL +
+         int64_t{sec} * 1'000'000 + micros;
+}
+
 Result<ThreadQuery::Sort> ParseThreadSort(std::string_view name) {
   if (name == "last_seen") return ThreadQuery::Sort::kLastSeen;
   if (name == "first_seen") return ThreadQuery::Sort::kFirstSeen;
   if (name == "cost") return ThreadQuery::Sort::kCost;
   if (name == "turns") return ThreadQuery::Sort::kTurns;
   if (name == "hit_ratio") return ThreadQuery::Sort::kHitRatio;
+  if (name == "missed_cost") return ThreadQuery::Sort::kMissedCost;
   return MakeError(ErrorCode::kInvalidArgument, "unknown thread sort \"" + std::string(name) + "\"");
 }
 
 namespace internal {
+
+std::string ThreadListSql(const ThreadQuery& query, bool has_cursor, bool sort_after_filter) {
+  const char* dir = query.descending ? " DESC" : " ASC";
+  const char* beyond = query.descending ? " < " : " > ";
+  const std::string sort(SortExpr(query.sort, query.descending));
+  std::string sql =
+      "SELECT t.thread_id, t.turns, t.first_seen_us, t.last_seen_us, t.cache_read, t.cache_write, "
+      "t.uncached, t.output_tokens, t.cost_total, t.known_input_read, t.known_input_total, "
+      "(SELECT json_group_array(model) FROM (SELECT model FROM thread_models m "
+      "WHERE m.thread_id = t.thread_id ORDER BY model)), " + sort +
+      ", t.cache_write_5m, t.cache_write_1h, t.cache_write_no_ttl, t.reasoning_tokens, "
+      "t.cost_saved, t.cost_missed FROM threads t";
+  // A model filter joins the model's index entries, so a rare model is found without walking
+  // every thread.
+  if (!query.model.empty()) sql += " JOIN thread_models f ON f.thread_id = t.thread_id AND f.model = ?1";
+  sql += " WHERE 1";
+  if (query.since_us.has_value()) sql += " AND t.last_seen_us >= ?2";
+  if (query.until_us.has_value()) sql += " AND t.first_seen_us <= ?7";
+  if (!query.id_prefix.empty()) sql += " AND t.thread_id >= ?8 AND t.thread_id < ?9";
+  if (has_cursor && sort_after_filter) {  // ("+": not a range of the sort's index either)
+    sql += " AND (+" + sort + ", +t.thread_id)" + beyond + "(?5, ?6)";
+  } else if (has_cursor) {
+    sql += " AND (" + sort + ", t.thread_id)" + beyond + "(?5, ?6)";
+  }
+  // With an id prefix the prefix's primary-key range is read and sorted ("+" keeps SQLite from
+  // walking the whole sort index instead, which a prefix matching nothing would make a full scan);
+  // so is the `since` window's range of threads_by_last_seen when ListThreads asks for it.
+  const bool unary = !query.id_prefix.empty() || sort_after_filter;
+  sql += std::string(" ORDER BY ") + (unary ? "+" : "") + sort + dir +
+         ", t.thread_id" + dir + " LIMIT ?3 OFFSET ?4";
+  return sql;
+}
 
 Result<json> SqliteTelemetryStore::ListThreads(const ThreadQuery& query) const {
   // Keyset paging: the cursor is the last row's sort value and thread id, so threads that start
@@ -236,33 +351,32 @@ Result<json> SqliteTelemetryStore::ListThreads(const ThreadQuery& query) const {
   std::optional<ThreadKey> after;
   if (!query.cursor.empty()) {
     after = ParseThreadCursor(query.cursor);
-    if (!after) return MakeError(ErrorCode::kInvalidArgument, "bad thread cursor");
+    if (!after || !after->value.is_number()) {
+      return MakeError(ErrorCode::kInvalidArgument, "bad thread cursor");
+    }
   }
   const int64_t offset = after ? 0 : std::max<int64_t>(0, query.offset);
   const int limit = query.limit <= 0 ? kThreadLimitDefault : std::min(query.limit, kThreadLimitMax);
-  const char* dir = query.descending ? " DESC" : " ASC";
-  const char* beyond = query.descending ? " < " : " > ";
-  const std::string sort(SortExpr(query.sort));
-
-  std::string sql =
-      "SELECT t.thread_id, t.turns, t.first_seen_us, t.last_seen_us, t.cache_read, t.cache_write, "
-      "t.uncached, t.output_tokens, t.cost_total, t.known_input_read, t.known_input_total, "
-      "(SELECT json_group_array(model) FROM (SELECT model FROM thread_models m "
-      "WHERE m.thread_id = t.thread_id ORDER BY model)), " + sort + " FROM threads t WHERE 1";
-  if (!query.model.empty()) {
-    sql += " AND EXISTS (SELECT 1 FROM thread_models f WHERE f.thread_id = t.thread_id AND f.model = ?1)";
-  }
-  if (query.since_us.has_value()) sql += " AND t.last_seen_us >= ?2";
-  if (after && after->value.is_null()) {  // within the NULLS LAST tail
-    sql += " AND " + sort + " IS NULL AND t.thread_id" + beyond + "?6";
-  } else if (after) {
-    sql += " AND (" + sort + beyond + "?5 OR (" + sort + " = ?5 AND t.thread_id" + beyond +
-           "?6) OR " + sort + " IS NULL)";
-  }
-  sql += " ORDER BY " + sort + dir + " NULLS LAST, t.thread_id" + dir + " LIMIT ?3 OFFSET ?4";
-
   auto reader = AcquireReader();
   if (!reader) return std::unexpected(reader.error());
+  // A `since` window with another order: walking the order's index finds `limit` threads of the
+  // window quickly when the window holds many threads, and slowly when it holds few (the overview's
+  // "lost the most in the last hour" walked all 100k threads, 100 ms). Counting the window on its
+  // index (a few ms at worst) says which: up to kSortAfterFilterMax threads are read and sorted.
+  bool sort_after_filter = false;
+  if (query.since_us.has_value() && query.sort != ThreadQuery::Sort::kLastSeen &&
+      query.model.empty() && query.id_prefix.empty()) {
+    auto count = (*reader)->db().Prepare(
+        "SELECT count(*) FROM (SELECT 1 FROM threads WHERE last_seen_us >= ?1 LIMIT ?2)");
+    if (!count) return std::unexpected(count.error());
+    (*count)->BindInt(1, *query.since_us);
+    (*count)->BindInt(2, kSortAfterFilterMax + 1);
+    Result<bool> row = (*count)->Step();
+    if (!row) return std::unexpected(row.error());
+    sort_after_filter = *row && (*count)->Int(0) <= kSortAfterFilterMax;
+  }
+  const std::string sql = ThreadListSql(query, after.has_value(), sort_after_filter);
+
   auto stmt = (*reader)->db().Prepare(sql);
   if (!stmt) return std::unexpected(stmt.error());
   Stmt& s = **stmt;
@@ -273,10 +387,16 @@ Result<json> SqliteTelemetryStore::ListThreads(const ThreadQuery& query) const {
   if (after) {
     if (after->value.is_number_integer()) {
       s.BindInt(5, after->value.get<int64_t>());
-    } else if (after->value.is_number()) {
+    } else {
       s.BindDouble(5, after->value.get<double>());
     }
     s.BindText(6, after->thread_id);
+  }
+  if (query.until_us.has_value()) s.BindInt(7, *query.until_us);
+  const std::string prefix_end = PrefixEnd(query.id_prefix);
+  if (!query.id_prefix.empty()) {
+    s.BindText(8, query.id_prefix);
+    s.BindText(9, prefix_end);
   }
   return Guarded([&]() -> Result<json> {
     json threads = json::array();
@@ -297,15 +417,20 @@ Result<json> SqliteTelemetryStore::ListThreads(const ThreadQuery& query) const {
       t["last_seen"] = FormatRfc3339Micros(s.Int(3));
       json models = json::parse(s.Text(11), nullptr, false);
       t["models"] = models.is_array() ? models : json::array();
-      t["tokens"] = {{"cache_read", s.Int(4)}, {"cache_write", s.Int(5)}, {"uncached", s.Int(6)},
-                     {"output", s.Int(7)}};
+      // The token names of the thread view's summary (store.h), plus the writes' total.
+      t["tokens"] = {{"cache_read", s.Int(4)},          {"cache_write", s.Int(5)},
+                     {"cache_write_5m", s.Int(13)},     {"cache_write_1h", s.Int(14)},
+                     {"cache_write_no_ttl", s.Int(15)}, {"uncached", s.Int(6)},
+                     {"output", s.Int(7)},              {"reasoning", s.Int(16)}};
       t["cost_usd"] = PicoUsdToUsd(s.Int(8));
       t["cost_pico_usd"] = s.Int(8);
+      t["saved_usd"] = PicoUsdToUsd(s.Int(17));
+      t["saved_pico_usd"] = s.Int(17);
+      t["missed_usd"] = PicoUsdToUsd(s.Int(18));
+      t["missed_pico_usd"] = s.Int(18);
       t["hit_ratio"] = HitRatio(s.Int(9), s.Int(10));
       last.thread_id = s.Text(0);
-      last.value = s.IsNull(12)                            ? json(nullptr)
-                   : query.sort == ThreadQuery::Sort::kHitRatio ? json(s.Real(12))
-                                                               : json(s.Int(12));
+      last.value = query.sort == ThreadQuery::Sort::kHitRatio ? json(s.Real(12)) : json(s.Int(12));
       threads.push_back(std::move(t));
     }
     json out;
@@ -327,7 +452,7 @@ Result<json> SqliteTelemetryStore::GetThread(std::string_view thread_id) const {
   return Guarded([&]() -> Result<json> {
     json turns = json::array();
     CostParts cost;
-    KnownSum read, w5m, w1h, uncached, output, reasoning;
+    KnownSum read, w5m, w1h, no_ttl, uncached, output, reasoning;
     int64_t known_read = 0, known_total = 0;
     bool complete = true;
     json models = json::array();
@@ -348,18 +473,20 @@ Result<json> SqliteTelemetryStore::GetThread(std::string_view thread_id) const {
       cost.uncached += s.Int(kCostUncached);
       cost.output += s.Int(kCostOutput);
       cost.saved += s.Int(kCostSaved);
+      cost.missed += s.Int(kCostMissed);
       complete = complete && s.Int(kCostComplete) != 0;
       const auto r = s.OptInt(kCacheRead), a = s.OptInt(kCacheWrite5m), b = s.OptInt(kCacheWrite1h),
-                 u = s.OptInt(kUncached);
+                 n = s.OptInt(kCacheWriteNoTtl), u = s.OptInt(kUncached);
       read.Add(r);
       w5m.Add(a);
       w1h.Add(b);
+      no_ttl.Add(n);
       uncached.Add(u);
       output.Add(s.OptInt(kOutput));
       reasoning.Add(s.OptInt(kReasoning));
-      if (r && a && b && u) {
+      if (r && a && b && n && u) {
         known_read += *r;
-        known_total += *r + *a + *b + *u;
+        known_total += *r + *a + *b + *n + *u;
       }
     }
     if (turns.empty()) {
@@ -370,8 +497,14 @@ Result<json> SqliteTelemetryStore::GetThread(std::string_view thread_id) const {
     summary["first_seen"] = FormatRfc3339Micros(first);
     summary["last_seen"] = FormatRfc3339Micros(last);
     summary["models"] = std::move(models);
-    summary["tokens"] = {{"cache_read", read.Json()},         {"cache_write_5m", w5m.Json()},
-                         {"cache_write_1h", w1h.Json()},       {"uncached", uncached.Json()},
+    KnownSum writes;
+    for (const KnownSum* w : {&w5m, &w1h, &no_ttl}) {
+      const json v = w->Json();
+      writes.Add(v.is_null() ? std::nullopt : std::optional<int64_t>(v.get<int64_t>()));
+    }
+    summary["tokens"] = {{"cache_read", read.Json()},         {"cache_write", writes.Json()},
+                         {"cache_write_5m", w5m.Json()},       {"cache_write_1h", w1h.Json()},
+                         {"cache_write_no_ttl", no_ttl.Json()}, {"uncached", uncached.Json()},
                          {"output", output.Json()},            {"reasoning", reasoning.Json()}};
     CostJson(cost, &summary["cost_usd"], &summary["cost_pico_usd"]);
     summary["cost_complete"] = complete;
@@ -382,6 +515,20 @@ Result<json> SqliteTelemetryStore::GetThread(std::string_view thread_id) const {
     out["summary"] = std::move(summary);
     return out;
   });
+}
+
+std::string RequestListSql(const RequestQuery& query, bool has_cursor) {
+  // Only the filters present appear in the SQL, so SQLite can use the matching index.
+  std::string sql = "SELECT " + std::string(kTurnColumns) + " FROM requests WHERE 1";
+  if (!query.thread_id.empty()) sql += " AND thread_id = ?1";
+  if (!query.model.empty()) sql += " AND model = ?2";
+  if (!query.provider.empty()) sql += " AND provider = ?3";
+  if (!query.status.empty()) sql += " AND status = ?4";
+  if (query.since_us.has_value()) sql += " AND created_at_us >= ?5";
+  if (query.until_us.has_value()) sql += " AND created_at_us <= ?9";
+  if (has_cursor) sql += " AND (created_at_us, seq) < (?6, ?7)";
+  sql += " ORDER BY created_at_us DESC, seq DESC LIMIT ?8";
+  return sql;
 }
 
 Result<json> SqliteTelemetryStore::ListRequests(const RequestQuery& query) const {
@@ -397,15 +544,7 @@ Result<json> SqliteTelemetryStore::ListRequests(const RequestQuery& query) const
     after = std::pair{created, seq};
   }
   const int limit = query.limit <= 0 ? 100 : std::min(query.limit, kRequestLimitMax);
-  // Only the filters present appear in the SQL, so SQLite can use the matching index.
-  std::string sql = "SELECT " + std::string(kTurnColumns) + " FROM requests WHERE 1";
-  if (!query.thread_id.empty()) sql += " AND thread_id = ?1";
-  if (!query.model.empty()) sql += " AND model = ?2";
-  if (!query.provider.empty()) sql += " AND provider = ?3";
-  if (!query.status.empty()) sql += " AND status = ?4";
-  if (query.since_us.has_value()) sql += " AND created_at_us >= ?5";
-  if (after.has_value()) sql += " AND (created_at_us, seq) < (?6, ?7)";
-  sql += " ORDER BY created_at_us DESC, seq DESC LIMIT ?8";
+  const std::string sql = RequestListSql(query, after.has_value());
 
   auto reader = AcquireReader();
   if (!reader) return std::unexpected(reader.error());
@@ -417,6 +556,7 @@ Result<json> SqliteTelemetryStore::ListRequests(const RequestQuery& query) const
   if (!query.provider.empty()) s.BindText(3, query.provider);
   if (!query.status.empty()) s.BindText(4, query.status);
   if (query.since_us.has_value()) s.BindInt(5, *query.since_us);
+  if (query.until_us.has_value()) s.BindInt(9, *query.until_us);
   if (after.has_value()) {
     s.BindInt(6, after->first);
     s.BindInt(7, after->second);
@@ -447,8 +587,13 @@ Result<json> SqliteTelemetryStore::ListRequests(const RequestQuery& query) const
 Result<json> SqliteTelemetryStore::GetRequest(std::string_view request_id) const {
   auto reader = AcquireReader();
   if (!reader) return std::unexpected(reader.error());
-  auto stmt = (*reader)->db().Prepare("SELECT " + std::string(kTurnColumns) +
-                                      " FROM requests WHERE request_id = ?1");
+  // kvgate's id, else the id of the response body (the newest, should an upstream reuse one).
+  auto stmt = (*reader)->db().Prepare(
+      "SELECT * FROM (SELECT " + std::string(kTurnColumns) +
+      " FROM requests WHERE request_id = ?1) UNION ALL SELECT * FROM (SELECT " +
+      std::string(kTurnColumns) +
+      " FROM requests WHERE response_id = ?1 AND response_id != '' ORDER BY seq DESC LIMIT 1) "
+      "LIMIT 1");
   if (!stmt) return std::unexpected(stmt.error());
   Stmt& s = **stmt;
   s.BindText(1, request_id);
@@ -504,6 +649,7 @@ Result<std::vector<RequestRecord>> SqliteTelemetryStore::LatestThreadTurns(int64
       r.usage.cache_read = s.OptInt(kCacheRead);
       r.usage.cache_write_5m = s.OptInt(kCacheWrite5m);
       r.usage.cache_write_1h = s.OptInt(kCacheWrite1h);
+      r.usage.cache_write_no_ttl = s.OptInt(kCacheWriteNoTtl);
       r.usage.uncached = s.OptInt(kUncached);
       r.usage.output = s.OptInt(kOutput);
       r.usage.reasoning = s.OptInt(kReasoning);

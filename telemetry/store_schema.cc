@@ -112,10 +112,99 @@ ALTER TABLE requests ADD COLUMN route TEXT;
 ALTER TABLE requests ADD COLUMN attempts TEXT;
 )sql";
 
-constexpr std::array<Migration, 3> kCoreMigrations = {{
+// Version 4, what the dashboard reads (version 3 is the router's):
+// - requests.response_id: the id the client got in the response body (GET /api/requests/{id}
+//   finds a request by it too), indexed where set;
+// - requests.cache_write_no_ttl: writes reported without a TTL (Usage::cache_write_no_ttl); the
+//   writes of the provider types that report them so (the built-in engine, OpenAI, OpenRouter),
+//   which older rows filed as 5-minute writes, move there;
+// - requests.cost_missed / threads.cost_missed: what diagnosed cache misses cost (Cost::missed);
+// - threads carry every token kind the thread view shows, so the list and the detail use the
+//   same names (back-filled from the requests);
+// - an index for each list query's filter and sort (requests by status; threads by turns, by
+//   missed cost, by hit ratio with unknown ratios last in either direction: the two expressions
+//   are the sort keys ListThreads uses);
+// - usage_by_minute: per minute, model and provider, the sums the overview charts, maintained by
+//   the writer in the same transaction as the rows (back-filled here), so a 7-day chart reads at
+//   most 10,080 rows per model instead of every request. Requests that reached no provider are
+//   summed under model "" (a client must not grow the table by inventing model names).
+constexpr std::string_view kDashboard = R"sql(
+ALTER TABLE requests ADD COLUMN response_id TEXT NOT NULL DEFAULT '';
+ALTER TABLE requests ADD COLUMN cache_write_no_ttl INTEGER;
+ALTER TABLE requests ADD COLUMN cost_missed INTEGER NOT NULL DEFAULT 0;
+UPDATE requests SET cache_write_no_ttl = cache_write_5m, cache_write_5m = 0
+  WHERE provider_type IN ('local', 'openai', 'openrouter');
+UPDATE requests SET cache_write_no_ttl = 0
+  WHERE provider_type NOT IN ('local', 'openai', 'openrouter') AND cache_write_5m IS NOT NULL;
+CREATE INDEX requests_by_response_id ON requests (response_id) WHERE response_id != '';
+CREATE INDEX requests_by_status ON requests (status, created_at_us, seq);
+
+ALTER TABLE threads ADD COLUMN cache_write_5m INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE threads ADD COLUMN cache_write_1h INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE threads ADD COLUMN cache_write_no_ttl INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE threads ADD COLUMN reasoning_tokens INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE threads ADD COLUMN cost_saved INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE threads ADD COLUMN cost_missed INTEGER NOT NULL DEFAULT 0;
+UPDATE threads SET
+  cache_write_5m = (SELECT coalesce(sum(r.cache_write_5m), 0) FROM requests r
+                    WHERE r.thread_id = threads.thread_id),
+  cache_write_1h = (SELECT coalesce(sum(r.cache_write_1h), 0) FROM requests r
+                    WHERE r.thread_id = threads.thread_id),
+  cache_write_no_ttl = (SELECT coalesce(sum(r.cache_write_no_ttl), 0) FROM requests r
+                        WHERE r.thread_id = threads.thread_id),
+  reasoning_tokens = (SELECT coalesce(sum(r.reasoning_tokens), 0) FROM requests r
+                      WHERE r.thread_id = threads.thread_id),
+  cost_saved = (SELECT coalesce(sum(r.cost_saved), 0) FROM requests r
+                WHERE r.thread_id = threads.thread_id);
+CREATE INDEX threads_by_turns ON threads (turns);
+CREATE INDEX threads_by_cost_missed ON threads (cost_missed);
+CREATE INDEX threads_by_hit_ratio_desc ON threads (
+  (CASE WHEN known_input_total > 0 THEN CAST(known_input_read AS REAL) / known_input_total
+   ELSE -1.0 END));
+CREATE INDEX threads_by_hit_ratio_asc ON threads (
+  (CASE WHEN known_input_total > 0 THEN CAST(known_input_read AS REAL) / known_input_total
+   ELSE 2.0 END));
+
+CREATE TABLE usage_by_minute (
+  minute_us         INTEGER NOT NULL,
+  model             TEXT    NOT NULL,
+  provider          TEXT    NOT NULL,
+  requests          INTEGER NOT NULL,
+  errors            INTEGER NOT NULL,
+  cache_read        INTEGER NOT NULL,
+  cache_write       INTEGER NOT NULL,
+  uncached          INTEGER NOT NULL,
+  output_tokens     INTEGER NOT NULL,
+  cost_total        INTEGER NOT NULL,
+  cost_saved        INTEGER NOT NULL,
+  cost_missed       INTEGER NOT NULL,
+  known_input_read  INTEGER NOT NULL,
+  known_input_total INTEGER NOT NULL,
+  latency_us_sum    INTEGER NOT NULL,
+  latency_count     INTEGER NOT NULL,
+  PRIMARY KEY (minute_us, model, provider)
+) WITHOUT ROWID;
+INSERT INTO usage_by_minute
+SELECT created_at_us / 60000000 * 60000000, CASE WHEN provider = '' THEN '' ELSE model END,
+       provider, count(*), sum(status != 'ok'), coalesce(sum(cache_read), 0),
+       coalesce(sum(cache_write_5m), 0) + coalesce(sum(cache_write_1h), 0) +
+         coalesce(sum(cache_write_no_ttl), 0),
+       coalesce(sum(uncached), 0), coalesce(sum(output_tokens), 0), sum(cost_total),
+       sum(cost_saved), 0,
+       coalesce(sum(CASE WHEN cache_write_5m IS NOT NULL AND cache_write_1h IS NOT NULL AND
+                              cache_write_no_ttl IS NOT NULL AND uncached IS NOT NULL
+                         THEN cache_read END), 0),
+       coalesce(sum(cache_read + cache_write_5m + cache_write_1h + cache_write_no_ttl +
+                    uncached), 0),
+       coalesce(sum(latency_us), 0), count(latency_us)
+FROM requests GROUP BY 1, 2, 3;
+)sql";
+
+constexpr std::array<Migration, 4> kCoreMigrations = {{
     {1, "requests_and_threads", kRequestsAndThreads},
     {2, "thread_last_prompt", kThreadLastPrompt},
     {3, "routing", kRouting},
+    {4, "dashboard", kDashboard},
 }};
 
 constexpr std::string_view kMigrationsTable = R"sql(

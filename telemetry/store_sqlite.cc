@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <chrono>
 #include <thread>
+#include <tuple>
 #include <exception>
 #include <map>
 #include <set>
@@ -28,18 +29,21 @@ INSERT INTO requests (
   reported_input, usage_clamped, usage_raw,
   cost_cache_read, cost_cache_write, cost_uncached, cost_output, cost_total, cost_saved,
   cost_complete, cost_priced, error, upstream_request_id, finish_reason, cache_diagnosis,
-  target, key_index, system_fingerprint, route, attempts)
+  response_id, cache_write_no_ttl, cost_missed, target, key_index, system_fingerprint, route,
+  attempts)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20,
-        ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, ?35, ?36,
-        ?37, ?38, ?39, ?40, ?41)
+        ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, ?35, ?36, ?37, ?38,
+        ?39, ?40, ?41, ?42, ?43, ?44)
 ON CONFLICT (request_id) DO NOTHING)sql";
 
 // A batch's turns of one thread folded into its aggregates. Token sums count known values only;
 // the hit ratio's numerator and denominator only turns whose total input is known.
 constexpr const char* kUpsertThread = R"sql(
 INSERT INTO threads (thread_id, turns, first_seen_us, last_seen_us, cache_read, cache_write,
-                     uncached, output_tokens, cost_total, known_input_read, known_input_total)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+                     uncached, output_tokens, cost_total, known_input_read, known_input_total,
+                     cache_write_5m, cache_write_1h, cache_write_no_ttl, reasoning_tokens,
+                     cost_saved, cost_missed)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)
 ON CONFLICT (thread_id) DO UPDATE SET
   turns = turns + excluded.turns,
   first_seen_us = min(first_seen_us, excluded.first_seen_us),
@@ -50,7 +54,35 @@ ON CONFLICT (thread_id) DO UPDATE SET
   output_tokens = output_tokens + excluded.output_tokens,
   cost_total = cost_total + excluded.cost_total,
   known_input_read = known_input_read + excluded.known_input_read,
-  known_input_total = known_input_total + excluded.known_input_total)sql";
+  known_input_total = known_input_total + excluded.known_input_total,
+  cache_write_5m = cache_write_5m + excluded.cache_write_5m,
+  cache_write_1h = cache_write_1h + excluded.cache_write_1h,
+  cache_write_no_ttl = cache_write_no_ttl + excluded.cache_write_no_ttl,
+  reasoning_tokens = reasoning_tokens + excluded.reasoning_tokens,
+  cost_saved = cost_saved + excluded.cost_saved,
+  cost_missed = cost_missed + excluded.cost_missed)sql";
+
+// A batch's requests of one minute, model and provider folded into the overview's sums (see the
+// dashboard migration in store_schema.cc).
+constexpr const char* kUpsertMinute = R"sql(
+INSERT INTO usage_by_minute (minute_us, model, provider, requests, errors, cache_read, cache_write,
+                             uncached, output_tokens, cost_total, cost_saved, cost_missed,
+                             known_input_read, known_input_total, latency_us_sum, latency_count)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
+ON CONFLICT (minute_us, model, provider) DO UPDATE SET
+  requests = requests + excluded.requests,
+  errors = errors + excluded.errors,
+  cache_read = cache_read + excluded.cache_read,
+  cache_write = cache_write + excluded.cache_write,
+  uncached = uncached + excluded.uncached,
+  output_tokens = output_tokens + excluded.output_tokens,
+  cost_total = cost_total + excluded.cost_total,
+  cost_saved = cost_saved + excluded.cost_saved,
+  cost_missed = cost_missed + excluded.cost_missed,
+  known_input_read = known_input_read + excluded.known_input_read,
+  known_input_total = known_input_total + excluded.known_input_total,
+  latency_us_sum = latency_us_sum + excluded.latency_us_sum,
+  latency_count = latency_count + excluded.latency_count)sql";
 
 // A thread's latest diagnosable turn: its request and prompt fingerprint (see RequestRecord).
 constexpr const char* kUpsertThreadLastPrompt = R"sql(
@@ -75,9 +107,15 @@ struct ThreadDelta {
   int64_t last_seen_us = 0;
   int64_t cache_read = 0;
   int64_t cache_write = 0;
+  int64_t cache_write_5m = 0;
+  int64_t cache_write_1h = 0;
+  int64_t cache_write_no_ttl = 0;
   int64_t uncached = 0;
   int64_t output = 0;
+  int64_t reasoning = 0;
   int64_t cost_total = 0;
+  int64_t cost_saved = 0;
+  int64_t cost_missed = 0;
   int64_t known_input_read = 0;
   int64_t known_input_total = 0;
   std::set<std::string> models;
@@ -90,16 +128,63 @@ struct ThreadDelta {
     last_seen_us = turns == 0 ? r.created_at_us : std::max(last_seen_us, r.created_at_us);
     ++turns;
     cache_read += u.cache_read.value_or(0);
-    cache_write += u.cache_write_5m.value_or(0) + u.cache_write_1h.value_or(0);
+    cache_write_5m += u.cache_write_5m.value_or(0);
+    cache_write_1h += u.cache_write_1h.value_or(0);
+    cache_write_no_ttl += u.cache_write_no_ttl.value_or(0);
+    cache_write += u.cache_write_5m.value_or(0) + u.cache_write_1h.value_or(0) +
+                   u.cache_write_no_ttl.value_or(0);
     uncached += u.uncached.value_or(0);
     output += u.output.value_or(0);
+    reasoning += u.reasoning.value_or(0);
     cost_total += r.cost.total;
+    cost_saved += r.cost.saved;
+    cost_missed += r.cost.missed;
     known_input_read += total_input.has_value() ? u.cache_read.value_or(0) : 0;
     known_input_total += total_input.value_or(0);
     models.insert(r.model);
     if (r.prompt_fingerprint) last_prompt = &r;
   }
 };
+
+// A batch's requests of one (minute, model, provider), summed (see kUpsertMinute).
+struct MinuteDelta {
+  int64_t requests = 0, errors = 0, cache_read = 0, cache_write = 0, uncached = 0, output = 0;
+  int64_t cost_total = 0, cost_saved = 0, cost_missed = 0;
+  int64_t known_input_read = 0, known_input_total = 0, latency_us_sum = 0, latency_count = 0;
+
+  void Add(const RequestRecord& r) {
+    const Usage& u = r.usage;
+    const std::optional<int64_t> total_input = u.TotalInput();
+    ++requests;
+    errors += r.status == "ok" ? 0 : 1;
+    cache_read += u.cache_read.value_or(0);
+    cache_write += u.cache_write_5m.value_or(0) + u.cache_write_1h.value_or(0) +
+                   u.cache_write_no_ttl.value_or(0);
+    uncached += u.uncached.value_or(0);
+    output += u.output.value_or(0);
+    cost_total += r.cost.total;
+    cost_saved += r.cost.saved;
+    cost_missed += r.cost.missed;
+    known_input_read += total_input.has_value() ? u.cache_read.value_or(0) : 0;
+    known_input_total += total_input.value_or(0);
+    if (r.latency_us) {
+      latency_us_sum += *r.latency_us;
+      ++latency_count;
+    }
+  }
+};
+
+// (minute start in unix micros, model, provider); model is "" for requests that reached no
+// provider, as in the metrics.
+using MinuteKey = std::tuple<int64_t, std::string_view, std::string_view>;
+MinuteKey MinuteKeyOf(const RequestRecord& r) {
+  constexpr int64_t kMinuteUs = 60'000'000;
+  const int64_t t = r.created_at_us;
+  const int64_t minute = (t >= 0 ? t / kMinuteUs : (t - kMinuteUs + 1) / kMinuteUs) * kMinuteUs;
+  // ("" as a literal: a default string_view's null data would bind as SQL NULL.)
+  return {minute, r.provider.empty() ? std::string_view("") : std::string_view(r.model),
+          r.provider};
+}
 
 SqliteTelemetryStore::SqliteTelemetryStore(std::string path, const Clock& clock,
                                            const StoreOptions& options,
@@ -259,6 +344,7 @@ uint64_t SqliteTelemetryStore::WriteBatch(std::deque<RequestRecord>& batch, std:
     uint64_t rejected = 0;
     bool transaction_lost = false;
     std::map<std::string_view, ThreadDelta> threads;
+    std::map<MinuteKey, MinuteDelta> minutes;
     for (const RequestRecord& record : batch) {
       if (Status s = InsertRequest(record); !s) {
         *error = s.error().message;
@@ -270,12 +356,20 @@ uint64_t SqliteTelemetryStore::WriteBatch(std::deque<RequestRecord>& batch, std:
         continue;
       }
       if (!record.thread_id.empty()) threads[record.thread_id].Add(record);
+      minutes[MinuteKeyOf(record)].Add(record);
     }
     for (const auto& [thread_id, delta] : threads) {
       if (transaction_lost) break;
       if (Status s = UpsertThread(thread_id, delta); !s) {
         *error = s.error().message;
         transaction_lost = true;  // an aggregate that cannot be written fails the batch
+      }
+    }
+    for (const auto& [key, delta] : minutes) {
+      if (transaction_lost) break;
+      if (Status s = UpsertMinute(key, delta); !s) {
+        *error = s.error().message;
+        transaction_lost = true;
       }
     }
     if (transaction_lost) {
@@ -356,23 +450,43 @@ Status SqliteTelemetryStore::InsertRequest(const RequestRecord& r) {
   } else {
     s.BindTextNoCopy(36, diagnosis);
   }
-  s.BindTextNoCopy(37, r.target);
-  s.BindInt(38, r.key_index);
-  s.BindTextNoCopy(39, r.system_fingerprint);
+  s.BindTextNoCopy(37, r.response_id);
+  s.BindOptInt(38, u.cache_write_no_ttl);
+  s.BindInt(39, c.missed);
+  s.BindTextNoCopy(40, r.target);
+  s.BindInt(41, r.key_index);
+  s.BindTextNoCopy(42, r.system_fingerprint);
   if (route.empty()) {
-    s.BindNull(40);
+    s.BindNull(43);
   } else {
-    s.BindTextNoCopy(40, route);
+    s.BindTextNoCopy(43, route);
   }
   if (attempts.empty()) {
-    s.BindNull(41);
+    s.BindNull(44);
   } else {
-    s.BindTextNoCopy(41, attempts);
+    s.BindTextNoCopy(44, attempts);
   }
   if (Result<bool> step = s.Step(); !step) return fail(step.error());
   if (writer_db_->Changes() == 0) {
     return fail(Error{ErrorCode::kInvalidArgument, "duplicate request_id " + r.request_id});
   }
+  return {};
+}
+
+Status SqliteTelemetryStore::UpsertMinute(const MinuteKey& key, const MinuteDelta& d) {
+  auto stmt = writer_db_->Prepare(kUpsertMinute);
+  if (!stmt) return std::unexpected(stmt.error());
+  Stmt& s = **stmt;
+  s.BindInt(1, std::get<0>(key));
+  s.BindText(2, std::get<1>(key));
+  s.BindText(3, std::get<2>(key));
+  int column = 4;
+  for (int64_t v : {d.requests, d.errors, d.cache_read, d.cache_write, d.uncached, d.output,
+                    d.cost_total, d.cost_saved, d.cost_missed, d.known_input_read,
+                    d.known_input_total, d.latency_us_sum, d.latency_count}) {
+    s.BindInt(column++, v);
+  }
+  if (Result<bool> step = s.Step(); !step) return std::unexpected(step.error());
   return {};
 }
 
@@ -392,6 +506,12 @@ Status SqliteTelemetryStore::UpsertThread(std::string_view thread_id, const Thre
   s.BindInt(9, d.cost_total);
   s.BindInt(10, d.known_input_read);
   s.BindInt(11, d.known_input_total);
+  s.BindInt(12, d.cache_write_5m);
+  s.BindInt(13, d.cache_write_1h);
+  s.BindInt(14, d.cache_write_no_ttl);
+  s.BindInt(15, d.reasoning);
+  s.BindInt(16, d.cost_saved);
+  s.BindInt(17, d.cost_missed);
   if (Result<bool> step = s.Step(); !step) return fail(step.error());
   for (const std::string& model : d.models) {
     auto model_stmt = writer_db_->Prepare(kInsertThreadModel);

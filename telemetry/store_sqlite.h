@@ -12,6 +12,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "telemetry/sqlite_db.h"
@@ -22,7 +23,19 @@ namespace kvgate::telemetry::internal {
 // Applies every migration (core + extra) not yet recorded in schema_migrations.
 Status ApplyMigrations(Db& db, std::span<const Migration> extra, const Clock& clock);
 
+// The SQL of the two list queries for a query's filters (store_queries.cc): what ListThreads and
+// ListRequests run, and what the test of their query plans explains.
+// `sort_after_filter`: read the threads the filters select through their own index and sort
+// them, instead of walking the sort's index until `limit` of them pass (ListThreads picks it
+// when the `since` window holds few threads).
+std::string ThreadListSql(const ThreadQuery& query, bool has_cursor,
+                          bool sort_after_filter = false);
+std::string RequestListSql(const RequestQuery& query, bool has_cursor);
+// The overview's statement (store_overview.cc).
+std::string_view OverviewSql();
+
 struct ThreadDelta;  // store_sqlite.cc
+struct MinuteDelta;  // store_sqlite.cc
 
 class SqliteTelemetryStore final : public TelemetryStore {
  public:
@@ -37,7 +50,10 @@ class SqliteTelemetryStore final : public TelemetryStore {
   Result<nlohmann::json> ListThreads(const ThreadQuery& query) const override;
   Result<nlohmann::json> GetThread(std::string_view thread_id) const override;
   Result<nlohmann::json> ListRequests(const RequestQuery& query) const override;
-  Result<nlohmann::json> GetRequest(std::string_view request_id) const override;
+  Result<nlohmann::json> GetRequest(std::string_view id) const override;
+  Result<nlohmann::json> Overview(int64_t since_us, int64_t until_us,
+                                  int64_t bucket_seconds) const override;
+  Result<nlohmann::json> Live(std::string_view thread_id) const override;
   Result<std::vector<RequestRecord>> LatestThreadTurns(int64_t since_us, int max_threads,
                                                        int* skipped_corrupt) const override;
   Stats stats() const override;
@@ -72,6 +88,9 @@ class SqliteTelemetryStore final : public TelemetryStore {
   Status InsertRequest(const RequestRecord& record);
   // Adds a batch's turns of one thread to its aggregates and model list.
   Status UpsertThread(std::string_view thread_id, const ThreadDelta& delta);
+  // Adds a batch's requests of one minute, model and provider to usage_by_minute.
+  Status UpsertMinute(const std::tuple<int64_t, std::string_view, std::string_view>& key,
+                      const MinuteDelta& delta);
 
   // Constant after construction.
   const std::string path_;

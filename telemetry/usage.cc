@@ -1,5 +1,5 @@
-// Normalization of each provider's usage JSON into telemetry::Usage (PROVIDERS.md, "Normalization
-// table"). The usage object is read as raw_json (no tree is built on the proxy's path); every
+// Normalization of each provider's usage JSON into telemetry::Usage (the table in
+// docs/providers.md). The usage object is read as raw_json (no tree is built on the proxy's path); every
 // accessor here is non-throwing and checks the kind of a value before reading it.
 // values whose type was not tested first.
 #include "telemetry/usage.h"
@@ -108,8 +108,10 @@ void NormalizeChatShape(const raw_json::Object& u, bool has_writes, bool write_a
     const bool absent = !Path(u, {"prompt_tokens_details", "cache_write_tokens"});
     if (!write.has_value() && absent && write_absent_is_zero) write = 0;
   }
-  out->cache_write_5m = write;
+  // OpenAI-shaped writes carry no TTL (none at all for kvgate's engine): their own bucket.
+  out->cache_write_5m = 0;
   out->cache_write_1h = 0;
+  out->cache_write_no_ttl = write;
   out->uncached = Remainder(prompt, {out->cache_read, write}, &out->clamped);
   out->output = Count(u, {"completion_tokens"});
   out->reasoning = Count(u, {"completion_tokens_details", "reasoning_tokens"});
@@ -123,8 +125,9 @@ void NormalizeResponses(const raw_json::Object& u, Usage* out) {
   if (!write.has_value() && !Path(u, {"input_tokens_details", "cache_write_tokens"})) {
     write = 0;
   }
-  out->cache_write_5m = write;
+  out->cache_write_5m = 0;
   out->cache_write_1h = 0;
+  out->cache_write_no_ttl = write;
   out->uncached = Remainder(input, {out->cache_read, write}, &out->clamped);
   out->output = Count(u, {"output_tokens"});
   out->reasoning = Count(u, {"output_tokens_details", "reasoning_tokens"});
@@ -268,7 +271,11 @@ std::string_view UsageFlavorName(UsageFlavor flavor) {
 }
 
 std::optional<int64_t> Usage::TotalInput() const {
-  return Sum({cache_read, cache_write_5m, cache_write_1h, uncached});
+  return Sum({cache_read, cache_write_5m, cache_write_1h, cache_write_no_ttl, uncached});
+}
+
+std::optional<int64_t> Usage::CacheWrite() const {
+  return Sum({cache_write_5m, cache_write_1h, cache_write_no_ttl});
 }
 
 Usage NormalizeUsage(UsageFlavor flavor, const nlohmann::json& usage) {
@@ -324,6 +331,14 @@ Usage NormalizeUsage(UsageFlavor flavor, raw_json::Value usage) {
       case UsageFlavor::kLlamaCpp:
         NormalizeLlamaCpp(u, &out);
         break;
+    }
+    // The chat shape and Responses set the no-TTL bucket themselves (an unknown one stays
+    // unknown); no other flavour has writes without a TTL.
+    if (!out.cache_write_no_ttl.has_value() && flavor != UsageFlavor::kKvgateEngine &&
+        flavor != UsageFlavor::kOpenAIChat && flavor != UsageFlavor::kOpenRouter &&
+        flavor != UsageFlavor::kOpenAICompatible && flavor != UsageFlavor::kVllm &&
+        flavor != UsageFlavor::kSglang && flavor != UsageFlavor::kOpenAIResponses) {
+      out.cache_write_no_ttl = 0;
     }
   } catch (const std::exception&) {
     // Only allocation can throw here; report nothing rather than half a result.

@@ -1,6 +1,6 @@
 // The normalized usage of one request, and its parsing from each provider's usage JSON.
-// See ../shared/docs/PROVIDERS.md, "Normalization table". Unknown is not zero: a count the provider
-// did not report is std::nullopt, never 0.
+// docs/providers.md has the normalization table, provider by provider. Unknown is not zero: a count
+// the provider did not report is std::nullopt, never 0.
 #pragma once
 
 #include <cstdint>
@@ -36,8 +36,12 @@ std::string_view UsageFlavorName(UsageFlavor flavor);
 
 struct Usage {
   std::optional<int64_t> cache_read;
-  std::optional<int64_t> cache_write_5m;
-  std::optional<int64_t> cache_write_1h;
+  std::optional<int64_t> cache_write_5m;  // written with a 5-minute TTL (Anthropic, Bedrock)
+  std::optional<int64_t> cache_write_1h;  // written with a 1-hour TTL (Anthropic)
+  // Written with no TTL stated: kvgate's engine (its cache has no time-based expiry) and
+  // OpenAI-shaped `cache_write_tokens` (OpenAI, OpenRouter), which carry no TTL. Kept apart so
+  // that a 5-minute bucket only ever holds 5-minute writes.
+  std::optional<int64_t> cache_write_no_ttl;
   std::optional<int64_t> uncached;
   std::optional<int64_t> output;     // includes reasoning
   std::optional<int64_t> reasoning;  // subset of output
@@ -55,6 +59,8 @@ struct Usage {
 
   // All input tokens, when every input component is known.
   std::optional<int64_t> TotalInput() const;
+  // Every cache write (5m + 1h + no TTL), when all three are known.
+  std::optional<int64_t> CacheWrite() const;
   bool operator==(const Usage&) const = default;
 };
 
@@ -63,10 +69,13 @@ struct Usage {
 //
 // A count is accepted when it is a JSON integer (or an integral float) in [0, 2^50]; anything else
 // (string, null, negative, fractional, absurdly large) counts as unreported. Per-flavour rules beyond
-// PROVIDERS.md's table:
-//  - a "0" cache-write column in the table means the provider has no cache writes: cache_write_5m = 0
-//    and cache_write_1h = 0 whenever the usage object is an object at all (vLLM, SGLang, DeepSeek,
-//    Gemini, llama.cpp, xAI/Groq/...);
+// the table in docs/providers.md:
+//  - a "0" cache-write column in the table means the provider has no cache writes: every write
+//    bucket is 0 whenever the usage object is an object at all (vLLM, SGLang, DeepSeek, Gemini,
+//    llama.cpp, xAI/Groq/...);
+//  - writes reported without a TTL (OpenAI Chat / Responses, OpenRouter, kvgate's engine) go to
+//    cache_write_no_ttl, and their 5m and 1h buckets are 0; every other flavour's no-TTL bucket is
+//    0 (Anthropic and Bedrock writes always have a TTL: 5 minutes unless split otherwise);
 //  - OpenAI Chat / Responses / OpenRouter report cache_write_tokens only for models that bill writes,
 //    so an absent write field is 0 (those tokens are billed as input otherwise); an absent
 //    cached_tokens is unknown, and then uncached is unknown too;

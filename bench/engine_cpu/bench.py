@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Engine on the CPU vs llama.cpp, side by side in one run (docs BENCHMARKS.md, "Engine on the CPU").
+"""Engine on the CPU vs llama.cpp, side by side in one run (README.md in this folder says how).
 
-    /work/venv-llama/bin/python bench/engine_cpu/bench.py --bench BUILD/bin/kvgate_bench_engine \
+    .venv-llama/bin/python bench/engine_cpu/bench.py --bench BUILD/bin/kvgate_bench_engine \
         [--model models/SmolLM2-135M-Instruct.Q4_1.gguf] [--threads 2] [--reps 3]
 
 Both sides: same model file, same thread count, the same synthetic 512-token prompt, greedy,

@@ -5,6 +5,6 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${1:-$ROOT/build}
 shift || true
-PY=${LLAMA_PYTHON:-/work/venv-llama/bin/python}
+PY=${LLAMA_PYTHON:-$ROOT/.venv-llama/bin/python}
 cmake --build "$BUILD" --target kvgate_bench_engine -j"$(nproc)" >/dev/null
 exec "$PY" "$ROOT/bench/engine_cpu/bench.py" --bench "$BUILD/bin/kvgate_bench_engine" "$@"

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Prefix caching in kvgate's built-in engine, measured through the gateway (BENCHMARKS.md).
+"""Prefix caching in kvgate's built-in engine, measured through the gateway (see README.md here).
 
 1. Time to first token for a ~2,000-token prompt, cold and then warm (the same prompt again).
-2. The seed's eviction experiment: a KV pool of ~4.4 sessions' worth of tokens, eight ~1,024-token
+2. The eviction experiment: a KV pool of ~4.4 sessions' worth of tokens, eight ~1,024-token
    sessions opened one after another, then how much of each is still cached (/api/engine/lookup).
    Expected: the four newest fully cached, the three oldest gone, one in between kept its start.
 """

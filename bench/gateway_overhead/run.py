@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Gateway overhead, side by side in one run (see BENCHMARKS.md).
+"""Gateway overhead, side by side in one run (README.md in this folder says how to run it).
 
 nginx serves a fixed chat.completion (and a 50-event SSE stream); wrk drives the direct path,
 nginx itself as a reverse proxy (the floor any proxy can reach on this machine), kvgate (full
@@ -126,9 +126,10 @@ http {{
 
 
 def start_nginx(tmp, port):
-    # The fixed-response upstream: `return 200` with the canned completion, as BENCHMARKS.md
-    # describes. The 50-event stream is longer than nginx's 4 KB limit on a config string, so it is
-    # a static file; POST to a static file is a 405, which error_page turns back into the file.
+    # The fixed-response upstream: `return 200` with the canned completion (with
+    # usage.prompt_tokens_details.cached_tokens, as a real one has). The 50-event stream is
+    # longer than nginx's 4 KB limit on a config string, so it is a static file; POST to a static
+    # file is a 405, which error_page turns back into the file.
     www = os.path.join(tmp, "www")
     os.makedirs(os.path.join(www, "sse", "v1", "chat"), exist_ok=True)
     with open(os.path.join(www, "sse", "v1", "chat", "completions"), "w") as f:
@@ -197,7 +198,7 @@ models:
 
 
 def start_litellm(tmp, upstream_port):
-    litellm = os.environ.get("LITELLM_BIN", "/work/venv-litellm/bin/litellm")
+    litellm = os.environ.get("LITELLM_BIN", os.path.join(ROOT, ".venv-litellm", "bin", "litellm"))
     if not os.path.exists(litellm):
         return None, None
     cfg = os.path.join(tmp, "litellm.yaml")
@@ -388,8 +389,8 @@ def measure_litellm(tmp, nginx_port, paths, direct, seconds):
     medians of the rounds."""
     ll, port = start_litellm(tmp, nginx_port)
     if not ll:
-        print("\nnote: LiteLLM proxy not available (install: python3 -m venv /work/venv-litellm && "
-              "/work/venv-litellm/bin/pip install 'litellm[proxy]')", file=sys.stderr)
+        print("\nnote: LiteLLM proxy not available (install: python3 -m venv .venv-litellm && "
+              ".venv-litellm/bin/pip install 'litellm[proxy]')", file=sys.stderr)
         return
     try:
         t = Target("litellm", port, paths["peer"], paths["peer-stream"], ll)

@@ -259,6 +259,28 @@ std::unique_ptr<StreamTranslator> NewStreamTranslator(ProviderType type,
   return internal::NewOpenAICompatStream(type, options);
 }
 
+std::string ResponseIdOf(std::string_view client_body) {
+  Result<raw_json::Value> body = raw_json::Parse(client_body);
+  if (!body || !body->is_object()) return "";
+  std::optional<raw_json::Value> id = raw_json::Find(*body, "id");
+  if (!id) return "";
+  return raw_json::DecodeString(*id).value_or("");
+}
+
+std::string ResponseIdOfStream(std::string_view sse_bytes) {
+  size_t pos = 0;
+  while ((pos = sse_bytes.find("data:", pos)) != std::string_view::npos) {
+    pos += 5;
+    const size_t end = sse_bytes.find('\n', pos);
+    std::string id = ResponseIdOf(sse_bytes.substr(pos, end == sse_bytes.npos ? sse_bytes.npos
+                                                                               : end - pos));
+    if (!id.empty()) return id;
+    if (end == std::string_view::npos) break;
+    pos = end;
+  }
+  return "";
+}
+
 namespace internal {
 
 const json* Member(const json& obj, std::string_view key) {

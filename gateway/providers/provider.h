@@ -1,6 +1,6 @@
 // Provider adapters: pure translation between the OpenAI wire format that kvgate's clients speak
 // and each provider's wire format. No sockets, no I/O, no clock reads unless a caller leaves
-// CallOptions::created at 0. See shared/docs/PROVIDERS.md for the formats.
+// CallOptions::created at 0. docs/providers.md describes the formats and their usage fields.
 //
 // The request path for one client request (the body is read as raw_json: validated once, never
 // turned into a tree unless an adapter rewrites it):
@@ -156,6 +156,13 @@ struct Translated {
 // body carries an error object (some servers do this) — the message is the provider's.
 Result<Translated> TranslateResponse(ProviderType type, std::string_view upstream_body,
                                      const CallOptions& options);
+
+// The "id" of a response body the client gets ("chatcmpl-...", "msg_..." from Anthropic), or ""
+// when it has none: what the telemetry stores as the request's response_id.
+std::string ResponseIdOf(std::string_view client_body);
+// The same for a piece of the client's event stream: the "id" of its first data event that has
+// one ("" when none does, e.g. a piece holding only comments).
+std::string ResponseIdOfStream(std::string_view sse_bytes);
 
 // An OpenAI-style error: `body` = {"error": {"message", "type", "param", "code"}}, with param and
 // code null when empty.

@@ -67,6 +67,7 @@ class EngineTest : public ::testing::Test {
     r.usage.cache_read = 0;
     r.usage.cache_write_5m = 0;
     r.usage.cache_write_1h = 0;
+    r.usage.cache_write_no_ttl = 0;
     r.usage.uncached = 1000;
     r.usage.output = 10;
     return r;

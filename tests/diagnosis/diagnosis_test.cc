@@ -51,6 +51,7 @@ RequestRecord Turn(int64_t at_seconds, int64_t read, int64_t uncached, int64_t w
   r.usage.cache_read = read;
   r.usage.cache_write_5m = write;
   r.usage.cache_write_1h = 0;
+  r.usage.cache_write_no_ttl = 0;
   r.usage.uncached = uncached;
   r.usage.output = 50;
   return r;

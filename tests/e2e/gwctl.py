@@ -15,7 +15,7 @@ import openai
 GATEWAY_KEY = "sk-gw-test"
 ADMIN_TOKEN = "test-admin"
 
-# Built-in catalog rates in micro-USD per 1M tokens (PROVIDERS.md): cost in pico-USD is exactly
+# Built-in catalog rates in micro-USD per 1M tokens (telemetry/catalog.json): cost in pico-USD is exactly
 # tokens x rate.
 RATES = {
     "gpt-4o-mini": {"input": 150_000, "cached": 75_000, "w5m": 0, "w1h": 0, "output": 600_000},
@@ -144,27 +144,33 @@ class Gateway:
 
 
 def normalized_from_sim(kind: str, u: dict) -> dict:
-    """The normalized usage PROVIDERS.md prescribes for one simulator usage object."""
+    """The normalized usage docs/providers.md prescribes for one simulator usage object."""
     if kind == "openai":
         read = u["prompt_tokens_details"]["cached_tokens"]
         return {"cache_read": read, "cache_write_5m": 0, "cache_write_1h": 0,
-                "uncached": u["prompt_tokens"] - read, "output": u["completion_tokens"],
+                "cache_write_no_ttl": 0, "uncached": u["prompt_tokens"] - read, "output": u["completion_tokens"],
                 "reasoning": u["completion_tokens_details"]["reasoning_tokens"]}
     if kind == "deepseek":
         return {"cache_read": u["prompt_cache_hit_tokens"], "cache_write_5m": 0,
-                "cache_write_1h": 0, "uncached": u["prompt_cache_miss_tokens"],
+                "cache_write_1h": 0, "cache_write_no_ttl": 0,
+                "uncached": u["prompt_cache_miss_tokens"],
                 "output": u["completion_tokens"], "reasoning": None}
     if kind == "anthropic":
         cc = u["cache_creation"]
         return {"cache_read": u["cache_read_input_tokens"],
                 "cache_write_5m": cc["ephemeral_5m_input_tokens"],
-                "cache_write_1h": cc["ephemeral_1h_input_tokens"],
+                "cache_write_1h": cc["ephemeral_1h_input_tokens"], "cache_write_no_ttl": 0,
                 "uncached": u["input_tokens"], "output": u["output_tokens"], "reasoning": None}
     raise ValueError(kind)
 
 
-def expected_cost_pico(model: str, n: dict) -> dict:
+def expected_cost_pico(model: str, n: dict, diagnosis: dict | None = None) -> dict:
+    """`diagnosis`: the turn's cache_diagnosis; a miss costs its missed tokens at the input rate
+    instead of the cached rate (nothing for below_minimum: no cache could have held them)."""
     r = RATES[model]
+    missed = 0
+    if diagnosis and diagnosis["cause"] != "below_minimum":
+        missed = max(0, diagnosis["expected_cached"] - diagnosis["cached"]) * (r["input"] - r["cached"])
     cache_read = n["cache_read"] * r["cached"]
     cache_write = n["cache_write_5m"] * r["w5m"] + n["cache_write_1h"] * r["w1h"]
     uncached = n["uncached"] * r["input"]
@@ -173,7 +179,8 @@ def expected_cost_pico(model: str, n: dict) -> dict:
         r["input"]
     return {"total": cache_read + cache_write + uncached + output, "cache_read": cache_read,
             "cache_write": cache_write, "uncached": uncached, "output": output,
-            "saved": no_cache - (cache_read + cache_write + uncached)}
+            "saved": no_cache - (cache_read + cache_write + uncached),
+            "missed": missed}
 
 
 def sdk_usage_expected(kind: str, n: dict) -> dict:

@@ -51,10 +51,15 @@ def test_second_turn_reads_block_aligned_prefix_and_telemetry_matches(local_gw):
         written = u.prompt_tokens_details.cache_write_tokens
         assert t["provider"] == "local" and t["status"] == "ok"
         assert t["usage"]["cache_read"] == cached
-        assert t["usage"]["cache_write_5m"] == written
-        assert t["usage"]["cache_write_1h"] == 0
+        # The engine's writes have no TTL: their own bucket, not Anthropic's 5-minute one.
+        assert t["usage"]["cache_write_no_ttl"] == written
+        assert t["usage"]["cache_write_5m"] == 0 and t["usage"]["cache_write_1h"] == 0
         assert t["usage"]["uncached"] == u.prompt_tokens - cached - written
         assert t["usage"]["output"] == u.completion_tokens
+        # A model served by the built-in engine is free: its cost is 0 and complete.
+        assert t["cost_complete"] is True and t["cost_pico_usd"]["total"] == 0
+        # The id the SDK saw finds the request too.
+        assert t["response_id"].startswith("chatcmpl")
     assert turns[1]["cache_diagnosis"] is None and turns[2]["cache_diagnosis"] is None
 
 

@@ -117,7 +117,7 @@ def check_thread_against_sim(gw, sim, thread_id: str, model: str, sent: list[Sen
         normalized.append(n)
         ctx = f"turn {i} ({s.request_id}, sim usage {json.dumps(entry['usage'])})"
         assert t["usage"] == n, f"{ctx}: telemetry usage {t['usage']} != expected {n}"
-        exp_cost = expected_cost_pico(model, n)
+        exp_cost = expected_cost_pico(model, n, t["cache_diagnosis"])
         assert t["cost_pico_usd"] == exp_cost, (
             f"{ctx}: cost_pico_usd {t['cost_pico_usd']} != expected {exp_cost}")
         for k, v in exp_cost.items():
@@ -225,7 +225,7 @@ def test_completions_endpoint_thread(gw, sim):
     for (rid, sdk_u), e in zip(sent, entries):
         n = normalized_from_sim("openai", e["usage"])
         assert by_rid[rid]["usage"] == n
-        assert by_rid[rid]["cost_pico_usd"] == expected_cost_pico("gpt-4o-mini", n)
+        assert by_rid[rid]["cost_pico_usd"] == expected_cost_pico("gpt-4o-mini", n, by_rid[rid]["cache_diagnosis"])
         assert sdk_u == sdk_usage_expected("openai", n)
     assert entries[1]["usage"]["prompt_tokens_details"]["cached_tokens"] == \
         openai_cached_for_prefix(entries[0]["prompt_tokens"])

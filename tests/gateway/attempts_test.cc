@@ -77,6 +77,7 @@ class FakeUpstream final : public Upstream {
     client.record().usage.output = 2;
     client.record().usage.cache_write_5m = 0;
     client.record().usage.cache_write_1h = 0;
+    client.record().usage.cache_write_no_ttl = 0;
     std::string answer = Answer(plan.target->name);
     co_await client.SendAnswer(std::move(answer));
     r.answered = true;

@@ -149,6 +149,7 @@ RequestRecord SampleRecord() {
   r.usage.cache_read = 1024;
   r.usage.cache_write_5m = 0;
   r.usage.cache_write_1h = 0;
+  r.usage.cache_write_no_ttl = 0;
   r.usage.uncached = 1024;
   r.usage.output = 100;
   r.cost.priced = true;

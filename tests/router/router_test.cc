@@ -80,6 +80,7 @@ class PlannerTest : public ::testing::Test {
     rec.usage.uncached = input - cached;
     rec.usage.cache_write_5m = 0;
     rec.usage.cache_write_1h = 0;
+    rec.usage.cache_write_no_ttl = 0;
     rec.usage.output = 100;
     tracker_.Diagnose(rec, Fp(Conversation(turns)), Automatic());
   }

@@ -230,6 +230,8 @@ def common_prefix_len(a, b) -> int:
     head = min(hi, 64)
     if a[:head] != b[:head]:
         hi = head - 1
+    elif a[:hi] == b[:hi]:  # one prompt extends the other: the usual case in a conversation
+        return hi
     while lo < hi:  # largest m with a[:m] == b[:m]; slice comparison runs in C
         mid = (lo + hi + 1) // 2
         if a[:mid] == b[:mid]:

@@ -74,6 +74,7 @@ Usage MakeUsage(std::optional<int64_t> read, std::optional<int64_t> w5m, std::op
   u.cache_read = read;
   u.cache_write_5m = w5m;
   u.cache_write_1h = w1h;
+  u.cache_write_no_ttl = w5m.has_value() ? std::optional<int64_t>(0) : std::nullopt;
   u.uncached = uncached;
   u.output = output;
   return u;
@@ -200,12 +201,12 @@ TEST(TelemetryPricingTest, BuiltInHasEveryModelOfTheTable) {
   for (const Row& row : rows) {
     std::optional<Price> p = catalog.Find(row.model);
     ASSERT_TRUE(p.has_value()) << row.model;
-    EXPECT_EQ(p->base, (Rates{row.input, row.cached, row.w5m, row.w1h, row.output})) << row.model;
+    EXPECT_EQ(p->base, (Rates{row.input, row.cached, row.w5m, row.w1h, row.output, row.w5m})) << row.model;
   }
   std::optional<Price> pro = catalog.Find("gemini-2.5-pro");
   ASSERT_TRUE(pro.has_value());
   EXPECT_EQ(pro->tier_threshold_tokens, 200'000);
-  EXPECT_EQ(pro->above, (Rates{2'500'000, 250'000, 1'250'000, 1'250'000, 15'000'000}));
+  EXPECT_EQ(pro->above, (Rates{2'500'000, 250'000, 1'250'000, 1'250'000, 15'000'000, 1'250'000}));
 }
 
 TEST(TelemetryPricingTest, FindFallsBackToDatedPrefix) {
@@ -219,15 +220,45 @@ TEST(TelemetryPricingTest, FindFallsBackToDatedPrefix) {
   EXPECT_FALSE(catalog.Find("-").has_value());
 }
 
+TEST(TelemetryPricingTest, WritesWithoutTtlHaveTheirOwnRate) {
+  PriceCatalog catalog;
+  ASSERT_TRUE(catalog.MergeJson(json::parse(R"({"own": {"input": "1", "output": "2",
+      "cache_write_5m": "1.25", "cache_write_no_ttl": "1.1"}, "inherits": {"input": "1",
+      "output": "2", "cache_write_5m": "1.25"}})")));
+  EXPECT_EQ(catalog.Find("own")->base.cache_write_no_ttl, 1'100'000);
+  EXPECT_EQ(catalog.Find("inherits")->base.cache_write_no_ttl, 1'250'000);
+  Usage u = MakeUsage(0, 0, 0, 10, 0);
+  u.cache_write_no_ttl = 100;
+  Cost c = ComputeCost(u, catalog, "own");
+  EXPECT_EQ(c.cache_write, 100LL * 1'100'000);
+  EXPECT_EQ(c.saved, 100LL * (1'000'000 - 1'100'000));
+  EXPECT_TRUE(c.complete);
+  u.cache_write_no_ttl = std::nullopt;  // unknown is not zero
+  EXPECT_FALSE(ComputeCost(u, catalog, "own").complete);
+}
+
+TEST(TelemetryPricingTest, MissCostIsTheInputRateOverTheCachedRate) {
+  PriceCatalog catalog = PriceCatalog::BuiltIn();
+  const Price mini = *catalog.Find("gpt-4o-mini");  // 0.15 input, 0.075 cached
+  const Usage u = MakeUsage(0, 0, 0, 2000, 10);
+  EXPECT_EQ(MissCost(1920, u, mini), 1920LL * (150'000 - 75'000));
+  EXPECT_EQ(MissCost(0, u, mini), 0);
+  EXPECT_EQ(MissCost(-5, u, mini), 0);
+  const Price pro = *catalog.Find("gemini-2.5-pro");  // the long-context tier's rates above 200k
+  EXPECT_EQ(MissCost(1000, MakeUsage(0, 0, 0, 250'000, 0), pro), 1000LL * (2'500'000 - 250'000));
+  EXPECT_EQ(MissCost(1000, MakeUsage(0, 0, 0, 1'000, 0), pro), 1000LL * (1'250'000 - 125'000));
+  EXPECT_EQ(MissCost(1000, u, Price{}), 0);  // free: nothing lost
+}
+
 TEST(TelemetryPricingTest, MergeKvgateShape) {
   PriceCatalog catalog;
   ASSERT_TRUE(catalog.MergeJson(json::parse(R"({"my-model": {"input": "0.5", "output": 1.5,
       "cached_input": "0.05", "cache_write_5m": "0.625", "note": "ignored"},
       "tiered": {"input": "1", "output": "2", "tier": {"threshold_tokens": 1000, "input": "3"}}})")));
-  EXPECT_EQ(catalog.Find("my-model")->base, (Rates{500'000, 50'000, 625'000, 625'000, 1'500'000}));
+  EXPECT_EQ(catalog.Find("my-model")->base, (Rates{500'000, 50'000, 625'000, 625'000, 1'500'000, 625'000}));
   std::optional<Price> t = catalog.Find("tiered");
   EXPECT_EQ(t->tier_threshold_tokens, 1000);
-  EXPECT_EQ(t->above, (Rates{3'000'000, 1'000'000, 1'000'000, 1'000'000, 2'000'000}));
+  EXPECT_EQ(t->above, (Rates{3'000'000, 1'000'000, 1'000'000, 1'000'000, 2'000'000, 1'000'000}));
 
   // All-or-nothing: one bad entry leaves the catalog unchanged.
   Status bad = catalog.MergeJson(json::parse(R"({"new-one": {"input": "1", "output": "1"},
@@ -259,11 +290,11 @@ TEST(TelemetryPricingTest, MergeLiteLlmShape) {
   EXPECT_EQ(catalog.size(), 2u);  // the image model is skipped
   std::optional<Price> s = catalog.Find("claude-sonnet-4-5");
   ASSERT_TRUE(s.has_value());
-  EXPECT_EQ(s->base, (Rates{3'000'000, 300'000, 3'750'000, 6'000'000, 15'000'000}));
+  EXPECT_EQ(s->base, (Rates{3'000'000, 300'000, 3'750'000, 6'000'000, 15'000'000, 3'750'000}));
   EXPECT_EQ(s->base, PriceCatalog::BuiltIn().Find("claude-sonnet-4-5")->base);
   EXPECT_EQ(s->tier_threshold_tokens, 200'000);
-  EXPECT_EQ(s->above, (Rates{6'000'000, 600'000, 7'500'000, 6'000'000, 22'500'000}));
-  EXPECT_EQ(catalog.Find("gpt-4o-mini")->base, (Rates{150'000, 75'000, 150'000, 150'000, 600'000}));
+  EXPECT_EQ(s->above, (Rates{6'000'000, 600'000, 7'500'000, 6'000'000, 22'500'000, 7'500'000}));
+  EXPECT_EQ(catalog.Find("gpt-4o-mini")->base, (Rates{150'000, 75'000, 150'000, 150'000, 600'000, 150'000}));
   EXPECT_FALSE(catalog.Find("gpt-4o-mini")->tier_threshold_tokens.has_value());
 
   EXPECT_FALSE(catalog.MergeJson(json::parse(R"({"x": {"input_cost_per_token": "cheap",

@@ -178,7 +178,9 @@ TEST_F(TelemetryStoreQueryTest, ListThreadsSortsFiltersAndPages) {
   EXPECT_EQ(a["first_seen"], "2026-01-01T00:00:00.000000Z");
   EXPECT_EQ(a["last_seen"], "2026-01-01T00:00:50.000000Z");
   EXPECT_EQ(a["models"], json::parse(R"(["gpt-4.1", "gpt-4o"])"));
-  EXPECT_EQ(a["tokens"], json::parse(R"({"cache_read": 1800, "cache_write": 0, "uncached": 1200, "output": 30})"));
+  EXPECT_EQ(a["tokens"], json::parse(R"({"cache_read": 1800, "cache_write": 0, "cache_write_5m": 0,
+      "cache_write_1h": 0, "cache_write_no_ttl": 0, "uncached": 1200, "output": 30,
+      "reasoning": 0})"));
   EXPECT_DOUBLE_EQ(a["hit_ratio"].get<double>(), 0.6);
   // gpt-4.1: 1000 x 2'000'000 + 10 x 8'000'000, then 100 x 2'000'000 + 900 x 500'000 + 10 x 8'000'000;
   // gpt-4o: 100 x 2'500'000 + 900 x 1'250'000 + 10 x 10'000'000.

@@ -116,7 +116,7 @@ TEST(TelemetryStoreTest, ThreadShapeAndValues) {
   EXPECT_EQ(Keys(a), (std::set<std::string>{"request_id", "created_at", "model", "provider", "status", "stream",
                                             "latency_ms", "ttft_ms", "usage", "cost_usd", "cost_pico_usd",
                                             "cost_complete", "error", "http_status", "cache_diagnosis",
-                                            "usage_clamped", "target", "route", "attempts"}));
+                                            "usage_clamped", "response_id", "target", "route", "attempts"}));
   // Without a router: served by the model it named, no decision, no attempts recorded.
   EXPECT_EQ(a["target"], "gpt-4o-mini");
   EXPECT_TRUE(a["route"].is_null());
@@ -129,9 +129,10 @@ TEST(TelemetryStoreTest, ThreadShapeAndValues) {
   EXPECT_DOUBLE_EQ(a["latency_ms"].get<double>(), 1234.567);
   EXPECT_DOUBLE_EQ(a["ttft_ms"].get<double>(), 250.5);
   EXPECT_EQ(a["usage"], json::parse(R"({"cache_read": 1920, "cache_write_5m": 0, "cache_write_1h": 0,
-                                        "uncached": 86, "output": 300, "reasoning": 7})"));
+                                        "cache_write_no_ttl": 0, "uncached": 86, "output": 300, "reasoning": 7})"));
   EXPECT_EQ(a["cost_pico_usd"], json::parse(R"({"total": 336900000, "cache_read": 144000000,
-      "cache_write": 0, "uncached": 12900000, "output": 180000000, "saved": 144000000})"));
+      "cache_write": 0, "uncached": 12900000, "output": 180000000, "saved": 144000000,
+      "missed": 0})"));
   EXPECT_DOUBLE_EQ(a["cost_usd"]["total"].get<double>(), 0.0003369);
   EXPECT_DOUBLE_EQ(a["cost_usd"]["saved"].get<double>(), 0.000144);
   EXPECT_TRUE(a["error"].is_null());

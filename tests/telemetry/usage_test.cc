@@ -53,7 +53,8 @@ TEST(TelemetryUsageTest, OpenAIChatWithCacheWrites) {
   Usage u = N(UsageFlavor::kOpenAIChat, R"({"prompt_tokens": 5000, "completion_tokens": 10,
       "prompt_tokens_details": {"cached_tokens": 1024, "cache_write_tokens": 2048}})");
   EXPECT_EQ(u.cache_read, 1024);
-  EXPECT_EQ(u.cache_write_5m, 2048);
+  EXPECT_EQ(u.cache_write_5m, 0);  // OpenAI states no TTL for its writes
+  EXPECT_EQ(u.cache_write_no_ttl, 2048);
   EXPECT_EQ(u.uncached, 5000 - 1024 - 2048);
   EXPECT_EQ(u.TotalInput(), 5000);
 }
@@ -80,7 +81,8 @@ TEST(TelemetryUsageTest, OpenAIResponses) {
 
   Usage w = N(UsageFlavor::kOpenAIResponses, R"({"input_tokens": 3000, "output_tokens": 1,
       "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 2500}})");
-  EXPECT_EQ(w.cache_write_5m, 2500);
+  EXPECT_EQ(w.cache_write_5m, 0);
+  EXPECT_EQ(w.cache_write_no_ttl, 2500);
   EXPECT_EQ(w.uncached, 500);
 }
 
@@ -89,6 +91,7 @@ TEST(TelemetryUsageTest, OpenAICompatibleHasNoWrites) {
       "prompt_tokens_details": {"cached_tokens": 512, "cache_write_tokens": 300}})");
   EXPECT_EQ(u.cache_read, 512);
   EXPECT_EQ(u.cache_write_5m, 0);  // the table says 0: a stray field is ignored
+  EXPECT_EQ(u.cache_write_no_ttl, 0);
   EXPECT_EQ(u.uncached, 388);
   EXPECT_EQ(u.output, 20);
 }
@@ -97,7 +100,8 @@ TEST(TelemetryUsageTest, OpenRouter) {
   Usage u = N(UsageFlavor::kOpenRouter, R"({"prompt_tokens": 10000, "completion_tokens": 50,
       "cost": 0.0123, "prompt_tokens_details": {"cached_tokens": 4000, "cache_write_tokens": 5000}})");
   EXPECT_EQ(u.cache_read, 4000);
-  EXPECT_EQ(u.cache_write_5m, 5000);
+  EXPECT_EQ(u.cache_write_5m, 0);
+  EXPECT_EQ(u.cache_write_no_ttl, 5000);
   EXPECT_EQ(u.uncached, 1000);
   EXPECT_DOUBLE_EQ(json::parse(u.raw)["cost"].get<double>(), 0.0123);
 }
@@ -109,6 +113,7 @@ TEST(TelemetryUsageTest, AnthropicInputExcludesCache) {
   EXPECT_EQ(u.uncached, 21);
   EXPECT_EQ(u.cache_read, 3000);
   EXPECT_EQ(u.cache_write_5m, 188086);  // no split: all 5m
+  EXPECT_EQ(u.cache_write_no_ttl, 0);  // Anthropic writes always have a TTL
   EXPECT_EQ(u.cache_write_1h, 0);
   EXPECT_EQ(u.output, 393);
   EXPECT_EQ(u.TotalInput(), 21 + 188086 + 3000);
@@ -281,12 +286,15 @@ TEST(TelemetryUsageTest, KvgateEngine) {
   Usage u = N(UsageFlavor::kKvgateEngine, R"({"prompt_tokens": 100, "completion_tokens": 12,
       "prompt_tokens_details": {"cached_tokens": 64, "cache_write_tokens": 32}})");
   EXPECT_EQ(u.cache_read, 64);
-  EXPECT_EQ(u.cache_write_5m, 32);
+  EXPECT_EQ(u.cache_write_5m, 0);  // the engine's cache has no TTL: not Anthropic's 5m bucket
+  EXPECT_EQ(u.cache_write_1h, 0);
+  EXPECT_EQ(u.cache_write_no_ttl, 32);
   EXPECT_EQ(u.uncached, 4);
+  EXPECT_EQ(u.TotalInput(), 100);
   // The engine always reports writes: absent means unknown.
   Usage missing = N(UsageFlavor::kKvgateEngine, R"({"prompt_tokens": 100, "completion_tokens": 12,
       "prompt_tokens_details": {"cached_tokens": 64}})");
-  EXPECT_EQ(missing.cache_write_5m, std::nullopt);
+  EXPECT_EQ(missing.cache_write_no_ttl, std::nullopt);
   EXPECT_EQ(missing.uncached, std::nullopt);
 }
 

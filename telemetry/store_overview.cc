@@ -1,0 +1,207 @@
+// The store's read side for the dashboard's overview and its polling: time series from the
+// per-minute sums (usage_by_minute, see store_schema.cc) and the cheap "what changed" probe.
+//
+// Shapes: see store.h.
+#include <algorithm>
+#include <map>
+#include <tuple>
+#include <vector>
+
+#include "telemetry/pricing.h"
+#include "telemetry/store.h"
+#include "telemetry/store_sqlite.h"
+
+namespace kvgate::telemetry {
+namespace {
+
+using nlohmann::json;
+
+constexpr int64_t kMinuteUs = 60'000'000;
+constexpr int64_t kMaxBuckets = 2'000;
+
+// The sums of one bucket (of one model, or of all).
+struct Sums {
+  int64_t requests = 0, errors = 0, cache_read = 0, cache_write = 0, uncached = 0, output = 0;
+  int64_t cost_total = 0, cost_saved = 0, cost_missed = 0;
+  int64_t known_read = 0, known_total = 0, latency_sum = 0, latency_count = 0;
+
+  void Add(const Sums& o) {
+    requests += o.requests;
+    errors += o.errors;
+    cache_read += o.cache_read;
+    cache_write += o.cache_write;
+    uncached += o.uncached;
+    output += o.output;
+    cost_total += o.cost_total;
+    cost_saved += o.cost_saved;
+    cost_missed += o.cost_missed;
+    known_read += o.known_read;
+    known_total += o.known_total;
+    latency_sum += o.latency_sum;
+    latency_count += o.latency_count;
+  }
+  json HitRatio() const {
+    return known_total > 0 ? json(double(known_read) / double(known_total)) : json(nullptr);
+  }
+  json Json() const {
+    return {{"requests", requests},
+            {"errors", errors},
+            {"cost_usd", PicoUsdToUsd(cost_total)},
+            {"saved_usd", PicoUsdToUsd(cost_saved)},
+            {"missed_usd", PicoUsdToUsd(cost_missed)},
+            {"tokens",
+             {{"cache_read", cache_read},
+              {"cache_write", cache_write},
+              {"uncached", uncached},
+              {"output", output}}},
+            {"hit_ratio", HitRatio()},
+            {"latency_ms_avg", latency_count > 0
+                                   ? json(double(latency_sum) / double(latency_count) / 1000.0)
+                                   : json(nullptr)}};
+  }
+};
+
+template <class F>
+auto Guarded(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    return MakeError(ErrorCode::kInternal, std::string("telemetry query: ") + e.what());
+  }
+}
+
+}  // namespace
+
+namespace internal {
+
+// One pass over the primary key's range, in key order; the rows are summed into buckets here
+// (a GROUP BY would sort every row of the range first: 60 ms for a week of four models).
+std::string_view OverviewSql() {
+  return "SELECT minute_us, model, provider, requests, errors, cache_read, cache_write, uncached, "
+         "output_tokens, cost_total, cost_saved, cost_missed, known_input_read, known_input_total, "
+         "latency_us_sum, latency_count FROM usage_by_minute "
+         "WHERE minute_us >= ?1 AND minute_us < ?2";
+}
+
+Result<json> SqliteTelemetryStore::Overview(int64_t since_us, int64_t until_us,
+                                            int64_t bucket_seconds) const {
+  if (bucket_seconds <= 0 || bucket_seconds % 60 != 0) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "the bucket must be a positive multiple of 60 seconds, got " +
+                         std::to_string(bucket_seconds));
+  }
+  const int64_t bucket_us = bucket_seconds * 1'000'000;
+  if (until_us <= since_us || (until_us - since_us) / bucket_us > kMaxBuckets) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "the range must be non-empty and hold at most " +
+                         std::to_string(kMaxBuckets) + " buckets");
+  }
+  const int64_t buckets = (until_us - since_us + bucket_us - 1) / bucket_us;
+  auto reader = AcquireReader();
+  if (!reader) return std::unexpected(reader.error());
+  auto stmt = (*reader)->db().Prepare(OverviewSql());
+  if (!stmt) return std::unexpected(stmt.error());
+  Stmt& s = **stmt;
+  // Minutes are stored by their start: a range that starts mid-minute takes that whole minute.
+  const int64_t first_minute = since_us >= 0 ? since_us / kMinuteUs * kMinuteUs : since_us;
+  s.BindInt(1, first_minute);
+  s.BindInt(2, until_us);
+  return Guarded([&]() -> Result<json> {
+    std::vector<Sums> series(static_cast<size_t>(buckets));
+    struct ModelSeries {
+      Sums total;
+      std::vector<Sums> points;
+    };
+    std::map<std::pair<std::string, std::string>, ModelSeries> models;
+    std::pair<std::string, std::string> key;
+    ModelSeries* m = nullptr;  // the previous row's: looked up again when the row's model differs
+    for (;;) {
+      Result<bool> row = s.Step();
+      if (!row) return std::unexpected(row.error());
+      if (!*row) break;
+      const int64_t index =
+          std::clamp<int64_t>((s.Int(0) - since_us) / bucket_us, 0, buckets - 1);
+      Sums v;
+      int64_t* fields[] = {&v.requests,    &v.errors,      &v.cache_read, &v.cache_write,
+                           &v.uncached,    &v.output,      &v.cost_total, &v.cost_saved,
+                           &v.cost_missed, &v.known_read,  &v.known_total, &v.latency_sum,
+                           &v.latency_count};
+      int column = 3;
+      for (int64_t* f : fields) *f = s.Int(column++);
+      series[static_cast<size_t>(index)].Add(v);
+      std::string model = s.Text(1), provider = s.Text(2);
+      if (m == nullptr || model != key.first || provider != key.second) {
+        key = {std::move(model), std::move(provider)};
+        m = &models[key];
+        if (m->points.empty()) m->points.resize(static_cast<size_t>(buckets));
+      }
+      m->points[static_cast<size_t>(index)].Add(v);
+      m->total.Add(v);
+    }
+    json out;
+    out["since"] = FormatRfc3339Micros(since_us);
+    out["until"] = FormatRfc3339Micros(until_us);
+    out["bucket_seconds"] = bucket_seconds;
+    Sums totals;
+    json points = json::array();
+    for (size_t i = 0; i < series.size(); ++i) {
+      totals.Add(series[i]);
+      json p = series[i].Json();
+      p["start"] = FormatRfc3339Micros(since_us + static_cast<int64_t>(i) * bucket_us);
+      points.push_back(std::move(p));
+    }
+    out["series"] = std::move(points);
+    out["totals"] = totals.Json();
+    std::vector<std::pair<const std::pair<std::string, std::string>*, const ModelSeries*>> order;
+    for (const auto& [key, m] : models) order.push_back({&key, &m});
+    std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+      return a.second->total.requests > b.second->total.requests;
+    });
+    json by_model = json::array();
+    for (const auto& [key, m] : order) {
+      json entry = m->total.Json();
+      entry["model"] = key->first;
+      entry["provider"] = key->second;
+      json compact = json::array();
+      for (const Sums& p : m->points) {
+        compact.push_back({{"requests", p.requests},
+                           {"hit_ratio", p.HitRatio()},
+                           {"cost_usd", PicoUsdToUsd(p.cost_total)}});
+      }
+      entry["series"] = std::move(compact);
+      by_model.push_back(std::move(entry));
+    }
+    out["by_model"] = std::move(by_model);
+    return out;
+  });
+}
+
+Result<json> SqliteTelemetryStore::Live(std::string_view thread_id) const {
+  auto reader = AcquireReader();
+  if (!reader) return std::unexpected(reader.error());
+  return Guarded([&]() -> Result<json> {
+    json out;
+    {
+      // seq is the rowid: the newest row is the b-tree's last.
+      auto stmt = (*reader)->db().Prepare("SELECT coalesce(max(seq), 0) FROM requests");
+      if (!stmt) return std::unexpected(stmt.error());
+      Result<bool> row = (*stmt)->Step();
+      if (!row) return std::unexpected(row.error());
+      out["last_seq"] = *row ? (*stmt)->Int(0) : 0;
+    }
+    if (!thread_id.empty()) {
+      auto stmt = (*reader)->db().Prepare(
+          "SELECT count(*), coalesce(max(seq), 0) FROM requests WHERE thread_id = ?1");
+      if (!stmt) return std::unexpected(stmt.error());
+      (*stmt)->BindText(1, thread_id);
+      Result<bool> row = (*stmt)->Step();
+      if (!row) return std::unexpected(row.error());
+      out["thread"] = {{"turns", *row ? (*stmt)->Int(0) : 0},
+                       {"last_seq", *row ? (*stmt)->Int(1) : 0}};
+    }
+    return out;
+  });
+}
+
+}  // namespace internal
+}  // namespace kvgate::telemetry

@@ -179,6 +179,12 @@ models:
   - {{name: gpt-4o-mini, provider: nginx, upstream_model: gpt-4o-mini}}
   - {{name: gpt-4o-mini-sse, provider: nginx-sse, upstream_model: gpt-4o-mini}}
   - {{name: claude-sse, provider: nginx-anthropic-sse, upstream_model: claude-bench}}
+  - {{name: gpt-4o-mini-b, provider: nginx, upstream_model: gpt-4o-mini}}
+  - {{name: gpt-4o, provider: nginx, upstream_model: gpt-4o}}
+routers:
+  # What routing costs on the request path: the cost planner over two targets, with the thread's
+  # fingerprint, its memory and the estimates of every candidate.
+  - {{name: bench-router, strategy: cost, targets: [gpt-4o, gpt-4o-mini, gpt-4o-mini-b]}}
 """)
     log = open(os.path.join(tmp, "kvgate.log"), "w+")
     proc = subprocess.Popen([binary, "serve", "--config", cfg], stderr=log, stdout=log)
@@ -293,6 +299,7 @@ def write_bodies(tmp):
             "thread_identifier": "bench-thread"}
     plain = {k: v for k, v in body.items() if k != "thread_identifier"}
     variants = {"kvgate": body, "kvgate-stream": dict(body, stream=True, model="gpt-4o-mini-sse"),
+                "kvgate-router": dict(body, model="bench-router"),
                 "peer": plain, "peer-stream": dict(plain, stream=True, model="gpt-4o-mini-sse")}
     paths = {}
     for name, data in variants.items():
@@ -347,10 +354,10 @@ def measure_rounds(targets, rounds, seconds):
                 t.measure(kind, conns, seconds)
 
 
-def print_report(targets, direct, rounds, seconds, kv, rows, ok_rows):
+def print_report(targets, direct, rounds, seconds, kv, rows, ok_rows, answered):
     print(f"\nGateway overhead, {os.cpu_count()} cores, upstream nginx (fixed JSON); medians of {rounds} "
           f"interleaved rounds of {seconds}s per case\n")
-    print(f"{'gateway':<11} {'c':>3} {'p50 µs':>9} {'p99 µs':>9} {'+p50 µs':>9} {'+p99 µs':>9} "
+    print(f"{'gateway':<13} {'c':>3} {'p50 µs':>9} {'p99 µs':>9} {'+p50 µs':>9} {'+p99 µs':>9} "
           f"{'req/s':>10} {'÷direct':>8} {'RSS MB':>8}  +p50 per round")
     for t in targets:
         for c in (1, 64):
@@ -360,7 +367,7 @@ def print_report(targets, direct, rounds, seconds, kv, rows, ok_rows):
                          for a, b in zip(t.runs[(c, "json")], direct.runs[(c, "json")])]
             non2xx = sum(r["non2xx"] for r in t.runs[(c, "json")])
             rss = t.rss
-            print(f"{t.name:<11} {c:>3} {p50*1e6:>9.1f} {p99*1e6:>9.1f} "
+            print(f"{t.name:<13} {c:>3} {p50*1e6:>9.1f} {p99*1e6:>9.1f} "
                   f"{(p50 - d50) * 1e6 if t is not direct else 0:>9.1f} "
                   f"{(p99 - d99) * 1e6 if t is not direct else 0:>9.1f} "
                   f"{rps:>10.0f} {rps / drps:>8.3f} {rss:>8.1f}  "
@@ -369,7 +376,7 @@ def print_report(targets, direct, rounds, seconds, kv, rows, ok_rows):
     print("\nStreaming (50 SSE events), c=1: time to full response, p50")
     for t in targets:
         p50 = t.med(1, "sse", "p50")
-        print(f"{t.name:<11} p50 {p50*1e6:>9.1f} µs  added {(p50 - direct.med(1, 'sse', 'p50'))*1e6:>8.1f} µs  "
+        print(f"{t.name:<13} p50 {p50*1e6:>9.1f} µs  added {(p50 - direct.med(1, 'sse', 'p50'))*1e6:>8.1f} µs  "
               f"req/s {t.med(1, 'sse', 'rps'):>9.0f}")
     if kv.measured_requests:
         tck = os.sysconf("SC_CLK_TCK")
@@ -379,8 +386,15 @@ def print_report(targets, direct, rounds, seconds, kv, rows, ok_rows):
               + ", ".join(f"{name} {v:.1f}" for name, v in sorted(per.items(), key=lambda x: -x[1])))
     # wrk counts a request when its response completed; requests still in flight when wrk
     # stops are answered by kvgate but not counted by wrk, so ok rows >= answered.
-    print(f"kvgate telemetry: {ok_rows} ok rows ({rows} rows in all) for {kv.answered} "
-          f"requests wrk saw answered: ok rows ÷ answered = {ok_rows / max(1, kv.answered):.4f}")
+    print(f"kvgate telemetry: {ok_rows} ok rows ({rows} rows in all) for {answered} "
+          f"requests wrk saw answered: ok rows ÷ answered = {ok_rows / max(1, answered):.4f}")
+    routed = next((t for t in targets if t.name == "kvgate-router"), None)
+    if routed is not None:
+        per_round = [round((a["p50"] - b["p50"]) * 1e6, 1)
+                     for a, b in zip(routed.runs[(1, "json")], kv.runs[(1, "json")])]
+        print(f"routing (kvgate-router - kvgate) at c=1: p50 "
+              f"{(routed.med(1, 'json', 'p50') - kv.med(1, 'json', 'p50')) * 1e6:+.1f} µs "
+              f"(per round: {' '.join(map(str, per_round))})")
 
 
 def measure_litellm(tmp, nginx_port, paths, direct, seconds):
@@ -435,7 +449,9 @@ def main():
         direct = Target("direct", nginx_port, paths["peer"], paths["peer-stream"], sse_path="/sse/v1/chat/completions")
         proxy = Target("nginx-proxy", proxy_port, paths["peer"], paths["peer-stream"], sse_path="/sse/v1/chat/completions")
         kv = Target("kvgate", kv_port, paths["kvgate"], paths["kvgate-stream"], kv_proc)
-        targets = [direct, proxy, kv]
+        # The same kvgate, the same upstream, through a router (streams stay plain).
+        routed = Target("kvgate-router", kv_port, paths["kvgate-router"], paths["kvgate-stream"])
+        targets = [direct, proxy, kv, routed]
         for t in targets:
             t.warm_up()  # connections, pools, caches
         measure_rounds(targets, args.rounds, args.seconds)
@@ -448,7 +464,8 @@ def main():
         rows = con.execute("select count(*) from requests").fetchone()[0]
         ok_rows = con.execute("select count(*) from requests where status = 'ok'").fetchone()[0]
         con.close()
-        print_report(targets, direct, args.rounds, args.seconds, kv, rows, ok_rows)
+        print_report(targets, direct, args.rounds, args.seconds, kv, rows, ok_rows,
+                     kv.answered + routed.answered)
         if not args.no_litellm:
             measure_litellm(tmp, nginx_port, paths, direct, args.seconds * 2)
     finally:

@@ -41,6 +41,7 @@ asio::awaitable<void> ClientStream::SendAnswer(std::string body) {
   }
   started_ = true;
   log_.record().http_status = 200;
+  log_.Checkpoint();  // the answer is complete once these bytes leave: make the record durable
   std::vector<http::Header> headers = headers_;  // (built before the co_await: GCC 12)
   auto sent = co_await writer_.Send(200, kJson, std::move(body), std::move(headers));
   if (!sent) log_.SetError(200, "client_disconnected", sent.error().message);

@@ -38,6 +38,9 @@ class ClientStream {
   bool streaming() const { return streaming_; }
   bool client_gone() const { return writer_.client_gone(); }
 
+  // Journals the record before the bytes that complete a stream are written (RequestLog::
+  // Checkpoint); SendAnswer does it itself.
+  void Checkpoint() { log_.Checkpoint(); }
   // A whole JSON answer with status 200. When the client is found gone just before it (a write
   // would still succeed into the socket buffer), nothing is sent and the turn is recorded as
   // client_disconnected with 499; a failed send is recorded as client_disconnected too.

@@ -693,6 +693,7 @@ asio::awaitable<AttemptResult> LocalEnginesImpl::Attempt(const InferenceCall& ca
     std::string tail = Chunk(head, chat ? json::object() : json(""), rec.finish_reason);
     if (call.client_wants_usage) tail += UsageChunk(head, last.usage);
     tail += "data: [DONE]\n\n";
+    client.Checkpoint();  // the tail completes the answer: journal it first
     const bool wrote = co_await client.Write(tail);
     if (wrote) co_await client.EndStream();
   } else {

@@ -10,8 +10,15 @@ void Recorder::AddListener(std::function<void(const telemetry::RequestRecord&)> 
   listeners_.push_back(std::move(listener));
 }
 
+std::optional<telemetry::TelemetryStore::JournalMark> Recorder::Checkpoint(
+    telemetry::RequestRecord record, const std::optional<telemetry::Price>& price) {
+  if (price) record.cost = telemetry::ComputeCost(record.usage, *price);
+  return store_.Checkpoint(std::move(record));
+}
+
 void Recorder::Record(telemetry::RequestRecord record,
-                      const std::optional<telemetry::Price>& price) {
+                      const std::optional<telemetry::Price>& price,
+                      std::optional<telemetry::TelemetryStore::JournalMark> checkpoint) {
   telemetry::MakeTextValid(record);  // before the metrics' labels and the listeners see it
   if (price) record.cost = telemetry::ComputeCost(record.usage, *price);
   // (A plain index: GCC 12 warns of a maybe-uninitialized std::optional<size_t> here.)
@@ -43,7 +50,7 @@ void Recorder::Record(telemetry::RequestRecord record,
   metrics_.Observe(record);
   // Listeners read the record before the store takes it: moving it in saves a copy per request.
   for (const auto& listener : listeners_) listener(record);
-  store_.Record(std::move(record));
+  store_.Record(std::move(record), checkpoint);
 }
 
 Result<Recorder::Restored> Recorder::RestoreThreads(int64_t since_us) {

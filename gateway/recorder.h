@@ -33,7 +33,12 @@ class Recorder {
   // it; "routed_away" when its route says a router moved the thread); lets the router learn from
   // it; then hands the record on. The fingerprint is kept (and stored) only for turns the tracker
   // compared.
-  void Record(telemetry::RequestRecord record, const std::optional<telemetry::Price>& price);
+  void Record(telemetry::RequestRecord record, const std::optional<telemetry::Price>& price,
+              std::optional<telemetry::TelemetryStore::JournalMark> checkpoint = std::nullopt);
+  // Journals a copy of `record` (priced) before its answer's last bytes leave the process
+  // (TelemetryStore::Checkpoint), so that a crash right after cannot lose an answered request.
+  std::optional<telemetry::TelemetryStore::JournalMark> Checkpoint(
+      telemetry::RequestRecord record, const std::optional<telemetry::Price>& price);
 
   // The thread's memory as the router sees it before a turn (telemetry::ThreadTracker::View).
   telemetry::ThreadView View(const std::string& thread_id) const { return tracker_.View(thread_id); }

@@ -272,6 +272,11 @@ asio::awaitable<AttemptResult> RemoteUpstream::Streamed(const InferenceCall& cal
       log.MarkFirstToken();
       if (!ttft_us) ttft_us = Micros(started_ns);
     }
+    if (translator->completed()) {  // these bytes complete the answer: journal it first
+      rec.usage = translator->usage();
+      rec.finish_reason = std::string(translator->finish_reason());
+      client.Checkpoint();
+    }
     if (!piece.bytes.empty()) {
       const bool wrote = co_await client.Write(piece.bytes);
       if (!wrote) {

@@ -45,6 +45,15 @@ void RequestLog::EndAttempt(nlohmann::json entry) {
   attempt_started_ns_ = -1;
 }
 
+void RequestLog::Checkpoint() {
+  if (committed_ || checkpoint_) return;
+  telemetry::RequestRecord copy = record_;
+  if (copy.status.empty()) copy.status = "ok";
+  if (copy.http_status == 0) copy.http_status = 200;
+  copy.latency_us = ElapsedMicros();
+  checkpoint_ = recorder_.Checkpoint(std::move(copy), price_);
+}
+
 void RequestLog::Commit() {
   if (committed_) return;
   committed_ = true;
@@ -67,7 +76,7 @@ void RequestLog::Commit() {
                      : std::make_shared<const telemetry::PromptFingerprint>(
                            telemetry::Fingerprint(raw_json::Object(*prompt_)));
   }
-  recorder_.Record(std::move(record_), price_);
+  recorder_.Record(std::move(record_), price_, checkpoint_);
 }
 
 }  // namespace kvgate::gateway

@@ -45,6 +45,10 @@ class RequestLog {
   bool committed() const { return committed_; }
   // Sets the outcome the client saw.
   void SetError(int http_status, std::string status, std::string message);
+  // Journals the record as a success as it stands, just before the answer's last bytes are
+  // written (Recorder::Checkpoint): if the process dies after the client got them, the record
+  // survives. Commit() later records the final outcome. Once per request; no-op after Commit.
+  void Checkpoint();
   // Computes latency, then hands the record to the recorder. Idempotent.
   void Commit();
 
@@ -60,6 +64,7 @@ class RequestLog {
   telemetry::RequestRecord record_;
   bool committed_ = false;
   int64_t attempt_started_ns_ = -1;  // -1: no attempt open
+  std::optional<telemetry::TelemetryStore::JournalMark> checkpoint_;
 };
 
 }  // namespace kvgate::gateway

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "common/error.h"
 #include "telemetry/pricing.h"
 #include "telemetry/usage.h"
 
@@ -63,5 +64,11 @@ struct RequestRecord {
 // that is not UTF-8 would make every query that serializes its row fail. Cheap when the text is
 // already valid: one pass over each field, no allocation.
 void MakeTextValid(RequestRecord& record);
+
+// One record as one line of JSON (ending in '\n'), and back: the crash journal's entries. Every
+// field but the prompt fingerprint (a replayed turn is not compared with its thread's next one).
+std::string ToJournalLine(const RequestRecord& record);
+// kCorruptData when the line is not a journal entry.
+Result<RequestRecord> FromJournalLine(std::string_view line);
 
 }  // namespace kvgate::telemetry

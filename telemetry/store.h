@@ -54,6 +54,11 @@ struct StoreOptions {
   // at most this much later.
   std::chrono::milliseconds commit_interval{20};
   size_t max_batch_records = 1024;
+  // The crash journal (`<path>-journal.<n>` files beside the database): every record is appended
+  // with one write() before it waits for its group commit, so a process killed with SIGKILL loses
+  // none (the page cache keeps the file; a power loss is not covered). Read back at Open().
+  bool journal = true;
+  size_t journal_segment_bytes = 8 << 20;
 };
 
 // Filters for ListThreads. Threads are conversations with a non-empty thread id.
@@ -120,6 +125,22 @@ class TelemetryStore {
   // (MakeTextValid), so every stored row serializes. After Close() the record is discarded and
   // counted in write_errors.
   virtual void Record(RequestRecord record) = 0;
+
+  // Crash durability for a record whose answer is about to complete. The record's answer leaves
+  // the process after Record() would be called by its request path, so a crash in between would
+  // lose an answered request: Checkpoint journals `record` as it stands (one write(), no disk
+  // wait) before the last bytes go out, and Record(final, mark) later replaces it (journaling the
+  // final record again only when its outcome changed: a client that left during the last write).
+  // Returns nullopt when the store keeps no journal (then Record journals nothing either).
+  using JournalMark = uint64_t;
+  virtual std::optional<JournalMark> Checkpoint(RequestRecord record) {
+    (void)record;
+    return std::nullopt;
+  }
+  virtual void Record(RequestRecord record, std::optional<JournalMark> checkpoint) {
+    (void)checkpoint;
+    Record(std::move(record));
+  }
 
   // Blocks until everything recorded before the call is committed (or given up on after retries).
   // Errors: kUnavailable when a record recorded before the call could not be written (reported

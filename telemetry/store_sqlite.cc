@@ -198,18 +198,61 @@ SqliteTelemetryStore::SqliteTelemetryStore(std::string path, const Clock& clock,
 
 SqliteTelemetryStore::~SqliteTelemetryStore() { Close(); }
 
-void SqliteTelemetryStore::Start() {
+Status SqliteTelemetryStore::Start(const StoreOptions& options) {
+  if (options.journal) {
+    std::vector<RequestRecord> recovered;
+    auto journal = Journal::Open(path_ + "-journal", options.journal_segment_bytes, &recovered);
+    if (!journal) return std::unexpected(journal.error());
+    journal_ = std::move(*journal);
+    if (!recovered.empty()) {
+      // What a killed process had answered but not committed (rows it did commit are skipped
+      // by request id).
+      std::deque<RequestRecord> batch(std::make_move_iterator(recovered.begin()),
+                                      std::make_move_iterator(recovered.end()));
+      std::string error;
+      const uint64_t failed = WriteBatch(batch, &error);
+      if (failed > 0 && failed < batch.size()) error.clear();  // duplicates, not failures
+      if (failed == batch.size() && !error.empty()) {
+        return MakeError(ErrorCode::kUnavailable, "telemetry journal replay: " + error);
+      }
+      std::fprintf(stderr, "kvgate: telemetry journal: %zu records recovered from a process that "
+                   "did not shut down cleanly (%llu were already committed)\n",
+                   batch.size() - static_cast<size_t>(failed),
+                   static_cast<unsigned long long>(failed));
+    }
+    journal_->ReleaseRecovered();
+  }
   std::lock_guard<std::mutex> lock(mu_);
   started_ = true;
   writer_ = std::thread([this] {
     NameThisThread("telemetry-write");
     WriterLoop();
   });
+  return {};
 }
 
-void SqliteTelemetryStore::Record(RequestRecord record) {
+void SqliteTelemetryStore::Record(RequestRecord record) { Record(std::move(record), std::nullopt); }
+
+std::optional<TelemetryStore::JournalMark> SqliteTelemetryStore::Checkpoint(
+    RequestRecord record) {
+  if (!journal_) return std::nullopt;
   MakeTextValid(record);
   if (record.created_at_us == 0) record.created_at_us = clock_.NowUnixMicros();
+  auto segment = journal_->Append(record);
+  if (!segment) return std::nullopt;  // the final Record() journals it instead
+  return *segment;
+}
+
+void SqliteTelemetryStore::Record(RequestRecord record, std::optional<JournalMark> checkpoint) {
+  MakeTextValid(record);
+  if (record.created_at_us == 0) record.created_at_us = clock_.NowUnixMicros();
+  JournalRefs refs;
+  if (checkpoint) refs.checkpoint = *checkpoint;
+  // Journaled before it is queued: a crash in between leaves it in the journal. A checkpointed
+  // record whose outcome stayed "ok" is already there.
+  if (journal_ && (!checkpoint || record.status != "ok")) {
+    if (auto segment = journal_->Append(record)) refs.entry = *segment;
+  }
   bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -219,6 +262,7 @@ void SqliteTelemetryStore::Record(RequestRecord record) {
       return;
     }
     queue_.push_back(std::move(record));
+    queue_journal_.push_back(refs);
     ++enqueued_seq_;
     // The writer needs a wake-up only to start a batch or to cut a full one short; any other
     // notify would be a futex call per request for nothing.
@@ -270,6 +314,7 @@ TelemetryStore::Stats SqliteTelemetryStore::stats() const {
 void SqliteTelemetryStore::WriterLoop() {
   for (;;) {
     std::deque<RequestRecord> batch;
+    std::deque<JournalRefs> journal_refs;
     uint64_t batch_end = 0;
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -280,10 +325,19 @@ void SqliteTelemetryStore::WriterLoop() {
         return stopping_ || flush_waiters_ > 0 || queue_.size() >= max_batch_records_;
       });
       batch.swap(queue_);
+      journal_refs.swap(queue_journal_);
       batch_end = enqueued_seq_;
     }
     std::string error;
     const uint64_t failed = WriteBatch(batch, &error);
+    // Committed (or given up on after retries, and counted as lost): their journal entries go.
+    if (journal_) {
+      for (const JournalRefs& r : journal_refs) {
+        if (r.entry) journal_->Release(r.entry);
+        if (r.checkpoint) journal_->Release(r.checkpoint);
+      }
+    }
+    journal_refs.clear();
     bool was_failing = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -586,7 +640,7 @@ Result<std::unique_ptr<TelemetryStore>> TelemetryStore::Open(const std::string& 
   }
   auto store = std::make_unique<internal::SqliteTelemetryStore>(path, clock, options,
                                                                 std::move(*db));
-  store->Start();
+  if (Status s = store->Start(options); !s) return std::unexpected(s.error());
   return std::unique_ptr<TelemetryStore>(std::move(store));
 }
 

@@ -15,6 +15,7 @@
 #include <tuple>
 #include <vector>
 
+#include "telemetry/journal.h"
 #include "telemetry/sqlite_db.h"
 #include "telemetry/store.h"
 
@@ -44,6 +45,8 @@ class SqliteTelemetryStore final : public TelemetryStore {
   ~SqliteTelemetryStore() override;
 
   void Record(RequestRecord record) override;
+  std::optional<JournalMark> Checkpoint(RequestRecord record) override;
+  void Record(RequestRecord record, std::optional<JournalMark> checkpoint) override;
   Status Flush() override;
   void Close() override;
 
@@ -58,8 +61,9 @@ class SqliteTelemetryStore final : public TelemetryStore {
                                                        int* skipped_corrupt) const override;
   Stats stats() const override;
 
-  // Starts the writer thread; called once by Open().
-  void Start();
+  // Opens the crash journal (when options.journal), commits what an earlier process left in it,
+  // then starts the writer thread; called once by Open().
+  Status Start(const StoreOptions& options);
 
  private:
   // A read-only connection checked out of the pool; returned to it on destruction.
@@ -101,6 +105,7 @@ class SqliteTelemetryStore final : public TelemetryStore {
 
   // Owned by the writer thread once Start() has run (by the constructor and Close() otherwise).
   std::unique_ptr<Db> writer_db_;
+  std::unique_ptr<Journal> journal_;  // constant after Start(); null without a journal
   std::thread writer_;
   uint64_t failures_since_report_ = 0;  // see ReportWriteOutcome
   std::chrono::steady_clock::time_point last_failure_report_;
@@ -112,6 +117,12 @@ class SqliteTelemetryStore final : public TelemetryStore {
                                         // waits, or stopping_
   std::condition_variable written_cv_;  // signalled: committed_seq_ advanced, or writer exited
   std::deque<RequestRecord> queue_;     // GUARDED_BY(mu_)
+  // Parallel to queue_: the journal segments holding each record (0: none), released once the
+  // record is committed.
+  struct JournalRefs {
+    uint64_t entry = 0, checkpoint = 0;
+  };
+  std::deque<JournalRefs> queue_journal_;  // GUARDED_BY(mu_)
   bool started_ = false;                // GUARDED_BY(mu_)
   bool stopping_ = false;               // GUARDED_BY(mu_): no more Record() accepted
   bool writer_exited_ = false;          // GUARDED_BY(mu_)

@@ -1,0 +1,173 @@
+// The crash journal: every record field survives a journal line, a record the process never
+// committed is committed by the next one, a torn last line is skipped, and a clean shutdown leaves
+// no file behind.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "telemetry/store.h"
+#include "tests/telemetry/store_test_util.h"
+
+namespace kvgate::telemetry {
+namespace {
+
+using nlohmann::json;
+using testing::MakeRecord;
+using testing::TempDir;
+
+constexpr int64_t kT0 = 1'767'225'600'000'000;
+
+RequestRecord Full() {
+  RequestRecord r = MakeRecord("req_full", "th_1", kT0, "claude-sonnet-4-5", UsageFlavor::kAnthropic,
+                               R"({"input_tokens": 7, "cache_read_input_tokens": 900,
+                                   "cache_creation_input_tokens": 300,
+                                   "cache_creation": {"ephemeral_5m_input_tokens": 100,
+                                                      "ephemeral_1h_input_tokens": 200},
+                                   "output_tokens": 42})");
+  r.endpoint = "chat.completions";
+  r.provider = "claude";
+  r.provider_type = "anthropic";
+  r.upstream_model = "claude-sonnet-4-5-up";
+  r.target = "sonnet";
+  r.key_index = 2;
+  r.system_fingerprint = "fp_1";
+  r.api_key_id = "key_abc";
+  r.stream = true;
+  r.status = "ok";
+  r.http_status = 200;
+  r.upstream_status = 200;
+  r.latency_us = 1234;
+  r.ttft_us = 567;
+  r.usage.clamped = true;
+  r.usage.cache_write_no_ttl = 3;
+  r.usage.reasoning = 5;
+  r.cost.missed = 77;
+  r.error = "caf\xc3\xa9 \"quoted\"\n";
+  r.upstream_request_id = "up_1";
+  r.response_id = "msg_1";
+  r.finish_reason = "stop";
+  r.cache_diagnosis = json{{"cause", "expired"}};
+  r.route = json{{"router", "r"}, {"candidates", json::array({{{"target", "sonnet"}}})}};
+  r.attempts = json::array({{{"target", "sonnet"}, {"status", "ok"}}});
+  return r;
+}
+
+TEST(JournalTest, EveryFieldSurvivesALine) {
+  const RequestRecord r = Full();
+  const std::string line = ToJournalLine(r);
+  ASSERT_TRUE(line.ends_with("\n"));
+  EXPECT_EQ(line.find('\n'), line.size() - 1) << "one record, one line";
+  Result<RequestRecord> back = FromJournalLine(std::string_view(line).substr(0, line.size() - 1));
+  ASSERT_TRUE(back.has_value()) << back.error().message;
+  EXPECT_EQ(ToJournalLine(*back), line);
+  EXPECT_EQ(back->usage, r.usage);
+  EXPECT_EQ(back->cost.total, r.cost.total);
+  EXPECT_EQ(back->cost.missed, 77);
+  EXPECT_EQ(back->target, "sonnet");
+  EXPECT_EQ(back->key_index, 2);
+  EXPECT_EQ(back->error, r.error);
+  EXPECT_EQ(back->route, r.route);
+  EXPECT_EQ(back->attempts, r.attempts);
+  EXPECT_EQ(back->latency_us, 1234);
+  EXPECT_FALSE(FromJournalLine("{\"id\": 1").has_value());
+}
+
+size_t JournalFiles(const TempDir& dir) {
+  size_t n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(dir.File("x")).parent_path())) {
+    n += e.path().filename().string().find("-journal.") != std::string::npos;
+  }
+  return n;
+}
+
+TEST(JournalTest, ACheckpointedRecordWhoseProcessDiedIsCommittedOnTheNextOpen) {
+  TempDir dir;
+  FakeClock clock;
+  const std::string path = dir.File("t.db");
+  {
+    auto store = TelemetryStore::Open(path, clock);
+    ASSERT_TRUE(store.has_value());
+    // Answered (journaled before its last bytes), then the process "died" before Record().
+    ASSERT_TRUE((*store)->Checkpoint(Full()).has_value());
+    // And a normal one.
+    (*store)->Record(MakeRecord("req_normal", "th_1", kT0 + 1, "gpt-4o-mini",
+                                UsageFlavor::kOpenAIChat,
+                                R"({"prompt_tokens": 10, "completion_tokens": 1})"));
+  }
+  EXPECT_GE(JournalFiles(dir), 1u) << "the open checkpoint keeps its segment";
+  {
+    auto store = TelemetryStore::Open(path, clock);
+    ASSERT_TRUE(store.has_value());
+    auto got = (*store)->GetRequest("req_full");
+    ASSERT_TRUE(got.has_value()) << "the checkpointed record was not recovered";
+    EXPECT_EQ((*got)["target"], "sonnet");
+    EXPECT_EQ((*got)["usage"]["cache_read"], 900);
+    auto thread = (*store)->GetThread("th_1");
+    ASSERT_TRUE(thread.has_value());
+    EXPECT_EQ((*thread)["turns"].size(), 2u);
+  }
+  EXPECT_EQ(JournalFiles(dir), 0u) << "a clean shutdown leaves no journal";
+  // Opening again recovers nothing twice.
+  auto store = TelemetryStore::Open(path, clock);
+  auto listed = (*store)->ListRequests({});
+  EXPECT_EQ((*listed)["requests"].size(), 2u);
+}
+
+TEST(JournalTest, AFinalRecordReplacesItsCheckpointAndATornLineIsSkipped) {
+  TempDir dir;
+  FakeClock clock;
+  const std::string path = dir.File("t.db");
+  {
+    auto store = TelemetryStore::Open(path, clock);
+    auto mark = (*store)->Checkpoint(Full());
+    RequestRecord final = Full();
+    final.status = "client_disconnected";  // the last write failed after the checkpoint
+    final.http_status = 200;
+    (*store)->Record(std::move(final), mark);
+    ASSERT_TRUE((*store)->Flush().has_value());
+    auto got = (*store)->GetRequest("req_full");
+    EXPECT_EQ((*got)["status"], "client_disconnected");
+  }
+  // A journal left by a process killed mid-write: one whole entry, one torn.
+  RequestRecord lost = Full();
+  lost.request_id = "req_lost";
+  {
+    std::ofstream out(path + "-journal.7", std::ios::binary);
+    out << ToJournalLine(lost);
+    const std::string torn = ToJournalLine(Full());
+    out << torn.substr(0, torn.size() / 2);
+  }
+  auto store = TelemetryStore::Open(path, clock);
+  ASSERT_TRUE(store.has_value()) << store.error().message;
+  EXPECT_TRUE((*store)->GetRequest("req_lost").has_value());
+  EXPECT_EQ((*(*store)->GetRequest("req_full"))["status"], "client_disconnected");
+  EXPECT_EQ((*(*store)->ListRequests({}))["requests"].size(), 2u);
+}
+
+TEST(JournalTest, SegmentsRotateAndCommittedOnesAreDeleted) {
+  TempDir dir;
+  FakeClock clock;
+  const std::string path = dir.File("t.db");
+  auto store = TelemetryStore::Open(path, clock, StoreOptions{.journal_segment_bytes = 8192});
+  for (int i = 0; i < 200; ++i) {
+    RequestRecord r = Full();
+    r.request_id = "req_" + std::to_string(i);
+    (*store)->Record(std::move(r));
+  }
+  ASSERT_TRUE((*store)->Flush().has_value());
+  EXPECT_LE(JournalFiles(dir), 1u) << "committed segments must not pile up";
+  EXPECT_EQ((*(*store)->ListRequests({.limit = 1000}))["requests"].size(), 200u);
+}
+
+TEST(JournalTest, WithoutAJournalNothingIsWritten) {
+  TempDir dir;
+  FakeClock clock;
+  auto store = TelemetryStore::Open(dir.File("t.db"), clock, StoreOptions{.journal = false});
+  EXPECT_FALSE((*store)->Checkpoint(Full()).has_value());
+  (*store)->Record(Full());
+  EXPECT_EQ(JournalFiles(dir), 0u);
+}
+
+}  // namespace
+}  // namespace kvgate::telemetry

@@ -258,7 +258,7 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
   }
   if (auto it = root.find("storage"); it != root.end() && !it->is_null()) {
     Reader r{*it, "storage"};
-    if (Status s = OnlyKeys(*it, "storage", {"sqlite", "commit_interval_ms"}); !s) {
+    if (Status s = OnlyKeys(*it, "storage", {"sqlite", "commit_interval_ms", "journal"}); !s) {
       return std::unexpected(s.error());
     }
     auto path = r.String("sqlite", config.sqlite_path);
@@ -271,6 +271,9 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
                        "storage.commit_interval_ms must be between 0 and 10000");
     }
     config.commit_interval = std::chrono::milliseconds(*interval);
+    auto journal = r.Bool("journal", config.journal);
+    if (!journal) return std::unexpected(journal.error());
+    config.journal = *journal;
   }
   if (auto it = root.find("pricing"); it != root.end() && !it->is_null()) {
     Reader r{*it, "pricing"};

@@ -67,6 +67,8 @@ struct GatewayConfig {
   // Group commit: how long the telemetry writer gathers records before one transaction
   // (telemetry::StoreOptions::commit_interval). 0 commits as soon as the writer wakes.
   std::chrono::milliseconds commit_interval{20};
+  // The crash journal (telemetry::StoreOptions::journal): on unless the operator turns it off.
+  bool journal = true;
   // catalog
   std::string price_catalog_path;  // optional extra JSON catalog (kvgate or LiteLLM field names)
   // Optional overrides of the catalog's caching rules per provider type (`pricing.caching_rules`),

@@ -282,7 +282,8 @@ int RunGateway(gateway::GatewayConfig config) {
 
   SystemClock clock;
   auto store = telemetry::TelemetryStore::Open(
-      config.sqlite_path, clock, telemetry::StoreOptions{.commit_interval = config.commit_interval});
+      config.sqlite_path, clock,
+      telemetry::StoreOptions{.commit_interval = config.commit_interval, .journal = config.journal});
   if (!store) {
     std::fprintf(stderr, "kvgate: telemetry store %s: %s\n", config.sqlite_path.c_str(),
                  store.error().message.c_str());

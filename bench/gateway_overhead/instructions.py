@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run as bench  # noqa: E402  (nginx setup, kvgate startup, wrk)
 
 
-def request_body(stream, anthropic, context_kb):
+def request_body(stream, anthropic, context_kb, model=None):
     """The 1.2 KB chat request of run.py; with `context_kb`, that many KB of earlier turns before
     it (an agent's long conversation); `anthropic` sends it to the Anthropic-type upstream."""
     history = []
@@ -38,12 +38,14 @@ def request_body(stream, anthropic, context_kb):
             "messages": [{"role": "system", "content": "You are a helpful assistant. " * 40}] + history +
                         [{"role": "user", "content": "Say hello."}],
             "thread_identifier": "bench-thread"}
+    if model:
+        body["model"] = model
     if stream or anthropic:
         body["stream"] = True
     return json.dumps(body)
 
 
-def drive(kvgate, wrapper, n, body, tmp):
+def drive(kvgate, wrapper, n, body, tmp, journal=True):
     """Starts nginx and `wrapper kvgate`, sends n requests, stops both. Returns kvgate's exit code."""
     os.makedirs(tmp, exist_ok=True)
     os.chmod(tmp, 0o755)
@@ -53,7 +55,7 @@ def drive(kvgate, wrapper, n, body, tmp):
     with open(script, "w") as f:
         f.write("#!/bin/sh\nexec " + " ".join(wrapper) + f" '{kvgate}' \"$@\"\n")
     os.chmod(script, 0o755)
-    kv, port, _ = bench.start_kvgate(tmp, script, nginx_port)
+    kv, port, _ = bench.start_kvgate(tmp, script, nginx_port, journal=journal)
     data = body
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
     try:
@@ -150,8 +152,11 @@ def main():
     ap.add_argument("--context-kb", type=int, default=0,
                     help="KB of earlier turns in each request (a long agent conversation)")
     ap.add_argument("--no-syscalls", action="store_true", help="instructions only (skip the strace runs)")
+    ap.add_argument("--model", default=None,
+                    help="the model requests name (bench-router: through the cost router)")
+    ap.add_argument("--no-journal", action="store_true", help="kvgate without its crash journal")
     args = ap.parse_args()
-    body = request_body(args.stream, args.anthropic, args.context_kb)
+    body = request_body(args.stream, args.anthropic, args.context_kb, args.model)
     for tool in ("valgrind", "callgrind_annotate", "strace", "nginx", "wrk"):
         if shutil.which(tool) is None:
             sys.exit(f"{tool} is not installed (apt-get install valgrind strace nginx-light wrk)")
@@ -163,7 +168,7 @@ def main():
     for n in (n_small, n_big):
         out = os.path.join(tmp, f"callgrind.{n}")
         drive(args.kvgate, ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"], n,
-              body, os.path.join(tmp, f"run{n}"))
+              body, os.path.join(tmp, f"run{n}"), journal=not args.no_journal)
         results[n] = inclusive(out)
     per = lambda a, b: (b - a) / (n_big - n_small)  # noqa: E731
     (t0, c0), (t1, c1) = results[n_small], results[n_big]

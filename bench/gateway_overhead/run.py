@@ -165,12 +165,12 @@ def start_nginx_proxy(tmp, port, upstream_port):
   }}""", port, workers=os.cpu_count())
 
 
-def start_kvgate(tmp, binary, upstream_port):
-    db = os.path.join(tmp, "kvgate.db")
-    cfg = os.path.join(tmp, "kvgate.yaml")
+def start_kvgate(tmp, binary, upstream_port, name="kvgate", journal=True):
+    db = os.path.join(tmp, f"{name}.db")
+    cfg = os.path.join(tmp, f"{name}.yaml")
     with open(cfg, "w") as f:
         f.write(f"""server: {{listen: 127.0.0.1:0}}
-storage: {{sqlite: {db}}}
+storage: {{sqlite: {db}, journal: {"true" if journal else "false"}}}
 providers:
   - {{name: nginx, type: openai, base_url: http://127.0.0.1:{upstream_port}/v1, api_key: sk-upstream}}
   - {{name: nginx-sse, type: openai, base_url: http://127.0.0.1:{upstream_port}/sse/v1, api_key: sk-upstream}}
@@ -186,7 +186,7 @@ routers:
   # fingerprint, its memory and the estimates of every candidate.
   - {{name: bench-router, strategy: cost, targets: [gpt-4o, gpt-4o-mini, gpt-4o-mini-b]}}
 """)
-    log = open(os.path.join(tmp, "kvgate.log"), "w+")
+    log = open(os.path.join(tmp, f"{name}.log"), "w+")
     proc = subprocess.Popen([binary, "serve", "--config", cfg], stderr=log, stdout=log)
     deadline = time.time() + 30
     port = None
@@ -388,6 +388,12 @@ def print_report(targets, direct, rounds, seconds, kv, rows, ok_rows, answered):
     # stops are answered by kvgate but not counted by wrk, so ok rows >= answered.
     print(f"kvgate telemetry: {ok_rows} ok rows ({rows} rows in all) for {answered} "
           f"requests wrk saw answered: ok rows ÷ answered = {ok_rows / max(1, answered):.4f}")
+    nojournal = next((t for t in targets if t.name == "kvgate-nojrnl"), None)
+    if nojournal is not None:
+        for c in (1, 64):
+            print(f"crash journal (kvgate - kvgate-nojrnl) at c={c}: p50 "
+                  f"{(kv.med(c, 'json', 'p50') - nojournal.med(c, 'json', 'p50')) * 1e6:+.1f} µs, "
+                  f"req/s {kv.med(c, 'json', 'rps') / nojournal.med(c, 'json', 'rps'):.3f}x")
     routed = next((t for t in targets if t.name == "kvgate-router"), None)
     if routed is not None:
         per_round = [round((a["p50"] - b["p50"]) * 1e6, 1)
@@ -451,7 +457,11 @@ def main():
         kv = Target("kvgate", kv_port, paths["kvgate"], paths["kvgate-stream"], kv_proc)
         # The same kvgate, the same upstream, through a router (streams stay plain).
         routed = Target("kvgate-router", kv_port, paths["kvgate-router"], paths["kvgate-stream"])
-        targets = [direct, proxy, kv, routed]
+        # A second kvgate without the crash journal: what the journal costs.
+        nj_proc, nj_port, _ = start_kvgate(tmp, args.kvgate, nginx_port, "kvgate-nojournal", False)
+        procs.append(nj_proc)
+        nojournal = Target("kvgate-nojrnl", nj_port, paths["kvgate"], paths["kvgate-stream"])
+        targets = [direct, proxy, kv, routed, nojournal]
         for t in targets:
             t.warm_up()  # connections, pools, caches
         measure_rounds(targets, args.rounds, args.seconds)

@@ -73,6 +73,24 @@ TEST(JournalTest, EveryFieldSurvivesALine) {
   EXPECT_FALSE(FromJournalLine("{\"id\": 1").has_value());
 }
 
+// The line is written by hand (not by nlohmann's dump), so its escaping is checked here: every
+// control character, quotes and backslashes come back as they were; bytes that are not UTF-8
+// come back as U+FFFD, and the line stays one valid JSON line either way.
+TEST(JournalTest, HandWrittenEscapingRoundTrips) {
+  RequestRecord r = Full();
+  std::string every_control;
+  for (int ch = 1; ch < 0x20; ++ch) every_control += static_cast<char>(ch);
+  r.error = every_control + "\\ \" \x7f \xe2\x82\xac";
+  r.thread_id = "bad\xff";
+  const std::string line = ToJournalLine(r);
+  EXPECT_EQ(line.find('\n'), line.size() - 1);
+  Result<RequestRecord> back = FromJournalLine(std::string_view(line).substr(0, line.size() - 1));
+  ASSERT_TRUE(back.has_value()) << back.error().message;
+  EXPECT_EQ(back->error, r.error);
+  EXPECT_EQ(back->thread_id, "bad\xef\xbf\xbd");
+  EXPECT_EQ(json::parse(line), json::parse(ToJournalLine(*back)));
+}
+
 size_t JournalFiles(const TempDir& dir) {
   size_t n = 0;
   for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(dir.File("x")).parent_path())) {

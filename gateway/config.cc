@@ -215,7 +215,7 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
     if (Status s = OnlyKeys(*it, "server",
                             {"listen", "admin_token", "api_keys", "threads", "body_limit_bytes",
                              "upstream_timeout_ms", "upstream_connect_timeout_ms",
-                             "drain_timeout_ms"});
+                             "upstream_pool_idle_timeout_ms", "drain_timeout_ms"});
         !s) {
       return std::unexpected(s.error());
     }
@@ -240,6 +240,9 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
     auto conn = Millis(r, "upstream_connect_timeout_ms", config.upstream_connect_timeout);
     if (!conn) return std::unexpected(conn.error());
     config.upstream_connect_timeout = *conn;
+    auto pool_idle = Millis(r, "upstream_pool_idle_timeout_ms", config.upstream_pool_idle_timeout);
+    if (!pool_idle) return std::unexpected(pool_idle.error());
+    config.upstream_pool_idle_timeout = *pool_idle;
     auto drain = Millis(r, "drain_timeout_ms", config.drain_timeout);
     if (!drain) return std::unexpected(drain.error());
     config.drain_timeout = *drain;

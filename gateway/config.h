@@ -61,6 +61,7 @@ struct GatewayConfig {
   size_t body_limit = 8 * 1024 * 1024;
   std::chrono::milliseconds upstream_timeout{600'000};   // request sent -> response headers
   std::chrono::milliseconds upstream_connect_timeout{10'000};
+  std::chrono::milliseconds upstream_pool_idle_timeout{60'000};  // unused keep-alive -> closed
   std::chrono::milliseconds drain_timeout{30'000};
   // storage
   std::string sqlite_path = "./kvgate.db";

@@ -267,6 +267,7 @@ Gateway::Gateway(const GatewayConfig& config, GatewayDeps deps)
   client_options_.connect_timeout = config.upstream_connect_timeout;
   client_options_.header_timeout = config.upstream_timeout;
   client_options_.idle_read_timeout = config.upstream_timeout;
+  client_options_.pool_idle_timeout = config.upstream_pool_idle_timeout;
 }
 
 Gateway::~Gateway() { blocking_pool_.join(); }

@@ -317,7 +317,7 @@ class Target:
         self.proc, self.sse_path = proc, sse_path
         self.runs = {}  # (c, "json" | "sse") -> [wrk result per round]
         self.answered = 0  # every request wrk saw answered, warm-ups too
-        self.cpu_ticks = {}  # kvgate only: thread name -> ticks during measured runs
+        self.cpu_ticks = {}  # kvgate targets: thread name -> ticks during their measured runs
         self.measured_requests = 0
         self.rss = float("nan")  # peak RSS in MB, when known
 
@@ -326,7 +326,7 @@ class Target:
             self.answered += run_wrk(self.port, self.body, conns, 2)["requests"]
 
     def measure(self, kind, conns, seconds):
-        before = cpu_ticks_by_thread(self.proc.pid) if self.name == "kvgate" else None
+        before = cpu_ticks_by_thread(self.proc.pid) if self.name.startswith("kvgate") else None
         if kind == "json":
             r = run_wrk(self.port, self.body, conns, seconds)
         else:
@@ -378,11 +378,14 @@ def print_report(targets, direct, rounds, seconds, kv, rows, ok_rows, answered):
         p50 = t.med(1, "sse", "p50")
         print(f"{t.name:<13} p50 {p50*1e6:>9.1f} µs  added {(p50 - direct.med(1, 'sse', 'p50'))*1e6:>8.1f} µs  "
               f"req/s {t.med(1, 'sse', 'rps'):>9.0f}")
-    if kv.measured_requests:
+    print()
+    for t in targets:
+        if not t.measured_requests:
+            continue
         tck = os.sysconf("SC_CLK_TCK")
-        per = {name: 1e6 * ticks / tck / kv.measured_requests for name, ticks in kv.cpu_ticks.items()}
+        per = {name: 1e6 * ticks / tck / t.measured_requests for name, ticks in t.cpu_ticks.items()}
         per = {name: v for name, v in per.items() if v >= 0.05}  # idle threads
-        print(f"\nkvgate CPU per request at c=64 (user+sys, all rounds): {sum(per.values()):.1f} µs = "
+        print(f"{t.name} CPU per request at c=64 (user+sys, all rounds): {sum(per.values()):.1f} µs = "
               + ", ".join(f"{name} {v:.1f}" for name, v in sorted(per.items(), key=lambda x: -x[1])))
     # wrk counts a request when its response completed; requests still in flight when wrk
     # stops are answered by kvgate but not counted by wrk, so ok rows >= answered.
@@ -456,11 +459,11 @@ def main():
         proxy = Target("nginx-proxy", proxy_port, paths["peer"], paths["peer-stream"], sse_path="/sse/v1/chat/completions")
         kv = Target("kvgate", kv_port, paths["kvgate"], paths["kvgate-stream"], kv_proc)
         # The same kvgate, the same upstream, through a router (streams stay plain).
-        routed = Target("kvgate-router", kv_port, paths["kvgate-router"], paths["kvgate-stream"])
+        routed = Target("kvgate-router", kv_port, paths["kvgate-router"], paths["kvgate-stream"], kv_proc)
         # A second kvgate without the crash journal: what the journal costs.
         nj_proc, nj_port, _ = start_kvgate(tmp, args.kvgate, nginx_port, "kvgate-nojournal", False)
         procs.append(nj_proc)
-        nojournal = Target("kvgate-nojrnl", nj_port, paths["kvgate"], paths["kvgate-stream"])
+        nojournal = Target("kvgate-nojrnl", nj_port, paths["kvgate"], paths["kvgate-stream"], nj_proc)
         targets = [direct, proxy, kv, routed, nojournal]
         for t in targets:
             t.warm_up()  # connections, pools, caches

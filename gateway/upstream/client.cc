@@ -6,6 +6,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cerrno>
@@ -55,7 +56,6 @@ using SteadyClock = std::chrono::steady_clock;
 
 constexpr size_t kScratchSize = 16 * 1024;
 constexpr uint32_t kResponseHeaderLimit = 64 * 1024;
-constexpr auto kMaxIdleAge = std::chrono::seconds(60);
 
 // One connection to one origin, plain or TLS. Heap-allocated so pooling moves a pointer.
 struct Conn {
@@ -521,7 +521,7 @@ class ClientImpl final : public Client {
     while (!list.empty()) {
       std::unique_ptr<Conn> conn = std::move(list.back());
       list.pop_back();
-      if (now - conn->idle_since < kMaxIdleAge && LooksAlive(*conn)) return conn;
+      if (now - conn->idle_since < options_.pool_idle_timeout && LooksAlive(*conn)) return conn;
     }
     return nullptr;
   }
@@ -531,6 +531,40 @@ class ClientImpl final : public Client {
     if (list.size() >= options_.max_idle_per_host) return;  // closes it
     conn->idle_since = SteadyClock::now();
     list.push_back(std::move(conn));
+    if (!sweep_armed_) ArmSweep();
+  }
+
+  // Without a sweep, a connection pooled for an origin that sees no further request would stay
+  // open for the life of the process (and one the peer closed would sit in CLOSE_WAIT). The timer
+  // runs only while the pool holds something.
+  void ArmSweep() {
+    sweep_armed_ = true;
+    sweep_timer_.expires_after(SweepInterval());
+    sweep_timer_.async_wait([this, alive = std::weak_ptr<int>(alive_)](boost::system::error_code ec) {
+      if (ec || alive.expired()) return;  // cancelled: the client is being destroyed
+      sweep_armed_ = false;
+      if (SweepIdle() > 0) ArmSweep();
+    });
+  }
+
+  std::chrono::milliseconds SweepInterval() const {
+    return std::clamp(options_.pool_idle_timeout / 4, std::chrono::milliseconds(10),
+                      std::chrono::milliseconds(5'000));
+  }
+
+  // Closes pooled connections idle past the timeout or closed by the peer; returns how many stay.
+  size_t SweepIdle() {
+    const auto now = SteadyClock::now();
+    size_t kept = 0;
+    for (auto it = idle_.begin(); it != idle_.end();) {
+      auto& list = it->second;
+      std::erase_if(list, [&](const std::unique_ptr<Conn>& conn) {
+        return now - conn->idle_since >= options_.pool_idle_timeout || !LooksAlive(*conn);
+      });
+      kept += list.size();
+      it = list.empty() ? idle_.erase(it) : std::next(it);
+    }
+    return kept;
   }
 
   // Constant after construction.
@@ -541,6 +575,9 @@ class ClientImpl final : public Client {
 
   // Touched only on executor_.
   std::unordered_map<std::string, std::vector<std::unique_ptr<Conn>>> idle_;
+  asio::steady_timer sweep_timer_{executor_};
+  bool sweep_armed_ = false;
+  std::shared_ptr<int> alive_ = std::make_shared<int>(0);  // the sweep's handler checks it
 
   std::atomic<uint64_t> opened_{0};
   std::atomic<uint64_t> sent_{0};

@@ -38,6 +38,9 @@ struct ClientOptions {
   // connection); past it the connection is closed and the exchange still succeeds.
   std::chrono::milliseconds finish_grace{1'000};
   size_t max_idle_per_host = 64;
+  // How long a keep-alive connection may sit unused in the pool before it is closed (a sweep
+  // also closes pooled connections the peer has closed, so none lingers in CLOSE_WAIT).
+  std::chrono::milliseconds pool_idle_timeout{60'000};
   size_t max_response_body = 64 * 1024 * 1024;  // buffered (non-streaming) bodies only
   bool verify_tls = true;  // false only for tests against self-signed servers
   std::string ca_file;     // extra CA bundle (tests); system store is always used
@@ -91,7 +94,7 @@ enum class SinkVerdict {
 using BodySink = std::function<boost::asio::awaitable<SinkVerdict>(std::string_view)>;
 
 // Pooling: idle keep-alive connections are kept per origin (scheme://host:port), most recently
-// used first, at most max_idle_per_host, dropped after 60 s idle or when the peer has closed them
+// used first, at most max_idle_per_host, closed after ClientOptions::pool_idle_timeout idle or once the peer has closed them
 // (checked with a non-blocking peek before reuse). A connection goes back to the pool only after a
 // response that was read completely with keep-alive; aborted or failed exchanges close it.
 //

@@ -44,7 +44,11 @@ T Await(asio::io_context& ioc, asio::awaitable<T> op) {
       ioc, [&]() -> asio::awaitable<void> { out.emplace(co_await std::move(op)); },
       asio::detached);
   ioc.restart();
-  ioc.run();
+  // Until the operation is done, not until the loop runs dry: the client's pool sweep keeps a
+  // timer pending while it holds idle connections.
+  while (!out && ioc.run_one() > 0) {
+  }
+  ioc.poll();
   return std::move(*out);
 }
 
@@ -116,6 +120,36 @@ TEST(ClientTest, PoolReusesOneConnectionForSequentialRequests) {
   EXPECT_EQ(s.reused, 9u);
   EXPECT_EQ(s.requests_sent, 10u);
   EXPECT_EQ(s.retried, 0u);
+}
+
+// A pooled connection nobody asks for again is closed after the idle timeout (the server sees
+// its EOF), not held for the life of the process.
+TEST(ClientTest, IdlePooledConnectionIsClosedAfterTheIdleTimeout) {
+  std::atomic<int64_t> closed_after_ms{-1};
+  ScriptedServer upstream([&](int fd, int, const std::atomic<bool>&) {
+    std::string carry;
+    if (ReadHttpRequest(fd, carry).empty()) return;
+    SendAll(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+    const int64_t answered = NowMs();
+    char byte;
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 5'000) == 1 && read(fd, &byte, 1) == 0) closed_after_ms = NowMs() - answered;
+  });
+  asio::io_context ioc;
+  ClientOptions options;
+  options.pool_idle_timeout = 300ms;
+  auto client = Client::Create(ioc.get_executor(), options);
+  const Url url = MustParse("http://127.0.0.1:" + std::to_string(upstream.port()));
+  ASSERT_TRUE(Await(ioc, client->Send(url, Post("/a", ""))));
+  const int64_t start = NowMs();
+  while (closed_after_ms < 0 && NowMs() - start < 3'000) {
+    ioc.restart();
+    ioc.run_for(50ms);
+  }
+  ASSERT_GE(closed_after_ms.load(), 250) << "closed before the idle timeout";
+  EXPECT_LT(closed_after_ms.load(), 1'500) << "kept past the idle timeout";
+  // Nothing is pooled any more: the next request opens a new connection.
+  EXPECT_EQ(client->stats().connections_opened, 1u);
 }
 
 TEST(ClientTest, StreamingHandsOverPiecesAsTheyArrive) {

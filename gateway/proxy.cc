@@ -249,7 +249,7 @@ asio::awaitable<void> Gateway::ServeInference(http::Request& request,
     co_return;
   }
   if (decision->router != nullptr) {
-    rec.route = router.DecisionJson(*decision);
+    rec.route = router.DecisionText(*decision);
     client.headers().push_back({"x-kvgate-router", decision->router->name});
   }
   if (decision->eligible == 0) {
@@ -308,6 +308,7 @@ asio::awaitable<void> Gateway::RunAttempts(const InferenceCall& call,
       if (!router.BeginAttempt(candidate.target, decision.router != nullptr)) break;
       client.headers().resize(fixed_headers);  // an earlier attempt's upstream headers go
       rec.target = target.name;
+      if (decision.router != nullptr) rec.route_facts = router.Facts(decision, target.name);
       rec.provider = target.provider;
       rec.provider_type = target.provider_type;
       rec.upstream_model = target.upstream_model;

@@ -27,9 +27,9 @@ void Recorder::Record(telemetry::RequestRecord record,
   if (auto t = record.target.empty() ? std::nullopt : router_.FindTarget(record.target)) target = *t;
   if (record.prompt_fingerprint && !record.thread_id.empty() && record.status == "ok") {
     telemetry::TurnContext context;
-    if (record.route.is_object() && record.route.value("moved", false)) {
-      context.router = record.route.value("router", "");
-      context.route_reason = record.route.value("reason", "");
+    if (record.route_facts.moved) {
+      context.router = record.route_facts.router;
+      context.route_reason = record.route_facts.reason;
     }
     const telemetry::CacheRules rules =
         target != kNone ? router_.targets()[target].cache_rules : telemetry::CacheRules{};

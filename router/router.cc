@@ -7,6 +7,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "common/json_writer.h"
 #include "router/health.h"
 #include "router/planner.h"
 
@@ -646,46 +647,78 @@ void Router::Learn(size_t target, uint64_t prompt_bytes, const telemetry::Reques
       l.output_seen = true;
     }
   }
-  if (s.prediction_error == nullptr || !record.route.is_object() || !record.cost.complete ||
+  const auto& facts = record.route_facts;
+  if (s.prediction_error == nullptr || !facts.estimated_cost_pico || !record.cost.complete ||
       record.cost.total <= 0) {
     return;
   }
-  const json& candidates = record.route.value("candidates", json::array());
-  for (const json& c : candidates) {
-    if (!c.is_object() || c.value("target", "") != record.target) continue;
-    auto est = c.find("est_cost_pico");
-    if (est == c.end() || !est->is_number_integer()) break;
-    const double error = std::fabs(double(est->get<int64_t>() - record.cost.total)) /
-                         double(record.cost.total);
-    if (auto* h = s.prediction_error->WithLabels({record.route.value("router", "")})) {
-      h->Observe(error);
-    }
-    break;
-  }
+  const double error = std::fabs(double(*facts.estimated_cost_pico - record.cost.total)) /
+                       double(record.cost.total);
+  if (auto* h = s.prediction_error->WithLabels({facts.router})) h->Observe(error);
 }
 
-json Router::DecisionJson(const RouteDecision& d) const {
+std::string Router::DecisionText(const RouteDecision& d) const {
+  // By hand (common/json_writer.h): this is built for every routed request, and a json tree of
+  // the candidates cost four times the routing decision itself.
   const State& s = *state_;
-  json candidates = json::array();
+  JsonWriter w;
+  w.BeginObject();
+  w.Key("router").String(d.router ? std::string_view(d.router->name) : std::string_view());
+  w.Key("strategy").String(d.router ? StrategyName(d.router->strategy) : "pinned");
+  w.Key("target");
+  if (d.eligible > 0) {
+    w.String(s.targets[d.candidates[0].target].name);
+  } else {
+    w.Null();
+  }
+  w.Key("reason").String(d.reason);
+  w.Key("reason_code").String(d.reason_code);
+  w.Key("moved").Bool(d.moved);
+  w.Key("pinned").Bool(d.pinned);
+  w.Key("candidates").BeginArray();
   for (const Candidate& c : d.candidates) {
     const Target& t = s.targets[c.target];
-    json j = {{"target", t.name}, {"provider", t.provider}, {"model", t.upstream_model},
-              {"eligible", c.eligible}, {"why_not", c.eligible ? json() : json(c.why_not)},
-              {"est_prompt_tokens", c.prompt_tokens ? json(*c.prompt_tokens) : json()},
-              {"est_cached_tokens", c.cached_tokens ? json(*c.cached_tokens) : json()},
-              {"est_cost_usd", c.cost_pico ? json(telemetry::PicoUsdToUsd(*c.cost_pico)) : json()},
-              {"est_cost_pico", c.cost_pico ? json(*c.cost_pico) : json()}};
-    if (t.keys > 1) j["key"] = c.key;
-    candidates.push_back(std::move(j));
+    w.BeginObject();
+    w.Key("target").String(t.name);
+    w.Key("provider").String(t.provider);
+    w.Key("model").String(t.upstream_model);
+    w.Key("eligible").Bool(c.eligible);
+    w.Key("why_not");
+    if (c.eligible) {
+      w.Null();
+    } else {
+      w.String(c.why_not);
+    }
+    w.Key("est_prompt_tokens").OptInt(c.prompt_tokens);
+    w.Key("est_cached_tokens").OptInt(c.cached_tokens);
+    w.Key("est_cost_usd");
+    if (c.cost_pico) {
+      w.Double(telemetry::PicoUsdToUsd(*c.cost_pico));
+    } else {
+      w.Null();
+    }
+    w.Key("est_cost_pico").OptInt(c.cost_pico);
+    if (t.keys > 1) w.Key("key").Int(c.key);
+    w.EndObject();
   }
-  return json{{"router", d.router ? d.router->name : ""},
-              {"strategy", d.router ? std::string(StrategyName(d.router->strategy)) : "pinned"},
-              {"target", d.eligible > 0 ? json(s.targets[d.candidates[0].target].name) : json()},
-              {"reason", d.reason},
-              {"reason_code", d.reason_code},
-              {"moved", d.moved},
-              {"pinned", d.pinned},
-              {"candidates", std::move(candidates)}};
+  w.EndArray();
+  w.EndObject();
+  return w.Take();
+}
+
+telemetry::RequestRecord::RouteFacts Router::Facts(const RouteDecision& d,
+                                                   std::string_view answered_by) const {
+  telemetry::RequestRecord::RouteFacts facts;
+  facts.router = d.router ? d.router->name : "";
+  facts.reason = d.reason;
+  facts.moved = d.moved;
+  for (const Candidate& c : d.candidates) {
+    if (state_->targets[c.target].name == answered_by) {
+      facts.estimated_cost_pico = c.cost_pico;
+      break;
+    }
+  }
+  return facts;
 }
 
 json Router::Describe() const {

@@ -250,8 +250,12 @@ class Router {
   // tokens), and, for a routed turn, the planner's prediction error against the billed cost.
   void Learn(size_t target, uint64_t prompt_bytes, const telemetry::RequestRecord& record);
 
-  // The decision as stored with the turn (RequestRecord::route).
-  nlohmann::json DecisionJson(const RouteDecision& decision) const;
+  // The decision as stored with the turn (RequestRecord::route): JSON text.
+  std::string DecisionText(const RouteDecision& decision) const;
+  // What the gateway reads back from the decision once the turn is over, `answered_by` being
+  // the target that answered (RequestRecord::route_facts).
+  telemetry::RequestRecord::RouteFacts Facts(const RouteDecision& decision,
+                                             std::string_view answered_by) const;
   // GET /api/routes: every target's health (circuit, EWMA latency, error rate, cool-down) and
   // every router's configuration.
   nlohmann::json Describe() const;

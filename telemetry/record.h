@@ -52,10 +52,19 @@ struct RequestRecord {
   std::shared_ptr<const PromptFingerprint> prompt_fingerprint;
   // Filled by the thread tracker: null JSON when reads were as expected.
   nlohmann::json cache_diagnosis;
-  // The router's decision for a model that is a router (router/router.h, RouteDecision::ToJson),
-  // null otherwise; and every upstream attempt made for the request, in order (empty when none
-  // was made): [{"target","provider","status","http_status","error","latency_ms"}].
-  nlohmann::json route;
+  // The router's decision for a model that is a router, as JSON text (router::Router::
+  // DecisionText), "" otherwise. It is written once, on the request path, and stored as it is:
+  // building it as a json tree cost more than the routing itself. The gateway reads back only
+  // the parts below, which are not stored on their own.
+  std::string route;
+  struct RouteFacts {
+    std::string router;
+    std::string reason;
+    bool moved = false;  // the decision moved the thread off its bound target
+    std::optional<int64_t> estimated_cost_pico;  // its estimate for the target that answered
+  } route_facts;
+  // Every upstream attempt made for the request, in order (empty when none was made):
+  // [{"target","provider","status","http_status","error","latency_ms"}].
   nlohmann::json attempts = nlohmann::json::array();
 };
 

@@ -1,10 +1,8 @@
 // RequestRecord <-> one line of JSON, for the crash journal (journal.h). Every stored field goes
 // through here; the static_asserts below fail the build when RequestRecord, Usage or Cost gain a
 // field, so that a new field cannot silently miss the journal.
-#include <charconv>
-
 #include "common/json_text.h"
-#include "common/utf8.h"
+#include "common/json_writer.h"
 #include "telemetry/record.h"
 
 namespace kvgate::telemetry {
@@ -30,103 +28,6 @@ bool Bool(const json& j, const char* key) {
   return it != j.end() && it->is_boolean() && it->get<bool>();
 }
 
-// One journal line, written by hand rather than through a json tree and dump(): the line is built
-// on the request path (once or twice per request), where nlohmann's tree of std::map nodes cost
-// about 60,000 instructions a record. The output is ordinary JSON, read back with nlohmann.
-class LineWriter {
- public:
-  LineWriter() { out_.reserve(1024); }
-  void Str(std::string_view key, std::string_view value) {
-    Key(key);
-    const size_t mark = out_.size();
-    out_ += '"';
-    // Runs of plain bytes are appended whole; only quotes, backslashes and control bytes are
-    // escaped one by one.
-    unsigned char seen = 0;
-    size_t run = 0;
-    for (size_t i = 0; i < value.size(); ++i) {
-      const auto byte = static_cast<unsigned char>(value[i]);
-      seen |= byte;
-      if (byte >= 0x20 && byte != '"' && byte != '\\') continue;
-      out_.append(value.data() + run, i - run);
-      run = i + 1;
-      if (byte >= 0x20) {
-        out_ += '\\';
-        out_ += static_cast<char>(byte);
-      } else {
-        static constexpr char kHex[] = "0123456789abcdef";
-        out_ += "\\u00";
-        out_ += kHex[byte >> 4];
-        out_ += kHex[byte & 0xf];
-      }
-    }
-    out_.append(value.data() + run, value.size() - run);
-    out_ += '"';
-    if ((seen & 0x80) && !IsValidUtf8(value)) {
-      // The rare record with bytes no sanitizer reached: written with U+FFFD for them instead.
-      out_.resize(mark);
-      out_ += JsonText(json(std::string(value)));
-    }
-  }
-  void Int(std::string_view key, int64_t value) {
-    Key(key);
-    AppendInt(value);
-  }
-  void Opt(std::string_view key, const std::optional<int64_t>& value) {
-    Key(key);
-    if (value) {
-      AppendInt(*value);
-    } else {
-      out_.append("null", 4);
-    }
-  }
-  void Bool(std::string_view key, bool value) {
-    Key(key);
-    if (value) {
-      out_.append("true", 4);
-    } else {
-      out_.append("false", 5);
-    }
-  }
-  void Json(std::string_view key, const json& value) {
-    Key(key);
-    if (value.is_null()) {
-      out_.append("null", 4);
-    } else {
-      out_ += JsonText(value);
-    }
-  }
-  void Open(std::string_view key) {
-    Key(key);
-    out_ += '{';
-    first_ = true;
-  }
-  void Close() {
-    out_ += '}';
-    first_ = false;
-  }
-  std::string Finish() {
-    out_ += "}\n";
-    return std::move(out_);
-  }
-
- private:
-  void Key(std::string_view key) {
-    if (!first_) out_ += ',';
-    first_ = false;
-    out_ += '"';
-    out_.append(key.data(), key.size());
-    out_.append("\":", 2);
-  }
-  void AppendInt(int64_t value) {
-    char digits[24];
-    const auto end = std::to_chars(digits, digits + sizeof digits, value).ptr;
-    out_.append(digits, static_cast<size_t>(end - digits));
-  }
-  std::string out_ = "{";
-  bool first_ = true;
-};
-
 }  // namespace
 
 #if defined(__x86_64__) && defined(__GLIBCXX__)
@@ -138,56 +39,61 @@ static_assert(sizeof(Cost) == 64, "a Cost field was added: journal it in record_
 std::string ToJournalLine(const RequestRecord& r) {
   const Usage& u = r.usage;
   const Cost& c = r.cost;
-  LineWriter w;
-  w.Str("id", r.request_id);
-  w.Str("th", r.thread_id);
-  w.Int("t", r.created_at_us);
-  w.Str("ep", r.endpoint);
-  w.Str("m", r.model);
-  w.Str("p", r.provider);
-  w.Str("pt", r.provider_type);
-  w.Str("um", r.upstream_model);
-  w.Str("tg", r.target);
-  w.Int("k", r.key_index);
-  w.Str("sf", r.system_fingerprint);
-  w.Str("ak", r.api_key_id);
-  w.Bool("s", r.stream);
-  w.Str("st", r.status);
-  w.Int("hs", r.http_status);
-  w.Int("us", r.upstream_status);
-  w.Opt("lat", r.latency_us);
-  w.Opt("ttft", r.ttft_us);
-  w.Open("u");
-  w.Opt("cr", u.cache_read);
-  w.Opt("w5", u.cache_write_5m);
-  w.Opt("w1", u.cache_write_1h);
-  w.Opt("wn", u.cache_write_no_ttl);
-  w.Opt("un", u.uncached);
-  w.Opt("o", u.output);
-  w.Opt("r", u.reasoning);
-  w.Bool("cl", u.clamped);
-  w.Str("raw", u.raw);
-  w.Opt("ri", u.reported_input);
-  w.Close();
-  w.Open("c");
-  w.Int("cr", c.cache_read);
-  w.Int("cw", c.cache_write);
-  w.Int("un", c.uncached);
-  w.Int("o", c.output);
-  w.Int("t", c.total);
-  w.Int("sv", c.saved);
-  w.Bool("cp", c.complete);
-  w.Bool("pr", c.priced);
-  w.Int("ms", c.missed);
-  w.Close();
-  w.Str("e", r.error);
-  w.Str("uid", r.upstream_request_id);
-  w.Str("rid", r.response_id);
-  w.Str("fr", r.finish_reason);
-  w.Json("dg", r.cache_diagnosis);
-  w.Json("rt", r.route);
-  w.Json("at", r.attempts);
-  return w.Finish();
+  // Written by hand (common/json_writer.h): this runs on the request path.
+  JsonWriter w;
+  w.BeginObject();
+  w.Key("id").String(r.request_id);
+  w.Key("th").String(r.thread_id);
+  w.Key("t").Int(r.created_at_us);
+  w.Key("ep").String(r.endpoint);
+  w.Key("m").String(r.model);
+  w.Key("p").String(r.provider);
+  w.Key("pt").String(r.provider_type);
+  w.Key("um").String(r.upstream_model);
+  w.Key("tg").String(r.target);
+  w.Key("k").Int(r.key_index);
+  w.Key("sf").String(r.system_fingerprint);
+  w.Key("ak").String(r.api_key_id);
+  w.Key("s").Bool(r.stream);
+  w.Key("st").String(r.status);
+  w.Key("hs").Int(r.http_status);
+  w.Key("us").Int(r.upstream_status);
+  w.Key("lat").OptInt(r.latency_us);
+  w.Key("ttft").OptInt(r.ttft_us);
+  w.Key("u").BeginObject();
+  w.Key("cr").OptInt(u.cache_read);
+  w.Key("w5").OptInt(u.cache_write_5m);
+  w.Key("w1").OptInt(u.cache_write_1h);
+  w.Key("wn").OptInt(u.cache_write_no_ttl);
+  w.Key("un").OptInt(u.uncached);
+  w.Key("o").OptInt(u.output);
+  w.Key("r").OptInt(u.reasoning);
+  w.Key("cl").Bool(u.clamped);
+  w.Key("raw").String(u.raw);
+  w.Key("ri").OptInt(u.reported_input);
+  w.EndObject();
+  w.Key("c").BeginObject();
+  w.Key("cr").Int(c.cache_read);
+  w.Key("cw").Int(c.cache_write);
+  w.Key("un").Int(c.uncached);
+  w.Key("o").Int(c.output);
+  w.Key("t").Int(c.total);
+  w.Key("sv").Int(c.saved);
+  w.Key("cp").Bool(c.complete);
+  w.Key("pr").Bool(c.priced);
+  w.Key("ms").Int(c.missed);
+  w.EndObject();
+  w.Key("e").String(r.error);
+  w.Key("uid").String(r.upstream_request_id);
+  w.Key("rid").String(r.response_id);
+  w.Key("fr").String(r.finish_reason);
+  w.Key("dg").Json(r.cache_diagnosis);
+  w.Key("rt").Raw(r.route);
+  w.Key("at").Json(r.attempts);
+  w.EndObject();
+  std::string line = w.Take();
+  line += '\n';
+  return line;
 }
 
 Result<RequestRecord> FromJournalLine(std::string_view line) {
@@ -240,7 +146,7 @@ Result<RequestRecord> FromJournalLine(std::string_view line) {
   r.response_id = Str(j, "rid");
   r.finish_reason = Str(j, "fr");
   r.cache_diagnosis = j.value("dg", json());
-  r.route = j.value("rt", json());
+  if (auto it = j.find("rt"); it != j.end() && !it->is_null()) r.route = JsonText(*it);
   r.attempts = j.value("at", json::array());
   return r;
 }

@@ -446,10 +446,10 @@ Status SqliteTelemetryStore::InsertRequest(const RequestRecord& r) {
   // aggregates; any other failure is an I/O-level error that loses the transaction, which
   // WriteBatch retries.
   auto fail = [](Error e) -> Status { return std::unexpected(std::move(e)); };
-  std::string diagnosis, route, attempts;
+  std::string diagnosis, attempts;
+  const std::string& route = r.route;  // JSON text already
   try {
     if (!r.cache_diagnosis.is_null()) diagnosis = DumpJson(r.cache_diagnosis);
-    if (!r.route.is_null()) route = DumpJson(r.route);
     if (r.attempts.is_array() && !r.attempts.empty()) attempts = DumpJson(r.attempts);
   } catch (const std::exception& e) {
     return fail(Error{ErrorCode::kInternal, std::string("json: ") + e.what()});

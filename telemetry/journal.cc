@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -37,6 +38,7 @@ Journal::Journal(std::string base, size_t segment_bytes)
     : base_(std::move(base)), segment_bytes_(std::max<size_t>(4096, segment_bytes)) {}
 
 Journal::~Journal() {
+  std::unique_lock file(file_mu_);
   std::lock_guard lock(mu_);
   if (fd_ >= 0) ::close(fd_);
   // A clean shutdown leaves no file behind once everything in it is committed.
@@ -72,6 +74,7 @@ Result<std::unique_ptr<Journal>> Journal::Open(std::string base, size_t segment_
       }
     }
   }
+  std::unique_lock file(journal->file_mu_);
   std::lock_guard lock(journal->mu_);
   if (Status s = journal->RotateLocked(); !s) return std::unexpected(s.error());
   return journal;
@@ -101,37 +104,59 @@ Status Journal::RotateLocked() {
 
 Result<Journal::Segment> Journal::Append(const RequestRecord& record) {
   const std::string line = ToJournalLine(record);
-  std::lock_guard lock(mu_);
-  if (active_size_ >= segment_bytes_) {
-    if (Status s = RotateLocked(); !s) return std::unexpected(s.error());
-  }
-  // One write() per record, under the lock: appends of two event loops must not interleave
-  // within a line, and the call costs a copy into the page cache, never a disk wait.
-  const char* p = line.data();
-  size_t left = line.size();
-  while (left > 0) {
-    const ssize_t n = ::write(fd_, p, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      return MakeError(ErrorCode::kUnavailable,
-                       std::string("telemetry journal write: ") + std::strerror(errno));
+  Segment segment = 0;
+  bool full = false;
+  {
+    // One write() per record, concurrent with other appends: O_APPEND places each whole, and
+    // the call costs a copy into the page cache, never a disk wait. (A short write happens only
+    // when the disk is full; the torn line is skipped at replay.)
+    std::shared_lock file(file_mu_);
+    segment = active_;
+    const char* p = line.data();
+    size_t left = line.size();
+    while (left > 0) {
+      const ssize_t n = ::write(fd_, p, left);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        return MakeError(ErrorCode::kUnavailable,
+                         std::string("telemetry journal write: ") + std::strerror(errno));
+      }
+      p += n;
+      left -= static_cast<size_t>(n);
     }
-    p += n;
-    left -= static_cast<size_t>(n);
+    // Counted before the shared lock goes, so that no rotation can delete the segment between
+    // the write and the count.
+    std::lock_guard lock(mu_);
+    ++open_[segment];
+    bytes_appended_ += line.size();
+    active_size_ += line.size();
+    full = active_size_ >= segment_bytes_;
   }
-  active_size_ += line.size();
-  bytes_appended_ += line.size();
-  ++open_[active_];
-  return active_;
+  if (full) {
+    std::unique_lock file(file_mu_);
+    std::lock_guard lock(mu_);
+    // Another append may have rotated first.
+    if (active_size_ >= segment_bytes_) {
+      // On failure the full segment stays in use; said once, not on every append.
+      if (Status s = RotateLocked(); !s && !rotation_failure_reported_) {
+        std::fprintf(stderr, "kvgate: %s\n", s.error().message.c_str());
+        rotation_failure_reported_ = true;
+      }
+    }
+  }
+  return segment;
 }
 
-void Journal::Release(Segment segment) {
+void Journal::Release(const std::vector<Segment>& entries) {
+  if (entries.empty()) return;
   std::lock_guard lock(mu_);
-  auto it = open_.find(segment);
-  if (it == open_.end() || it->second == 0) return;
-  if (--it->second == 0 && segment != active_) {
-    ::unlink(PathOf(segment).c_str());
-    open_.erase(it);
+  for (Segment segment : entries) {
+    auto it = open_.find(segment);
+    if (it == open_.end() || it->second == 0) continue;
+    if (--it->second == 0 && segment != active_) {
+      ::unlink(PathOf(segment).c_str());
+      open_.erase(it);
+    }
   }
 }
 

@@ -12,13 +12,16 @@
 // holds `segment_bytes`. A line that does not parse (the record being written when the process
 // died) is skipped.
 //
-// Thread safety: every method may be called from any thread.
+// Thread safety: every method may be called from any thread. Appends from several threads write
+// concurrently (the file is opened O_APPEND, and Linux writes each write() to a regular file
+// whole, without interleaving another); only a rotation waits for them.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -41,9 +44,10 @@ class Journal {
   // Appends one entry in one write() and counts it open in its segment until Release().
   // Errors: kUnavailable when the write failed (the record then lives in memory only).
   Result<Segment> Append(const RequestRecord& record);
-  // One entry of `segment` is committed (or replaced by a later entry that will be): when every
-  // entry of a segment that is no longer appended to is released, its file is deleted.
-  void Release(Segment segment);
+  // These entries are committed (or replaced by later entries that will be), one Segment per
+  // entry: when every entry of a segment that is no longer appended to is released, its file is
+  // deleted. The writer releases a whole batch at once, taking the lock once.
+  void Release(const std::vector<Segment>& entries);
   // The recovered records are committed: their files go.
   void ReleaseRecovered();
 
@@ -51,19 +55,23 @@ class Journal {
 
  private:
   Journal(std::string base, size_t segment_bytes);
-  // REQUIRES: mu_ held. Opens the next segment file.
+  // REQUIRES: file_mu_ held exclusively and mu_ held. Opens the next segment file.
   Status RotateLocked();
   std::string PathOf(Segment segment) const;
 
   const std::string base_;
   const size_t segment_bytes_;
+  // Appends hold file_mu_ shared while they write; a rotation holds it exclusively. mu_ guards
+  // the bookkeeping, briefly, after the write.
+  std::shared_mutex file_mu_;
   mutable std::mutex mu_;
-  int fd_ = -1;                       // GUARDED_BY(mu_): the active segment's file
-  Segment active_ = 0;                // GUARDED_BY(mu_)
+  int fd_ = -1;                       // GUARDED_BY(file_mu_): the active segment's file
+  Segment active_ = 0;                // GUARDED_BY(file_mu_; written also under mu_)
   size_t active_size_ = 0;            // GUARDED_BY(mu_)
   std::map<Segment, uint64_t> open_;  // GUARDED_BY(mu_): entries not yet released, per segment
   std::vector<std::string> recovered_files_;  // GUARDED_BY(mu_)
   uint64_t bytes_appended_ = 0;       // GUARDED_BY(mu_)
+  bool rotation_failure_reported_ = false;  // GUARDED_BY(mu_)
 };
 
 }  // namespace kvgate::telemetry::internal

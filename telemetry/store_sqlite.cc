@@ -332,10 +332,13 @@ void SqliteTelemetryStore::WriterLoop() {
     const uint64_t failed = WriteBatch(batch, &error);
     // Committed (or given up on after retries, and counted as lost): their journal entries go.
     if (journal_) {
+      std::vector<Journal::Segment> committed;
+      committed.reserve(journal_refs.size());
       for (const JournalRefs& r : journal_refs) {
-        if (r.entry) journal_->Release(r.entry);
-        if (r.checkpoint) journal_->Release(r.checkpoint);
+        if (r.entry) committed.push_back(r.entry);
+        if (r.checkpoint) committed.push_back(r.checkpoint);
       }
+      journal_->Release(committed);
     }
     journal_refs.clear();
     bool was_failing = false;

@@ -25,12 +25,12 @@ struct Generation {
   Usage usage;
 };
 
-// 24 blocks = 384 tokens of pool. Prompt A (150 tokens) holds 10 blocks, 9 of them full and
-// hashed; prompt B (360 tokens) then takes 23 blocks: the 14 never used, A's partial last block
-// and A's full blocks 8..1 (A's blocks were freed tail first), which the pool evicts into the tier.
-// A's block 0 stays in the pool. So A again: 16 tokens from the pool, 128 from disk.
-constexpr int32_t kPoolBlocks = 24;
-constexpr int kPromptA = 150, kPromptB = 360;
+// 12 blocks = 192 tokens of pool. Prompt A (70 tokens) holds 5 blocks, 4 of them full and hashed;
+// prompt B (170 tokens) then takes 11 blocks: the 7 never used, A's partial last block and A's
+// full blocks 3..1 (A's blocks were freed tail first), which the pool evicts into the tier. A's
+// block 0 stays in the pool. So A again: 16 tokens from the pool, 48 from disk.
+constexpr int32_t kPoolBlocks = 12;
+constexpr int kPromptA = 70, kPromptB = 170;
 
 class OffloadEngineTest : public ::testing::Test {
  protected:
@@ -100,26 +100,26 @@ TEST_F(OffloadEngineTest, AnEvictedPromptComesBackFromDisk) {
   EXPECT_EQ(first.usage.cached_tokens, 0);
   CacheStats stats = engine->cache_stats();
   ASSERT_TRUE(stats.offload);
-  EXPECT_EQ(stats.tier.stored_blocks, 8u);  // A's blocks 1..8
+  EXPECT_EQ(stats.tier.stored_blocks, 3u);  // A's blocks 1..3
   const auto a = Prompt(kPromptA, 1000);
   const CachedPrefix prefix = engine->LookupCachedPrefix(a);
   EXPECT_EQ(prefix.pool_tokens, 16);
-  EXPECT_EQ(prefix.offload_tokens, 128);
+  EXPECT_EQ(prefix.offload_tokens, 48);
   EXPECT_EQ(engine->LookupCachedTokens(a), 16);  // the pool alone
 
   const Generation again = Generate(*engine, a);
-  EXPECT_EQ(again.usage.cached_tokens, 144);  // 16 from the pool + 128 from disk
-  EXPECT_EQ(again.usage.cached_offload_tokens, 128);
+  EXPECT_EQ(again.usage.cached_tokens, 64);  // 16 from the pool + 48 from disk
+  EXPECT_EQ(again.usage.cached_offload_tokens, 48);
   EXPECT_EQ(again.usage.cache_write_tokens, 0);  // restored blocks are reads, not writes
   EXPECT_EQ(again.tokens, first.tokens);
   stats = engine->cache_stats();
-  EXPECT_EQ(stats.tier.loaded_blocks, 8u);
-  EXPECT_EQ(stats.offload_hit_tokens, 128u);
+  EXPECT_EQ(stats.tier.loaded_blocks, 3u);
+  EXPECT_EQ(stats.offload_hit_tokens, 48u);
   EXPECT_EQ(stats.offload_restores, 1u);
   EXPECT_GT(stats.offload_restore_ns, 0u);
   // Restored blocks are in the prefix cache again: a third run hits them in the pool.
   const Generation third = Generate(*engine, a);
-  EXPECT_EQ(third.usage.cached_tokens, 144);
+  EXPECT_EQ(third.usage.cached_tokens, 64);
   EXPECT_EQ(third.usage.cached_offload_tokens, 0);
   EXPECT_EQ(third.tokens, first.tokens);
 }
@@ -137,7 +137,7 @@ TEST_F(OffloadEngineTest, GreedyOutputIsTheSameWithTheTierOnAndOff) {
   longer.insert(longer.end(), tail.begin(), tail.end());
   const Generation restored = Generate(*with, longer, 12);
   const Generation recomputed = Generate(*without, longer, 12);
-  EXPECT_EQ(restored.usage.cached_offload_tokens, 128);
+  EXPECT_EQ(restored.usage.cached_offload_tokens, 48);
   EXPECT_EQ(recomputed.usage.cached_offload_tokens, 0);
   EXPECT_EQ(recomputed.usage.cached_tokens, 16);
   EXPECT_EQ(restored.tokens, recomputed.tokens);
@@ -181,19 +181,19 @@ TEST_F(OffloadEngineTest, ATruncatedTierFileIsAMissWithTheSameOutput) {
 }
 
 TEST_F(OffloadEngineTest, AFullTierKeepsItsMostRecentBlocks) {
-  // 4 slots for A's 8 evicted blocks: evicted in order 8, 7, ..., 1, so the tier keeps 4..1, the
+  // 2 slots for A's 3 evicted blocks: evicted in order 3, 2, 1, so the tier keeps 2 and 1, the
   // head of A's prompt, which is what a later prefix lookup needs. A again pins them while its
   // own allocation evicts B's blocks (dropped: the tier is full of pinned blocks).
-  auto engine = Make(/*tier_blocks=*/4);
+  auto engine = Make(/*tier_blocks=*/2);
   ASSERT_TRUE(engine);
   const Generation first = RunAThenB(*engine);
   CacheStats stats = engine->cache_stats();
-  EXPECT_EQ(stats.tier.stored_blocks, 8u);
-  EXPECT_EQ(stats.tier.evictions, 4u);
-  EXPECT_EQ(stats.tier.used_blocks, 4);
+  EXPECT_EQ(stats.tier.stored_blocks, 3u);
+  EXPECT_EQ(stats.tier.evictions, 1u);
+  EXPECT_EQ(stats.tier.used_blocks, 2);
   const Generation again = Generate(*engine, Prompt(kPromptA, 1000));
-  EXPECT_EQ(again.usage.cached_tokens, 16 + 64);
-  EXPECT_EQ(again.usage.cached_offload_tokens, 64);
+  EXPECT_EQ(again.usage.cached_tokens, 16 + 32);
+  EXPECT_EQ(again.usage.cached_offload_tokens, 32);
   EXPECT_EQ(again.tokens, first.tokens);
   EXPECT_GT(engine->cache_stats().tier.dropped_blocks, 0u);
 }
@@ -206,14 +206,14 @@ TEST_F(OffloadEngineTest, ARestartReusesTheTierFile) {
     first = RunAThenB(*engine);
     // A third prompt evicts A's block 0 too (and most of B): all of A is on disk now.
     Generate(*engine, Prompt(kPromptB, 20000));
-    EXPECT_EQ(engine->cache_stats().tier.stored_blocks, 8u + 1u + 21u);
+    EXPECT_EQ(engine->cache_stats().tier.stored_blocks, 3u + 1u + 9u);
   }
   auto engine = Make(64);
   ASSERT_TRUE(engine);
-  EXPECT_EQ(engine->cache_stats().tier.reused_blocks, 30);
+  EXPECT_EQ(engine->cache_stats().tier.reused_blocks, 13);
   const Generation warm = Generate(*engine, Prompt(kPromptA, 1000));
-  EXPECT_EQ(warm.usage.cached_tokens, 144);
-  EXPECT_EQ(warm.usage.cached_offload_tokens, 144);
+  EXPECT_EQ(warm.usage.cached_tokens, 64);
+  EXPECT_EQ(warm.usage.cached_offload_tokens, 64);
   EXPECT_EQ(warm.tokens, first.tokens);
 }
 

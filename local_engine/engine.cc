@@ -1,42 +1,10 @@
 #include "local_engine/engine.h"
+#include "local_engine/engine_sequence.h"
 
 #include <algorithm>
-#include <chrono>
 #include <limits>
 
-#define XXH_INLINE_ALL
-#include <xxhash.h>
-
 namespace kvgate::engine {
-
-struct Engine::Sequence {
-  uint64_t id = 0;
-  std::vector<int32_t> tokens;  // prompt + generated
-  int32_t num_prompt = 0;
-  int64_t num_computed = 0;  // tokens whose K/V are in the cache
-  SequenceBlocks blocks;     // block table + prefix-cache bookkeeping
-  bool admitted_once = false;
-  int32_t cached_tokens = 0;       // prompt tokens reused at first admission
-  int32_t cache_write_tokens = 0;  // prompt tokens this sequence registered in the cache
-  int32_t cached_offload_tokens = 0;  // of cached_tokens, restored from the offload tier
-  SamplingParams params;
-  Sampler sampler;
-  std::unique_ptr<StreamingDecoder> decoder;
-  StopMatcher stop;
-  std::function<void(const TokenEvent&)> on_token;
-  int32_t completion = 0;
-  bool finished = false;
-
-  Sequence(uint64_t id_, EngineRequest&& r, const Tokenizer& tok)
-      : id(id_),
-        tokens(std::move(r.prompt)),
-        num_prompt(static_cast<int32_t>(tokens.size())),
-        params(std::move(r.sampling)),
-        sampler(params, tokens),
-        decoder(std::make_unique<StreamingDecoder>(tok, /*render_special=*/false)),
-        stop(params.stop),
-        on_token(std::move(r.on_token)) {}
-};
 
 namespace {
 
@@ -47,36 +15,6 @@ Usage UsageOf(const Engine::Sequence& s) {
                std::min(s.cache_write_tokens, s.num_prompt - s.cached_tokens),
                s.cached_offload_tokens};
 }
-
-uint64_t NanosSince(std::chrono::steady_clock::time_point start) {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now() - start)
-                                   .count());
-}
-
-// What the offload tier's bytes belong to: the model's weights (every tensor's name, type, shape
-// and bytes: two fine-tunes of one architecture share everything else) and the KV layout the
-// runner reads and writes blocks in. A tier file written under another key is never served.
-uint64_t KvLayoutKey(const GgufFile& file, const ModelRunner& runner) {
-  XXH3_state_t state;
-  XXH3_64bits_reset(&state);
-  auto add = [&state](const void* p, size_t n) { XXH3_64bits_update(&state, p, n); };
-  constexpr std::string_view kLayout = "kvgate kv v1: f16 [layer][K,V][block][Hkv][Dh]";
-  add(kLayout.data(), kLayout.size());
-  const LlamaDims& d = runner.dims();
-  const int64_t geometry[] = {d.n_layers, d.kv_heads, d.head_dim, runner.kv_config().block_size,
-                              runner.KvBytesPerBlock()};
-  add(geometry, sizeof geometry);
-  for (const GgufTensor& t : file.tensors()) {
-    add(t.name.data(), t.name.size());
-    const uint64_t shape[] = {static_cast<uint64_t>(t.type), t.n_bytes, t.dims.size()};
-    add(shape, sizeof shape);
-    add(t.dims.data(), t.dims.size() * sizeof(uint64_t));
-    add(t.data, t.n_bytes);
-  }
-  return XXH3_64bits_digest(&state);
-}
-
 
 // The pool size when the options leave it open. On cuda: run one max_batch_tokens step on a
 // scratch runner (this dequantizes every weight and grows the backend's and the runner's buffers to
@@ -123,32 +61,6 @@ Result<int32_t> DefaultKvBlocks(const ModelWeights& weights, Backend& backend,
 }
 
 }  // namespace
-
-// The pool's eviction listener when a tier is configured: copies each evicted block's K/V out
-// before its new owner overwrites it. Copy on eviction rather than on creation (vLLM's native
-// offloading copies every new block after each step): here the copy is synchronous and the block's
-// bytes stay valid until the next forward pass, so copying when the pool drops a block is exact,
-// and it writes only blocks the pool actually loses (a block that is hit again while in the pool
-// never costs a write).
-struct Engine::TierWriter final : EvictionListener {
-  TierWriter(ModelRunner& runner, OffloadTier& tier)
-      : runner(runner), tier(tier), bytes(tier.block_bytes()) {}
-  void OnEvict(int32_t block_id, uint64_t hash, uint64_t salt,
-               std::span<const int32_t> tokens) override {
-    const TierKey key{hash, salt, tokens};
-    if (tier.Contains(key)) {  // restored from the tier earlier: the same bytes are there
-      tier.Touch(key);
-      return;
-    }
-    const auto start = std::chrono::steady_clock::now();
-    if (runner.ReadBlock(block_id, bytes)) tier.Store(key, bytes);
-    store_ns += NanosSince(start);
-  }
-  ModelRunner& runner;
-  OffloadTier& tier;
-  std::vector<std::byte> bytes;
-  uint64_t store_ns = 0;
-};
 
 std::string_view FinishReasonName(FinishReason r) {
   switch (r) {
@@ -225,28 +137,11 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
                        e->eog_tokens_.end());
   e->blocks_ = std::make_unique<BlockManager>(pool_blocks);
   if (!options.offload.disk_path.empty()) {
-    if (options.device != Device::kCpu) {
-      return MakeError(ErrorCode::kInvalidArgument,
-                       "offload: the disk tier is supported on device cpu only");
-    }
-    if (!options.enable_prefix_caching) {
-      return MakeError(ErrorCode::kInvalidArgument, "offload: the disk tier needs prefix caching");
-    }
-    const size_t block_bytes = static_cast<size_t>(e->runner_->KvBytesPerBlock());
-    auto tier = OffloadTier::Open({.path = options.offload.disk_path,
-                                   .capacity_bytes = options.offload.bytes,
-                                   .block_bytes = block_bytes,
-                                   .layout_key = KvLayoutKey(*e->file_, *e->runner_)});
-    if (!tier) return std::unexpected(tier.error());
-    e->tier_ = std::move(*tier);
-    e->tier_writer_ = std::make_unique<TierWriter>(*e->runner_, *e->tier_);
-    e->tier_staging_.resize(block_bytes);
-    e->blocks_->set_eviction_listener(e->tier_writer_.get());
+    if (auto st = e->OpenTier(); !st) return std::unexpected(st.error());
   }
   return e;
 }
 
-Engine::~Engine() = default;
 
 Result<uint64_t> Engine::AddRequest(EngineRequest request) {
   auto bad = [](const std::string& m) { return MakeError(ErrorCode::kInvalidArgument, m); };
@@ -328,6 +223,14 @@ void Engine::Finish(Sequence& s, FinishReason reason, std::string error) {
   --live_requests_;
 }
 
+void Engine::NoteAdmitted(Sequence& s, int restored) {
+  s.num_computed += restored;
+  if (s.admitted_once) return;
+  s.admitted_once = true;
+  s.cached_tokens = static_cast<int32_t>(std::min<int64_t>(s.num_computed, s.num_prompt));
+  s.cached_offload_tokens = std::min(restored, s.cached_tokens);
+}
+
 void Engine::Preempt(Sequence& s) {
   // The blocks keep their hashes: readmission finds most of them in the cache.
   blocks_->Free(s.blocks);
@@ -346,57 +249,6 @@ int Engine::LookupCachedTokens(std::span<const int32_t> prompt) const {
   return blocks_->LookupCachedTokens(prompt);
 }
 
-CachedPrefix Engine::LookupCachedPrefix(std::span<const int32_t> prompt) const {
-  std::lock_guard lock(blocks_mu_);
-  CachedPrefix out{.pool_tokens = blocks_->LookupCachedTokens(prompt)};
-  if (!tier_) return out;
-  const std::vector<uint64_t> chain = BlockManager::HashChain(prompt, 0);
-  for (size_t i = static_cast<size_t>(out.pool_tokens / kBlockSize); i < chain.size(); ++i) {
-    if (!tier_->Contains({chain[i], 0, prompt.subspan(i * kBlockSize, kBlockSize)})) break;
-    out.offload_tokens += kBlockSize;
-  }
-  return out;
-}
-
-int Engine::TierBlocksFor(const Sequence& s) {
-  if (!tier_) return 0;
-  const std::span<const int32_t> tokens(s.tokens);
-  const std::vector<uint64_t> chain = BlockManager::HashChain(tokens, s.blocks.salt);
-  int found = 0;
-  for (size_t i = static_cast<size_t>(blocks_->LookupCachedTokens(tokens, s.blocks.salt) /
-                                      kBlockSize);
-       i < chain.size(); ++i) {
-    const TierKey key{chain[i], s.blocks.salt, tokens.subspan(i * kBlockSize, kBlockSize)};
-    if (!tier_->Pin(key)) break;
-    ++found;
-  }
-  return found;
-}
-
-int Engine::RestoreFromTier(Sequence& s, int tier_blocks) {
-  const auto start = std::chrono::steady_clock::now();
-  const std::span<const int32_t> tokens(s.tokens);
-  const std::vector<uint64_t> chain = BlockManager::HashChain(tokens, s.blocks.salt);
-  const size_t first = static_cast<size_t>(s.blocks.num_cached_tokens / kBlockSize);
-  const size_t end = std::min(chain.size(), first + static_cast<size_t>(tier_blocks));
-  int restored = 0;
-  for (size_t i = first; i < end; ++i) {
-    const TierKey key{chain[i], s.blocks.salt, tokens.subspan(i * kBlockSize, kBlockSize)};
-    // A corrupt slot is a miss: this block and the rest are computed.
-    if (!tier_->Load(key, tier_staging_)) break;
-    if (!runner_->WriteBlock(s.blocks.block_ids[i], tier_staging_)) break;
-    ++restored;
-  }
-  tier_->UnpinAll();
-  if (restored == 0) return 0;
-  const int tokens_restored = restored * kBlockSize;
-  blocks_->CommitRestored(tokens, static_cast<int>(first) * kBlockSize + tokens_restored, s.blocks);
-  offload_hit_tokens_ += static_cast<uint64_t>(tokens_restored);
-  ++offload_restores_;
-  offload_restore_ns_ += NanosSince(start);
-  return tokens_restored;
-}
-
 CacheStats Engine::cache_stats() const {
   std::lock_guard lock(blocks_mu_);
   CacheStats out{blocks_->stats(), num_running_, num_waiting_, preemptions_};
@@ -407,7 +259,7 @@ CacheStats Engine::cache_stats() const {
     out.offload_hit_tokens = offload_hit_tokens_;
     out.offload_restores = offload_restores_;
     out.offload_restore_ns = offload_restore_ns_;
-    out.offload_store_ns = tier_writer_->store_ns;
+    out.offload_store_ns = offload_store_ns_;
   }
   return out;
 }
@@ -459,6 +311,7 @@ Status Engine::Step() {
   DrainInbox();
   // Admission, FCFS: the head of the queue waits until its whole sequence fits (cache hits
   // included: a hit on a free block takes it out of the free pool).
+  std::vector<PendingRestore> restores;
   while (static_cast<int32_t>(running_.size()) < options_.max_running && !waiting_.empty()) {
     Sequence& s = *waiting_.front();
     if (!blocks_->CanAllocate(s.tokens, s.blocks.salt)) break;
@@ -466,16 +319,16 @@ Status Engine::Step() {
     const int tier_blocks = TierBlocksFor(s);
     blocks_->Allocate(s.tokens, s.blocks);
     s.num_computed = s.blocks.num_cached_tokens;
-    const int restored = tier_blocks > 0 ? RestoreFromTier(s, tier_blocks) : 0;
-    s.num_computed += restored;
-    if (!s.admitted_once) {
-      s.admitted_once = true;
-      s.cached_tokens = static_cast<int32_t>(std::min<int64_t>(s.num_computed, s.num_prompt));
-      s.cached_offload_tokens = std::min(restored, s.cached_tokens);
+    if (tier_blocks > 0) {
+      restores.push_back({&s, tier_blocks});
+    } else {
+      NoteAdmitted(s, 0);
     }
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }
+  // The admissions' evicted blocks to the tier, then the blocks restored from it.
+  RunTierIo(blocks_lock, restores);
   publish_counts();
   if (running_.empty()) return {};
 
@@ -539,6 +392,8 @@ Status Engine::Step() {
   }
   if (options_.cuda_graphs) PadDecodeBatch(batch_, scratch_block_);  // rows past plan: ignored
   const BatchMetadata batch = batch_.View(kBlockSize);
+  // Blocks the plan's growth evicted go to the tier before the forward pass overwrites them.
+  RunTierIo(blocks_lock, {});
   // The forward pass only writes slots of blocks these sequences own exclusively (shared prefix
   // blocks are read-only), so lookups may read the block pool meanwhile.
   blocks_lock.unlock();

@@ -170,21 +170,33 @@ class Engine {
   const GgufFile& gguf() const { return *file_; }
   std::string_view backend_name() const { return backend_->Name(); }
 
-  struct Sequence;  // defined in engine.cc
-  struct TierWriter;  // defined in engine.cc
+  struct Sequence;    // engine_sequence.h
+  struct TierWriter;  // engine_offload.cc
 
  private:
-  Engine() = default;
+  Engine();  // engine_offload.cc, with the destructor
   void DrainInbox();
   void Finish(Sequence& s, FinishReason reason, std::string error = {});
   void Preempt(Sequence& s);
   bool EnsureBlocks(Sequence& s, int64_t num_tokens);
+  // First-admission bookkeeping (cached tokens for usage), once `restored` tokens were copied in.
+  void NoteAdmitted(Sequence& s, int restored);
+
+  // The offload tier (engine_offload.cc).
+  struct PendingRestore {
+    Sequence* s;
+    int tier_blocks;
+  };
+  Status OpenTier();  // from options_.offload, at Create
   // Before s's allocation: how many blocks after the pool's hits the tier holds (pinned, so the
   // allocation's own evictions, stored in the tier, do not push them out).
   int TierBlocksFor(const Sequence& s);
-  // After it: copies up to `tier_blocks` of them into s's fresh blocks, registers them and unpins
-  // them; returns the tokens restored (a block that fails its checksum ends the restore).
-  int RestoreFromTier(Sequence& s, int tier_blocks);
+  // The tier's disk I/O, with blocks_mu_ released meanwhile (`lock` holds it on entry and on
+  // return; the blocks written are owned by the engine thread's sequences alone, as in the forward
+  // pass): stores the blocks the pool evicted since the last call, then copies each restore's
+  // blocks into its sequence's fresh blocks (a block that fails its checksum ends that restore),
+  // registers them, unpins them and calls NoteAdmitted. No-op without a tier.
+  void RunTierIo(std::unique_lock<std::mutex>& lock, std::span<const PendingRestore> restores);
   void OnSampled(Sequence& s, int32_t token);
   void Emit(Sequence& s, int32_t token, std::string_view text, FinishReason reason);
 
@@ -214,13 +226,15 @@ class Engine {
   uint64_t preemptions_ = 0;              // GUARDED_BY(blocks_mu_)
   int64_t num_running_ = 0;               // GUARDED_BY(blocks_mu_), mirrors running_.size()
   int64_t num_waiting_ = 0;               // GUARDED_BY(blocks_mu_), mirrors waiting_.size()
-  // The offload tier and its writer (the pool's eviction listener); null without one.
-  std::unique_ptr<OffloadTier> tier_;        // GUARDED_BY(blocks_mu_)
-  std::unique_ptr<TierWriter> tier_writer_;  // GUARDED_BY(blocks_mu_)
-  std::vector<std::byte> tier_staging_;      // GUARDED_BY(blocks_mu_), one block
-  uint64_t offload_hit_tokens_ = 0;          // GUARDED_BY(blocks_mu_)
-  uint64_t offload_restores_ = 0;            // GUARDED_BY(blocks_mu_)
-  uint64_t offload_restore_ns_ = 0;          // GUARDED_BY(blocks_mu_)
+  // The offload tier (null without one; the pointer is constant after Create, the tier locks its
+  // own index) and its writer, the pool's eviction listener, whose list of evicted blocks the
+  // engine thread alone touches.
+  std::unique_ptr<OffloadTier> tier_;
+  std::unique_ptr<TierWriter> tier_writer_;
+  uint64_t offload_hit_tokens_ = 0;  // GUARDED_BY(blocks_mu_)
+  uint64_t offload_restores_ = 0;    // GUARDED_BY(blocks_mu_)
+  uint64_t offload_restore_ns_ = 0;  // GUARDED_BY(blocks_mu_)
+  uint64_t offload_store_ns_ = 0;    // GUARDED_BY(blocks_mu_)
 
   // Engine thread only.
   std::deque<std::unique_ptr<Sequence>> waiting_;

@@ -233,9 +233,13 @@ int32_t OffloadTier::Find(const TierKey& key) const {
   return it->second;
 }
 
-bool OffloadTier::Contains(const TierKey& key) const { return Find(key) >= 0; }
+bool OffloadTier::Contains(const TierKey& key) const {
+  std::lock_guard lock(mu_);
+  return Find(key) >= 0;
+}
 
 void OffloadTier::Touch(const TierKey& key) {
+  std::lock_guard lock(mu_);
   if (const int32_t s = Find(key); s >= 0) {
     Unlink(s);
     PushTail(s);
@@ -243,6 +247,7 @@ void OffloadTier::Touch(const TierKey& key) {
 }
 
 bool OffloadTier::Pin(const TierKey& key) {
+  std::lock_guard lock(mu_);
   const int32_t s = Find(key);
   if (s < 0) return false;
   Unlink(s);
@@ -256,36 +261,42 @@ bool OffloadTier::Pin(const TierKey& key) {
 }
 
 void OffloadTier::UnpinAll() {
+  std::lock_guard lock(mu_);
   for (int32_t s : pinned_) slots_[static_cast<size_t>(s)].pinned = false;
   pinned_.clear();
 }
 
 void OffloadTier::Store(const TierKey& key, std::span<const std::byte> bytes) {
   if (bytes.size() != block_bytes_ || key.tokens.size() != kBlockSize) return;
-  if (const int32_t held = Find(key); held >= 0) {
-    Unlink(held);
-    PushTail(held);
-    return;
-  }
-  // A different block under the same hash (a collision) gives its slot up to the newer one.
-  if (auto it = index_.find(key.hash); it != index_.end()) Drop(it->second);
-  if (free_.empty()) {
-    int32_t victim = head_;
-    while (victim >= 0 && slots_[static_cast<size_t>(victim)].pinned) {
-      victim = slots_[static_cast<size_t>(victim)].next;
-    }
-    if (victim < 0) {
-      ++stats_.dropped_blocks;
+  int32_t s = -1;
+  uint64_t stamp = 0;
+  {
+    std::lock_guard lock(mu_);
+    if (const int32_t held = Find(key); held >= 0) {
+      Unlink(held);
+      PushTail(held);
       return;
     }
-    ++stats_.evictions;
-    Drop(victim);
+    // A different block under the same hash (a collision) gives its slot up to the newer one.
+    if (auto it = index_.find(key.hash); it != index_.end()) Drop(it->second);
+    if (free_.empty()) {
+      int32_t victim = head_;
+      while (victim >= 0 && slots_[static_cast<size_t>(victim)].pinned) {
+        victim = slots_[static_cast<size_t>(victim)].next;
+      }
+      if (victim < 0) {
+        ++stats_.dropped_blocks;
+        return;
+      }
+      ++stats_.evictions;
+      Drop(victim);
+    }
+    s = free_.back();
+    free_.pop_back();  // neither free nor indexed while it is written
+    stamp = next_stamp_++;
   }
-  const int32_t s = free_.back();
-  free_.pop_back();
   std::byte* b = buffer_.data();
   std::memset(b, 0, kSlotHeaderBytes);
-  const uint64_t stamp = next_stamp_++;
   Put<uint64_t>(b, kShMagic, kSlotMagic);
   Put<uint64_t>(b, kShLayout, layout_key_);
   Put<uint64_t>(b, kShHash, key.hash);
@@ -295,7 +306,9 @@ void OffloadTier::Store(const TierKey& key, std::span<const std::byte> bytes) {
   std::memcpy(b + kSlotHeaderBytes, bytes.data(), block_bytes_);
   Put<uint64_t>(b, kShChecksum, SlotChecksum(b, block_bytes_));
   const size_t n = kSlotHeaderBytes + block_bytes_;
-  if (!WriteAt(fd_, b, n, SlotOffset(s))) {
+  const bool written = WriteAt(fd_, b, n, SlotOffset(s));
+  std::lock_guard lock(mu_);
+  if (!written) {
     ++stats_.write_errors;
     free_.push_back(s);
     return;
@@ -313,8 +326,14 @@ void OffloadTier::Store(const TierKey& key, std::span<const std::byte> bytes) {
 }
 
 bool OffloadTier::Load(const TierKey& key, std::span<std::byte> out) {
-  const int32_t s = Find(key);
-  if (s < 0 || out.size() != block_bytes_) return false;
+  if (out.size() != block_bytes_) return false;
+  int32_t s = -1;
+  {
+    std::lock_guard lock(mu_);
+    s = Find(key);
+  }
+  if (s < 0) return false;
+  // Only the caller's thread changes which block a slot holds, so it still holds `key` here.
   std::byte* b = buffer_.data();
   const size_t n = kSlotHeaderBytes + block_bytes_;
   const bool ok = ReadAt(fd_, b, n, SlotOffset(s)) && Get<uint64_t>(b, kShMagic) == kSlotMagic &&
@@ -322,12 +341,13 @@ bool OffloadTier::Load(const TierKey& key, std::span<std::byte> out) {
                   Get<uint64_t>(b, kShHash) == key.hash && Get<uint64_t>(b, kShSalt) == key.salt &&
                   std::memcmp(b + kShTokens, key.tokens.data(), kBlockSize * sizeof(int32_t)) == 0 &&
                   Get<uint64_t>(b, kShChecksum) == SlotChecksum(b, block_bytes_);
+  if (ok) std::memcpy(out.data(), b + kSlotHeaderBytes, block_bytes_);
+  std::lock_guard lock(mu_);
   if (!ok) {
     ++stats_.corrupt_blocks;
     Drop(s);
     return false;
   }
-  std::memcpy(out.data(), b + kSlotHeaderBytes, block_bytes_);
   Unlink(s);
   PushTail(s);
   ++stats_.loaded_blocks;
@@ -377,6 +397,7 @@ void OffloadTier::Unlink(int32_t s) {
 }
 
 OffloadTierStats OffloadTier::stats() const {
+  std::lock_guard lock(mu_);
   OffloadTierStats out = stats_;
   out.used_blocks = static_cast<int64_t>(slots_.size() - free_.size());
   return out;

@@ -34,12 +34,15 @@
 // Durability: none is promised. Writes go to the page cache (no fsync): the tier is a cache, and
 // a write lost in a crash is a miss, which the checksum guarantees.
 //
-// Thread safety: none; the engine calls it under its block-pool mutex.
+// Thread safety: Contains and stats may be called from any thread. Touch, Pin, UnpinAll, Store and
+// Load must be called from one thread (the engine thread); the disk I/O of Store and Load runs
+// outside the index's mutex, so a Contains from another thread never waits for the disk.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -138,6 +141,9 @@ class OffloadTier {
   int64_t slot_bytes_ = 0;
   uint64_t layout_key_ = 0;
 
+  // The index: everything below but buffer_ is GUARDED_BY(mu_). (Open fills it before anyone
+  // else can see the tier.)
+  mutable std::mutex mu_;
   std::vector<Slot> slots_;
   std::unordered_map<uint64_t, int32_t> index_;  // block hash -> slot
   std::vector<int32_t> free_;                    // unused slots
@@ -145,8 +151,8 @@ class OffloadTier {
   int32_t head_ = -1;                            // least recently used
   int32_t tail_ = -1;
   uint64_t next_stamp_ = 1;
-  std::vector<std::byte> buffer_;  // one slot, reused by Store and Load
   OffloadTierStats stats_;
+  std::vector<std::byte> buffer_;  // one slot, reused by Store and Load: their thread only
 };
 
 }  // namespace kvgate::engine

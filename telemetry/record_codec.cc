@@ -33,7 +33,7 @@ bool Bool(const json& j, const char* key) {
 
 #if defined(__x86_64__) && defined(__GLIBCXX__)
 // (Sizes on the platform kvgate ships for; a field added to one of these must be added below.)
-static_assert(sizeof(Usage) == 168, "a Usage field was added: journal it in record_codec.cc");
+static_assert(sizeof(Usage) == 184, "a Usage field was added: journal it in record_codec.cc");
 static_assert(sizeof(Cost) == 64, "a Cost field was added: journal it in record_codec.cc");
 #endif
 
@@ -49,7 +49,8 @@ std::string ToJournalLine(const RequestRecord& r) {
       {"u", {{"cr", Opt(u.cache_read)}, {"w5", Opt(u.cache_write_5m)},
              {"w1", Opt(u.cache_write_1h)}, {"wn", Opt(u.cache_write_no_ttl)},
              {"un", Opt(u.uncached)}, {"o", Opt(u.output)}, {"r", Opt(u.reasoning)},
-             {"cl", u.clamped}, {"raw", u.raw}, {"ri", Opt(u.reported_input)}}},
+             {"cl", u.clamped}, {"raw", u.raw}, {"ri", Opt(u.reported_input)},
+             {"cro", Opt(u.cache_read_offload)}}},
       {"c", {{"cr", c.cache_read}, {"cw", c.cache_write}, {"un", c.uncached}, {"o", c.output},
              {"t", c.total}, {"sv", c.saved}, {"cp", c.complete}, {"pr", c.priced},
              {"ms", c.missed}}},
@@ -96,6 +97,7 @@ Result<RequestRecord> FromJournalLine(std::string_view line) {
   r.usage.clamped = Bool(u, "cl");
   r.usage.raw = Str(u, "raw");
   r.usage.reported_input = OptFrom(u, "ri");
+  r.usage.cache_read_offload = OptFrom(u, "cro");  // absent in lines of older kvgates: unknown
   const json c = j.value("c", json::object());
   r.cost.cache_read = Int(c, "cr");
   r.cost.cache_write = Int(c, "cw");

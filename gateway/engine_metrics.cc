@@ -110,8 +110,8 @@ json OffloadJson(const engine::CacheStats& c) {
 void AppendEngineMetrics(const std::vector<EngineSnapshot>& engines, std::string& out) {
   if (engines.empty()) return;
   for (const Family& f : kFamilies) {
-    out += std::string("# HELP ") + f.name + " " + f.help + "\n# TYPE " + f.name + " " + f.type +
-           "\n";
+    out +=
+        std::string("# HELP ") + f.name + " " + f.help + "\n# TYPE " + f.name + " " + f.type + "\n";
     for (const EngineSnapshot& e : engines) {
       out += std::string(f.name) + "{provider=\"" + telemetry::EscapeLabelValue(e.provider) +
              "\"} " + telemetry::FormatMetricValue(f.value(e)) + "\n";

@@ -142,7 +142,6 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   return e;
 }
 
-
 Result<uint64_t> Engine::AddRequest(EngineRequest request) {
   auto bad = [](const std::string& m) { return MakeError(ErrorCode::kInvalidArgument, m); };
   if (request.prompt.empty()) return bad("empty prompt");

@@ -14,9 +14,9 @@ namespace kvgate::engine {
 namespace {
 
 uint64_t NanosSince(std::chrono::steady_clock::time_point start) {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now() - start)
-                                   .count());
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+          .count());
 }
 
 // What the offload tier's bytes belong to: the model's weights (every tensor's name, type, shape
@@ -110,8 +110,8 @@ int Engine::TierBlocksFor(const Sequence& s) {
   const std::span<const int32_t> tokens(s.tokens);
   const std::vector<uint64_t> chain = BlockManager::HashChain(tokens, s.blocks.salt);
   int found = 0;
-  for (size_t i = static_cast<size_t>(blocks_->LookupCachedTokens(tokens, s.blocks.salt) /
-                                      kBlockSize);
+  for (size_t i =
+           static_cast<size_t>(blocks_->LookupCachedTokens(tokens, s.blocks.salt) / kBlockSize);
        i < chain.size(); ++i) {
     if (!tier_->Pin({chain[i], s.blocks.salt, tokens.subspan(i * kBlockSize, kBlockSize)})) break;
     ++found;

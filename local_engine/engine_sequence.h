@@ -17,8 +17,8 @@ struct Engine::Sequence {
   int64_t num_computed = 0;  // tokens whose K/V are in the cache
   SequenceBlocks blocks;     // block table + prefix-cache bookkeeping
   bool admitted_once = false;
-  int32_t cached_tokens = 0;       // prompt tokens reused at first admission
-  int32_t cache_write_tokens = 0;  // prompt tokens this sequence registered in the cache
+  int32_t cached_tokens = 0;          // prompt tokens reused at first admission
+  int32_t cache_write_tokens = 0;     // prompt tokens this sequence registered in the cache
   int32_t cached_offload_tokens = 0;  // of cached_tokens, restored from the offload tier
   SamplingParams params;
   Sampler sampler;

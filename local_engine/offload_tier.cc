@@ -114,7 +114,7 @@ Result<std::unique_ptr<OffloadTier>> OffloadTier::Open(const OffloadTierOptions&
     return MakeError(ErrorCode::kUnavailable,
                      where + "is in use by another process (" + Errno() + ")");
   }
-  struct stat st{};
+  struct stat st {};
   if (::fstat(t->fd_, &st) != 0) return MakeError(ErrorCode::kUnavailable, where + Errno());
   if (!S_ISREG(st.st_mode)) {
     return MakeError(ErrorCode::kInvalidArgument, where + "is not a regular file");
@@ -129,8 +129,9 @@ Result<std::unique_ptr<OffloadTier>> OffloadTier::Open(const OffloadTierOptions&
       Get<uint64_t>(header, kFhMagic) != kFileMagic) {
     // Someone else's file: never overwrite it.
     return MakeError(ErrorCode::kInvalidArgument,
-                     where + "exists and is not a kvgate KV tier file; remove it or choose "
-                             "another offload.disk path");
+                     where +
+                         "exists and is not a kvgate KV tier file; remove it or choose "
+                         "another offload.disk path");
   }
   const bool same = read && Get<uint32_t>(header, kFhVersion) == kFormatVersion &&
                     Get<uint32_t>(header, kFhBlockSize) == kBlockSize &&
@@ -336,11 +337,12 @@ bool OffloadTier::Load(const TierKey& key, std::span<std::byte> out) {
   // Only the caller's thread changes which block a slot holds, so it still holds `key` here.
   std::byte* b = buffer_.data();
   const size_t n = kSlotHeaderBytes + block_bytes_;
-  const bool ok = ReadAt(fd_, b, n, SlotOffset(s)) && Get<uint64_t>(b, kShMagic) == kSlotMagic &&
-                  Get<uint64_t>(b, kShLayout) == layout_key_ &&
-                  Get<uint64_t>(b, kShHash) == key.hash && Get<uint64_t>(b, kShSalt) == key.salt &&
-                  std::memcmp(b + kShTokens, key.tokens.data(), kBlockSize * sizeof(int32_t)) == 0 &&
-                  Get<uint64_t>(b, kShChecksum) == SlotChecksum(b, block_bytes_);
+  const bool ok =
+      ReadAt(fd_, b, n, SlotOffset(s)) && Get<uint64_t>(b, kShMagic) == kSlotMagic &&
+      Get<uint64_t>(b, kShLayout) == layout_key_ && Get<uint64_t>(b, kShHash) == key.hash &&
+      Get<uint64_t>(b, kShSalt) == key.salt &&
+      std::memcmp(b + kShTokens, key.tokens.data(), kBlockSize * sizeof(int32_t)) == 0 &&
+      Get<uint64_t>(b, kShChecksum) == SlotChecksum(b, block_bytes_);
   if (ok) std::memcpy(out.data(), b + kSlotHeaderBytes, block_bytes_);
   std::lock_guard lock(mu_);
   if (!ok) {

@@ -148,7 +148,7 @@ class OffloadTier {
   std::unordered_map<uint64_t, int32_t> index_;  // block hash -> slot
   std::vector<int32_t> free_;                    // unused slots
   std::vector<int32_t> pinned_;
-  int32_t head_ = -1;                            // least recently used
+  int32_t head_ = -1;  // least recently used
   int32_t tail_ = -1;
   uint64_t next_stamp_ = 1;
   OffloadTierStats stats_;

@@ -50,15 +50,15 @@ Run Ttft(Engine& e, const std::vector<int32_t>& prompt) {
   sp.ignore_eos = true;
   const auto start = Clock::now();
   bool first = false;
-  auto id = e.AddRequest({prompt, sp, [&](const TokenEvent& ev) {
-                            if (ev.token_id >= 0 && !first) {
-                              first = true;
-                              run.ttft_ms =
-                                  std::chrono::duration<double, std::milli>(Clock::now() - start)
-                                      .count();
-                            }
-                            run.usage = ev.usage;
-                          }});
+  auto id =
+      e.AddRequest({prompt, sp, [&](const TokenEvent& ev) {
+                      if (ev.token_id >= 0 && !first) {
+                        first = true;
+                        run.ttft_ms =
+                            std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+                      }
+                      run.usage = ev.usage;
+                    }});
   if (!id) {
     std::fprintf(stderr, "%s\n", id.error().ToString().c_str());
     std::exit(1);
@@ -89,11 +89,16 @@ int main(int argc, char** argv) {
   int threads = 2, prompt_tokens = 1900, reps = 3;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
-    if (a == "--model") model = v;
-    else if (a == "--threads") threads = std::stoi(v);
-    else if (a == "--prompt-tokens") prompt_tokens = std::stoi(v);
-    else if (a == "--reps") reps = std::stoi(v);
-    else if (a == "--tier") tier = v;
+    if (a == "--model")
+      model = v;
+    else if (a == "--threads")
+      threads = std::stoi(v);
+    else if (a == "--prompt-tokens")
+      prompt_tokens = std::stoi(v);
+    else if (a == "--reps")
+      reps = std::stoi(v);
+    else if (a == "--tier")
+      tier = v;
   }
   ::unlink(tier.c_str());
   EngineOptions opts;
@@ -110,16 +115,18 @@ int main(int argc, char** argv) {
     return 1;
   }
   Engine& e = **engine;
-  std::printf("{\"context_length\": %lld, \"prompt_tokens\": %d, \"threads\": %d, \"backend\": \"%s\"}\n",
-              static_cast<long long>(e.dims().context_length), prompt_tokens, threads,
-              std::string(e.backend_name()).c_str());
+  std::printf(
+      "{\"context_length\": %lld, \"prompt_tokens\": %d, \"threads\": %d, \"backend\": \"%s\"}\n",
+      static_cast<long long>(e.dims().context_length), prompt_tokens, threads,
+      std::string(e.backend_name()).c_str());
   const int64_t vocab = e.dims().vocab;
   std::map<std::string, std::vector<double>> ttft;
   auto report = [&](const char* kind, int rep, const Run& r) {
     ttft[kind].push_back(r.ttft_ms);
-    std::printf("{\"rep\": %d, \"kind\": \"%s\", \"ttft_ms\": %.1f, \"cached_tokens\": %d, "
-                "\"cached_offload_tokens\": %d}\n",
-                rep, kind, r.ttft_ms, r.usage.cached_tokens, r.usage.cached_offload_tokens);
+    std::printf(
+        "{\"rep\": %d, \"kind\": \"%s\", \"ttft_ms\": %.1f, \"cached_tokens\": %d, "
+        "\"cached_offload_tokens\": %d}\n",
+        rep, kind, r.ttft_ms, r.usage.cached_tokens, r.usage.cached_offload_tokens);
     std::fflush(stdout);
   };
   for (int rep = 0; rep < reps; ++rep) {
@@ -134,10 +141,11 @@ int main(int argc, char** argv) {
     report("disk_cold", rep, Ttft(e, p));
   }
   const double recompute = Median(ttft["recompute"]);
-  std::printf("{\"median_ttft_ms\": {\"pool\": %.1f, \"disk_page_cache\": %.1f, \"disk_cold\": %.1f, "
-              "\"recompute\": %.1f}, \"disk_cold_over_recompute\": %.3f}\n",
-              Median(ttft["pool"]), Median(ttft["disk_page_cache"]), Median(ttft["disk_cold"]),
-              recompute, recompute > 0 ? Median(ttft["disk_cold"]) / recompute : 0.0);
+  std::printf(
+      "{\"median_ttft_ms\": {\"pool\": %.1f, \"disk_page_cache\": %.1f, \"disk_cold\": %.1f, "
+      "\"recompute\": %.1f}, \"disk_cold_over_recompute\": %.3f}\n",
+      Median(ttft["pool"]), Median(ttft["disk_page_cache"]), Median(ttft["disk_cold"]), recompute,
+      recompute > 0 ? Median(ttft["disk_cold"]) / recompute : 0.0);
   ::unlink(tier.c_str());
   return 0;
 }

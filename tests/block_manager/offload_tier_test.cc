@@ -55,7 +55,8 @@ class OffloadTierTest : public ::testing::Test {
     std::iota(b.tokens.begin(), b.tokens.end(), i * 100);
     b.hash = static_cast<uint64_t>(i) + 1;
     b.bytes.resize(kBytes);
-    for (size_t k = 0; k < kBytes; ++k) b.bytes[k] = static_cast<std::byte>((k * 7 + i * 31) & 0xff);
+    for (size_t k = 0; k < kBytes; ++k)
+      b.bytes[k] = static_cast<std::byte>((k * 7 + i * 31) & 0xff);
     return b;
   }
   static bool LoadsAs(OffloadTier& t, const Block& b) {

@@ -194,6 +194,29 @@ Status OnlyKeys(const json& object, const std::string& path,
   return {};
 }
 
+// `offload: {disk: PATH, bytes: N}` of a local provider. Both are required: a tier without a
+// size would be unbounded, and one without a path has nowhere to go.
+Status ParseOffload(const json& offload, const std::string& path, ProviderConfig& pc) {
+  if (!offload.is_object()) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     path + " must be a mapping {disk: PATH, bytes: N}");
+  }
+  if (Status s = OnlyKeys(offload, path, {"disk", "bytes"}); !s) return s;
+  const auto disk = offload.find("disk");
+  if (disk == offload.end() || !disk->is_string() || disk->get<std::string>().empty()) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     path + ".disk is required: the path of the tier's file (created if absent)");
+  }
+  const auto bytes = offload.find("bytes");
+  if (bytes == offload.end() || !bytes->is_number_integer() || bytes->get<int64_t>() <= 0) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     path + ".bytes is required: the tier's size in bytes, a positive integer");
+  }
+  pc.offload_disk = disk->get<std::string>();
+  pc.offload_bytes = bytes->get<int64_t>();
+  return {};
+}
+
 Result<GatewayConfig> FromJson(const json& root, std::string source) {
   GatewayConfig config;
   config.source = std::move(source);
@@ -303,7 +326,7 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
       if (Status s = OnlyKeys(p, r.path,
                               {"name", "type", "base_url", "api_key", "api_keys", "model_path",
                                "device", "kv_cache_tokens", "threads", "gpu_memory_fraction",
-                               "cuda_graphs"});
+                               "cuda_graphs", "offload"});
           !s) {
         return std::unexpected(s.error());
       }
@@ -331,6 +354,11 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
       auto graphs = r.Bool("cuda_graphs", pc.cuda_graphs);
       if (!graphs) return std::unexpected(graphs.error());
       pc.cuda_graphs = *graphs;
+      if (auto offload = p.find("offload"); offload != p.end() && !offload->is_null()) {
+        if (auto s = ParseOffload(*offload, r.path + ".offload", pc); !s) {
+          return std::unexpected(s.error());
+        }
+      }
       if (auto keys = p.find("api_keys"); keys != p.end() && !keys->is_null()) {
         if (!keys->is_array() || keys->empty()) {
           return MakeError(ErrorCode::kInvalidArgument,
@@ -710,6 +738,13 @@ Status ValidateConfig(const GatewayConfig& config) {
       if (p.cuda_graphs && p.device != "cuda") {
         return MakeError(ErrorCode::kInvalidArgument, where + ".cuda_graphs needs device: cuda");
       }
+      if (!p.offload_disk.empty() && p.device != "cpu") {
+        return MakeError(ErrorCode::kInvalidArgument,
+                         where + ".offload (the disk tier) needs device: cpu");
+      }
+    } else if (!p.offload_disk.empty()) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       where + ".offload is only for type local (the built-in engine)");
     } else if (p.base_url.rfind("http://", 0) != 0 && p.base_url.rfind("https://", 0) != 0) {
       return MakeError(ErrorCode::kInvalidArgument,
                        where + ".base_url must start with http:// or https://");

@@ -38,6 +38,10 @@ struct ProviderConfig {
   // default: built and unit-tested without a GPU, not yet run on one.
   bool cuda_graphs = false;
   int threads = 0;
+  // Only for type local: the KV offload tier (`offload: {disk: PATH, bytes: N}`), a file of at
+  // most N bytes that keeps the blocks the KV pool evicts (engine.h). Empty path: none.
+  std::string offload_disk;
+  int64_t offload_bytes = 0;
 };
 
 struct ModelConfig {

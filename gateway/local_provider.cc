@@ -21,6 +21,7 @@
 #include "common/ids.h"
 #include "common/json_text.h"
 #include "common/thread_name.h"
+#include "gateway/engine_metrics.h"
 #include "gateway/request_log.h"
 #include "local_engine/chat_template.h"
 #include "local_engine/device.h"
@@ -106,7 +107,7 @@ class EngineHost {
                 {"pool_blocks", c.blocks.num_blocks},
                 {"used_blocks", c.blocks.used_blocks},
                 {"cached_free_blocks", c.blocks.cached_free_blocks},
-                {"kv_cache_usage_perc", UsagePerc(c)},
+                {"kv_cache_usage_perc", KvCacheUsagePerc(c)},
                 {"running", c.running},
                 {"waiting", c.waiting},
                 {"prefix_cache_queries_tokens", c.blocks.queries_tokens},
@@ -117,18 +118,12 @@ class EngineHost {
                 {"requests_total", requests_total_.load()},
                 {"prompt_tokens_total", prompt_tokens_.load()},
                 {"generation_tokens_total", generation_tokens_.load()},
-                {"step_errors_total", step_errors_.load()}};
+                {"step_errors_total", step_errors_.load()},
+                {"offload", OffloadJson(c)}};
   }
-  static double UsagePerc(const engine::CacheStats& c) {
-    return c.blocks.num_blocks == 0
-               ? 0.0
-               : static_cast<double>(c.blocks.used_blocks) / static_cast<double>(c.blocks.num_blocks);
-  }
-  struct Counters {
-    uint64_t requests, prompt_tokens, generation_tokens;
-  };
-  Counters counters() const {
-    return {requests_total_.load(), prompt_tokens_.load(), generation_tokens_.load()};
+  EngineCounters counters() const {
+    return {requests_total_.load(), prompt_tokens_.load(), generation_tokens_.load(),
+            step_errors_.load()};
   }
   void CountFinished(const engine::Usage& usage) {
     prompt_tokens_.fetch_add(static_cast<uint64_t>(usage.prompt_tokens));
@@ -309,7 +304,8 @@ json UsageJson(const engine::Usage& usage) {
               {"total_tokens", usage.prompt_tokens + usage.completion_tokens},
               {"prompt_tokens_details",
                {{"cached_tokens", usage.cached_tokens},
-                {"cache_write_tokens", usage.cache_write_tokens}}}};
+                {"cache_write_tokens", usage.cache_write_tokens},
+                {"cache_read_offload_tokens", usage.cached_offload_tokens}}}};
 }
 
 std::string FinishReasonFor(engine::FinishReason reason) {
@@ -415,73 +411,14 @@ class LocalEnginesImpl final : public LocalEngines {
     for (const auto& [_, host] : hosts_) engines.push_back(host->Describe());
     return json{{"engines", engines}};
   }
-  // vLLM's metric names and meanings under kvgate_engine_ (vLLM: vllm:<name>), per provider.
+  // vLLM's metric names and meanings under kvgate_engine_ (vLLM: vllm:<name>), per provider,
+  // and the offload tier's (engine_metrics.h).
   void ExposeMetrics(std::string& out) const override {
-    if (hosts_.empty()) return;
-    struct Family {
-      const char* name;
-      const char* type;
-      const char* help;
-      double (*value)(const EngineHost&, const engine::CacheStats&);
-    };
-    static constexpr Family kFamilies[] = {
-        {"kvgate_engine_kv_cache_usage_perc", "gauge",
-         "Fraction of KV-cache blocks in use (1 = full).",
-         [](const EngineHost&, const engine::CacheStats& c) { return EngineHost::UsagePerc(c); }},
-        {"kvgate_engine_prefix_cache_queries_total", "counter",
-         "Prompt tokens looked up in the prefix cache.",
-         [](const EngineHost&, const engine::CacheStats& c) {
-           return static_cast<double>(c.blocks.queries_tokens);
-         }},
-        {"kvgate_engine_prefix_cache_hits_total", "counter",
-         "Prompt tokens found in the prefix cache.",
-         [](const EngineHost&, const engine::CacheStats& c) {
-           return static_cast<double>(c.blocks.hit_tokens);
-         }},
-        {"kvgate_engine_num_requests_running", "gauge", "Requests in the running batch.",
-         [](const EngineHost&, const engine::CacheStats& c) {
-           return static_cast<double>(c.running);
-         }},
-        {"kvgate_engine_num_requests_waiting", "gauge", "Requests waiting for admission.",
-         [](const EngineHost&, const engine::CacheStats& c) {
-           return static_cast<double>(c.waiting);
-         }},
-        {"kvgate_engine_num_preemptions_total", "counter",
-         "Sequences preempted (to be recomputed) when the KV cache ran out.",
-         [](const EngineHost&, const engine::CacheStats& c) {
-           return static_cast<double>(c.preemptions);
-         }},
-        {"kvgate_engine_prefix_cache_evictions_total", "counter",
-         "Cached blocks whose content was dropped for reuse.",
-         [](const EngineHost&, const engine::CacheStats& c) {
-           return static_cast<double>(c.blocks.evictions);
-         }},
-        {"kvgate_engine_requests_total", "counter", "Requests admitted by the built-in engine.",
-         [](const EngineHost& h, const engine::CacheStats&) {
-           return static_cast<double>(h.counters().requests);
-         }},
-        {"kvgate_engine_prompt_tokens_total", "counter",
-         "Prompt tokens of finished engine requests.",
-         [](const EngineHost& h, const engine::CacheStats&) {
-           return static_cast<double>(h.counters().prompt_tokens);
-         }},
-        {"kvgate_engine_generation_tokens_total", "counter",
-         "Tokens generated by the built-in engine.",
-         [](const EngineHost& h, const engine::CacheStats&) {
-           return static_cast<double>(h.counters().generation_tokens);
-         }},
-    };
-    std::vector<engine::CacheStats> stats;
-    for (const auto& [_, host] : hosts_) stats.push_back(host->engine().cache_stats());
-    for (const Family& f : kFamilies) {
-      out += std::string("# HELP ") + f.name + " " + f.help + "\n# TYPE " + f.name + " " +
-             f.type + "\n";
-      size_t i = 0;
-      for (const auto& [name, host] : hosts_) {
-        out += std::string(f.name) + "{provider=\"" + telemetry::EscapeLabelValue(name) +
-               "\"} " + telemetry::FormatMetricValue(f.value(*host, stats[i++])) + "\n";
-      }
+    std::vector<EngineSnapshot> engines;
+    for (const auto& [name, host] : hosts_) {
+      engines.push_back({name, host->engine().cache_stats(), host->counters()});
     }
+    AppendEngineMetrics(engines, out);
   }
 
   Result<json> Lookup(const router::Target& target, const json& body) const override {
@@ -497,9 +434,12 @@ class LocalEnginesImpl final : public LocalEngines {
     if (!text) return std::unexpected(text.error());
     std::vector<int32_t> prompt = host.engine().tokenizer().Encode(*text, true);
     const engine::CacheStats stats = host.engine().cache_stats();
+    const engine::CachedPrefix cached = host.engine().LookupCachedPrefix(prompt);
     return json{{"model", target.name},
                 {"prompt_tokens", prompt.size()},
-                {"cached_tokens", host.engine().LookupCachedTokens(prompt)},
+                {"cached_tokens", cached.pool_tokens + cached.offload_tokens},
+                {"cached_tokens_by_tier",
+                 {{"pool", cached.pool_tokens}, {"disk", cached.offload_tokens}}},
                 {"running", stats.running},
                 {"waiting", stats.waiting}};
   }
@@ -723,6 +663,7 @@ Result<std::unique_ptr<LocalEngines>> LocalEngines::Start(const GatewayConfig& c
     options.device = *device;
     options.gpu_memory_fraction = p.gpu_memory_fraction;
     options.cuda_graphs = p.cuda_graphs;
+    options.offload = {.disk_path = p.offload_disk, .bytes = p.offload_bytes};
     options.threads = p.threads > 0 ? p.threads
                                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     if (p.kv_cache_tokens > 0) {

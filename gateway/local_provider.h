@@ -36,12 +36,15 @@ class LocalEngines : public Upstream {
   virtual void Stop() = 0;
   // How much of this prompt ({"messages"} or {"prompt"}, OpenAI-shaped) the engine behind
   // `target` has cached right now, without touching LRU order or refcounts:
-  // {"model", "prompt_tokens", "cached_tokens", "running", "waiting"}.
+  // {"model", "prompt_tokens", "cached_tokens", "cached_tokens_by_tier": {"pool", "disk"},
+  // "running", "waiting"}: cached_tokens is what admission would reuse now, the pool's hits plus
+  // the offload tier's continuation of them.
   virtual Result<nlohmann::json> Lookup(const router::Target& target,
                                         const nlohmann::json& body) const = 0;
   // The context length of a local provider's model; nullopt for an unknown provider.
   virtual std::optional<int64_t> ContextLength(const std::string& provider) const = 0;
-  // Engine state for GET /api/engine (pool size, used blocks, hit counters) per provider.
+  // Engine state for GET /api/engine (pool size, used blocks, hit counters, the offload tier)
+  // per provider.
   virtual nlohmann::json Describe() const = 0;
   // Appends the engines' Prometheus exposition (vLLM's names) to `out`; thread safe.
   virtual void ExposeMetrics(std::string& out) const = 0;

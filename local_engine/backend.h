@@ -123,6 +123,12 @@ class Backend {
   // and returns their backend address. The CPU backend returns `host` itself (no copy).
   virtual Result<const void*> UploadWeights(const void* host, size_t bytes) = 0;
   virtual void CopyToHost(const void* src, void* dst, size_t bytes) = 0;
+  // Copies host bytes into memory from Allocate() (the KV offload tier's restores). False when
+  // this backend cannot (the default); the CPU backend can.
+  virtual bool CopyFromHost(const void* src, void* dst, size_t bytes) {
+    (void)src, (void)dst, (void)bytes;
+    return false;
+  }
   virtual void Synchronize() = 0;
   // The first error an op met, or ok. Ops return void because the CPU ones cannot fail; a device
   // backend keeps its first failure here (later ops then do nothing) and the caller checks it

@@ -33,6 +33,18 @@ uint64_t BlockManager::HashBlock(uint64_t parent, std::span<const int32_t> token
   return XXH64(bytes, size, 0);
 }
 
+std::vector<uint64_t> BlockManager::HashChain(std::span<const int32_t> tokens, uint64_t salt) {
+  std::vector<uint64_t> hashes;
+  if (tokens.empty()) return hashes;
+  const size_t max_blocks = (tokens.size() - 1) / kBlockSize;
+  uint64_t parent = 0;
+  for (size_t i = 0; i < max_blocks; ++i) {
+    parent = HashBlock(parent, tokens.subspan(i * kBlockSize, kBlockSize), salt);
+    hashes.push_back(parent);
+  }
+  return hashes;
+}
+
 std::vector<int32_t> BlockManager::FindHits(std::span<const int32_t> tokens, uint64_t salt) const {
   std::vector<int32_t> hits;
   if (tokens.empty()) return hits;
@@ -107,7 +119,18 @@ void BlockManager::Grow(SequenceBlocks& seq, int num_tokens) {
 int BlockManager::CommitComputed(std::span<const int32_t> tokens, int num_computed,
                                  SequenceBlocks& seq) {
   const int full = std::min<int>(num_computed, static_cast<int>(tokens.size())) / kBlockSize;
-  int written = 0;
+  const int written = Register(tokens, full, seq);
+  stats_.written_blocks += static_cast<uint64_t>(written);
+  return written * kBlockSize;
+}
+
+void BlockManager::CommitRestored(std::span<const int32_t> tokens, int num_tokens,
+                                  SequenceBlocks& seq) {
+  Register(tokens, std::min<int>(num_tokens, static_cast<int>(tokens.size())) / kBlockSize, seq);
+}
+
+int BlockManager::Register(std::span<const int32_t> tokens, int full, SequenceBlocks& seq) {
+  int registered = 0;
   for (int i = seq.num_registered_blocks; i < full; ++i) {
     uint64_t parent = i == 0 ? 0 : seq.hashes[static_cast<size_t>(i - 1)];
     auto block_tokens = tokens.subspan(static_cast<size_t>(i) * kBlockSize, kBlockSize);
@@ -123,11 +146,10 @@ int BlockManager::CommitComputed(std::span<const int32_t> tokens, int num_comput
     block.salt = seq.salt;
     block.tokens.assign(block_tokens.begin(), block_tokens.end());
     cached_.emplace(hash, id);
-    written += kBlockSize;
-    ++stats_.written_blocks;
+    ++registered;
   }
   seq.num_registered_blocks = std::max(seq.num_registered_blocks, full);
-  return written;
+  return registered;
 }
 
 void BlockManager::Free(SequenceBlocks& seq) {
@@ -149,6 +171,7 @@ int32_t BlockManager::PopFree() {
   Unlink(id);
   Block& block = blocks_[static_cast<size_t>(id)];
   if (block.hashed) {
+    if (listener_) listener_->OnEvict(id, block.hash, block.salt, block.tokens);
     auto it = cached_.find(block.hash);
     if (it != cached_.end() && it->second == id) cached_.erase(it);
     block.hashed = false;

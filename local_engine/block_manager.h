@@ -39,15 +39,32 @@ struct BlockManagerStats {
   uint64_t written_blocks = 0;      // full blocks newly registered in the cache
 };
 
+// Told about every hashed block the pool evicts, before the block is handed to its new owner:
+// its K/V is still intact then (the new owner writes it in a later forward pass), which is when
+// the offload tier copies it out.
+class EvictionListener {
+ public:
+  virtual ~EvictionListener() = default;
+  virtual void OnEvict(int32_t block_id, uint64_t hash, uint64_t salt,
+                       std::span<const int32_t> tokens) = 0;
+};
+
 class BlockManager {
  public:
   explicit BlockManager(int32_t num_blocks);
+
+  // `listener` (may be null) must outlive the BlockManager or be replaced first.
+  void set_eviction_listener(EvictionListener* listener) { listener_ = listener; }
 
   int32_t num_blocks() const { return static_cast<int32_t>(blocks_.size()); }
   int32_t num_free_blocks() const { return num_free_; }
 
   // Hash of one full block given its parent's hash (0 for the first block).
   static uint64_t HashBlock(uint64_t parent, std::span<const int32_t> tokens, uint64_t salt);
+
+  // The chained hashes of the leading full blocks of `tokens` that a prefix hit may cover
+  // ((size - 1) / kBlockSize of them: the last token is always computed).
+  static std::vector<uint64_t> HashChain(std::span<const int32_t> tokens, uint64_t salt);
 
   // How many leading tokens of `tokens` are cached right now (block aligned, capped at
   // size - 1). Changes nothing: no LRU order, no refcount, no counters.
@@ -74,6 +91,10 @@ class BlockManager {
   // already held by another block is not registered twice and is not counted).
   int CommitComputed(std::span<const int32_t> tokens, int num_computed, SequenceBlocks& seq);
 
+  // Registers the sequence's blocks up to `num_tokens` (block aligned) whose K/V was copied in
+  // from the offload tier rather than computed: like CommitComputed, but not counted as written.
+  void CommitRestored(std::span<const int32_t> tokens, int num_tokens, SequenceBlocks& seq);
+
   // Releases the sequence's blocks, tail first. Blocks keep their hashes (lazy eviction).
   void Free(SequenceBlocks& seq);
 
@@ -93,6 +114,8 @@ class BlockManager {
 
   // Walks the chain of full blocks of `tokens`, returning the cached block ids (capped).
   std::vector<int32_t> FindHits(std::span<const int32_t> tokens, uint64_t salt) const;
+  // Registers the full blocks [seq.num_registered_blocks, full); returns how many were new.
+  int Register(std::span<const int32_t> tokens, int full, SequenceBlocks& seq);
   int32_t PopFree();             // from the head; evicts its hash
   void PushFreeTail(int32_t id);
   void Unlink(int32_t id);
@@ -103,6 +126,7 @@ class BlockManager {
   int32_t tail_ = -1;
   int32_t num_free_ = 0;
   BlockManagerStats stats_;
+  EvictionListener* listener_ = nullptr;
 };
 
 }  // namespace kvgate::engine

@@ -51,6 +51,10 @@ class CpuBackend final : public Backend {
   void CopyToHost(const void* src, void* dst, size_t bytes) override {
     std::memcpy(dst, src, bytes);
   }
+  bool CopyFromHost(const void* src, void* dst, size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+    return true;
+  }
   void Synchronize() override {}
 
   void Embed(const WeightMatrix& table, const BatchMetadata& batch, float* out) override {

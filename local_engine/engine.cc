@@ -1,37 +1,10 @@
 #include "local_engine/engine.h"
+#include "local_engine/engine_sequence.h"
 
 #include <algorithm>
 #include <limits>
 
 namespace kvgate::engine {
-
-struct Engine::Sequence {
-  uint64_t id = 0;
-  std::vector<int32_t> tokens;  // prompt + generated
-  int32_t num_prompt = 0;
-  int64_t num_computed = 0;  // tokens whose K/V are in the cache
-  SequenceBlocks blocks;     // block table + prefix-cache bookkeeping
-  bool admitted_once = false;
-  int32_t cached_tokens = 0;       // prompt tokens reused at first admission
-  int32_t cache_write_tokens = 0;  // prompt tokens this sequence registered in the cache
-  SamplingParams params;
-  Sampler sampler;
-  std::unique_ptr<StreamingDecoder> decoder;
-  StopMatcher stop;
-  std::function<void(const TokenEvent&)> on_token;
-  int32_t completion = 0;
-  bool finished = false;
-
-  Sequence(uint64_t id_, EngineRequest&& r, const Tokenizer& tok)
-      : id(id_),
-        tokens(std::move(r.prompt)),
-        num_prompt(static_cast<int32_t>(tokens.size())),
-        params(std::move(r.sampling)),
-        sampler(params, tokens),
-        decoder(std::make_unique<StreamingDecoder>(tok, /*render_special=*/false)),
-        stop(params.stop),
-        on_token(std::move(r.on_token)) {}
-};
 
 namespace {
 
@@ -39,7 +12,8 @@ namespace {
 // blocks twice; the prompt is still split once: cached + written <= prompt.
 Usage UsageOf(const Engine::Sequence& s) {
   return Usage{s.num_prompt, s.cached_tokens, s.completion,
-               std::min(s.cache_write_tokens, s.num_prompt - s.cached_tokens)};
+               std::min(s.cache_write_tokens, s.num_prompt - s.cached_tokens),
+               s.cached_offload_tokens};
 }
 
 // The pool size when the options leave it open. On cuda: run one max_batch_tokens step on a
@@ -162,10 +136,11 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   e->eog_tokens_.erase(std::unique(e->eog_tokens_.begin(), e->eog_tokens_.end()),
                        e->eog_tokens_.end());
   e->blocks_ = std::make_unique<BlockManager>(pool_blocks);
+  if (!options.offload.disk_path.empty()) {
+    if (auto st = e->OpenTier(); !st) return std::unexpected(st.error());
+  }
   return e;
 }
-
-Engine::~Engine() = default;
 
 Result<uint64_t> Engine::AddRequest(EngineRequest request) {
   auto bad = [](const std::string& m) { return MakeError(ErrorCode::kInvalidArgument, m); };
@@ -247,6 +222,14 @@ void Engine::Finish(Sequence& s, FinishReason reason, std::string error) {
   --live_requests_;
 }
 
+void Engine::NoteAdmitted(Sequence& s, int restored) {
+  s.num_computed += restored;
+  if (s.admitted_once) return;
+  s.admitted_once = true;
+  s.cached_tokens = static_cast<int32_t>(std::min<int64_t>(s.num_computed, s.num_prompt));
+  s.cached_offload_tokens = std::min(restored, s.cached_tokens);
+}
+
 void Engine::Preempt(Sequence& s) {
   // The blocks keep their hashes: readmission finds most of them in the cache.
   blocks_->Free(s.blocks);
@@ -267,7 +250,17 @@ int Engine::LookupCachedTokens(std::span<const int32_t> prompt) const {
 
 CacheStats Engine::cache_stats() const {
   std::lock_guard lock(blocks_mu_);
-  return CacheStats{blocks_->stats(), num_running_, num_waiting_, preemptions_};
+  CacheStats out{blocks_->stats(), num_running_, num_waiting_, preemptions_};
+  if (tier_) {
+    out.offload = true;
+    out.offload_path = tier_->path();
+    out.tier = tier_->stats();
+    out.offload_hit_tokens = offload_hit_tokens_;
+    out.offload_restores = offload_restores_;
+    out.offload_restore_ns = offload_restore_ns_;
+    out.offload_store_ns = offload_store_ns_;
+  }
+  return out;
 }
 
 void Engine::OnSampled(Sequence& s, int32_t token) {
@@ -317,18 +310,24 @@ Status Engine::Step() {
   DrainInbox();
   // Admission, FCFS: the head of the queue waits until its whole sequence fits (cache hits
   // included: a hit on a free block takes it out of the free pool).
+  std::vector<PendingRestore> restores;
   while (static_cast<int32_t>(running_.size()) < options_.max_running && !waiting_.empty()) {
     Sequence& s = *waiting_.front();
     if (!blocks_->CanAllocate(s.tokens, s.blocks.salt)) break;
+    // The tier's blocks need fresh pool blocks like computed ones: CanAllocate already counts them.
+    const int tier_blocks = TierBlocksFor(s);
     blocks_->Allocate(s.tokens, s.blocks);
     s.num_computed = s.blocks.num_cached_tokens;
-    if (!s.admitted_once) {
-      s.admitted_once = true;
-      s.cached_tokens = static_cast<int32_t>(std::min<int64_t>(s.num_computed, s.num_prompt));
+    if (tier_blocks > 0) {
+      restores.push_back({&s, tier_blocks});
+    } else {
+      NoteAdmitted(s, 0);
     }
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }
+  // The admissions' evicted blocks to the tier, then the blocks restored from it.
+  RunTierIo(blocks_lock, restores);
   publish_counts();
   if (running_.empty()) return {};
 
@@ -392,6 +391,8 @@ Status Engine::Step() {
   }
   if (options_.cuda_graphs) PadDecodeBatch(batch_, scratch_block_);  // rows past plan: ignored
   const BatchMetadata batch = batch_.View(kBlockSize);
+  // Blocks the plan's growth evicted go to the tier before the forward pass overwrites them.
+  RunTierIo(blocks_lock, {});
   // The forward pass only writes slots of blocks these sequences own exclusively (shared prefix
   // blocks are read-only), so lookups may read the block pool meanwhile.
   blocks_lock.unlock();

@@ -14,6 +14,12 @@
 // the cache are shared instead of computed; full blocks are registered in the cache once their K/V
 // is written; finished sequences return their blocks tail-first, evicted LRU.
 //
+// Offload tier (OffloadTier, optional, device cpu): a hashed block the pool evicts is copied to a
+// bounded file first (copy on eviction); at admission, after the pool's hits, the prompt's chain of
+// block hashes continues in the tier, and the blocks found there are copied into the sequence's
+// freshly allocated pool blocks and registered in the prefix cache before its prefill, which then
+// computes only the rest.
+//
 // Thread safety: AddRequest, Cancel and HasWork may be called from any thread (they go through a
 // mutex-protected inbox). Step and the accessors must be called from one thread (the engine
 // thread); callbacks run on that thread, inside Step, and must not call Step.
@@ -36,6 +42,7 @@
 #include "local_engine/block_manager.h"
 #include "local_engine/device.h"
 #include "local_engine/model.h"
+#include "local_engine/offload_tier.h"
 #include "local_engine/sampler.h"
 #include "local_engine/step_batch.h"
 #include "local_engine/tokenizer.h"
@@ -57,6 +64,14 @@ struct Usage {
   int32_t cached_tokens = 0;       // prompt tokens reused from the prefix cache (first admission)
   int32_t completion_tokens = 0;
   int32_t cache_write_tokens = 0;  // prompt tokens this request newly wrote into the cache
+  int32_t cached_offload_tokens = 0;  // of cached_tokens, restored from the offload tier (disk)
+};
+
+// How a prompt's leading tokens are cached right now, per tier (block aligned; together at most
+// size - 1).
+struct CachedPrefix {
+  int pool_tokens = 0;     // in the KV pool (shared at admission)
+  int offload_tokens = 0;  // after those, in the offload tier (copied back at admission)
 };
 
 // The KV cache as the scheduler sees it; for /api/engine and metrics (vLLM's meanings).
@@ -65,6 +80,14 @@ struct CacheStats {
   int64_t running = 0;
   int64_t waiting = 0;
   uint64_t preemptions = 0;
+  // The offload tier; all zero when there is none.
+  bool offload = false;
+  std::string offload_path;
+  OffloadTierStats tier;
+  uint64_t offload_hit_tokens = 0;   // prompt tokens restored from the tier at admission
+  uint64_t offload_restores = 0;     // admissions that restored at least one block
+  uint64_t offload_restore_ns = 0;   // time spent reading and copying them back
+  uint64_t offload_store_ns = 0;     // time spent copying evicted blocks out
 };
 
 // One callback per generated token, plus a final one when the request ends without a token of its
@@ -104,6 +127,12 @@ struct EngineOptions {
   // only the padding happens (tests use that). Off by default: built and tested without a GPU,
   // never run on one yet (kernels/NOTES.md, "CUDA graphs for decode").
   bool cuda_graphs = false;
+  // The KV offload tier: a file at `disk_path` of at most `bytes` bytes (offload_tier.h) that
+  // keeps the blocks the pool evicts. Empty path: no tier. Device cpu only; needs prefix caching.
+  struct Offload {
+    std::string disk_path;
+    int64_t bytes = 0;
+  } offload;
 };
 
 class Engine {
@@ -129,6 +158,10 @@ class Engine {
   // How many leading tokens of `prompt` the prefix cache holds right now (block aligned, at most
   // size - 1). Changes nothing (no LRU order, no refcount, no counter). Any thread.
   int LookupCachedTokens(std::span<const int32_t> prompt) const;
+  // The same split by tier: the pool's hits, then how far the chain continues in the offload
+  // tier (an index lookup: a block found there may still turn out corrupt at admission). Changes
+  // nothing. Any thread.
+  CachedPrefix LookupCachedPrefix(std::span<const int32_t> prompt) const;
   // Any thread.
   CacheStats cache_stats() const;
 
@@ -137,14 +170,33 @@ class Engine {
   const GgufFile& gguf() const { return *file_; }
   std::string_view backend_name() const { return backend_->Name(); }
 
-  struct Sequence;  // defined in engine.cc
+  struct Sequence;    // engine_sequence.h
+  struct TierWriter;  // engine_offload.cc
 
  private:
-  Engine() = default;
+  Engine();  // engine_offload.cc, with the destructor
   void DrainInbox();
   void Finish(Sequence& s, FinishReason reason, std::string error = {});
   void Preempt(Sequence& s);
   bool EnsureBlocks(Sequence& s, int64_t num_tokens);
+  // First-admission bookkeeping (cached tokens for usage), once `restored` tokens were copied in.
+  void NoteAdmitted(Sequence& s, int restored);
+
+  // The offload tier (engine_offload.cc).
+  struct PendingRestore {
+    Sequence* s;
+    int tier_blocks;
+  };
+  Status OpenTier();  // from options_.offload, at Create
+  // Before s's allocation: how many blocks after the pool's hits the tier holds (pinned, so the
+  // allocation's own evictions, stored in the tier, do not push them out).
+  int TierBlocksFor(const Sequence& s);
+  // The tier's disk I/O, with blocks_mu_ released meanwhile (`lock` holds it on entry and on
+  // return; the blocks written are owned by the engine thread's sequences alone, as in the forward
+  // pass): stores the blocks the pool evicted since the last call, then copies each restore's
+  // blocks into its sequence's fresh blocks (a block that fails its checksum ends that restore),
+  // registers them, unpins them and calls NoteAdmitted. No-op without a tier.
+  void RunTierIo(std::unique_lock<std::mutex>& lock, std::span<const PendingRestore> restores);
   void OnSampled(Sequence& s, int32_t token);
   void Emit(Sequence& s, int32_t token, std::string_view text, FinishReason reason);
 
@@ -174,6 +226,15 @@ class Engine {
   uint64_t preemptions_ = 0;              // GUARDED_BY(blocks_mu_)
   int64_t num_running_ = 0;               // GUARDED_BY(blocks_mu_), mirrors running_.size()
   int64_t num_waiting_ = 0;               // GUARDED_BY(blocks_mu_), mirrors waiting_.size()
+  // The offload tier (null without one; the pointer is constant after Create, the tier locks its
+  // own index) and its writer, the pool's eviction listener, whose list of evicted blocks the
+  // engine thread alone touches.
+  std::unique_ptr<OffloadTier> tier_;
+  std::unique_ptr<TierWriter> tier_writer_;
+  uint64_t offload_hit_tokens_ = 0;  // GUARDED_BY(blocks_mu_)
+  uint64_t offload_restores_ = 0;    // GUARDED_BY(blocks_mu_)
+  uint64_t offload_restore_ns_ = 0;  // GUARDED_BY(blocks_mu_)
+  uint64_t offload_store_ns_ = 0;    // GUARDED_BY(blocks_mu_)
 
   // Engine thread only.
   std::deque<std::unique_ptr<Sequence>> waiting_;

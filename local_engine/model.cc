@@ -41,6 +41,42 @@ int64_t ModelRunner::KvBytesPerToken() const {
   return 2 * d.n_layers * d.kv_heads * d.head_dim * static_cast<int64_t>(sizeof(uint16_t));
 }
 
+Status ModelRunner::ReadBlock(int32_t block, std::span<std::byte> out) {
+  const size_t part = static_cast<size_t>(KvBytesPerBlock() / (2 * weights_.dims.n_layers));
+  if (block < 0 || block >= config_.num_blocks || out.size() != part * 2 * k_cache_.size()) {
+    return MakeError(ErrorCode::kInvalidArgument, "kv cache: bad block read");
+  }
+  std::byte* dst = out.data();
+  for (size_t l = 0; l < k_cache_.size(); ++l) {
+    for (const DeviceBuffer* cache : {&k_cache_[l], &v_cache_[l]}) {
+      backend_.CopyToHost(static_cast<const std::byte*>(cache->data()) + block * part, dst, part);
+      dst += part;
+    }
+  }
+  backend_.Synchronize();
+  return backend_.status();
+}
+
+Status ModelRunner::WriteBlock(int32_t block, std::span<const std::byte> in) {
+  const size_t part = static_cast<size_t>(KvBytesPerBlock() / (2 * weights_.dims.n_layers));
+  if (block < 0 || block >= config_.num_blocks || in.size() != part * 2 * k_cache_.size()) {
+    return MakeError(ErrorCode::kInvalidArgument, "kv cache: bad block write");
+  }
+  const std::byte* src = in.data();
+  for (size_t l = 0; l < k_cache_.size(); ++l) {
+    for (const DeviceBuffer* cache : {&k_cache_[l], &v_cache_[l]}) {
+      if (!backend_.CopyFromHost(src, static_cast<std::byte*>(cache->data()) + block * part,
+                                 part)) {
+        return MakeError(ErrorCode::kUnavailable,
+                         std::string(backend_.Name()) + " backend cannot restore KV blocks");
+      }
+      src += part;
+    }
+  }
+  backend_.Synchronize();
+  return backend_.status();
+}
+
 Status ModelRunner::EnsureActivations(int64_t t, int64_t rows_out) {
   const LlamaDims& d = weights_.dims;
   auto alloc = [&](DeviceBuffer& b, int64_t floats) -> Status {

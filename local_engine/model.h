@@ -7,7 +7,9 @@
 // Thread safety: single-threaded (the engine thread).
 #pragma once
 
+#include <cstddef>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "common/error.h"
@@ -52,6 +54,14 @@ class ModelRunner {
   const KvCacheConfig& kv_config() const { return config_; }
   // KV bytes per token across all layers (K and V, f16).
   int64_t KvBytesPerToken() const;
+  // KV bytes of one block across all layers: what the offload tier keeps per block.
+  int64_t KvBytesPerBlock() const { return KvBytesPerToken() * config_.block_size; }
+  // Copies block `block`'s K and V of every layer to `out`, laid out [layer][K, V][block_size,
+  // Hkv, Dh] f16 (KvBytesPerBlock() bytes, contiguous so that one tier slot is one transfer), and
+  // back. kInvalidArgument for a block out of range or a wrong size; WriteBlock: kUnavailable when
+  // the backend cannot copy into its memory (Backend::CopyFromHost).
+  Status ReadBlock(int32_t block, std::span<std::byte> out);
+  Status WriteBlock(int32_t block, std::span<const std::byte> in);
 
  private:
   ModelRunner(const ModelWeights& weights, Backend& backend, KvCacheConfig config,

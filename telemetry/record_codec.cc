@@ -32,7 +32,7 @@ bool Bool(const json& j, const char* key) {
 
 #if defined(__x86_64__) && defined(__GLIBCXX__)
 // (Sizes on the platform kvgate ships for; a field added to one of these must be added below.)
-static_assert(sizeof(Usage) == 168, "a Usage field was added: journal it in record_codec.cc");
+static_assert(sizeof(Usage) == 184, "a Usage field was added: journal it in record_codec.cc");
 static_assert(sizeof(Cost) == 64, "a Cost field was added: journal it in record_codec.cc");
 #endif
 
@@ -71,6 +71,7 @@ std::string ToJournalLine(const RequestRecord& r) {
   w.Key("cl").Bool(u.clamped);
   w.Key("raw").String(u.raw);
   w.Key("ri").OptInt(u.reported_input);
+  w.Key("cro").OptInt(u.cache_read_offload);
   w.EndObject();
   w.Key("c").BeginObject();
   w.Key("cr").Int(c.cache_read);
@@ -131,6 +132,7 @@ Result<RequestRecord> FromJournalLine(std::string_view line) {
   r.usage.clamped = Bool(u, "cl");
   r.usage.raw = Str(u, "raw");
   r.usage.reported_input = OptFrom(u, "ri");
+  r.usage.cache_read_offload = OptFrom(u, "cro");  // absent in lines of older kvgates: unknown
   const json c = j.value("c", json::object());
   r.cost.cache_read = Int(c, "cr");
   r.cost.cache_write = Int(c, "cw");

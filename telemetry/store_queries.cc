@@ -34,7 +34,7 @@ constexpr std::string_view kTurnColumns =
     "usage_clamped, usage_raw, cost_cache_read, cost_cache_write, cost_uncached, cost_output, "
     "cost_total, cost_saved, cost_complete, cost_priced, error, upstream_request_id, finish_reason, "
     "cache_diagnosis, seq, response_id, cache_write_no_ttl, cost_missed, target, key_index, "
-    "system_fingerprint, route, attempts";
+    "system_fingerprint, route, attempts, cache_read_offload";
 enum Col {
   kRequestId, kThreadId, kCreatedAt, kEndpoint, kModel, kProvider, kProviderType, kUpstreamModel,
   kApiKeyId, kStream, kStatus, kHttpStatus, kUpstreamStatus, kLatency, kTtft, kCacheRead,
@@ -42,7 +42,7 @@ enum Col {
   kCostCacheRead, kCostCacheWrite, kCostUncached, kCostOutput, kCostTotal, kCostSaved, kCostComplete,
   kCostPriced, kError, kUpstreamRequestId, kFinishReason, kDiagnosis, kSeq, kResponseId,
   kCacheWriteNoTtl, kCostMissed, kTarget, kKeyIndex, kSystemFingerprint, kRoute, kAttempts,
-  kTurnColumnCount
+  kCacheReadOffload, kTurnColumnCount
 };
 
 enum class Detail { kTurn, kListed, kFull };
@@ -105,6 +105,12 @@ json TurnJson(const internal::Stmt& s, Detail detail) {
                    {"uncached", OptInt(s.OptInt(kUncached))},
                    {"output", OptInt(s.OptInt(kOutput))},
                    {"reasoning", OptInt(s.OptInt(kReasoning))}};
+  // Where the cache reads came from, for a provider with cache tiers (the built-in engine's KV
+  // pool and disk tier); null when it reported none. Beside "usage", whose shape is every
+  // provider's.
+  const std::optional<int64_t> read = s.OptInt(kCacheRead), offload = s.OptInt(kCacheReadOffload);
+  turn["cache_read_by_tier"] =
+      read && offload ? json{{"pool", *read - *offload}, {"disk", *offload}} : json(nullptr);
   CostParts cost{s.Int(kCostTotal),  s.Int(kCostCacheRead), s.Int(kCostCacheWrite),
                  s.Int(kCostUncached), s.Int(kCostOutput), s.Int(kCostSaved),
                  s.Int(kCostMissed)};
@@ -654,6 +660,7 @@ Result<std::vector<RequestRecord>> SqliteTelemetryStore::LatestThreadTurns(int64
       r.usage.output = s.OptInt(kOutput);
       r.usage.reasoning = s.OptInt(kReasoning);
       r.usage.reported_input = s.OptInt(kReportedInput);
+      r.usage.cache_read_offload = s.OptInt(kCacheReadOffload);
       r.prompt_fingerprint = std::make_shared<const PromptFingerprint>(std::move(*fingerprint));
       turns.push_back(std::move(r));
     }

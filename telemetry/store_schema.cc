@@ -200,11 +200,20 @@ SELECT created_at_us / 60000000 * 60000000, CASE WHEN provider = '' THEN '' ELSE
 FROM requests GROUP BY 1, 2, 3;
 )sql";
 
-constexpr std::array<Migration, 4> kCoreMigrations = {{
+// Version 20, the built-in engine's cache tiers (versions 20-29 are the engine's):
+// requests.cache_read_offload, the part of cache_read a provider served from a slower tier than
+// its primary cache (Usage::cache_read_offload: the engine's disk offload tier). NULL where
+// unknown: every older row, and every provider that does not report tiers.
+constexpr std::string_view kEngineOffload = R"sql(
+ALTER TABLE requests ADD COLUMN cache_read_offload INTEGER;
+)sql";
+
+constexpr std::array<Migration, 5> kCoreMigrations = {{
     {1, "requests_and_threads", kRequestsAndThreads},
     {2, "thread_last_prompt", kThreadLastPrompt},
     {3, "routing", kRouting},
     {4, "dashboard", kDashboard},
+    {20, "engine_offload", kEngineOffload},
 }};
 
 constexpr std::string_view kMigrationsTable = R"sql(

@@ -304,6 +304,7 @@ Usage NormalizeUsage(UsageFlavor flavor, raw_json::Value usage) {
         break;
       case UsageFlavor::kKvgateEngine:
         NormalizeChatShape(u, /*has_writes=*/true, /*write_absent_is_zero=*/false, &out);
+        out.cache_read_offload = Count(u, {"prompt_tokens_details", "cache_read_offload_tokens"});
         break;
       case UsageFlavor::kOpenAICompatible:
       case UsageFlavor::kVllm:

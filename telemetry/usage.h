@@ -45,6 +45,10 @@ struct Usage {
   std::optional<int64_t> uncached;
   std::optional<int64_t> output;     // includes reasoning
   std::optional<int64_t> reasoning;  // subset of output
+  // Of cache_read, the tokens served from a slower cache tier than the provider's primary one
+  // (the built-in engine's disk offload tier; the rest came from its KV pool). Unknown for
+  // providers that do not report tiers.
+  std::optional<int64_t> cache_read_offload;
   // True when `uncached` came out negative from the provider's numbers and was clamped to 0.
   bool clamped = false;
   // The usage object as the provider sent it (merged across stream events where the provider
@@ -79,7 +83,9 @@ struct Usage {
 //  - OpenAI Chat / Responses / OpenRouter report cache_write_tokens only for models that bill writes,
 //    so an absent write field is 0 (those tokens are billed as input otherwise); an absent
 //    cached_tokens is unknown, and then uncached is unknown too;
-//  - kvgate's engine always reports both, so an absent cache_write_tokens is unknown there;
+//  - kvgate's engine always reports both, so an absent cache_write_tokens is unknown there; it
+//    also reports prompt_tokens_details.cache_read_offload_tokens (cache_read_offload), the part
+//    of its cached tokens restored from its disk tier (absent: unknown);
 //  - Anthropic: absent cache_read_input_tokens / cache_creation_input_tokens are unknown; with no
 //    cache_creation split all writes go to the 5m bucket; with a partial split the missing bucket is
 //    the remainder of cache_creation_input_tokens;

@@ -1,6 +1,6 @@
-// The built-in engines: KV pool in use, prefix-cache hit rate, blocks, evictions; and "is this
-// prompt cached?" (POST /api/engine/lookup: how much of a prompt the prefix cache holds now,
-// without running it).
+// The built-in engines: KV pool in use, prefix-cache hit rate, blocks, evictions, the disk tier;
+// and "is this prompt cached?" (POST /api/engine/lookup: how much of a prompt the prefix cache
+// holds now, without running it).
 import { api } from './api.js';
 import { clear, fmtInt, fmtPct, h } from './format.js';
 
@@ -36,7 +36,9 @@ function render(box, engines) {
         stat('Cached, free blocks', fmtInt(e.cached_free_blocks), 'reusable until evicted'),
         stat('Evictions', fmtInt(e.evictions), `${fmtInt(e.cache_written_blocks)} blocks written`),
         stat('Running / waiting', `${fmtInt(e.running)} / ${fmtInt(e.waiting)}`, `${fmtInt(e.preemptions)} preemptions`),
-        stat('Requests', fmtInt(e.requests_total), `${fmtInt(e.prompt_tokens_total)} prompt, ${fmtInt(e.generation_tokens_total)} generated tokens`)),
+        stat('Requests', fmtInt(e.requests_total), `${fmtInt(e.prompt_tokens_total)} prompt, ${fmtInt(e.generation_tokens_total)} generated tokens`),
+        ...(e.offload ? [stat('Disk tier', `${fmtInt(e.offload.hit_tokens)} tokens restored`,
+          `${fmtInt(e.offload.used_blocks)} of ${fmtInt(e.offload.capacity_blocks)} blocks used · ${fmtInt(e.offload.corrupt_blocks)} corrupt`)] : [])),
       meter));
   }
 }
@@ -61,8 +63,10 @@ function lookupBox(engines) {
     try {
       const r = await api('/api/engine/lookup', { method: 'POST', body });
       const share = r.prompt_tokens > 0 ? r.cached_tokens / r.prompt_tokens : 0;
+      const disk = r.cached_tokens_by_tier ? r.cached_tokens_by_tier.disk : 0;
       clear(out).append(h('strong', {}, `${fmtInt(r.cached_tokens)} of ${fmtInt(r.prompt_tokens)} prompt tokens are cached`),
-        ` (${fmtPct(share)}) in ${r.model}'s prefix cache right now.`);
+        ` (${fmtPct(share)}) in ${r.model}'s prefix cache right now` +
+        (disk > 0 ? `: ${fmtInt(r.cached_tokens_by_tier.pool)} in the KV pool, ${fmtInt(disk)} in the disk tier.` : '.'));
     } catch (e) {
       clear(out).append(h('span', { class: 'error' }, e.message));
     }

@@ -183,6 +183,8 @@ export function recordDetail(rec) {
     ['Cost', `${fmtUsd(c.total)} = read ${fmtUsd(c.cache_read)} + write ${fmtUsd(c.cache_write)} + uncached ${fmtUsd(c.uncached)} + output ${fmtUsd(c.output)}${rec.cost_complete ? '' : ' (lower bound)'}`],
     ['Saved / lost', `${fmtUsd(c.saved)} saved, ${fmtUsd(c.missed)} lost to misses`],
   ];
+  const tiers = rec.cache_read_by_tier;
+  if (tiers) facts.push(['Cache read', `${fmtInt(tiers.pool)} from the pool, ${fmtInt(tiers.disk)} from disk`]);
   if (rec.error) facts.push(['Error', rec.error]);
   if (rec.cache_diagnosis) facts.push(['Cache diagnosis', `${causeText(rec.cache_diagnosis, rec)} — ${rec.cache_diagnosis.detail || ''}`]);
   const parts = [h('dl', { class: 'facts' }, facts.map(([k, v]) => [h('dt', {}, k), h('dd', {}, v)]))];

@@ -257,6 +257,60 @@ providers:
   }
 }
 
+TEST(ConfigTest, LocalProviderOffloadTier) {
+  auto env = FakeEnv({});
+  auto config = ParseConfig(R"(
+providers:
+  - {name: a, type: local, model_path: m.gguf, offload: {disk: /var/tmp/kv.tier, bytes: 1073741824}}
+  - {name: b, type: local, model_path: m.gguf}
+)",
+                            env);
+  ASSERT_TRUE(config.has_value()) << config.error().message;
+  EXPECT_EQ(config->providers[0].offload_disk, "/var/tmp/kv.tier");
+  EXPECT_EQ(config->providers[0].offload_bytes, 1073741824);
+  EXPECT_EQ(config->providers[1].offload_disk, "") << "no tier unless asked for";
+  EXPECT_EQ(config->providers[1].offload_bytes, 0);
+
+  struct Case {
+    const char* yaml;
+    const char* expect;
+  };
+  const Case cases[] = {
+      {"providers: [{name: l, type: local, model_path: m, offload: /tmp/kv}]",
+       "providers[0].offload must be a mapping {disk: PATH, bytes: N}"},
+      {"providers: [{name: l, type: local, model_path: m, offload: {bytes: 100}}]",
+       "providers[0].offload.disk is required"},
+      {"providers: [{name: l, type: local, model_path: m, offload: {disk: '', bytes: 100}}]",
+       "providers[0].offload.disk is required"},
+      {"providers: [{name: l, type: local, model_path: m, offload: {disk: [a], bytes: 100}}]",
+       "providers[0].offload.disk is required"},
+      {"providers: [{name: l, type: local, model_path: m, offload: {disk: /tmp/kv}}]",
+       "providers[0].offload.bytes is required"},
+      {"providers: [{name: l, type: local, model_path: m, offload: {disk: /tmp/kv, bytes: 0}}]",
+       "providers[0].offload.bytes is required: the tier's size in bytes, a positive integer"},
+      {"providers: [{name: l, type: local, model_path: m, offload: {disk: /tmp/kv, bytes: -1}}]",
+       "providers[0].offload.bytes"},
+      {"providers: [{name: l, type: local, model_path: m, offload: {disk: /tmp/kv, bytes: 1GB}}]",
+       "providers[0].offload.bytes"},
+      {"providers: [{name: l, type: local, model_path: m, offload: {disk: /tmp/kv, bytes: 1.5}}]",
+       "providers[0].offload.bytes"},
+      {"providers: [{name: l, type: local, model_path: m,"
+       " offload: {disk: /tmp/kv, bytes: 100, size: 3}}]",
+       "providers[0].offload: unknown key \"size\" (known: disk, bytes)"},
+      {"providers: [{name: l, type: local, model_path: m, device: cuda,"
+       " offload: {disk: /tmp/kv, bytes: 100}}]",
+       "providers[0].offload (the disk tier) needs device: cpu"},
+      {"providers: [{name: o, type: openai, base_url: 'https://x', offload: {disk: /tmp/kv, bytes: 1}}]",
+       "providers[0].offload is only for type local"},
+  };
+  for (const Case& c : cases) {
+    auto bad = ParseConfig(c.yaml, env, "test.yaml");
+    ASSERT_FALSE(bad.has_value()) << c.yaml;
+    EXPECT_NE(bad.error().message.find(c.expect), std::string::npos)
+        << c.yaml << " -> " << bad.error().message;
+  }
+}
+
 }  // namespace
 TEST(ConfigTest, ADirectoryIsNotAConfigFile) {
   const std::string dir = ::testing::TempDir();

@@ -1,12 +1,16 @@
 // LocalEngines::Start's device handling: `device: cuda` reaches the engine; without a GPU (or in a
-// build without CUDA) startup fails with an error naming the provider and the fix.
+// build without CUDA) startup fails with an error naming the provider and the fix. And an offload
+// tier's view through Describe, Lookup and the metrics.
 #include <gtest/gtest.h>
+
+#include <unistd.h>
 
 #include <filesystem>
 
 #include "gateway/config.h"
 #include "gateway/local_provider.h"
 #include "local_engine/device.h"
+#include "local_engine/offload_tier.h"
 
 namespace kvgate::gateway {
 namespace {
@@ -55,6 +59,51 @@ TEST(LocalEnginesTest, StartsOnEitherDevice) {
     EXPECT_EQ(described[0]["pool_blocks"], 128);  // kv_cache_tokens 2048 / 16, on both devices
     (*started)->Stop();
   }
+}
+
+TEST(LocalEnginesTest, AnOffloadTierShowsInDescribeLookupAndMetrics) {
+  if (!std::filesystem::exists(kModel)) GTEST_SKIP() << "model not fetched: " << kModel;
+  const std::filesystem::path tier =
+      std::filesystem::temp_directory_path() / ("kvgate_local_engines_" + std::to_string(::getpid()));
+  std::filesystem::remove(tier);
+  GatewayConfig config = LocalConfig("cpu", 2048);
+  config.providers[0].offload_disk = tier.string();
+  config.providers[0].offload_bytes = 8 * engine::OffloadTier::SlotBytes(23040 * engine::kBlockSize);
+  {
+    auto started = LocalEngines::Start(config);
+    ASSERT_TRUE(started.has_value()) << started.error().message;
+    const auto described = (*started)->Describe()["engines"][0];
+    const auto& offload = described["offload"];
+    ASSERT_TRUE(offload.is_object()) << described.dump();
+    EXPECT_EQ(offload["path"], tier.string());
+    EXPECT_EQ(offload["capacity_blocks"], 8);
+    EXPECT_EQ(offload["used_blocks"], 0);
+    EXPECT_EQ(offload["hit_tokens"], 0);
+    router::Target target;
+    target.name = "m";
+    target.provider = "loc";
+    auto lookup = (*started)->Lookup(target, nlohmann::json{{"prompt", "Hello there, friend."}});
+    ASSERT_TRUE(lookup.has_value()) << lookup.error().message;
+    EXPECT_EQ((*lookup)["cached_tokens"], 0);
+    EXPECT_EQ((*lookup)["cached_tokens_by_tier"], (nlohmann::json{{"pool", 0}, {"disk", 0}}));
+    std::string metrics;
+    (*started)->ExposeMetrics(metrics);
+    for (const char* line :
+         {"kvgate_engine_offload_hits_total{provider=\"loc\"} 0\n",
+          "kvgate_engine_offload_restore_seconds_total{provider=\"loc\"} 0\n",
+          "kvgate_engine_offload_used_bytes{provider=\"loc\"} 0\n",
+          "# TYPE kvgate_engine_offload_capacity_bytes gauge\n",
+          "kvgate_engine_prefix_cache_hits_total{provider=\"loc\"} 0\n"}) {
+      EXPECT_NE(metrics.find(line), std::string::npos) << line << " in\n" << metrics;
+    }
+    (*started)->Stop();
+  }
+  // Without a tier: offload is null, and the tier's gauges read 0.
+  auto plain = LocalEngines::Start(LocalConfig("cpu", 2048));
+  ASSERT_TRUE(plain.has_value());
+  EXPECT_TRUE((*plain)->Describe()["engines"][0]["offload"].is_null());
+  (*plain)->Stop();
+  std::filesystem::remove(tier);
 }
 
 }  // namespace

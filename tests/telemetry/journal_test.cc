@@ -42,6 +42,7 @@ RequestRecord Full() {
   r.usage.clamped = true;
   r.usage.cache_write_no_ttl = 3;
   r.usage.reasoning = 5;
+  r.usage.cache_read_offload = 640;
   r.cost.missed = 77;
   r.error = "caf\xc3\xa9 \"quoted\"\n";
   r.upstream_request_id = "up_1";
@@ -89,6 +90,20 @@ TEST(JournalTest, HandWrittenEscapingRoundTrips) {
   EXPECT_EQ(back->error, r.error);
   EXPECT_EQ(back->thread_id, "bad\xef\xbf\xbd");
   EXPECT_EQ(json::parse(line), json::parse(ToJournalLine(*back)));
+}
+
+TEST(JournalTest, ALineFromBeforeCacheTiersStillReads) {
+  // A line as a kvgate without usage.cache_read_offload wrote it ("u" has no "cro").
+  const std::string old_line =
+      R"({"id":"req_old","th":"th","t":1,"ep":"chat.completions","m":"smollm2","p":"local",)"
+      R"("pt":"local","s":false,"st":"ok","hs":200,"us":200,)"
+      R"("u":{"cr":64,"w5":0,"w1":0,"wn":16,"un":4,"o":5,"r":null,"cl":false,"raw":"","ri":84},)"
+      R"("c":{"cr":0,"cw":0,"un":0,"o":0,"t":0,"sv":0,"cp":true,"pr":true,"ms":0}})";
+  Result<RequestRecord> r = FromJournalLine(old_line);
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  EXPECT_EQ(r->usage.cache_read, 64);
+  EXPECT_EQ(r->usage.cache_write_no_ttl, 16);
+  EXPECT_EQ(r->usage.cache_read_offload, std::nullopt);
 }
 
 size_t JournalFiles(const TempDir& dir) {

@@ -116,7 +116,8 @@ TEST(TelemetryStoreTest, ThreadShapeAndValues) {
   EXPECT_EQ(Keys(a), (std::set<std::string>{"request_id", "created_at", "model", "provider", "status", "stream",
                                             "latency_ms", "ttft_ms", "usage", "cost_usd", "cost_pico_usd",
                                             "cost_complete", "error", "http_status", "cache_diagnosis",
-                                            "usage_clamped", "response_id", "target", "route", "attempts"}));
+                                            "usage_clamped", "response_id", "target", "route", "attempts",
+                                            "cache_read_by_tier"}));
   // Without a router: served by the model it named, no decision, no attempts recorded.
   EXPECT_EQ(a["target"], "gpt-4o-mini");
   EXPECT_TRUE(a["route"].is_null());

@@ -296,6 +296,20 @@ TEST(TelemetryUsageTest, KvgateEngine) {
       "prompt_tokens_details": {"cached_tokens": 64}})");
   EXPECT_EQ(missing.cache_write_no_ttl, std::nullopt);
   EXPECT_EQ(missing.uncached, std::nullopt);
+  EXPECT_EQ(u.cache_read_offload, std::nullopt) << "no tier split reported: unknown";
+}
+
+TEST(TelemetryUsageTest, KvgateEngineCacheTiers) {
+  Usage u = N(UsageFlavor::kKvgateEngine, R"({"prompt_tokens": 12300, "completion_tokens": 12,
+      "prompt_tokens_details": {"cached_tokens": 12288, "cache_write_tokens": 0,
+                                "cache_read_offload_tokens": 8192}})");
+  EXPECT_EQ(u.cache_read, 12288);
+  EXPECT_EQ(u.cache_read_offload, 8192);  // of cache_read: 4,096 from the pool, 8,192 from disk
+  EXPECT_EQ(u.uncached, 12);
+  // Other flavours have no tiers, even when a field of that name shows up.
+  Usage other = N(UsageFlavor::kOpenAIChat, R"({"prompt_tokens": 100, "completion_tokens": 1,
+      "prompt_tokens_details": {"cached_tokens": 64, "cache_read_offload_tokens": 64}})");
+  EXPECT_EQ(other.cache_read_offload, std::nullopt);
 }
 
 TEST(TelemetryUsageTest, NegativeRemainderIsClampedAndFlagged) {

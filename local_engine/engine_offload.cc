@@ -1,0 +1,172 @@
+// The engine's side of the KV offload tier (offload_tier.h): which blocks go to disk and when,
+// and where they come back (engine.h, "Offload tier").
+#include <array>
+#include <chrono>
+#include <cstring>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "local_engine/engine.h"
+#include "local_engine/engine_sequence.h"
+
+namespace kvgate::engine {
+namespace {
+
+uint64_t NanosSince(std::chrono::steady_clock::time_point start) {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+          .count());
+}
+
+// What the offload tier's bytes belong to: the model's weights (every tensor's name, type, shape
+// and bytes: two fine-tunes of one architecture share everything else) and the KV layout the
+// runner reads and writes blocks in. A tier file written under another key is never served.
+uint64_t KvLayoutKey(const GgufFile& file, const ModelRunner& runner) {
+  XXH3_state_t state;
+  XXH3_64bits_reset(&state);
+  auto add = [&state](const void* p, size_t n) { XXH3_64bits_update(&state, p, n); };
+  constexpr std::string_view kLayout = "kvgate kv v1: f16 [layer][K,V][block][Hkv][Dh]";
+  add(kLayout.data(), kLayout.size());
+  const LlamaDims& d = runner.dims();
+  const int64_t geometry[] = {d.n_layers, d.kv_heads, d.head_dim, runner.kv_config().block_size,
+                              runner.KvBytesPerBlock()};
+  add(geometry, sizeof geometry);
+  for (const GgufTensor& t : file.tensors()) {
+    add(t.name.data(), t.name.size());
+    const uint64_t shape[] = {static_cast<uint64_t>(t.type), t.n_bytes, t.dims.size()};
+    add(shape, sizeof shape);
+    add(t.dims.data(), t.dims.size() * sizeof(uint64_t));
+    add(t.data, t.n_bytes);
+  }
+  return XXH3_64bits_digest(&state);
+}
+
+}  // namespace
+
+// The pool's eviction listener: notes each evicted hashed block; RunTierIo copies them out before
+// anything overwrites them. Copy on eviction rather than on creation (vLLM's native offloading
+// copies every new block after each step, so that the copy overlaps compute and the GPU block can
+// be freed early): here the copy is synchronous and an evicted block's bytes stay valid until its
+// new owner's first write (a restore or a forward pass, both after RunTierIo), so copying when the
+// pool drops a block is exact, and it writes only the blocks the pool actually loses: a prefix
+// that keeps being hit in the pool never costs a disk write.
+struct Engine::TierWriter final : EvictionListener {
+  struct Evicted {
+    int32_t block = -1;
+    uint64_t hash = 0;
+    uint64_t salt = 0;
+    std::array<int32_t, kBlockSize> tokens{};
+  };
+  void OnEvict(int32_t block_id, uint64_t hash, uint64_t salt,
+               std::span<const int32_t> tokens) override {
+    Evicted e{block_id, hash, salt, {}};
+    std::copy_n(tokens.begin(), std::min(tokens.size(), e.tokens.size()), e.tokens.begin());
+    pending.push_back(e);
+  }
+  std::vector<Evicted> pending;
+  std::vector<std::byte> bytes;  // one block
+};
+
+// Here, where TierWriter is complete (unique_ptr members).
+Engine::Engine() = default;
+Engine::~Engine() = default;
+
+Status Engine::OpenTier() {
+  if (options_.device != Device::kCpu) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "offload: the disk tier is supported on device cpu only");
+  }
+  if (!options_.enable_prefix_caching) {
+    return MakeError(ErrorCode::kInvalidArgument, "offload: the disk tier needs prefix caching");
+  }
+  const size_t block_bytes = static_cast<size_t>(runner_->KvBytesPerBlock());
+  auto tier = OffloadTier::Open({.path = options_.offload.disk_path,
+                                 .capacity_bytes = options_.offload.bytes,
+                                 .block_bytes = block_bytes,
+                                 .layout_key = KvLayoutKey(*file_, *runner_)});
+  if (!tier) return std::unexpected(tier.error());
+  tier_ = std::move(*tier);
+  tier_writer_ = std::make_unique<TierWriter>();
+  tier_writer_->bytes.resize(block_bytes);
+  blocks_->set_eviction_listener(tier_writer_.get());
+  return {};
+}
+
+CachedPrefix Engine::LookupCachedPrefix(std::span<const int32_t> prompt) const {
+  std::lock_guard lock(blocks_mu_);
+  CachedPrefix out{.pool_tokens = blocks_->LookupCachedTokens(prompt)};
+  if (!tier_) return out;
+  const std::vector<uint64_t> chain = BlockManager::HashChain(prompt, 0);
+  for (size_t i = static_cast<size_t>(out.pool_tokens / kBlockSize); i < chain.size(); ++i) {
+    if (!tier_->Contains({chain[i], 0, prompt.subspan(i * kBlockSize, kBlockSize)})) break;
+    out.offload_tokens += kBlockSize;
+  }
+  return out;
+}
+
+int Engine::TierBlocksFor(const Sequence& s) {
+  if (!tier_) return 0;
+  const std::span<const int32_t> tokens(s.tokens);
+  const std::vector<uint64_t> chain = BlockManager::HashChain(tokens, s.blocks.salt);
+  int found = 0;
+  for (size_t i =
+           static_cast<size_t>(blocks_->LookupCachedTokens(tokens, s.blocks.salt) / kBlockSize);
+       i < chain.size(); ++i) {
+    if (!tier_->Pin({chain[i], s.blocks.salt, tokens.subspan(i * kBlockSize, kBlockSize)})) break;
+    ++found;
+  }
+  return found;
+}
+
+void Engine::RunTierIo(std::unique_lock<std::mutex>& lock,
+                       std::span<const PendingRestore> restores) {
+  if (!tier_) return;
+  std::vector<TierWriter::Evicted> evicted;
+  evicted.swap(tier_writer_->pending);
+  if (evicted.empty() && restores.empty()) return;
+  std::vector<std::byte>& bytes = tier_writer_->bytes;
+  std::vector<int> restored(restores.size(), 0);
+  uint64_t store_ns = 0, restore_ns = 0;
+  lock.unlock();
+  const auto stores_start = std::chrono::steady_clock::now();
+  for (const TierWriter::Evicted& e : evicted) {
+    const TierKey key{e.hash, e.salt, e.tokens};
+    if (tier_->Contains(key)) {  // restored from the tier earlier: the same bytes are there
+      tier_->Touch(key);
+      continue;
+    }
+    if (runner_->ReadBlock(e.block, bytes)) tier_->Store(key, bytes);
+  }
+  if (!evicted.empty()) store_ns = NanosSince(stores_start);
+  const auto restores_start = std::chrono::steady_clock::now();
+  for (size_t r = 0; r < restores.size(); ++r) {
+    const Sequence& s = *restores[r].s;
+    const std::span<const int32_t> tokens(s.tokens);
+    const std::vector<uint64_t> chain = BlockManager::HashChain(tokens, s.blocks.salt);
+    const size_t first = static_cast<size_t>(s.blocks.num_cached_tokens / kBlockSize);
+    const size_t end = std::min(chain.size(), first + static_cast<size_t>(restores[r].tier_blocks));
+    for (size_t i = first; i < end; ++i) {
+      const TierKey key{chain[i], s.blocks.salt, tokens.subspan(i * kBlockSize, kBlockSize)};
+      // A corrupt slot is a miss: this block and the rest are computed.
+      if (!tier_->Load(key, bytes) || !runner_->WriteBlock(s.blocks.block_ids[i], bytes)) break;
+      restored[r] += kBlockSize;
+    }
+  }
+  tier_->UnpinAll();
+  if (!restores.empty()) restore_ns = NanosSince(restores_start);
+  lock.lock();
+  offload_store_ns_ += store_ns;
+  offload_restore_ns_ += restore_ns;
+  for (size_t r = 0; r < restores.size(); ++r) {
+    Sequence& s = *restores[r].s;
+    if (restored[r] > 0) {
+      blocks_->CommitRestored(s.tokens, s.blocks.num_cached_tokens + restored[r], s.blocks);
+      offload_hit_tokens_ += static_cast<uint64_t>(restored[r]);
+      ++offload_restores_;
+    }
+    NoteAdmitted(s, restored[r]);
+  }
+}
+
+}  // namespace kvgate::engine

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/seed_experiments: the four seed tables on the built-in engine (see README.md here).
 #   bash bench/seed_experiments/run.sh [--threads N] [--experiments 1,2,3,4]
-#                                      [--lengths 500,1000,2000] [--reps 1]
+#                                      [--lengths 500,1000,2000] [--reps 3]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 # The experiments need the kvgate binary, the offload bench and the bundled model; setup.sh

@@ -83,17 +83,16 @@ def words(seed, n):
     return " ".join(f"w{(seed * 7919 + k * 104729) % 9973}" for k in range(n))
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--kvgate", default=os.path.join(ROOT, "build", "bin", "kvgate"))
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
-    args = ap.parse_args()
-    if not os.path.exists(MODEL):
-        sys.exit(f"model missing: {MODEL} (bash scripts/fetch_model.sh)")
-    tmp = tempfile.mkdtemp(prefix="kvgate-prefix-")
+# The eviction experiment's shape: ~1,024-token sessions into a pool of 4.4 sessions' worth
+# (each session counted with 32 tokens of slack for its generated token and block rounding).
+SESSION_TOKENS = 1024
+POOL_SESSIONS = 4.4
+EVICTION_POOL_TOKENS = int(POOL_SESSIONS * (SESSION_TOKENS + 32))
 
-    # 1. Cold vs warm TTFT at ~2,000 prompt tokens.
-    proc, port = start(args.kvgate, 8192, args.threads, tmp, "ttft")
+
+def cold_warm(binary, threads, tmp):
+    """1. Cold vs warm TTFT at ~2,000 prompt tokens; prints the table, returns the numbers."""
+    proc, port = start(binary, 8192, threads, tmp, "ttft")
     try:
         messages = [{"role": "user", "content": words(1, 600) + " Summarize."}]
         n = lookup(port, messages)["prompt_tokens"]
@@ -104,16 +103,20 @@ def main():
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
-    print(f"\nTime to first token, {cold_usage['prompt_tokens']}-token prompt, {args.threads} threads")
+    print(f"\nTime to first token, {cold_usage['prompt_tokens']}-token prompt, {threads} threads")
     print(f"  cold: {cold * 1000:9.1f} ms  (cached {cold_usage['prompt_tokens_details']['cached_tokens']})")
     print(f"  warm: {warm * 1000:9.1f} ms  (cached {warm_usage['prompt_tokens_details']['cached_tokens']})")
     print(f"  warm / cold = {warm / cold:.4f}  (target <= 0.05)")
+    return {"prompt_tokens": cold_usage["prompt_tokens"], "cold_s": cold, "warm_s": warm}
 
-    # 2. Eviction order. A session: ~1,024 prompt tokens; pool: 4.4 sessions' worth. Raw prompts
-    # (/v1/completions): with the chat template every session would share its first block (the
-    # default system message), which rightly stays cached and would blur the pattern.
-    session_tokens = 1024
-    proc, port = start(args.kvgate, int(4.4 * (session_tokens + 32)), args.threads, tmp, "evict")
+
+def eviction(binary, threads, tmp):
+    """2. Eviction order; prints the table, returns [(cached, cacheable)] oldest session first."""
+    # Raw prompts (/v1/completions): with the chat template every session would share its first
+    # block (the default system message), which rightly stays cached and would blur the pattern.
+    session_tokens = SESSION_TOKENS
+    proc, port = start(binary, EVICTION_POOL_TOKENS, threads, tmp, "evict")
+    rows = []
     try:
         sessions = []
         for i in range(8):
@@ -125,16 +128,29 @@ def main():
             resp.read()
             conn.close()
             sessions.append(messages)
-        print(f"\nEviction order: pool of 4.4 sessions, 8 sessions of ~{session_tokens} tokens, oldest first")
+        print(f"\nEviction order: pool of {POOL_SESSIONS} sessions, 8 sessions of ~{session_tokens} tokens, oldest first")
         for i, messages in enumerate(sessions):
             r = lookup(port, messages)
             full = (r["prompt_tokens"] - 1) // 16 * 16
+            rows.append((r["cached_tokens"], full))
             print(f"  session {i}: {r['cached_tokens']:5d} / {full:5d} cacheable tokens cached "
                   f"({r['cached_tokens'] / full:6.1%})")
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
+    return rows
 
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kvgate", default=os.path.join(ROOT, "build", "bin", "kvgate"))
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    args = ap.parse_args()
+    if not os.path.exists(MODEL):
+        sys.exit(f"model missing: {MODEL} (bash scripts/fetch_model.sh)")
+    tmp = tempfile.mkdtemp(prefix="kvgate-prefix-")
+    cold_warm(args.kvgate, args.threads, tmp)
+    eviction(args.kvgate, args.threads, tmp)
 
 if __name__ == "__main__":
     main()

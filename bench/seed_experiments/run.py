@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""The seed experiments on kvgate's built-in engine (CPU, bundled SmolLM2-135M); see README.md.
+
+1. cold vs warm time to first token, one ~2,000-token prompt (bench/engine_prefix, via the gateway);
+2. eviction: eight ~1,024-token sessions into a pool of ~4.4 sessions (bench/engine_prefix);
+3. time to first token from the pool, the disk offload tier and recomputed, per prompt length
+   (build/bin/kvgate_bench_offload, the engine in-process);
+4. pool capacity in sessions, f16 vs 8-bit KV: f16 measured (from 2) and computed; 8-bit computed
+   only (`kvgate kv-size`), because the built-in engine has no 8-bit KV cache.
+
+The experiments' code lives in those two benches; this script runs them and prints the tables.
+"""
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MODEL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+BLOCK_TOKENS = 16  # the engine's KV block (kv_cache_tokens is rounded up to whole blocks)
+
+
+def load_engine_prefix():
+    # Imported by path: bench/ is not a package, and both scripts are called run.py.
+    path = os.path.join(ROOT, "bench", "engine_prefix", "run.py")
+    spec = importlib.util.spec_from_file_location("engine_prefix_run", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def offload_ttft(bench, threads, tokens, reps, tmp):
+    """Runs kvgate_bench_offload at one prompt length; returns its medians and per-kind tier hits."""
+    cmd = [bench, "--model", MODEL, "--threads", str(threads), "--prompt-tokens", str(tokens),
+           "--reps", str(reps), "--tier", os.path.join(tmp, f"offload_{tokens}.tier")]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    medians, from_tier = None, {}
+    for line in out.splitlines():
+        rec = json.loads(line)
+        if "median_ttft_ms" in rec:
+            medians = rec["median_ttft_ms"]
+        elif "kind" in rec:
+            # The smallest count over the repetitions: a disk row that did not come from the tier
+            # shows here instead of hiding behind a median.
+            prev = from_tier.get(rec["kind"])
+            n = rec["cached_offload_tokens"]
+            from_tier[rec["kind"]] = n if prev is None else min(prev, n)
+    if medians is None:
+        sys.exit(f"no medians from {' '.join(cmd)}:\n{out}")
+    return medians, from_tier
+
+
+def kv_size(kvgate, dtype, context, pool_bytes):
+    """`kvgate kv-size` for the bundled model: (bytes per token, whole sessions in pool_bytes)."""
+    cmd = [kvgate, "kv-size", "--gguf", MODEL, "--dtype", dtype, "--context", str(context),
+           "--gpu-mem-gib", repr(pool_bytes / 2**30), "--weights-gib", "0"]
+    lines = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.splitlines()
+    # The model name has spaces; the numeric columns are counted from the right:
+    # ... dtype B/token context GiB/session weights_GiB sessions
+    cols = lines[1].split()
+    return int(cols[-5]), int(cols[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--kvgate", default=os.path.join(ROOT, "build", "bin", "kvgate"))
+    ap.add_argument("--bench", default=os.path.join(ROOT, "build", "bin", "kvgate_bench_offload"))
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--experiments", default="1,2,3,4",
+                    help="which tables, comma-separated (default 1,2,3,4)")
+    ap.add_argument("--lengths", default="500,1000,2000",
+                    help="prompt lengths in tokens for table 3, comma-separated (default 500,1000,2000)")
+    ap.add_argument("--reps", type=int, default=3,
+                    help="repetitions per length in table 3; the table shows medians (default 3)")
+    args = ap.parse_args()
+    which = {int(x) for x in args.experiments.split(",") if x}
+    lengths = [int(x) for x in args.lengths.split(",") if x]
+    for path in (MODEL, args.kvgate, args.bench):
+        if not os.path.exists(path):
+            sys.exit(f"missing: {path} (bash scripts/setup.sh)")
+
+    # Scratch files (configs, logs, SQLite stores, tier files) stay inside the repository.
+    out_dir = os.path.join(ROOT, "bench", "out")
+    os.makedirs(out_dir, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix="seed_experiments-", dir=out_dir)
+    prefix = load_engine_prefix()
+    load = os.getloadavg()
+    print(f"kvgate seed experiments: {os.path.basename(MODEL)}, built-in engine on the CPU, "
+          f"{args.threads} threads, {os.cpu_count()} cores, load average at start "
+          f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    print(f"scratch files: {os.path.relpath(tmp, ROOT)}")
+    started = time.time()
+
+    if 1 in which:
+        print("\n== 1. Cold vs warm time to first token (through the gateway) ==")
+        t0 = time.time()
+        prefix.cold_warm(args.kvgate, args.threads, tmp)
+        print(f"  ({time.time() - t0:.0f} s)")
+
+    evicted = None
+    if 2 in which:
+        print("\n== 2. Eviction: fraction of each session still cached (POST /api/engine/lookup) ==")
+        t0 = time.time()
+        evicted = prefix.eviction(args.kvgate, args.threads, tmp)
+        print(f"  ({time.time() - t0:.0f} s)")
+
+    if 3 in which:
+        print(f"\n== 3. Time to first token: pool, offload tier (disk), recomputed "
+              f"(kvgate_bench_offload, median of {args.reps}) ==")
+        print("  disk (page cache): tier file just written; disk (cold): its pages dropped first")
+        print(f"  {'prompt':>7} {'pool ms':>9} {'disk pc ms':>11} {'disk cold ms':>13} "
+              f"{'recompute ms':>13} {'recomp/disk pc':>15} {'recomp/disk cold':>17} "
+              f"{'gap s':>7} {'from tier':>10}")
+        t0 = time.time()
+        for n in lengths:
+            m, from_tier = offload_ttft(args.bench, args.threads, n, args.reps, tmp)
+            tier_hits = min(from_tier.get("disk_page_cache", 0), from_tier.get("disk_cold", 0))
+            print(f"  {n:7d} {m['pool']:9.1f} {m['disk_page_cache']:11.1f} {m['disk_cold']:13.1f} "
+                  f"{m['recompute']:13.1f} {m['recompute'] / m['disk_page_cache']:14.1f}x "
+                  f"{m['recompute'] / m['disk_cold']:16.1f}x "
+                  f"{(m['recompute'] - m['disk_cold']) / 1000:7.1f} {tier_hits:10d}", flush=True)
+        print("  gap: recompute - disk cold, the time the tier saves")
+        print("  from tier: the fewest prompt tokens a disk run read from the tier (the rest came "
+              "from the pool or were recomputed)")
+        print(f"  ({time.time() - t0:.0f} s)")
+
+    if 4 in which:
+        print("\n== 4. Pool capacity in sessions: f16 vs 8-bit KV ==")
+        print("  The built-in engine has no 8-bit KV cache (its KV pool is f16 only), so nothing")
+        print("  8-bit is measured here. The 'computed' column is `kvgate kv-size` arithmetic for the")
+        print("  same memory, not a measurement.")
+        pool_tokens = -(-prefix.EVICTION_POOL_TOKENS // BLOCK_TOKENS) * BLOCK_TOKENS
+        session = prefix.SESSION_TOKENS + 32  # as table 2 counts a session (its slack included)
+        f16_bpt, _ = kv_size(args.kvgate, "fp16", session, 1)
+        pool_bytes = pool_tokens * f16_bpt
+        print(f"  memory: table 2's pool, {pool_tokens} tokens x {f16_bpt} B/token (f16) = "
+              f"{pool_bytes:,} bytes; a session = {session} tokens")
+        print(f"  {'KV dtype':<18} {'B/token':>8} {'measured sessions':>30} "
+              f"{'computed (kv-size, whole)':>26} {'computed (bytes ratio)':>23}")
+        for label, dtype in (("f16", "fp16"), ("8-bit (kv-size fp8)", "fp8")):
+            bpt, whole = kv_size(args.kvgate, dtype, session, pool_bytes)
+            ratio = pool_bytes / (bpt * session)
+            if dtype != "fp16":
+                measured = "not measured (no 8-bit KV)"
+            elif evicted:
+                # Tokens still cached after table 2's eight sessions, in the same 1,056-token
+                # sessions as the computed columns.
+                cached = sum(c for c, _ in evicted)
+                measured = f"{cached / session:.2f} ({cached} tokens cached)"
+            else:
+                measured = "run table 2 to measure"
+            print(f"  {label:<18} {bpt:8d} {measured:>30} {whole:>26d} {ratio:>23.2f}")
+        print("  measured: the tokens table 2's lookups still found cached, / the session size")
+        print("  8-bit here means 1 byte per K/V value with no per-block scales; an int8 format with")
+        print("  scales would hold slightly fewer.")
+
+    print(f"\ntotal {time.time() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

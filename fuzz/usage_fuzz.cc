@@ -119,7 +119,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (data[0] < 128) {
     Normalize(kFlavors[data[0] % std::size(kFlavors)], text);
   } else {
-    TranslateBody(kTypes[data[0] % std::size(kTypes)], text);
+    TranslateBody(kTypes[(data[0] - 128) % std::size(kTypes)], text);
   }
   return 0;
 }

@@ -23,8 +23,8 @@ cmake --build "$BUILD" --target kvgate_fuzzers -j"$JOBS"
 # Findings abort (so libFuzzer saves the input); leaks count as findings.
 export ASAN_OPTIONS=halt_on_error=1:abort_on_error=1:detect_leaks=1
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
-if [ -x /usr/lib/llvm-16/bin/llvm-symbolizer ]; then
-  export ASAN_SYMBOLIZER_PATH=/usr/lib/llvm-16/bin/llvm-symbolizer  # Debian: llvm-16
+if command -v llvm-symbolizer-16 > /dev/null; then  # Debian: llvm-16
+  export ASAN_SYMBOLIZER_PATH="$(command -v llvm-symbolizer-16)"
 fi
 
 failed=()

@@ -31,8 +31,10 @@ case "$MODE" in
     SANITIZE=thread
     TARGETS=(kvgate_http_tests kvgate_telemetry_tests kvgate_alerts_tests kvgate_engine_tests
              kvgate_kernels_tests)
-    # The kernels binary is here for its thread pool; its numeric tests are single-threaded.
-    SELECT=(-LE 'e2e' -E 'NOT_BUILT|engine_logits_vs_numpy_reference|^(Quant|Vec|Ops)')
+    # The kernels and engine binaries are here for the thread pool the forward pass runs on, the
+    # engine's request lifecycle (cancellation) and the prefix cache. Tests that compare whole
+    # generations run under ASan only: each takes over 8 minutes under TSan on 2 cores (measured).
+    SELECT=(-LE 'e2e' -E 'NOT_BUILT|engine_logits_vs_numpy_reference|^(Quant|Vec|Ops|Sampler|Weights)Test\.|^EngineTest\.(GreedyMatches.*|MaxTokensUsageAndText|StopStringEndsTheStreamBeforeIt|SeededSamplingIsDeterministic)$')
     export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$ROOT/scripts/tsan.supp"
     ;;
   *)

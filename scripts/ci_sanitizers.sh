@@ -33,8 +33,8 @@ case "$MODE" in
              kvgate_kernels_tests)
     # The kernels and engine binaries are here for the thread pool the forward pass runs on, the
     # engine's request lifecycle (cancellation) and the prefix cache. Tests that compare whole
-    # generations run under ASan only: each takes over 8 minutes under TSan on 2 cores (measured).
-    SELECT=(-LE 'e2e' -E 'NOT_BUILT|engine_logits_vs_numpy_reference|^(Quant|Vec|Ops|Sampler|Weights)Test\.|^EngineTest\.(GreedyMatches.*|MaxTokensUsageAndText|StopStringEndsTheStreamBeforeIt|SeededSamplingIsDeterministic)$')
+    # generations run under ASan only: under TSan on 2 cores each took from 5 to over 8 minutes.
+    SELECT=(-LE 'e2e' -E 'NOT_BUILT|engine_logits_vs_numpy_reference|^(Quant|Vec|Ops|Sampler|Weights)Test\.|^EngineTest\.(GreedyMatches.*|MaxTokensUsageAndText|StopStringEndsTheStreamBeforeIt|SeededSamplingIsDeterministic)$|^PrefixCacheTest\.SecondTurn')
     export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$ROOT/scripts/tsan.supp"
     ;;
   *)

@@ -10,9 +10,10 @@
 //
 // Validation is as strict as nlohmann::json::parse (the tests compare the two on mutated inputs):
 // RFC 8259 grammar, well-formed UTF-8 (RFC 3629), no control characters in strings, paired UTF-16
-// surrogate escapes, no numbers that overflow a double, one optional leading UTF-8 BOM. One
-// deliberate difference: nesting deeper than kMaxDepth is rejected (nlohmann has no limit; a
-// gateway must not let one request build an unbounded stack anywhere).
+// surrogate escapes, no numbers that overflow a double, one optional leading UTF-8 BOM. Two
+// deliberate differences: nesting deeper than kMaxDepth is rejected (nlohmann has no limit; a
+// gateway must not let one request build an unbounded stack anywhere), and so is a NUL byte after
+// the value (nlohmann's lexer takes it for the end of the input and ignores what follows).
 //
 // Thread safety: free functions, no state. Values are views: the text they came from must outlive
 // them.

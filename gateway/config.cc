@@ -470,11 +470,22 @@ enum class YamlContext { kPlain, kDoubleQuoted, kSingleQuoted, kComment };
 
 // The value as it must appear inside a quoted scalar to read back as itself (a password with a
 // quote or a backslash).
+// In a double-quoted scalar every control character is escaped: a raw line break would be
+// folded into a space, and YAML allows no other raw control character there.
 void AppendQuotedValue(YamlContext context, std::string_view value, std::string& out) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
   for (const char c : value) {
     if (context == YamlContext::kDoubleQuoted) {
+      const auto u = static_cast<unsigned char>(c);
       if (c == '\n') { out += "\\n"; continue; }
       if (c == '\t') { out += "\\t"; continue; }
+      if (c == '\r') { out += "\\r"; continue; }
+      if (u < 0x20 || u == 0x7f) {
+        out += "\\x";
+        out.push_back(kHex[u >> 4]);
+        out.push_back(kHex[u & 0xf]);
+        continue;
+      }
       if (c == '"' || c == '\\') out.push_back('\\');
     }
     if (context == YamlContext::kSingleQuoted && c == '\'') out.push_back('\'');
@@ -548,6 +559,14 @@ Result<std::string> InterpolateEnv(const std::string& text, const EnvLookup& env
         text_value = std::move(*fallback);
       } else if (unset) {
         unset->push_back(name);
+      }
+      if (text_value && context == YamlContext::kSingleQuoted &&
+          text_value->find_first_of("\r\n") != std::string::npos) {
+        // A single-quoted scalar has no escapes: YAML would fold the line break into a space.
+        return MakeError(ErrorCode::kInvalidArgument,
+                         "the value of ${" + name + "} contains a line break, which a single-"
+                         "quoted YAML scalar cannot hold; use double quotes around it in the "
+                         "config");
       }
       if (text_value && context != YamlContext::kPlain) {
         AppendQuotedValue(context, *text_value, out);

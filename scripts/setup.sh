@@ -14,6 +14,9 @@ APT_PACKAGES=(
   prometheus  # promtool validates the /metrics exposition in the tests
   libjs-chart.js  # the dashboard's charts, compiled into the kvgate binary (web/CMakeLists.txt)
   chromium chromium-driver  # the dashboard's browser tests (tests/web), driven by Selenium
+  # The fuzz stage (scripts/ci_fuzz.sh): clang with libFuzzer and the sanitizer runtimes, and
+  # llvm-symbolizer for readable reports.
+  clang-16 libclang-rt-16-dev llvm-16
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

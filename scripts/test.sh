@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
-# Sets up everything (scripts/setup.sh) and runs the whole test suite through ctest.
+# Sets up everything (scripts/setup.sh), runs the CI stages (scripts/ci_stages.sh: fuzzers and the
+# sanitizer builds; KVGATE_CI_STAGES=main skips them) and then the whole test suite through ctest.
+# The main ctest runs last so that its summary ends the output; the exit status is non-zero when
+# a stage or the main run failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 BUILD_DIR=${KVGATE_BUILD_DIR:-$PWD/build}
-exec ctest --test-dir "$BUILD_DIR" --output-on-failure -j"$(nproc)" --timeout 600
+stages=0
+bash scripts/ci_stages.sh || stages=$?
+main=0
+ctest --test-dir "$BUILD_DIR" --output-on-failure -j"$(nproc)" --timeout 600 || main=$?
+if [ "$main" -ne 0 ]; then exit "$main"; fi
+exit "$stages"

@@ -94,7 +94,8 @@ struct Request {
 std::string PercentDecode(std::string_view segment);
 
 // How a handler answers. Exactly one of Send() or BeginStream()..EndStream() per request; a second
-// start returns kInternal. Header names/values with CR, LF or NUL are refused (kInvalidArgument,
+// start returns kInternal. Header names that are not RFC 9110 tokens, and values (the content type
+// included) with a control character other than HTAB, are refused (kInvalidArgument,
 // nothing written). A handler that returns without answering gets a 500 written for it; one that
 // returns mid-stream gets its stream ended. Not thread-safe: use only from the handler's coroutine,
 // and only until the handler returns.

@@ -79,16 +79,23 @@ std::string OpenAiError(std::string_view message, std::string_view type, std::st
   return out;
 }
 
+// A field name is an RFC 9110 token (5.6.2): anything else ('=', '/', '"', non-ASCII, ...) would
+// make the response malformed for the client's parser.
 bool ValidHeaderName(std::string_view name) {
   if (name.empty()) return false;
-  return std::none_of(name.begin(), name.end(), [](char c) {
-    return c == ':' || c == '\r' || c == '\n' || c == ' ' || c == '\t' || c == '\0';
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
   });
 }
 
+// A field value holds no control character but HTAB (RFC 9110 5.5): CR or LF would inject
+// headers, and parsers reject the others.
 bool ValidHeaderValue(std::string_view value) {
-  return std::none_of(value.begin(), value.end(),
-                      [](char c) { return c == '\r' || c == '\n' || c == '\0'; });
+  return std::none_of(value.begin(), value.end(), [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return (u < 0x20 && c != '\t') || u == 0x7f;
+  });
 }
 
 template <class Int>

@@ -54,6 +54,15 @@ Result<std::optional<SseEvent>> SseParser::Next() {
     pending_reset_ = false;
   }
   const std::string_view buf(buffer_);
+  // The limit holds for an event's bytes before its blank line however the stream was cut into
+  // pieces: checked when an event completes as well as while one is incomplete (an event that
+  // arrived whole in one piece must fail as it would have arriving byte by byte).
+  auto too_long = [&]() -> Result<std::optional<SseEvent>> {
+    error_ = Error{ErrorCode::kResourceExhausted, "SSE event exceeds " +
+                                                      std::to_string(max_event_bytes_) +
+                                                      " bytes without its terminating blank line"};
+    return std::unexpected(*error_);
+  };
 
   if (at_stream_start_) {
     const size_t avail = buf.size() - scan_;
@@ -101,6 +110,7 @@ Result<std::optional<SseEvent>> SseParser::Next() {
         event_start_ = scan_;  // a blank line that ends no event
         continue;
       }
+      if (line_start - event_start_ > max_event_bytes_) return too_long();
       SseEvent event;
       event.raw = buf.substr(event_start_, scan_ - event_start_);
       if (has_event_name_)
@@ -148,12 +158,12 @@ Result<std::optional<SseEvent>> SseParser::Next() {
     }
   }
 
-  if (buffer_.size() - event_start_ > max_event_bytes_) {
-    error_ = Error{ErrorCode::kResourceExhausted, "SSE event exceeds " +
-                                                      std::to_string(max_event_bytes_) +
-                                                      " bytes without its terminating blank line"};
-    return std::unexpected(*error_);
-  }
+  // Bytes of the incomplete event so far, before its blank line: a pending "\r" alone at scan_
+  // may be that blank line (or its first half) and does not count.
+  const std::string_view rest = buf.substr(scan_);
+  const size_t so_far = (rest.empty() || rest == "\r") ? scan_ - event_start_
+                                                       : buf.size() - event_start_;
+  if (so_far > max_event_bytes_) return too_long();
   return std::nullopt;
 }
 

@@ -109,6 +109,21 @@ TEST(ConfigTest, InterpolationRespectsQuotesAndComments) {
   EXPECT_TRUE(config->warnings.empty()) << config->warnings.front();
 }
 
+// Found by fuzz/config_fuzz.cc: a value with a line break read back with a space in its place
+// from a single-quoted scalar, and a carriage return or another control character was written
+// raw into a double-quoted one.
+TEST(ConfigTest, InterpolatedControlCharactersReadBackOrFail) {
+  auto env = FakeEnv({{"NL", "a\nb"}, {"CR", std::string("a\rb\x01") + "c\x7f"}});
+  EXPECT_EQ(*InterpolateEnv("k: \"${CR}\"", env), "k: \"a\\rb\\x01c\\x7F\"");
+  EXPECT_EQ(*InterpolateEnv("k: ${CR}", env), "k: \"a\\rb\\x01c\\x7F\"");
+  auto single = InterpolateEnv("k: '${NL}'", env);
+  ASSERT_FALSE(single.has_value());
+  EXPECT_NE(single.error().message.find("line break"), std::string::npos) << single.error().message;
+  auto config = ParseConfig("server: {admin_token: \"${CR}\"}\n", env, "test.yaml");
+  ASSERT_TRUE(config.has_value()) << config.error().message;
+  EXPECT_EQ(config->admin_token, std::string("a\rb\x01") + "c\x7f");
+}
+
 TEST(ConfigTest, ErrorsNameTheField) {
   auto env = FakeEnv({});
   struct Case {

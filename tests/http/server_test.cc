@@ -477,6 +477,35 @@ TEST(ServerTest, RejectsHeaderInjection) {
   EXPECT_EQ(r->header("set-cookie"), "");
 }
 
+// Found by fuzz/http_session_fuzz.cc: a name with '=' (not an RFC 9110 token) was written as is,
+// and the client's parser rejected the whole response.
+TEST(ServerTest, RefusesHeaderNamesThatAreNotTokensAndControlCharactersInValues) {
+  std::promise<int> refused;
+  auto server = StartOrDie({}, [&](Request&, ResponseWriter& w) -> asio::awaitable<void> {
+    int n = 0;
+    std::vector<Header> bad;
+    bad.push_back(Header{"bad=name", "v"});
+    bad.push_back(Header{"caf\xc3\xa9", "v"});
+    bad.push_back(Header{"X-Ctl", "a\x01b"});
+    bad.push_back(Header{"X-Del", "a\x7f"});
+    for (size_t i = 0; i < bad.size(); ++i) {
+      std::vector<Header> one(1, bad[i]);
+      Status s = co_await w.Send(200, "text/plain", "x", std::move(one));
+      if (!s && s.error().code == ErrorCode::kInvalidArgument) ++n;
+    }
+    refused.set_value(n);
+    std::vector<Header> good(1, Header{"X-Ok!#$%&'*+-.^_`|~", "tab\tok \xff"});
+    co_await w.Send(200, "text/plain", "clean", std::move(good));
+  });
+  RawConn c;
+  ASSERT_EQ(c.Connect(server->port()), 0);
+  ASSERT_TRUE(c.Send(Get("/")));
+  auto r = ReadResponse(c);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(refused.get_future().get(), 4);
+  EXPECT_EQ(r->body, "clean");
+}
+
 TEST(ServerTest, AllLoopsShareOnePortAndThreadStartHookRuns) {
   std::mutex mu;
   std::set<size_t> started;

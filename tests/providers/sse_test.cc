@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -135,6 +136,36 @@ TEST(SseParserTest, OversizedEventIsAnErrorAndStaysFailed) {
   EXPECT_EQ(next.error().code, ErrorCode::kResourceExhausted);
   parser.Append("\n\n");
   EXPECT_FALSE(parser.Next().has_value());
+}
+
+// Found by fuzz/sse_stream_fuzz.cc: an oversized event that arrived whole, blank line included,
+// used to pass, while the same bytes in two pieces failed.
+TEST(SseParserTest, OversizedEventFailsAlsoWhenItArrivesWhole) {
+  const std::string big = "data: " + std::string(100, 'x') + "\n\n";
+  SseParser whole(/*max_event_bytes=*/64);
+  whole.Append("data: ok\n\n" + big);
+  auto first = whole.Next();
+  ASSERT_TRUE(first.has_value() && first->has_value());
+  EXPECT_EQ((*first)->data, "ok");
+  auto next = whole.Next();
+  ASSERT_FALSE(next.has_value());
+  EXPECT_EQ(next.error().code, ErrorCode::kResourceExhausted);
+  // At the limit exactly, whole or byte by byte, with the blank line's "\r" still pending: fine.
+  const std::string at_limit = "data: " + std::string(63 - 6, 'y') + "\n";
+  ASSERT_EQ(at_limit.size(), 64u);
+  for (const size_t piece : {at_limit.size() + 2, size_t{1}}) {
+    SseParser parser(/*max_event_bytes=*/64);
+    const std::string stream = at_limit + "\r\n";
+    std::optional<SseEvent> got;
+    for (size_t i = 0; i < stream.size() && !got; i += piece) {
+      parser.Append(std::string_view(stream).substr(i, piece));
+      auto r = parser.Next();
+      ASSERT_TRUE(r.has_value()) << "piece " << piece << ": " << r.error().message;
+      if (r->has_value()) got = **r;
+    }
+    ASSERT_TRUE(got.has_value()) << "piece " << piece;
+    EXPECT_EQ(got->data.size(), 57u);
+  }
 }
 
 TEST(SseParserTest, ManyEventsInOnePieceAndSplitAtEveryByte) {

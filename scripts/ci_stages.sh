@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The CI stages that run before the main test suite (scripts/test.sh; docs/testing.md):
+#   fuzz  scripts/ci_fuzz.sh              every libFuzzer target, 20 s each from its seed corpus
+#   asan  scripts/ci_sanitizers.sh asan   the gtest binaries under ASan+UBSan
+#   tsan  scripts/ci_sanitizers.sh tsan   the concurrency tests under TSan
+# KVGATE_CI_STAGES picks them (default "fuzz asan tsan"; "main" or "" runs none of them, for a
+# quick local scripts/test.sh). Each stage's output streams as it runs; a summary follows. Exits
+# non-zero when any stage failed, after running all of them.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+read -r -a STAGES <<< "${KVGATE_CI_STAGES-fuzz asan tsan}"
+results=()
+status=0
+for stage in "${STAGES[@]}"; do
+  case "$stage" in
+    main) continue ;;
+    fuzz) cmd=(bash scripts/ci_fuzz.sh) ;;
+    asan|tsan) cmd=(bash scripts/ci_sanitizers.sh "$stage") ;;
+    *) echo "ci_stages: unknown stage '$stage' (fuzz, asan, tsan, main)"; results+=("$stage: unknown"); status=1; continue ;;
+  esac
+  echo "==== stage $stage: ${cmd[*]}"
+  start=$(date +%s)
+  if "${cmd[@]}"; then r=passed; else r=FAILED; status=1; fi
+  results+=("$stage: $r in $(( $(date +%s) - start )) s")
+  echo "==== stage $stage: $r"
+done
+if ((${#results[@]})); then
+  echo "==== CI stages before the main test suite:"
+  printf '     %s\n' "${results[@]}"
+fi
+exit $status

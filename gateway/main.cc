@@ -423,8 +423,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::string command = argv[1];
-  // `kvgate COMMAND --help` (or -h) anywhere: the usage, on stdout, success. (Each command's own
-  // parser would read it as an option needing a value.)
+  // The engine tools parse their own flags from argv[1] on (argv[0] is the subcommand) and print
+  // their own flags for --help.
+  if (command == "generate") return engine::RunGenerateCommand(argc - 1, argv + 1);
+  if (command == "kv-size") return engine::RunKvSizeCommand(argc - 1, argv + 1);
+  // `kvgate serve|engine --help` (or -h) anywhere: the usage, on stdout, success. (Their parser
+  // would read it as an option needing a value.)
   for (int i = 2; i < argc; ++i) {
     if (std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h") {
       std::fputs(kUsage, stdout);
@@ -433,9 +437,6 @@ int main(int argc, char** argv) {
   }
   if (command == "serve") return Serve(argc, argv);
   if (command == "engine") return Engine(argc, argv);
-  // The engine tools parse their own flags from argv[1] on; argv[0] is the subcommand.
-  if (command == "generate") return engine::RunGenerateCommand(argc - 1, argv + 1);
-  if (command == "kv-size") return engine::RunKvSizeCommand(argc - 1, argv + 1);
   if (command == "version" || command == "--version") {
     std::printf("kvgate 0.1.0\nmalloc: %s\n", MallocName().c_str());
     return 0;

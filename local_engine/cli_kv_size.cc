@@ -28,7 +28,15 @@ struct Options {
 
 constexpr std::string_view kUsage =
     "usage: kv-size [--model NAME | --gguf PATH | --hf-config PATH] [--dtype bf16|fp16|fp8|fp32]\n"
-    "               [--context N] [--gpu-mem-gib G] [--weights-gib W]\n";
+    "               [--context N] [--gpu-mem-gib G] [--weights-gib W]\n"
+    "  --model NAME      a model from the built-in table (all of them without a model flag)\n"
+    "  --gguf PATH       the geometry read from a GGUF file\n"
+    "  --hf-config PATH  the geometry read from a Hugging Face config.json\n"
+    "  --dtype T         the KV cache's element type: bf16 or fp16 (2 bytes a value), fp8 (1),\n"
+    "                    fp32 (4); default bf16\n"
+    "  --context N       tokens per sequence for the per-sequence figures\n"
+    "  --gpu-mem-gib G   the memory to size a KV pool for, in GiB\n"
+    "  --weights-gib W   the memory the weights take out of G, in GiB\n";
 
 Result<double> ParseGib(std::string_view flag, const std::string& v) {
   double d = 0;
@@ -141,6 +149,13 @@ std::string Fixed(double v, int decimals) {
 }  // namespace
 
 int RunKvSizeCommand(int argc, char** argv, std::ostream& out, std::ostream& err) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      out << kUsage;
+      return 0;
+    }
+  }
   auto opts = ParseArgs(argc, argv);
   if (!opts) {
     if (!opts.error().message.empty()) err << "kv-size: " << opts.error().message << "\n";

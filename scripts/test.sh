@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Sets up everything (scripts/setup.sh), runs the CI stages (scripts/ci_stages.sh: fuzzers and the
-# sanitizer builds; KVGATE_CI_STAGES=main skips them) and then the whole test suite through ctest.
+# Sets up everything (scripts/setup.sh), runs the CI stages (scripts/ci_stages.sh: the fuzzers, and
+# the sanitizer builds when KVGATE_CI_STAGES names them; =main skips all) and then the whole suite.
 # The main ctest runs last so that its summary ends the output; the exit status is non-zero when
 # a stage or the main run failed.
 set -euo pipefail

@@ -97,6 +97,20 @@ TEST(KvSizeCliTest, GgufInput) {
   EXPECT_NE(out.find("8192"), std::string::npos) << out;  // the model's own context length
 }
 
+// `kvgate kv-size --help` prints kv-size's own flags, --dtype with what each type costs, on
+// stdout, and succeeds (it used to print the top-level usage).
+TEST(KvSizeCliTest, HelpPrintsItsOwnFlags) {
+  std::string out, err;
+  EXPECT_EQ(RunCli({"--model", "qwen3-8b", "--help"}, &out, &err), 0);
+  EXPECT_TRUE(err.empty()) << err;
+  EXPECT_TRUE(out.starts_with("usage: kv-size")) << out;
+  for (const char* flag : {"--model", "--gguf", "--hf-config", "--dtype", "--context",
+                           "--gpu-mem-gib", "--weights-gib"}) {
+    EXPECT_NE(out.find(std::string("  ") + flag), std::string::npos) << flag << "\n" << out;
+  }
+  EXPECT_NE(out.find("fp8 (1)"), std::string::npos) << out;
+}
+
 TEST(KvSizeCliTest, Errors) {
   std::string out, err;
   EXPECT_NE(RunCli({"--model", "gpt-5"}, &out, &err), 0);

@@ -90,7 +90,6 @@ class JsonWriter {
     return AfterValue();
   }
 
-  const std::string& text() const { return out_; }
   std::string Take() { return std::move(out_); }
 
  private:

@@ -11,9 +11,9 @@ void Recorder::AddListener(std::function<void(const telemetry::RequestRecord&)> 
 }
 
 std::optional<telemetry::TelemetryStore::JournalMark> Recorder::Checkpoint(
-    telemetry::RequestRecord record, const std::optional<telemetry::Price>& price) {
+    telemetry::RequestRecord& record, const std::optional<telemetry::Price>& price) {
   if (price) record.cost = telemetry::ComputeCost(record.usage, *price);
-  return store_.Checkpoint(std::move(record));
+  return store_.Checkpoint(record);
 }
 
 void Recorder::Record(telemetry::RequestRecord record,

@@ -35,10 +35,11 @@ class Recorder {
   // compared.
   void Record(telemetry::RequestRecord record, const std::optional<telemetry::Price>& price,
               std::optional<telemetry::TelemetryStore::JournalMark> checkpoint = std::nullopt);
-  // Journals a copy of `record` (priced) before its answer's last bytes leave the process
-  // (TelemetryStore::Checkpoint), so that a crash right after cannot lose an answered request.
+  // Journals `record` as it stands, priced (record.cost is set from `price` when known), before its
+  // answer's last bytes leave the process (TelemetryStore::Checkpoint), so that a crash right
+  // after cannot lose an answered request. The record is not copied: this runs on every request.
   std::optional<telemetry::TelemetryStore::JournalMark> Checkpoint(
-      telemetry::RequestRecord record, const std::optional<telemetry::Price>& price);
+      telemetry::RequestRecord& record, const std::optional<telemetry::Price>& price);
 
   // The thread's memory as the router sees it before a turn (telemetry::ThreadTracker::View).
   telemetry::ThreadView View(const std::string& thread_id) const { return tracker_.View(thread_id); }

@@ -47,11 +47,18 @@ void RequestLog::EndAttempt(nlohmann::json entry) {
 
 void RequestLog::Checkpoint() {
   if (committed_ || checkpoint_) return;
-  telemetry::RequestRecord copy = record_;
-  if (copy.status.empty()) copy.status = "ok";
-  if (copy.http_status == 0) copy.http_status = 200;
-  copy.latency_us = ElapsedMicros();
-  checkpoint_ = recorder_.Checkpoint(std::move(copy), price_);
+  // The record is journaled in place, as the success it will be if nothing else happens; the
+  // fields that says are put back after, so that Commit() still sees what really happened.
+  // (Copying the record instead cost more than journaling it.) The cost the recorder sets stays:
+  // Commit() sets it again from the same price.
+  const bool had_status = !record_.status.empty();
+  const int http_status = record_.http_status;
+  if (!had_status) record_.status = "ok";
+  if (http_status == 0) record_.http_status = 200;
+  record_.latency_us = ElapsedMicros();
+  checkpoint_ = recorder_.Checkpoint(record_, price_);
+  if (!had_status) record_.status.clear();
+  record_.http_status = http_status;
 }
 
 void RequestLog::Commit() {

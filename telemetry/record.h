@@ -74,10 +74,14 @@ struct RequestRecord {
 // already valid: one pass over each field, no allocation.
 void MakeTextValid(RequestRecord& record);
 
-// One record as one line of JSON (ending in '\n'), and back: the crash journal's entries. Every
-// field but the prompt fingerprint (a replayed turn is not compared with its thread's next one).
-std::string ToJournalLine(const RequestRecord& record);
-// kCorruptData when the line is not a journal entry.
+// One record as a crash journal entry (binary), and back: every field but the prompt fingerprint
+// (a replayed turn is not compared with its thread's next one) and route_facts (not stored).
+// Decoding makes the text valid UTF-8 (MakeTextValid), as recording does.
+std::string EncodeJournalEntry(const RequestRecord& record);
+// kCorruptData when the bytes are not an entry.
+Result<RequestRecord> DecodeJournalEntry(std::string_view entry);
+// A record from one line of the JSON format kvgate's journal had before its entries were binary
+// (a journal an older kvgate left). kCorruptData when the line is not a journal entry.
 Result<RequestRecord> FromJournalLine(std::string_view line);
 
 }  // namespace kvgate::telemetry

@@ -54,9 +54,10 @@ struct StoreOptions {
   // at most this much later.
   std::chrono::milliseconds commit_interval{20};
   size_t max_batch_records = 1024;
-  // The crash journal (`<path>-journal.<n>` files beside the database): every record is appended
-  // with one write() before it waits for its group commit, so a process killed with SIGKILL loses
-  // none (the page cache keeps the file; a power loss is not covered). Read back at Open().
+  // The crash journal (`<path>-journal.<n>` files beside the database, each preallocated to
+  // journal_segment_bytes and mapped): every record is copied into it before it waits for its
+  // group commit, so a process killed with SIGKILL loses none (the page cache keeps the file; a
+  // power loss is not covered). Read back at Open().
   bool journal = true;
   size_t journal_segment_bytes = 8 << 20;
 };
@@ -128,12 +129,12 @@ class TelemetryStore {
 
   // Crash durability for a record whose answer is about to complete. The record's answer leaves
   // the process after Record() would be called by its request path, so a crash in between would
-  // lose an answered request: Checkpoint journals `record` as it stands (one write(), no disk
-  // wait) before the last bytes go out, and Record(final, mark) later replaces it (journaling the
+  // lose an answered request: Checkpoint journals `record` as it stands (a copy into a mapped
+  // file: no system call, no disk wait) before the last bytes go out, and Record(final, mark) later replaces it (journaling the
   // final record again only when its outcome changed: a client that left during the last write).
   // Returns nullopt when the store keeps no journal (then Record journals nothing either).
   using JournalMark = uint64_t;
-  virtual std::optional<JournalMark> Checkpoint(RequestRecord record) {
+  virtual std::optional<JournalMark> Checkpoint(const RequestRecord& record) {
     (void)record;
     return std::nullopt;
   }

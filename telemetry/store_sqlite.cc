@@ -9,6 +9,7 @@
 #include <set>
 #include <utility>
 
+#include "common/json_writer.h"
 #include "common/thread_name.h"
 #include "telemetry/diagnosis.h"
 #include "telemetry/store.h"
@@ -93,10 +94,9 @@ ON CONFLICT (thread_id) DO UPDATE SET request_id = excluded.request_id,
 constexpr const char* kInsertThreadModel =
     "INSERT OR IGNORE INTO thread_models (thread_id, model) VALUES (?1, ?2)";
 
-// JSON to text without throwing on invalid UTF-8 (it is replaced).
-std::string DumpJson(const nlohmann::json& value) {
-  return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
+// JSON to text without throwing on invalid UTF-8 (it is replaced), written by hand: the writer
+// stores a diagnosis and an attempts list per request.
+std::string DumpJson(const nlohmann::json& value) { return WriteJson(value); }
 
 }  // namespace
 
@@ -234,11 +234,16 @@ Status SqliteTelemetryStore::Start(const StoreOptions& options) {
 void SqliteTelemetryStore::Record(RequestRecord record) { Record(std::move(record), std::nullopt); }
 
 std::optional<TelemetryStore::JournalMark> SqliteTelemetryStore::Checkpoint(
-    RequestRecord record) {
+    const RequestRecord& record) {
   if (!journal_) return std::nullopt;
-  MakeTextValid(record);
-  if (record.created_at_us == 0) record.created_at_us = clock_.NowUnixMicros();
-  auto segment = journal_->Append(record);
+  // Journaled as it stands, with no copy (the journal's writer replaces text that is not UTF-8
+  // itself); only an unstamped record is copied to be stamped, as Record() would.
+  Result<Journal::Segment> segment = [&] {
+    if (record.created_at_us != 0) return journal_->Append(record);
+    RequestRecord stamped = record;
+    stamped.created_at_us = clock_.NowUnixMicros();
+    return journal_->Append(stamped);
+  }();
   if (!segment) return std::nullopt;  // the final Record() journals it instead
   return *segment;
 }

@@ -45,7 +45,7 @@ class SqliteTelemetryStore final : public TelemetryStore {
   ~SqliteTelemetryStore() override;
 
   void Record(RequestRecord record) override;
-  std::optional<JournalMark> Checkpoint(RequestRecord record) override;
+  std::optional<JournalMark> Checkpoint(const RequestRecord& record) override;
   void Record(RequestRecord record, std::optional<JournalMark> checkpoint) override;
   Status Flush() override;
   void Close() override;

@@ -1,11 +1,13 @@
-// The crash journal: every record field survives a journal line, a record the process never
-// committed is committed by the next one, a torn last line is skipped, and a clean shutdown leaves
-// no file behind.
+// The crash journal: every record field survives an entry, a record the process never committed
+// is committed by the next one, a torn or corrupt entry costs only itself, and a clean shutdown
+// leaves no file behind.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
+#include "telemetry/journal.h"
 #include "telemetry/store.h"
 #include "tests/telemetry/store_test_util.h"
 
@@ -54,14 +56,12 @@ RequestRecord Full() {
   return r;
 }
 
-TEST(JournalTest, EveryFieldSurvivesALine) {
+TEST(JournalTest, EveryFieldSurvivesAnEntry) {
   const RequestRecord r = Full();
-  const std::string line = ToJournalLine(r);
-  ASSERT_TRUE(line.ends_with("\n"));
-  EXPECT_EQ(line.find('\n'), line.size() - 1) << "one record, one line";
-  Result<RequestRecord> back = FromJournalLine(std::string_view(line).substr(0, line.size() - 1));
+  const std::string entry = EncodeJournalEntry(r);
+  Result<RequestRecord> back = DecodeJournalEntry(entry);
   ASSERT_TRUE(back.has_value()) << back.error().message;
-  EXPECT_EQ(ToJournalLine(*back), line);
+  EXPECT_EQ(EncodeJournalEntry(*back), entry);
   EXPECT_EQ(back->usage, r.usage);
   EXPECT_EQ(back->cost.total, r.cost.total);
   EXPECT_EQ(back->cost.missed, 77);
@@ -70,26 +70,31 @@ TEST(JournalTest, EveryFieldSurvivesALine) {
   EXPECT_EQ(back->error, r.error);
   EXPECT_EQ(json::parse(back->route), json::parse(r.route));
   EXPECT_EQ(back->attempts, r.attempts);
+  EXPECT_EQ(back->cache_diagnosis, r.cache_diagnosis);
   EXPECT_EQ(back->latency_us, 1234);
+  EXPECT_EQ(back->ttft_us, 567);
+  // Every shortening of an entry is refused, never read as a record with fields missing.
+  for (size_t n = 0; n < entry.size(); ++n) {
+    EXPECT_FALSE(DecodeJournalEntry(std::string_view(entry).substr(0, n)).has_value()) << n;
+  }
+  EXPECT_FALSE(DecodeJournalEntry(entry + "x").has_value());
   EXPECT_FALSE(FromJournalLine("{\"id\": 1").has_value());
 }
 
-// The line is written by hand (not by nlohmann's dump), so its escaping is checked here: every
-// control character, quotes and backslashes come back as they were; bytes that are not UTF-8
-// come back as U+FFFD, and the line stays one valid JSON line either way.
-TEST(JournalTest, HandWrittenEscapingRoundTrips) {
+// The entry keeps bytes as they were (control characters, quotes), and what is not UTF-8 is made
+// valid when it is read back, so a replayed record cannot put invalid text in the store.
+TEST(JournalTest, TextThatIsNotUtf8IsMadeValidWhenReadBack) {
   RequestRecord r = Full();
   std::string every_control;
   for (int ch = 1; ch < 0x20; ++ch) every_control += static_cast<char>(ch);
   r.error = every_control + "\\ \" \x7f \xe2\x82\xac";
   r.thread_id = "bad\xff";
-  const std::string line = ToJournalLine(r);
-  EXPECT_EQ(line.find('\n'), line.size() - 1);
-  Result<RequestRecord> back = FromJournalLine(std::string_view(line).substr(0, line.size() - 1));
+  r.attempts = json::array({{{"error", std::string("up\xc3")}}});
+  Result<RequestRecord> back = DecodeJournalEntry(EncodeJournalEntry(r));
   ASSERT_TRUE(back.has_value()) << back.error().message;
   EXPECT_EQ(back->error, r.error);
   EXPECT_EQ(back->thread_id, "bad\xef\xbf\xbd");
-  EXPECT_EQ(json::parse(line), json::parse(ToJournalLine(*back)));
+  EXPECT_EQ(back->attempts[0]["error"], "up\xef\xbf\xbd");
 }
 
 TEST(JournalTest, ALineFromBeforeCacheTiersStillReads) {
@@ -162,20 +167,85 @@ TEST(JournalTest, AFinalRecordReplacesItsCheckpointAndATornLineIsSkipped) {
     auto got = (*store)->GetRequest("req_full");
     EXPECT_EQ((*got)["status"], "client_disconnected");
   }
-  // A journal left by a process killed mid-write: one whole entry, one torn.
-  RequestRecord lost = Full();
-  lost.request_id = "req_lost";
+  // A journal in the line format of an earlier kvgate, left by a process killed mid-write: one
+  // whole entry, one torn.
+  const std::string lost =
+      R"({"id":"req_lost","th":"th_1","t":1767225600000001,"ep":"chat.completions","m":"m",)"
+      R"("p":"p","pt":"openai","s":false,"st":"ok","hs":200,"us":200,"u":{"cr":1},"c":{}})";
   {
     std::ofstream out(path + "-journal.7", std::ios::binary);
-    out << ToJournalLine(lost);
-    const std::string torn = ToJournalLine(Full());
-    out << torn.substr(0, torn.size() / 2);
+    out << lost << "\n" << lost.substr(0, lost.size() / 2);
   }
   auto store = TelemetryStore::Open(path, clock);
   ASSERT_TRUE(store.has_value()) << store.error().message;
   EXPECT_TRUE((*store)->GetRequest("req_lost").has_value());
   EXPECT_EQ((*(*store)->GetRequest("req_full"))["status"], "client_disconnected");
   EXPECT_EQ((*(*store)->ListRequests({}))["requests"].size(), 2u);
+}
+
+// The framed format: an entry torn or corrupted anywhere costs that entry alone; the scan finds
+// the entries after it, including one that starts right after a torn frame.
+TEST(JournalTest, ATornOrCorruptFrameCostsOnlyItsOwnEntry) {
+  auto body = [](const std::string& id) {
+    RequestRecord r = Full();
+    r.request_id = id;
+    return EncodeJournalEntry(r);
+  };
+  using internal::FrameJournalEntry;
+  using internal::ReadJournalSegment;
+  std::string corrupt = FrameJournalEntry(body("req_b"), 3);
+  corrupt[corrupt.size() / 2] ^= 0x20;
+  const std::string torn = FrameJournalEntry(body("req_d"), 3);
+  const std::string bytes = FrameJournalEntry(body("req_a"), 3) + corrupt +
+                            FrameJournalEntry(body("req_c"), 3) + torn.substr(0, 40) +
+                            FrameJournalEntry(body("req_e"), 3) + std::string(4096, '\0') +
+                            torn.substr(0, torn.size() - 8);
+  std::vector<std::string> ids;
+  for (const RequestRecord& r : ReadJournalSegment(bytes, 3)) ids.push_back(r.request_id);
+  EXPECT_EQ(ids, (std::vector<std::string>{"req_a", "req_c", "req_e"}));
+  // An entry framed for another segment (a file renamed by hand) does not check out.
+  EXPECT_TRUE(ReadJournalSegment(FrameJournalEntry(body("req_a"), 4), 3).empty());
+}
+
+// Appends from several threads, across many rotations (8 KB segments), then a "crash": every
+// checkpoint is recovered once by the next process.
+TEST(JournalTest, ConcurrentAppendsAcrossRotationsAreAllRecovered) {
+  TempDir dir;
+  FakeClock clock;
+  const std::string path = dir.File("t.db");
+  constexpr int kThreads = 4, kEach = 300;
+  {
+    auto store = TelemetryStore::Open(path, clock, StoreOptions{.journal_segment_bytes = 8192});
+    ASSERT_TRUE(store.has_value());
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        for (int i = 0; i < kEach; ++i) {
+          RequestRecord r = Full();
+          r.request_id = "req_" + std::to_string(t) + "_" + std::to_string(i);
+          EXPECT_TRUE((*store)->Checkpoint(r).has_value());
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    // And one entry larger than a whole segment gets a segment of its own.
+    RequestRecord big = Full();
+    big.request_id = "req_big";
+    big.error = std::string(20000, 'x');
+    EXPECT_TRUE((*store)->Checkpoint(big).has_value());
+  }
+  auto store = TelemetryStore::Open(path, clock);
+  ASSERT_TRUE(store.has_value()) << store.error().message;
+  int found = 0;
+  for (int t = 0; t < kThreads; ++t) {
+    for (int i = 0; i < kEach; ++i) {
+      found += (*store)->GetRequest("req_" + std::to_string(t) + "_" + std::to_string(i)).has_value();
+    }
+  }
+  EXPECT_EQ(found, kThreads * kEach);
+  auto big = (*store)->GetRequest("req_big");
+  ASSERT_TRUE(big.has_value());
+  EXPECT_EQ((*big)["error"].get<std::string>().size(), 20000u);
 }
 
 TEST(JournalTest, SegmentsRotateAndCommittedOnesAreDeleted) {

@@ -197,6 +197,32 @@ def test_unstored_response_starts_no_thread(rgw, sim):
     assert e.value.code == "previous_response_not_found"
 
 
+def test_failed_and_incomplete_streams_are_recorded_as_such(rgw, sim):
+    """response.failed reaches the client as the provider sent it and is recorded as an
+    upstream_error with its usage; response.incomplete (max_output_tokens) is a whole answer
+    whose finish_reason is length."""
+    client = rgw.client()
+    sim.client.add_faults({"response_failed": True, "path": "/responses"})
+    raw = client.responses.with_raw_response.create(model="gpt-4o-mini", input="fail me",
+                                                    stream=True)
+    events = list(raw.parse())
+    assert [e.type for e in events] == ["response.created", "response.in_progress",
+                                        "response.failed"]
+    rec = rgw.wait_request(raw.headers["x-request-id"])
+    assert rec["status"] == "upstream_error", rec
+    assert rec["error"] == "The model failed to generate a response."
+    n, cost = expected_from_sim("gpt-4o-mini", sim_usage(sim, events[-1].response.id))
+    assert rec["usage"] == n and rec["cost_pico_usd"] == cost
+
+    with client.responses.stream(model="gpt-4o-mini", input="cut me",
+                                 max_output_tokens=4) as stream:
+        types = [e.type for e in stream]
+    assert types[-1] == "response.incomplete", types
+    rec = rgw.wait_request(sim.client.usage_log()[-1]["id"])  # by the response's id
+    assert rec["status"] == "ok" and rec["finish_reason"] == "length", rec
+    assert rec["usage"]["output"] == 4 and rec["stream"] is True
+
+
 def test_diagnosis_on_whole_prompts_names_the_changed_instructions(rgw, sim):
     """Stateless turns (the client resends the whole input): instructions are the system element,
     input items the messages; changing the instructions is diagnosed as prompt_changed there."""

@@ -101,6 +101,9 @@ request's end-user id: OpenAI's `user`, Anthropic's metadata.user_id).
                                sync flush after each)
   {"ignore_stream": true}      answer a streaming request with the non-streaming JSON document
                                (application/json), like a server that ignores "stream": true
+  {"response_failed": true}    Responses API only: the response fails after it started (a stream
+                               ends with response.failed after response.in_progress; a JSON answer
+                               has status "failed" and an error), billing the input, no output
   {"sse_noise": true}          after the first event and before the final one, insert blocks that
                                dispatch nothing (SSE_NOISE: empty data fields, event:/id:/retry:
                                fields without data) and one comment, ": keep-alive"
@@ -126,7 +129,7 @@ from sim_core import (MAX_LOG, Reply, SimError, SimState, anthropic_error, opena
     provider_error)
 from sim_handlers import (handle_anthropic, handle_openai_completions, handle_openai_style_chat,
     models_list, provider_of)
-from sim_responses import handle_openai_embeddings, handle_openai_responses
+from sim_responses import fail_response, handle_openai_embeddings, handle_openai_responses
 
 # What "sse_noise" inserts: blocks that dispatch no event (WHATWG SSE: an empty data buffer, or no
 # data field at all), then a comment.
@@ -366,6 +369,8 @@ class SimHandler(BaseHTTPRequestHandler):
         except SimError as e:
             record["status"] = e.status
             return self.send_json(e.status, e.body, e.headers, gzip=gzip)
+        if fault and fault.get("response_failed") and path.endswith("/responses"):
+            fail_response(reply, entry)
         record["status"] = reply.status
         record["response_id"] = reply.response_id
         if entry is not None:

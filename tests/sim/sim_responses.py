@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import struct
 import uuid
 
@@ -224,3 +225,20 @@ def handle_openai_embeddings(state: SimState, body: dict, path: str) -> Reply:
     headers = {"x-request-id": "req_" + uuid.uuid4().hex, "openai-processing-ms": "1"}
     return Reply(200, {"object": "list", "data": data, "model": model, "usage": usage},
                  headers=headers), entry
+
+
+def fail_response(reply: Reply, entry: dict):
+    """The "response_failed" fault: the response fails after it started. A stream keeps
+    response.created and response.in_progress, then ends with response.failed; a JSON answer is
+    the response object with status "failed". The usage then bills the input and no output."""
+    usage = dict(entry["usage"], output_tokens=0, total_tokens=entry["usage"]["input_tokens"],
+                 output_tokens_details={"reasoning_tokens": 0})
+    entry["usage"] = usage
+    error = {"code": "server_error", "message": "The model failed to generate a response."}
+    if reply.events is None:
+        reply.body = dict(reply.body, status="failed", error=error, output=[], usage=usage)
+        return
+    created = json.loads(reply.events[0].decode().split("data: ", 1)[1])["response"]
+    failed = dict(created, status="failed", error=error, usage=usage)
+    reply.events = reply.events[:2] + [sse({"type": "response.failed", "sequence_number": 2,
+                                            "response": failed}, "response.failed")]

@@ -116,3 +116,19 @@ def test_embeddings_usage_and_formats(sim):
     assert list(vec) == pytest.approx(body["data"][0]["embedding"][:4])
     result = client(sim).embeddings.create(model="text-embedding-3-small", input=[1, 2, 3])
     assert result.usage.prompt_tokens == 3 and len(result.data[0].embedding) == 8
+
+
+def test_fault_response_failed(sim):
+    sim.client.add_faults({"response_failed": True, "count": 2})
+    st, _, payload = call(sim.port, "POST", "/openai/v1/responses",
+                          {"model": "gpt-4o-mini", "input": "hi", "stream": True}, OPENAI_AUTH)
+    events = parse_sse(payload)
+    assert [e for e, _ in events] == ["response.created", "response.in_progress",
+                                      "response.failed"]
+    failed = json.loads(events[-1][1])["response"]
+    assert failed["status"] == "failed" and failed["error"]["code"] == "server_error"
+    assert failed["usage"]["output_tokens"] == 0 and failed["usage"]["input_tokens"] == 4
+    assert sim.client.usage_log()[-1]["usage"] == failed["usage"]
+    st, _, body = call(sim.port, "POST", "/openai/v1/responses",
+                       {"model": "gpt-4o-mini", "input": "hi"}, OPENAI_AUTH)
+    assert st == 200 and body["status"] == "failed" and body["output"] == []

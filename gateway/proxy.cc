@@ -47,6 +47,13 @@ void FillFacts(const raw_json::Object& body, router::RequestFacts& facts) {
     std::optional<std::string> name = type ? raw_json::DecodeString(*type) : std::nullopt;
     facts.response_format = !name || *name != "text";
   }
+  // The Responses API's structured output is text.format.
+  if (std::optional<raw_json::Value> text = body.Find("text"); text && text->is_object()) {
+    std::optional<raw_json::Value> format = raw_json::Find(*text, "format");
+    std::optional<raw_json::Value> type = format ? raw_json::Find(*format, "type") : std::nullopt;
+    std::optional<std::string> name = type ? raw_json::DecodeString(*type) : std::nullopt;
+    if (name && *name != "text") facts.response_format = true;
+  }
   for (const char* key : {"max_completion_tokens", "max_tokens", "max_output_tokens"}) {
     std::optional<raw_json::Value> v = body.Find(key);
     if (!v || v->kind != raw_json::Kind::kNumber) continue;
@@ -55,14 +62,19 @@ void FillFacts(const raw_json::Object& body, router::RequestFacts& facts) {
   }
   // Breakpoint caches (Anthropic) cache only what the client marks.
   facts.cache_breakpoints = body.value().text.find("\"cache_control\"") != std::string_view::npos;
-  if (std::optional<raw_json::Value> messages = body.Find("messages")) {
+  // Chat messages, or the Responses API's input items: any part that is not text.
+  std::optional<raw_json::Value> messages = body.Find("messages");
+  if (!messages) messages = body.Find("input");
+  if (messages && messages->is_array()) {
     raw_json::ForEachElement(*messages, [&](raw_json::Value message) {
       std::optional<raw_json::Value> content = raw_json::Find(message, "content");
       if (!content || !content->is_array()) return;
       raw_json::ForEachElement(*content, [&](raw_json::Value part) {
         std::optional<raw_json::Value> type = raw_json::Find(part, "type");
         std::optional<std::string> name = type ? raw_json::DecodeString(*type) : std::nullopt;
-        if (name && *name != "text") facts.images = true;
+        if (name && *name != "text" && *name != "input_text" && *name != "output_text") {
+          facts.images = true;
+        }
       });
     });
   }

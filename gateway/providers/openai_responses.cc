@@ -73,7 +73,7 @@ Result<raw_json::Value> ReadAnswer(std::string_view upstream_body) {
 // Responses API events pass through as they came. The final events carry the whole response:
 // response.completed and response.incomplete end the answer, response.failed ends it as an
 // upstream error (the client gets the event itself, which the SDK turns into its own error);
-// an `error` event does the same.
+// an `error` event, or any event with a top-level `error` object, does the same.
 class ResponsesStream final : public SseStreamTranslator {
  public:
   ResponsesStream() : SseStreamTranslator("response.completed") {}
@@ -94,8 +94,10 @@ class ResponsesStream final : public SseStreamTranslator {
     // The data's own type names the event (the `event:` line repeats it, when a server sends one).
     std::string type = Decoded(raw_json::Find(*parsed, "type"));
     if (type.empty()) type = std::string(event.event);
-    AppendRawEvent(out.bytes, event.raw);
-    if (type == "error") {
+    // An `error` event, or any event carrying a top-level error object (the SDK raises on one).
+    std::optional<raw_json::Value> error = raw_json::Find(*parsed, "error");
+    if (type == "error" || (error && !error->is_null())) {
+      AppendRawEvent(out.bytes, event.raw);
       std::string message = Decoded(raw_json::Find(*parsed, "message"));
       if (message.empty()) message = ErrorMessageOf(ParseJson(data)).value_or(Snippet(data));
       upstream_error_ = message;
@@ -111,6 +113,7 @@ class ResponsesStream final : public SseStreamTranslator {
                             Snippet(data));
         return;
       }
+      AppendRawEvent(out.bytes, event.raw);
       usage_ = UsageOf(*response, UsageFlavor::kOpenAIResponses);
       if (type == "response.failed") {
         std::string message = FailureMessageOf(*response);
@@ -123,6 +126,7 @@ class ResponsesStream final : public SseStreamTranslator {
       completed_ = true;
       return;
     }
+    AppendRawEvent(out.bytes, event.raw);
     // Generated text, reasoning text, refusals, tool-call arguments: every *.delta event.
     if (type.ends_with(".delta")) {
       std::optional<raw_json::Value> delta = raw_json::Find(*parsed, "delta");

@@ -34,7 +34,7 @@ constexpr UsageFlavor kFlavors[] = {
     UsageFlavor::kOpenRouter,   UsageFlavor::kAnthropic,       UsageFlavor::kBedrock,
     UsageFlavor::kGeminiNative, UsageFlavor::kGeminiOpenAI,    UsageFlavor::kDeepSeek,
     UsageFlavor::kVllm,         UsageFlavor::kSglang,          UsageFlavor::kLlamaCpp,
-    UsageFlavor::kKvgateEngine,
+    UsageFlavor::kKvgateEngine, UsageFlavor::kOpenAIEmbeddings,
 };
 constexpr ProviderType kTypes[] = {
     ProviderType::kOpenAI,     ProviderType::kAnthropic,    ProviderType::kDeepSeek,

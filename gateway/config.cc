@@ -416,16 +416,20 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
       if (auto sup = m.find("supports"); sup != m.end() && !sup->is_null()) {
         if (!sup->is_object()) {
           return MakeError(ErrorCode::kInvalidArgument,
-                           r.path + ".supports must be a mapping {tools, images, response_format}");
+                           r.path + ".supports must be a mapping {tools, images, "
+                                    "response_format, responses, embeddings}");
         }
-        if (Status s = OnlyKeys(*sup, r.path + ".supports", {"tools", "images", "response_format"});
+        if (Status s = OnlyKeys(*sup, r.path + ".supports",
+                                {"tools", "images", "response_format", "responses", "embeddings"});
             !s) {
           return std::unexpected(s.error());
         }
         Reader sr{*sup, r.path + ".supports"};
         for (auto [key, slot] : {std::pair{"tools", &mc.supports_tools},
                                  {"images", &mc.supports_images},
-                                 {"response_format", &mc.supports_response_format}}) {
+                                 {"response_format", &mc.supports_response_format},
+                                 {"responses", &mc.supports_responses},
+                                 {"embeddings", &mc.supports_embeddings}}) {
           if (!sup->contains(key)) continue;
           auto v = sr.Bool(key, true);
           if (!v) return std::unexpected(v.error());

@@ -292,6 +292,14 @@ asio::awaitable<void> Gateway::Handle(http::Request& request, http::ResponseWrit
     co_await HandleInference(request, writer, providers::Endpoint::kCompletions);
     co_return;
   }
+  if (request.method == "POST" && path == "/v1/responses") {
+    co_await HandleInference(request, writer, providers::Endpoint::kResponses);
+    co_return;
+  }
+  if (request.method == "POST" && path == "/v1/embeddings") {
+    co_await HandleInference(request, writer, providers::Endpoint::kEmbeddings);
+    co_return;
+  }
   // Every other answer carries an id too (not recorded: the read API holds inference requests).
   const std::string request_id = NewId("req");
   TrackedWriter tracked(writer, {{"x-request-id", request_id}});
@@ -324,7 +332,8 @@ asio::awaitable<void> Gateway::HandleOther(http::Request& request, http::Respons
     co_await HandleReadApi(request, writer);
   } else if (IsWebPath(path)) {
     co_await SendWebAsset(request, writer);
-  } else if (path == "/v1/chat/completions" || path == "/v1/completions") {
+  } else if (path == "/v1/chat/completions" || path == "/v1/completions" ||
+             path == "/v1/responses" || path == "/v1/embeddings") {
     co_await SendMethodNotAllowed(writer, request, "POST");
   } else if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0) {
     if (get) {
@@ -358,13 +367,12 @@ std::vector<http::Header> Gateway::OnRejected(const http::Rejection& rejection) 
   // Inference requests are recorded whatever happens to them; so is a request that could not be
   // read far enough to tell what it was.
   std::string endpoint;
-  if (request.path == "/v1/chat/completions") {
-    endpoint = "chat.completions";
-  } else if (request.path == "/v1/completions") {
-    endpoint = "completions";
-  } else if (rejection.head_read) {
-    return headers;
+  for (providers::Endpoint e :
+       {providers::Endpoint::kChatCompletions, providers::Endpoint::kCompletions,
+        providers::Endpoint::kResponses, providers::Endpoint::kEmbeddings}) {
+    if (request.path == providers::EndpointPath(e)) endpoint = providers::EndpointName(e);
   }
+  if (endpoint.empty() && rejection.head_read) return headers;
   RequestLog log(*deps_.recorder, *deps_.clock, request.arrival_monotonic_ns);
   telemetry::RequestRecord& rec = log.record();
   rec.request_id = headers.front().value;
@@ -384,6 +392,20 @@ std::vector<http::Header> Gateway::OnRejected(const http::Rejection& rejection) 
   log.SetError(rejection.status, "error", std::string(rejection.message));
   log.Commit();
   return headers;
+}
+
+asio::awaitable<std::string> Gateway::ThreadOfResponse(const std::string& response_id) {
+  if (std::optional<std::string> known = response_threads_.Find(response_id)) co_return *known;
+  // Not remembered (kvgate restarted since, or it was forgotten): the stored request that
+  // answered with this id, if any.
+  telemetry::TelemetryStore& store = *deps_.store;
+  Result<json> stored = co_await RunBlocking(
+      blocking_pool_, [&store, &response_id] { return store.GetRequest(response_id); });
+  std::string thread_id;
+  if (stored && stored->is_object()) thread_id = stored->value("thread_id", std::string());
+  if (thread_id.empty()) thread_id = response_id;
+  response_threads_.Remember(response_id, thread_id);
+  co_return thread_id;
 }
 
 Result<std::string> Gateway::Authenticate(const http::Request& request) const {

@@ -17,6 +17,7 @@
 #include "gateway/http/server.h"
 #include "gateway/providers/provider.h"
 #include "gateway/recorder.h"
+#include "gateway/response_threads.h"
 #include "gateway/upstream.h"
 #include "gateway/upstream/client.h"
 #include "router/router.h"
@@ -75,8 +76,9 @@ class Gateway {
  private:
   Gateway(const GatewayConfig& config, GatewayDeps deps);
 
-  // POST /v1/chat/completions and /v1/completions (proxy.cc): recorded on every path, behind the
-  // last barrier (an exception becomes a recorded 500, or an error event mid-stream).
+  // POST /v1/chat/completions, /v1/completions, /v1/responses and /v1/embeddings (proxy.cc):
+  // recorded on every path, behind the last barrier (an exception becomes a recorded 500, or an
+  // error event mid-stream).
   boost::asio::awaitable<void> HandleInference(http::Request& request, http::ResponseWriter& writer,
                                                providers::Endpoint endpoint);
   boost::asio::awaitable<void> ServeInference(http::Request& request, http::ResponseWriter& writer,
@@ -86,6 +88,16 @@ class Gateway {
   boost::asio::awaitable<void> RunAttempts(const InferenceCall& call,
                                            const router::RouteDecision& decision,
                                            ClientStream& client);
+  // The 400 for a request whose endpoint none of the decision's targets can serve (the Responses
+  // API or embeddings on Anthropic or the built-in engine), naming each target and its provider
+  // type; nullopt when one can (or could, once healthy again).
+  std::optional<providers::ClientError> RefuseEndpoint(providers::Endpoint endpoint,
+                                                       const router::RouteDecision& decision,
+                                                       const std::string& model) const;
+  // The thread a Responses API request continuing `response_id` joins: that response's thread
+  // (remembered, else read from the store on the blocking pool), else `response_id` itself (a
+  // conversation kvgate has not seen begin).
+  boost::asio::awaitable<std::string> ThreadOfResponse(const std::string& response_id);
   // Exact cache answers from the built-in engines a router would ask (router::ProbeTargets).
   void ProbeEngines(const raw_json::Object& body, router::RequestFacts& facts) const;
   // Every route but inference.
@@ -117,6 +129,8 @@ class Gateway {
   std::vector<std::unique_ptr<upstream::Client>> clients_;
   // Blocking work (SQLite reads for /api/*) runs here, never on the event loops.
   boost::asio::thread_pool blocking_pool_{2};
+  // Responses API response id -> thread (internally locked).
+  ResponseThreads response_threads_;
 };
 
 }  // namespace kvgate::gateway

@@ -1,4 +1,5 @@
-// The inference path: POST /v1/chat/completions and /v1/completions, streaming and not.
+// The inference path: POST /v1/chat/completions, /v1/completions, /v1/responses and
+// /v1/embeddings, streaming and not.
 // One data flow: parse -> route (router::Router, with the thread's memory) -> attempts (retry or
 // fall back while nothing has been sent to the client) -> commit. The RequestLog records what
 // happened on every path, with the route and every attempt.
@@ -46,7 +47,14 @@ void FillFacts(const raw_json::Object& body, router::RequestFacts& facts) {
     std::optional<std::string> name = type ? raw_json::DecodeString(*type) : std::nullopt;
     facts.response_format = !name || *name != "text";
   }
-  for (const char* key : {"max_completion_tokens", "max_tokens"}) {
+  // The Responses API's structured output is text.format.
+  if (std::optional<raw_json::Value> text = body.Find("text"); text && text->is_object()) {
+    std::optional<raw_json::Value> format = raw_json::Find(*text, "format");
+    std::optional<raw_json::Value> type = format ? raw_json::Find(*format, "type") : std::nullopt;
+    std::optional<std::string> name = type ? raw_json::DecodeString(*type) : std::nullopt;
+    if (name && *name != "text") facts.response_format = true;
+  }
+  for (const char* key : {"max_completion_tokens", "max_tokens", "max_output_tokens"}) {
     std::optional<raw_json::Value> v = body.Find(key);
     if (!v || v->kind != raw_json::Kind::kNumber) continue;
     facts.max_output_tokens = std::max<int64_t>(0, std::atoll(std::string(v->text).c_str()));
@@ -54,14 +62,19 @@ void FillFacts(const raw_json::Object& body, router::RequestFacts& facts) {
   }
   // Breakpoint caches (Anthropic) cache only what the client marks.
   facts.cache_breakpoints = body.value().text.find("\"cache_control\"") != std::string_view::npos;
-  if (std::optional<raw_json::Value> messages = body.Find("messages")) {
+  // Chat messages, or the Responses API's input items: any part that is not text.
+  std::optional<raw_json::Value> messages = body.Find("messages");
+  if (!messages) messages = body.Find("input");
+  if (messages && messages->is_array()) {
     raw_json::ForEachElement(*messages, [&](raw_json::Value message) {
       std::optional<raw_json::Value> content = raw_json::Find(message, "content");
       if (!content || !content->is_array()) return;
       raw_json::ForEachElement(*content, [&](raw_json::Value part) {
         std::optional<raw_json::Value> type = raw_json::Find(part, "type");
         std::optional<std::string> name = type ? raw_json::DecodeString(*type) : std::nullopt;
-        if (name && *name != "text") facts.images = true;
+        if (name && *name != "text" && *name != "input_text" && *name != "output_text") {
+          facts.images = true;
+        }
       });
     });
   }
@@ -106,8 +119,7 @@ asio::awaitable<void> Gateway::HandleInference(http::Request& request,
   RequestLog log(*deps_.recorder, *deps_.clock, request.arrival_monotonic_ns);
   auto& rec = log.record();
   rec.request_id = NewId("req");
-  rec.endpoint = endpoint == providers::Endpoint::kChatCompletions ? "chat.completions"
-                                                                   : "completions";
+  rec.endpoint = std::string(providers::EndpointName(endpoint));
   TrackedWriter tracked(writer, {});
   std::string failure;
   try {
@@ -179,6 +191,35 @@ asio::awaitable<void> Gateway::ServeInference(http::Request& request,
   } else {
     rec.thread_id = std::move(*thread_id);
   }
+  // The Responses API: a request that continues a response joins that response's thread.
+  const bool responses = endpoint == providers::Endpoint::kResponses;
+  std::string previous_response;
+  if (std::optional<raw_json::Value> previous = body.Find("previous_response_id");
+      responses && previous && !previous->is_null()) {
+    previous_response = raw_json::DecodeString(*previous).value_or("");
+    if (previous_response.empty()) {
+      co_await client.SendError(BadRequest("previous_response_id must be a non-empty string",
+                                           "invalid_type", "previous_response_id"),
+                                "error");
+      co_return;
+    }
+  }
+  if (rec.thread_id.empty() && !previous_response.empty()) {
+    std::string thread_id = co_await ThreadOfResponse(previous_response);
+    if (Status valid = providers::ValidateThreadId(thread_id, "previous_response_id"); !valid) {
+      co_await client.SendError(BadRequest(valid.error().message, "invalid_thread_id"), "error");
+      co_return;
+    }
+    rec.thread_id = std::move(thread_id);
+  }
+  // A stored response that starts a conversation names its thread (its own id), so that the
+  // turns continuing it land there (docs/api.md). One not stored cannot be continued.
+  std::optional<raw_json::Value> store = body.Find("store");
+  const bool starts_thread = responses && rec.thread_id.empty() &&
+                             !(store && store->kind == raw_json::Kind::kBool && !store->is_true());
+  // A prompt the provider completes from its own state (previous_response_id) is not the prompt
+  // kvgate sees: only whole prompts are fingerprinted. Embeddings have no conversation.
+  const bool whole_prompt = endpoint != providers::Endpoint::kEmbeddings && previous_response.empty();
   std::optional<raw_json::Value> model = body.Find("model");
   std::optional<std::string> model_name = model ? raw_json::DecodeString(*model) : std::nullopt;
   if (!model_name || model_name->empty()) {
@@ -195,9 +236,17 @@ asio::awaitable<void> Gateway::ServeInference(http::Request& request,
     co_return;
   }
   rec.stream = stream && stream->is_true();
+  if (rec.stream && endpoint == providers::Endpoint::kEmbeddings) {
+    co_await client.SendError(BadRequest("embeddings do not stream: 'stream' must be false or "
+                                         "absent", "unsupported_parameter", "stream"),
+                              "error");
+    co_return;
+  }
+  const bool chat_shape = endpoint == providers::Endpoint::kChatCompletions ||
+                          endpoint == providers::Endpoint::kCompletions;
   // As OpenAI (and vLLM) answer it: stream_options asks for something only a stream carries.
   if (std::optional<raw_json::Value> stream_options = body.Find("stream_options");
-      !rec.stream && stream_options && !stream_options->is_null()) {
+      chat_shape && !rec.stream && stream_options && !stream_options->is_null()) {
     co_await client.SendError(
         BadRequest("The 'stream_options' parameter is only allowed when 'stream' is enabled.",
                    "invalid_request", "stream_options"),
@@ -214,10 +263,12 @@ asio::awaitable<void> Gateway::ServeInference(http::Request& request,
   facts.now_us = deps_.clock->NowUnixMicros();
   facts.stream = rec.stream;
   facts.prompt_bytes = request.body.size();
+  facts.responses_api = responses;
+  facts.embeddings_api = endpoint == providers::Endpoint::kEmbeddings;
   telemetry::ThreadView thread;
   if (router.FindRouter(rec.model) != nullptr) {
     FillFacts(body, facts);
-    if (!rec.thread_id.empty()) {
+    if (!rec.thread_id.empty() && whole_prompt) {
       auto fingerprint = std::make_shared<const telemetry::PromptFingerprint>(
           telemetry::Fingerprint(body));
       facts.prompt_bytes = fingerprint->TotalBytes();
@@ -230,7 +281,9 @@ asio::awaitable<void> Gateway::ServeInference(http::Request& request,
                                                     !rec.thread_id.empty()) {
     thread = deps_.recorder->View(rec.thread_id);  // the key this thread used last
   }
-  if (!rec.thread_id.empty()) log.set_prompt(*parsed);  // request.body outlives the log
+  if ((!rec.thread_id.empty() || starts_thread) && whole_prompt) {
+    log.set_prompt(*parsed);  // request.body outlives the log
+  }
 
   Result<router::RouteDecision> decision = router.Route(facts, thread);
   if (!decision) {
@@ -252,6 +305,11 @@ asio::awaitable<void> Gateway::ServeInference(http::Request& request,
     rec.route = router.DecisionText(*decision);
     client.headers().push_back({"x-kvgate-router", decision->router->name});
   }
+  if (std::optional<providers::ClientError> refused =
+          RefuseEndpoint(endpoint, *decision, rec.model)) {
+    co_await client.SendError(*refused, "error");
+    co_return;
+  }
   if (decision->eligible == 0) {
     std::string why;
     for (const router::Candidate& c : decision->candidates) {
@@ -264,11 +322,20 @@ asio::awaitable<void> Gateway::ServeInference(http::Request& request,
         "error");
     co_return;
   }
-  const InferenceCall call{.endpoint = endpoint,
-                           .body = body,
-                           .stream = rec.stream,
-                           .client_wants_usage = providers::ClientWantsStreamUsage(body),
-                           .worker_index = request.worker_index};
+  InferenceCall call{.endpoint = endpoint,
+                     .body = body,
+                     .stream = rec.stream,
+                     .client_wants_usage = providers::ClientWantsStreamUsage(body),
+                     .worker_index = request.worker_index};
+  if (responses) {
+    call.on_response_id = [this, starts_thread](telemetry::RequestRecord& r) {
+      if (r.thread_id.empty() && starts_thread &&
+          providers::ValidateThreadId(r.response_id, "the response id")) {
+        r.thread_id = r.response_id;
+      }
+      response_threads_.Remember(r.response_id, r.thread_id);
+    };
+  }
   co_await RunAttempts(call, *decision, client);
 }
 
@@ -360,6 +427,46 @@ asio::awaitable<void> Gateway::RunAttempts(const InferenceCall& call,
                                  "server_error", "no_eligible_target"),
       "error");
   log.Commit();
+}
+
+std::optional<providers::ClientError> Gateway::RefuseEndpoint(
+    providers::Endpoint endpoint, const router::RouteDecision& decision,
+    const std::string& model) const {
+  auto serves = [endpoint](const router::Target& t) {
+    if (endpoint == providers::Endpoint::kResponses) return t.capabilities.responses;
+    if (endpoint == providers::Endpoint::kEmbeddings) return t.capabilities.embeddings;
+    return true;
+  };
+  const std::vector<router::Target>& targets = deps_.router->targets();
+  bool eligible_serves = false, any_serves = false;
+  for (size_t i = 0; i < decision.candidates.size(); ++i) {
+    const bool s = serves(targets[decision.candidates[i].target]);
+    any_serves = any_serves || s;
+    if (i < decision.eligible) eligible_serves = eligible_serves || s;
+  }
+  // Targets that could serve it but are unhealthy now: the 503 that says so, not a 400.
+  if (eligible_serves || (decision.eligible == 0 && any_serves)) return std::nullopt;
+  const std::string path(providers::EndpointPath(endpoint));
+  const std::string_view key = endpoint == providers::Endpoint::kResponses ? "responses"
+                                                                            : "embeddings";
+  std::string which;
+  for (const router::Candidate& c : decision.candidates) {
+    const router::Target& t = targets[c.target];
+    if (serves(t)) continue;
+    which += which.empty() ? "" : "; ";
+    if (t.provider_type == "anthropic" || t.provider_type == "local") {
+      which += "target " + t.name + " is served by provider " + t.provider + " of type " +
+               t.provider_type + ", which cannot serve " + path;
+    } else {
+      which += "target " + t.name + " (provider " + t.provider + " of type " + t.provider_type +
+               ") has supports." + std::string(key) + ": false";
+    }
+  }
+  std::string message = "model " + Utf8Snippet(model) + " cannot serve " + path + ": " + which +
+                        ". kvgate passes " + path + " through to OpenAI-compatible providers "
+                        "only; use /v1/chat/completions, or a model of such a provider";
+  return providers::MakeOpenAIError(400, std::move(message), "invalid_request_error",
+                                    "unsupported_endpoint", "model");
 }
 
 Upstream& Gateway::UpstreamFor(const router::Target& target) {

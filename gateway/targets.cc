@@ -1,5 +1,7 @@
 #include "gateway/targets.h"
 
+#include <tuple>
+
 #include "gateway/local_provider.h"
 
 namespace kvgate::gateway {
@@ -40,6 +42,10 @@ Result<std::vector<router::Target>> BuildTargets(const GatewayConfig& config,
     } else if (p.type == "local" && engines != nullptr) {
       t.context_window = engines->ContextLength(p.name).value_or(0);
     }
+    // The Responses API and embeddings pass through as they are: only OpenAI-compatible servers
+    // can take them, and of those DeepSeek and Gemini's OpenAI endpoint serve no Responses API
+    // (DeepSeek no embeddings either).
+    const bool pass_through = p.type != "local" && p.type != "anthropic";
     if (p.type == "local") {
       t.capabilities = {.tools = false, .images = false, .response_format = false};
     } else if (p.type == "anthropic") {
@@ -47,9 +53,23 @@ Result<std::vector<router::Target>> BuildTargets(const GatewayConfig& config,
     } else if (p.type == "deepseek") {
       t.capabilities.images = false;
     }
+    t.capabilities.responses = pass_through && p.type != "deepseek" && p.type != "gemini-openai";
+    t.capabilities.embeddings = pass_through && p.type != "deepseek";
     if (m.supports_tools) t.capabilities.tools = *m.supports_tools;
     if (m.supports_images) t.capabilities.images = *m.supports_images;
     if (m.supports_response_format) t.capabilities.response_format = *m.supports_response_format;
+    for (auto [wanted, slot, what] :
+         {std::tuple{m.supports_responses, &t.capabilities.responses, "responses"},
+          {m.supports_embeddings, &t.capabilities.embeddings, "embeddings"}}) {
+      if (!wanted) continue;
+      if (*wanted && !pass_through) {
+        return MakeError(ErrorCode::kInvalidArgument,
+                         "model " + m.name + ": supports." + what + " cannot be true on a " +
+                             p.type + " provider (kvgate passes that API through unchanged, and " +
+                             p.type + " does not speak it)");
+      }
+      *slot = *wanted;
+    }
     t.keys = std::max<int>(1, static_cast<int>(p.api_keys.size()));
     targets.push_back(std::move(t));
   }

@@ -8,6 +8,7 @@
 // get; the loop then retries, falls back or sends that error.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -38,6 +39,10 @@ struct InferenceCall {
   bool stream = false;
   bool client_wants_usage = false;
   size_t worker_index = 0;     // the event loop (its upstream::Client)
+  // Called once with the record when the answer first names its response id (record().
+  // response_id is set), before any byte of that answer reaches the client: the Responses API's
+  // thread bookkeeping (a later request may continue this response). May be empty.
+  std::function<void(telemetry::RequestRecord&)> on_response_id;
 };
 
 struct AttemptPlan {

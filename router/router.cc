@@ -358,6 +358,10 @@ Result<RouteDecision> Router::Route(const RequestFacts& facts,
     if (rule != nullptr &&
         std::find(rule->targets.begin(), rule->targets.end(), target.name) == rule->targets.end()) {
       why = "excluded for this turn by when rule " + std::to_string(rule_index);
+    } else if (facts.responses_api && !target.capabilities.responses) {
+      why = "does not serve the Responses API (provider type " + target.provider_type + ")";
+    } else if (facts.embeddings_api && !target.capabilities.embeddings) {
+      why = "does not serve embeddings (provider type " + target.provider_type + ")";
     } else if (facts.tools && !target.capabilities.tools) {
       why = "does not support tools";
     } else if (facts.images && !target.capabilities.images) {

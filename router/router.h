@@ -41,6 +41,8 @@ struct Capabilities {
   bool tools = true;            // tools / functions
   bool images = true;           // image (and other non-text) content parts
   bool response_format = true;  // response_format other than text
+  bool responses = true;        // the OpenAI Responses API (POST /v1/responses) passes through
+  bool embeddings = true;       // POST /v1/embeddings passes through
 };
 
 // One configured model (models[].name). Constant after construction.
@@ -153,6 +155,8 @@ struct RequestFacts {
   bool tools = false;
   bool images = false;
   bool response_format = false;    // a response_format other than text
+  bool responses_api = false;      // a Responses API request (needs Capabilities::responses)
+  bool embeddings_api = false;     // an embeddings request (needs Capabilities::embeddings)
   bool cache_breakpoints = false;  // cache_control markers (breakpoint caches cache only those)
   int64_t max_output_tokens = 0;   // 0 when the request sets none
   uint64_t prompt_bytes = 0;       // bytes of the prompt (fingerprint total, else the body)

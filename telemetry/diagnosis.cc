@@ -170,14 +170,21 @@ PromptFingerprint Fingerprint(const raw_json::Object& body) {
   if (auto v = body.Find("tools"); v && !v->is_null()) {
     AddElement(fp, FingerprintElement::Kind::kTools, -1, *v, text);
   }
-  if (auto v = body.Find("system"); v && !v->is_null()) {
-    AddElement(fp, FingerprintElement::Kind::kSystem, -1, *v, text);
+  // The Responses API's system text is `instructions`.
+  std::optional<raw_json::Value> system = body.Find("system");
+  if (!system || system->is_null()) system = body.Find("instructions");
+  if (system && !system->is_null()) {
+    AddElement(fp, FingerprintElement::Kind::kSystem, -1, *system, text);
   }
-  if (auto v = body.Find("messages"); v && v->is_array()) {
+  std::optional<raw_json::Value> messages = body.Find("messages");
+  if (!messages || !messages->is_array()) messages = body.Find("input");  // Responses API
+  if (messages && messages->is_array()) {
     int index = 0;
-    raw_json::ForEachElement(*v, [&](raw_json::Value message) {
+    raw_json::ForEachElement(*messages, [&](raw_json::Value message) {
       AddElement(fp, FingerprintElement::Kind::kMessage, index++, message, text);
     });
+  } else if (messages && messages->is_string()) {
+    AddElement(fp, FingerprintElement::Kind::kMessage, 0, *messages, text);  // one user message
   }
   return fp;
 }

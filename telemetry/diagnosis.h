@@ -48,7 +48,9 @@ struct PromptFingerprint {
 };
 
 // Fingerprints an OpenAI-format (or Anthropic-format) request body: "tools" (whole array, one
-// element), "system" (top-level, one element), then each entry of "messages". Each element is
+// element), "system" (top-level, one element), then each entry of "messages". A Responses API
+// body has "instructions" in place of "system" and "input" in place of "messages" (each item a
+// message; a string input is one message). Each element is
 // hashed as the client sent it, minified: whitespace between tokens does not matter, key order
 // and string escaping do. (Hashing the client's bytes costs a few thousand instructions per
 // request where a parse + sorted re-serialization cost ~70k; clients re-send earlier messages

@@ -370,6 +370,13 @@ Result<std::unique_ptr<GatewayMetrics>> GatewayMetrics::Create(MetricsRegistry& 
                                       {"model", "provider", "status"});
   if (!requests) return std::unexpected(requests.error());
   m->requests_ = *requests;
+  auto by_endpoint = registry.AddCounter(
+      "kvgate_endpoint_requests_total",
+      "Requests handled, by API endpoint (chat.completions, completions, responses, embeddings) "
+      "and final status.",
+      {"endpoint", "status"});
+  if (!by_endpoint) return std::unexpected(by_endpoint.error());
+  m->endpoint_requests_ = *by_endpoint;
   auto tokens = registry.AddCounter("kvgate_tokens_total",
                                     "Tokens by kind (cache_read, cache_write, uncached, output); "
                                     "unreported counts are not added.",
@@ -448,6 +455,8 @@ void GatewayMetrics::Observe(const RequestRecord& r) {
   } else {
     requests_->WithLabels({model, r.provider, r.status})->Inc();
   }
+  // The endpoint names are kvgate's own (RequestRecord::endpoint), a handful: no cardinality risk.
+  endpoint_requests_->WithLabels({r.endpoint, r.status})->Inc();
 
   static constexpr std::array<std::string_view, 4> kKinds = {"cache_read", "cache_write",
                                                              "uncached", "output"};

@@ -177,6 +177,8 @@ class GatewayMetrics {
 
   // Updates, for one finished request:
   //   kvgate_requests_total{model,provider,status}
+  //   kvgate_endpoint_requests_total{endpoint,status}  endpoint: chat.completions | completions |
+  //                                                 responses | embeddings ("" when unreadable)
   //   kvgate_tokens_total{model,provider,kind=cache_read|cache_write|uncached|output} (known only)
   //   kvgate_cost_usd_total{model,provider}        (exact pico-USD, exposed as USD; priced only)
   //   kvgate_request_duration_seconds{model,provider}, kvgate_time_to_first_token_seconds{...}
@@ -226,6 +228,7 @@ class GatewayMetrics {
 
   MetricsRegistry& registry_;
   CounterFamily* requests_ = nullptr;
+  CounterFamily* endpoint_requests_ = nullptr;
   CounterFamily* tokens_ = nullptr;
   CounterFamily* cost_ = nullptr;
   HistogramFamily* duration_ = nullptr;

@@ -134,6 +134,19 @@ void NormalizeResponses(const raw_json::Object& u, Usage* out) {
   out->reported_input = input;
 }
 
+// An embedding has no cache and no output: both are a known 0 once the input count is known.
+void NormalizeEmbeddings(const raw_json::Object& u, Usage* out) {
+  out->uncached = Count(u, {"prompt_tokens"});
+  out->cache_read = 0;
+  out->cache_write_5m = 0;
+  out->cache_write_1h = 0;
+  if (out->uncached.has_value()) {
+    out->output = 0;
+    out->reasoning = 0;
+  }
+  out->reported_input = out->uncached;
+}
+
 void NormalizeAnthropic(const raw_json::Object& u, Usage* out) {
   out->uncached = Count(u, {"input_tokens"});
   out->cache_read = Count(u, {"cache_read_input_tokens"});
@@ -238,9 +251,10 @@ void NormalizeLlamaCpp(const raw_json::Object& response, Usage* out) {
   out->reported_input = FirstKnown(prompt, Sum({out->cache_read, out->uncached}));
 }
 
-constexpr std::array<std::pair<UsageFlavor, std::string_view>, 13> kFlavorNames = {{
+constexpr std::array<std::pair<UsageFlavor, std::string_view>, 14> kFlavorNames = {{
     {UsageFlavor::kOpenAIChat, "openai"},
     {UsageFlavor::kOpenAIResponses, "openai-responses"},
+    {UsageFlavor::kOpenAIEmbeddings, "openai-embeddings"},
     {UsageFlavor::kOpenAICompatible, "openai-compatible"},
     {UsageFlavor::kOpenRouter, "openrouter"},
     {UsageFlavor::kAnthropic, "anthropic"},
@@ -313,6 +327,9 @@ Usage NormalizeUsage(UsageFlavor flavor, raw_json::Value usage) {
         break;
       case UsageFlavor::kOpenAIResponses:
         NormalizeResponses(u, &out);
+        break;
+      case UsageFlavor::kOpenAIEmbeddings:
+        NormalizeEmbeddings(u, &out);
         break;
       case UsageFlavor::kAnthropic:
         NormalizeAnthropic(u, &out);

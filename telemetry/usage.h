@@ -17,7 +17,8 @@ namespace kvgate::telemetry {
 // How a provider reports usage. Several provider types share a flavour.
 enum class UsageFlavor {
   kOpenAIChat,     // OpenAI / Azure chat completions (prompt_tokens includes cached)
-  kOpenAIResponses,
+  kOpenAIResponses,   // input_tokens includes cached (input_tokens_details.cached_tokens)
+  kOpenAIEmbeddings,  // prompt_tokens only: all uncached input, no output, no cache
   kOpenAICompatible,  // xAI, Groq, Fireworks, Mistral: cached_tokens only, no writes
   kOpenRouter,
   kAnthropic,      // input_tokens excludes cache read and write
@@ -97,6 +98,8 @@ struct Usage {
 //  - llama.cpp: `usage` may be the whole response (with "usage" and "timings") or the usage object;
 //    read = usage.prompt_tokens_details.cached_tokens, else timings.cache_n; uncached =
 //    timings.prompt_n, else prompt_tokens - read; output = completion_tokens, else timings.predicted_n;
+//  - OpenAI embeddings: uncached = prompt_tokens; cache reads and writes are 0 (no cache), and
+//    output and reasoning 0 when prompt_tokens is known (an embedding has no output);
 //  - reasoning: completion_tokens_details / output_tokens_details .reasoning_tokens, Gemini
 //    thoughtsTokenCount; unknown elsewhere.
 // A computed uncached below 0 is clamped to 0 and `clamped` is set. `raw` is `usage` verbatim,

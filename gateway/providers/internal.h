@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -47,6 +48,12 @@ std::string ErrorEventBytes(const ClientError& error);
 // Appends an SSE event's raw bytes, adding the blank line when the event came without one (the
 // last event of a stream that ended early).
 void AppendRawEvent(std::string& out, std::string_view raw);
+// Whether every non-empty line of an SSE block is a comment (": ..."): keep-alives, which reach
+// the client as they came.
+bool OnlyComments(std::string_view raw);
+// A non-null `error` member of `object` -> its message (the object form's `message`, a bare
+// string, else the member's JSON); nullopt when there is none.
+std::optional<std::string> ErrorMessageOf(const json& object);
 
 // Anthropic helpers shared by the response and stream translators.
 // stop_reason -> OpenAI finish_reason ("" for null / absent).
@@ -67,6 +74,12 @@ Result<Translated> TranslateOpenAICompatResponse(ProviderType type, std::string_
                                                  const CallOptions& options);
 std::unique_ptr<StreamTranslator> NewOpenAICompatStream(ProviderType type,
                                                         const CallOptions& options);
+
+// The Responses API and embeddings (openai_responses.cc): requests are built by
+// BuildOpenAICompatCall; these read the answers.
+Result<Translated> TranslateResponsesResponse(std::string_view upstream_body);
+Result<Translated> TranslateEmbeddingsResponse(std::string_view upstream_body);
+std::unique_ptr<StreamTranslator> NewResponsesStream();
 
 Result<UpstreamCall> BuildAnthropicCall(const json& client_body, const CallOptions& options);
 

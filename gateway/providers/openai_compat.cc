@@ -13,16 +13,6 @@
 namespace kvgate::providers::internal {
 namespace {
 
-// A non-null `error` member -> its message (the object form or a bare string).
-std::optional<std::string> ErrorMessageOf(const json& object) {
-  const json* error = Member(object, "error");
-  if (error == nullptr || error->is_null()) return std::nullopt;
-  if (error->is_string()) return error->get<std::string>();
-  std::string_view message = StringMember(*error, "message");
-  if (!message.empty()) return std::string(message);
-  return Dump(*error);
-}
-
 // A value that carries something: not null, "", [] or {}.
 bool NonEmpty(std::optional<raw_json::Value> v) {
   if (!v || v->is_null()) return false;
@@ -132,18 +122,6 @@ bool AppendObjectWithout(raw_json::Value object, std::string_view drop, std::str
   return true;
 }
 
-// Whether every non-empty line of an SSE block is a comment (": ...").
-bool OnlyComments(std::string_view raw) {
-  while (!raw.empty()) {
-    const size_t end = raw.find_first_of("\r\n");
-    const std::string_view line = raw.substr(0, end);
-    if (!line.empty() && line.front() != ':') return false;
-    if (end == std::string_view::npos) break;
-    raw.remove_prefix(end + 1);
-  }
-  return true;
-}
-
 constexpr std::string_view kTrailingNullUsage = ",\"usage\":null}";
 
 class OpenAICompatStream final : public SseStreamTranslator {
@@ -250,8 +228,14 @@ enum class Rewritten {
   kCount
 };
 
-Rewritten Classify(ProviderType type, const raw_json::Member& m) {
-  if (type == ProviderType::kDeepSeek) {
+Rewritten Classify(ProviderType type, Endpoint endpoint, const raw_json::Member& m) {
+  if (endpoint == Endpoint::kResponses) {
+    // The Responses API's stream options are its own (no include_usage: usage always comes in
+    // response.completed), and its `stream` is the client's.
+    if (m.KeyIs("stream") || m.KeyIs("stream_options")) return Rewritten::kNone;
+  } else if (endpoint == Endpoint::kEmbeddings) {
+    if (m.KeyIs("stream") || m.KeyIs("stream_options")) return Rewritten::kDropped;
+  } else if (type == ProviderType::kDeepSeek) {
     // DeepSeek's API has max_tokens only; the OpenAI SDK's newer max_completion_tokens means the
     // same there (no reasoning tokens are billed as output separately).
     if (m.KeyIs("max_tokens")) return Rewritten::kMaxTokens;
@@ -275,7 +259,7 @@ Result<UpstreamCall> BuildOpenAICompatCall(ProviderType type, const raw_json::Ob
   // index + 1 of the last occurrence of each rewritten member
   std::array<size_t, static_cast<size_t>(Rewritten::kCount)> last{};
   for (size_t i = 0; i < members.size(); ++i) {
-    kinds[i] = Classify(type, members[i]);
+    kinds[i] = Classify(type, options.endpoint, members[i]);
     last[static_cast<size_t>(kinds[i])] = i + 1;
   }
   auto is_last = [&](size_t i) { return last[static_cast<size_t>(kinds[i])] == i + 1; };
@@ -357,7 +341,13 @@ Result<UpstreamCall> BuildOpenAICompatCall(ProviderType type, const raw_json::Ob
     }
   }
   if (!present(Rewritten::kModel) && !options.upstream_model.empty()) append_model("model");
-  if (options.stream) {
+  const bool chat_shape = options.endpoint == Endpoint::kChatCompletions ||
+                          options.endpoint == Endpoint::kCompletions;
+  if (options.stream && options.endpoint == Endpoint::kResponses &&
+      !raw_json::Find(client_body.value(), "stream")) {
+    append_stream("stream");
+  }
+  if (options.stream && chat_shape) {
     if (!present(Rewritten::kStream)) append_stream("stream");
     if (!present(Rewritten::kStreamOptions)) {
       body += ",\"stream_options\":{";
@@ -368,7 +358,8 @@ Result<UpstreamCall> BuildOpenAICompatCall(ProviderType type, const raw_json::Ob
   body += '}';
 
   UpstreamCall call;
-  call.path = options.endpoint == Endpoint::kCompletions ? "/completions" : "/chat/completions";
+  // The provider's base URL ends in /v1 (or its equivalent): the endpoint's path without it.
+  call.path = std::string(EndpointPath(options.endpoint).substr(3));
   call.headers.emplace_back("content-type", "application/json");
   if (!options.api_key.empty())
     call.headers.emplace_back("authorization", "Bearer " + options.api_key);

@@ -106,6 +106,26 @@ telemetry::UsageFlavor UsageFlavorFor(ProviderType type) {
 
 bool IsOpenAICompatible(ProviderType type) { return type != ProviderType::kAnthropic; }
 
+std::string_view EndpointName(Endpoint endpoint) {
+  switch (endpoint) {
+    case Endpoint::kChatCompletions: return "chat.completions";
+    case Endpoint::kCompletions: return "completions";
+    case Endpoint::kResponses: return "responses";
+    case Endpoint::kEmbeddings: return "embeddings";
+  }
+  return "chat.completions";
+}
+
+std::string_view EndpointPath(Endpoint endpoint) {
+  switch (endpoint) {
+    case Endpoint::kChatCompletions: return "/v1/chat/completions";
+    case Endpoint::kCompletions: return "/v1/completions";
+    case Endpoint::kResponses: return "/v1/responses";
+    case Endpoint::kEmbeddings: return "/v1/embeddings";
+  }
+  return "/v1/chat/completions";
+}
+
 bool ClientWantsStreamUsage(const raw_json::Object& client_body) {
   std::optional<raw_json::Value> options = client_body.Find("stream_options");
   if (!options) return false;
@@ -222,6 +242,13 @@ Result<UpstreamCall> BuildUpstreamCall(ProviderType type, const raw_json::Object
         return MakeError(ErrorCode::kInvalidArgument, "'messages' must be an array");
       }
     }
+    const bool passthrough_only =
+        options.endpoint == Endpoint::kResponses || options.endpoint == Endpoint::kEmbeddings;
+    if (type == ProviderType::kAnthropic && passthrough_only) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       StrCat(EndpointPath(options.endpoint),
+                              " is not served by providers of type anthropic"));
+    }
     if (type == ProviderType::kAnthropic) {
       // The Messages translation rewrites every field: it works on a tree, built without the long
       // message texts, which it copies verbatim (anthropic_texts.cc).
@@ -244,6 +271,12 @@ Result<UpstreamCall> BuildUpstreamCall(ProviderType type, const raw_json::Object
 Result<Translated> TranslateResponse(ProviderType type, std::string_view upstream_body,
                                      const CallOptions& options) {
   try {
+    if (options.endpoint == Endpoint::kResponses) {
+      return internal::TranslateResponsesResponse(upstream_body);
+    }
+    if (options.endpoint == Endpoint::kEmbeddings) {
+      return internal::TranslateEmbeddingsResponse(upstream_body);
+    }
     if (type == ProviderType::kAnthropic)
       return internal::TranslateAnthropicResponse(upstream_body, options);
     return internal::TranslateOpenAICompatResponse(type, upstream_body, options);
@@ -255,25 +288,39 @@ Result<Translated> TranslateResponse(ProviderType type, std::string_view upstrea
 
 std::unique_ptr<StreamTranslator> NewStreamTranslator(ProviderType type,
                                                       const CallOptions& options) {
+  if (options.endpoint == Endpoint::kResponses) return internal::NewResponsesStream();
   if (type == ProviderType::kAnthropic) return internal::NewAnthropicStream(options);
   return internal::NewOpenAICompatStream(type, options);
 }
 
-std::string ResponseIdOf(std::string_view client_body) {
-  Result<raw_json::Value> body = raw_json::Parse(client_body);
+namespace {
+
+// The "id" of a JSON object's text, or with `nested` (a Responses API event) of its `response`
+// member; "" when there is none.
+std::string IdOf(std::string_view text, bool nested) {
+  Result<raw_json::Value> body = raw_json::Parse(text);
   if (!body || !body->is_object()) return "";
-  std::optional<raw_json::Value> id = raw_json::Find(*body, "id");
+  std::optional<raw_json::Value> holder = *body;
+  if (nested) holder = raw_json::Find(*body, "response");
+  if (!holder || !holder->is_object()) return "";
+  std::optional<raw_json::Value> id = raw_json::Find(*holder, "id");
   if (!id) return "";
   return raw_json::DecodeString(*id).value_or("");
 }
+
+}  // namespace
+
+std::string ResponseIdOf(std::string_view client_body) { return IdOf(client_body, false); }
 
 std::string ResponseIdOfStream(std::string_view sse_bytes) {
   size_t pos = 0;
   while ((pos = sse_bytes.find("data:", pos)) != std::string_view::npos) {
     pos += 5;
     const size_t end = sse_bytes.find('\n', pos);
-    std::string id = ResponseIdOf(sse_bytes.substr(pos, end == sse_bytes.npos ? sse_bytes.npos
-                                                                               : end - pos));
+    const std::string_view data =
+        sse_bytes.substr(pos, end == sse_bytes.npos ? sse_bytes.npos : end - pos);
+    std::string id = IdOf(data, false);
+    if (id.empty()) id = IdOf(data, true);
     if (!id.empty()) return id;
     if (end == std::string_view::npos) break;
     pos = end;
@@ -315,6 +362,26 @@ std::string ErrorEventBytes(const ClientError& error) {
   out += Dump(error.body);
   out += "\n\n";
   return out;
+}
+
+std::optional<std::string> ErrorMessageOf(const json& object) {
+  const json* error = Member(object, "error");
+  if (error == nullptr || error->is_null()) return std::nullopt;
+  if (error->is_string()) return error->get<std::string>();
+  std::string_view message = StringMember(*error, "message");
+  if (!message.empty()) return std::string(message);
+  return Dump(*error);
+}
+
+bool OnlyComments(std::string_view raw) {
+  while (!raw.empty()) {
+    const size_t end = raw.find_first_of("\r\n");
+    const std::string_view line = raw.substr(0, end);
+    if (!line.empty() && line.front() != ':') return false;
+    if (end == std::string_view::npos) break;
+    raw.remove_prefix(end + 1);
+  }
+  return true;
 }
 
 void AppendRawEvent(std::string& out, std::string_view raw) {

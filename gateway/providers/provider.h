@@ -54,12 +54,21 @@ telemetry::UsageFlavor UsageFlavorFor(ProviderType type);
 // True for every type that speaks the OpenAI wire format (all but kAnthropic).
 bool IsOpenAICompatible(ProviderType type);
 
-enum class Endpoint { kChatCompletions, kCompletions };
+// The client-facing APIs kvgate proxies. Chat and completions go to every provider type (the
+// Anthropic adapter translates chat); the Responses API and embeddings only pass through to
+// OpenAI-compatible types (the gateway checks a target can serve them before it gets here).
+enum class Endpoint { kChatCompletions, kCompletions, kResponses, kEmbeddings };
+
+// The record's name of an endpoint: "chat.completions", "completions", "responses", "embeddings".
+std::string_view EndpointName(Endpoint endpoint);
+// The path a client posts to: "/v1/chat/completions", "/v1/completions", "/v1/responses",
+// "/v1/embeddings".
+std::string_view EndpointPath(Endpoint endpoint);
 
 // What to send upstream. `path` is relative to the provider's configured base URL: for OpenAI-
 // compatible types the base already ends in /v1 (or Gemini's /v1beta/openai) and the path is
 // "/chat/completions" or "/completions"; for Anthropic the base is "https://api.anthropic.com" and
-// the path is "/v1/messages".
+// the path is "/v1/messages". The Responses API goes to "/responses", embeddings to "/embeddings".
 struct UpstreamCall {
   std::string path;
   std::vector<std::pair<std::string, std::string>> headers;  // lower-case names
@@ -133,6 +142,12 @@ std::optional<std::string> UnsupportedFeature(const nlohmann::json& body, std::s
 // Headers: content-type, x-api-key (when non-empty), anthropic-version "2023-06-01", accept
 // "text/event-stream" when streaming.
 //
+// Responses API and embeddings (OpenAI-compatible types only; kInvalidArgument for Anthropic):
+// the body passes through the same way, `model` rewritten and kvgate's fields removed, but
+// `stream` and `stream_options` are the client's own for the Responses API (its streams carry
+// usage in response.completed, so nothing is forced), and removed for embeddings (which have no
+// stream).
+//
 // Errors common to all types: kInvalidArgument when the body is not a JSON object or (chat)
 // `messages` is not an array.
 Result<UpstreamCall> BuildUpstreamCall(ProviderType type, const raw_json::Object& client_body,
@@ -148,6 +163,11 @@ struct Translated {
 // A 2xx non-streaming upstream body -> the client's body and the normalized usage.
 // OpenAI-compatible types: the body is returned byte-for-byte unchanged (usage included, as the
 // client expects from OpenAI); llama.cpp's whole response is normalized so `timings` is seen.
+// options.endpoint says what the body is: a chat.completion / text_completion (needs `choices`),
+// a Responses API `response` object (needs `output`; usage read as OpenAI Responses usage;
+// finish_reason "stop", "tool_calls" when it called a function, "length" / "content_filter" for
+// an incomplete one; status "failed" is an error like an `error` object), or an embeddings list
+// (needs `data`; usage.prompt_tokens is all uncached input, no output).
 // Anthropic: a Message becomes a chat.completion whose `usage` is in OpenAI shape
 // (prompt_tokens = input + cache_creation + cache_read; prompt_tokens_details.cached_tokens = read,
 // cache_write_tokens = creation); the normalized Usage comes from the Anthropic usage itself.
@@ -157,11 +177,13 @@ struct Translated {
 Result<Translated> TranslateResponse(ProviderType type, std::string_view upstream_body,
                                      const CallOptions& options);
 
-// The "id" of a response body the client gets ("chatcmpl-...", "msg_..." from Anthropic), or ""
-// when it has none: what the telemetry stores as the request's response_id.
+// The "id" of a response body the client gets ("chatcmpl-...", "msg_..." from Anthropic,
+// "resp_..." from the Responses API), or "" when it has none: what the telemetry stores as the
+// request's response_id.
 std::string ResponseIdOf(std::string_view client_body);
 // The same for a piece of the client's event stream: the "id" of its first data event that has
-// one ("" when none does, e.g. a piece holding only comments).
+// one, or else that event's `response.id` (the Responses API's events wrap the response object);
+// "" when none does, e.g. a piece holding only comments.
 std::string ResponseIdOfStream(std::string_view sse_bytes);
 
 // An OpenAI-style error: `body` = {"error": {"message", "type", "param", "code"}}, with param and
@@ -197,7 +219,10 @@ ClientError TranslateUpstreamError(ProviderType type, int upstream_status,
 const std::string& ShutdownCutEvent();
 
 // Incremental translation of a 2xx streaming (SSE) upstream body into OpenAI chat.completion.chunk
-// SSE for the client. Single-threaded. The translator never throws and never crashes on bad input:
+// SSE for the client; for the Responses API (options.endpoint), the upstream's Responses events
+// pass through unchanged, usage comes from response.completed (or response.incomplete /
+// response.failed, the other final events), and content is the first `*.delta` event with a
+// non-empty delta. Single-threaded. The translator never throws and never crashes on bad input:
 // a malformed upstream stream turns into one error event for the client, after which the
 // translator emits nothing more.
 class StreamTranslator {
@@ -228,7 +253,8 @@ class StreamTranslator {
   virtual const telemetry::Usage& usage() const = 0;
   // OpenAI vocabulary; "" until the upstream gives one.
   virtual std::string_view finish_reason() const = 0;
-  // The upstream's terminal event was seen ([DONE] / message_stop).
+  // The upstream's terminal event was seen ([DONE] / message_stop / response.completed or
+  // response.incomplete; response.failed is an upstream error).
   virtual bool completed() const = 0;
   // The message of an error event the upstream sent mid-stream, if any.
   virtual std::optional<std::string> upstream_error() const = 0;

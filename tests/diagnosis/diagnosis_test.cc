@@ -97,6 +97,34 @@ TEST(FingerprintTest, CacheBreakpointsAreNotPartOfThePrompt) {
             std::string(R"({"role":"user","content":[{"type":"text","text":"second"}]})").size());
 }
 
+TEST(FingerprintTest, ResponsesApiInstructionsAndInputItems) {
+  // A Responses API body: instructions are the system element, each input item a message.
+  const std::string turn1 = R"({"model":"gpt-4.1","instructions":"Be brief.",
+      "input":[{"role":"user","content":"first"}]})";
+  const std::string turn2 = R"({"model":"gpt-4.1","instructions":"Be brief.",
+      "input":[{"role":"user","content":"first"},{"role":"assistant","content":"a"},
+      {"role":"user","content":[{"type":"input_text","text":"second"}]}]})";
+  PromptFingerprint a = FingerprintOfText(turn1);
+  PromptFingerprint b = FingerprintOfText(turn2);
+  ASSERT_EQ(a.elements.size(), 2u);
+  EXPECT_EQ(a.elements[0].kind, FingerprintElement::Kind::kSystem);
+  EXPECT_EQ(a.elements[1].kind, FingerprintElement::Kind::kMessage);
+  ASSERT_EQ(b.elements.size(), 4u);
+  EXPECT_EQ(b.elements[3].message_index, 2);
+  EXPECT_TRUE(ComparePrefixes(a, b).previous_intact);
+  // Other instructions: the prompt changed at the system element.
+  const std::string other = R"({"instructions":"Be long.","input":[{"role":"user",
+      "content":"first"}]})";
+  PrefixComparison changed = ComparePrefixes(a, FingerprintOfText(other));
+  EXPECT_FALSE(changed.previous_intact);
+  EXPECT_EQ(changed.diverged_kind, FingerprintElement::Kind::kSystem);
+  // A string input is one message.
+  PromptFingerprint text = FingerprintOfText(R"({"input":"hello there"})");
+  ASSERT_EQ(text.elements.size(), 1u);
+  EXPECT_EQ(text.elements[0].kind, FingerprintElement::Kind::kMessage);
+  EXPECT_EQ(text.elements[0].length, std::string(R"("hello there")").size());
+}
+
 TEST(FingerprintTest, JsonRoundTripAndRejectsCorruption) {
   PromptFingerprint fp = Fingerprint(Body(kSystem, 3));
   json stored = json::parse(ToJsonText(fp));

@@ -215,7 +215,7 @@ def _fresh_sim(request):
         yield
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def kvgate_process_class():
     """KvgateProcess, for tests that subclass it to write another config. (Importing it with
     `from conftest import ...` is ambiguous: tests/sim has a conftest too, in the same session.)"""
@@ -249,7 +249,7 @@ def local_gw(kvgate_bin, tmp_path):
     assert kg.terminate() == 0, kg.stderr_tail()
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def bundled_model() -> Path:
     """The bundled GGUF model; a missing file fails the test (scripts/fetch_model.sh fetches it)."""
     if not BUNDLED_MODEL.exists():

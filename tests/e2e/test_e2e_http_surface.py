@@ -177,7 +177,7 @@ def test_models_retrieve(gw):
 
 @pytest.mark.parametrize("method,path,headers", [
     ("GET", "/v1/nothing", auth_json()),
-    ("POST", "/v1/embeddings", auth_json()),
+    ("POST", "/v1/audio/speech", auth_json()),
     ("GET", "/api/nothing", admin()),
 ])
 def test_unknown_path_404(gw, method, path, headers):
@@ -190,6 +190,8 @@ def test_unknown_path_404(gw, method, path, headers):
 
 @pytest.mark.parametrize("method,path,headers,allow", [
     ("GET", CHAT, auth_json(), "POST"),
+    ("GET", "/v1/responses", auth_json(), "POST"),
+    ("DELETE", "/v1/embeddings", auth_json(), "POST"),
     ("POST", "/healthz", {}, "GET, HEAD"),
     ("DELETE", "/api/threads", admin(), "GET, HEAD"),
 ])

@@ -142,6 +142,7 @@ RequestRecord SampleRecord() {
   r.model = "gpt-4o";
   r.provider = "openai";
   r.status = "ok";
+  r.endpoint = "chat.completions";
   r.http_status = 200;
   r.upstream_status = 200;
   r.latency_us = 1'200'000;
@@ -167,6 +168,7 @@ TEST(GatewayMetricsTest, ObserveUpdatesEveryFamily) {
   RequestRecord second = SampleRecord();
   second.usage.cache_read = 0;  // ratio is cumulative: 1024 / (2048 + 1024)
   second.usage.uncached = 1024;
+  second.endpoint = "responses";
   (*metrics)->Observe(second);
   RequestRecord failed = SampleRecord();
   failed.status = "upstream_error";
@@ -185,6 +187,11 @@ TEST(GatewayMetricsTest, ObserveUpdatesEveryFamily) {
   const std::string mp = "model=\"gpt-4o\",provider=\"openai\"";
   EXPECT_TRUE(Contains(text, "kvgate_requests_total{" + mp + ",status=\"ok\"} 2\n")) << text;
   EXPECT_TRUE(Contains(text, "kvgate_requests_total{" + mp + ",status=\"upstream_error\"} 1\n"));
+  // The endpoint each request came to (SampleRecord's is chat.completions).
+  EXPECT_TRUE(Contains(text, "kvgate_endpoint_requests_total{endpoint=\"chat.completions\","
+                             "status=\"ok\"} 1\n")) << text;
+  EXPECT_TRUE(Contains(text, "kvgate_endpoint_requests_total{endpoint=\"responses\","
+                             "status=\"ok\"} 1\n")) << text;
   EXPECT_TRUE(Contains(text, "kvgate_tokens_total{" + mp + ",kind=\"cache_read\"} 1024\n"));
   EXPECT_TRUE(Contains(text, "kvgate_tokens_total{" + mp + ",kind=\"uncached\"} 2048\n"));
   EXPECT_TRUE(Contains(text, "kvgate_tokens_total{" + mp + ",kind=\"output\"} 200\n"));

@@ -108,6 +108,57 @@ TEST(FuzzTest, MutatedStreamsInRandomPieces) {
   }
 }
 
+// Responses API streams pass events through: what ends one badly is a response.failed or error
+// event from the upstream, or kvgate's own error event (a malformed or cut stream) — exactly one.
+TEST(FuzzTest, MutatedResponsesApiStreamsInRandomPieces) {
+  std::mt19937 rng(4242);
+  CallOptions o;
+  o.endpoint = Endpoint::kResponses;
+  o.stream = true;
+  for (const char* file : {"openai_responses_stream.sse", "openai_responses_stream_failed.sse",
+                           "openai_responses_stream_incomplete.sse"}) {
+    const std::string golden = ReadGolden(file);
+    for (int iter = 0; iter < 400; ++iter) {
+      const std::string input = Mutate(golden, rng);
+      auto t = NewStreamTranslator(ProviderType::kOpenAI, o);
+      std::string bytes;
+      for (size_t i = 0; i < input.size();) {
+        const size_t n = 1 + rng() % 64;
+        bytes += t->Feed(std::string_view(input).substr(i, n)).bytes;
+        i += n;
+      }
+      const bool eof = rng() % 4 != 0;
+      bytes += t->Finish(eof, eof ? "" : "reset");
+      SseParser parser;
+      parser.Append(bytes);
+      parser.EndOfInput();
+      int errors = 0;
+      while (true) {
+        auto next = parser.Next();
+        ASSERT_TRUE(next.has_value());
+        if (!next->has_value()) break;
+        const SseEvent& e = **next;
+        if (!e.has_data) continue;
+        const json parsed = json::parse(e.data, nullptr, false);
+        ASSERT_FALSE(parsed.is_discarded()) << testing::PrintToString(input);
+        if (!parsed.is_object()) continue;
+        const auto error = parsed.find("error");
+        std::string type = parsed.value("type", json()).is_string()
+                               ? parsed["type"].get<std::string>() : "";
+        if (type.empty()) type = std::string(e.event);  // as the translator names the event
+        if ((error != parsed.end() && !error->is_null()) || type == "error" ||
+            type == "response.failed") {
+          ++errors;
+        }
+      }
+      EXPECT_EQ(errors, t->completed() ? 0 : 1) << testing::PrintToString(input) << "\n"
+                                                << testing::PrintToString(bytes);
+      EXPECT_EQ(t->completed(), !t->client_error().has_value());
+      if (HasFailure()) return;
+    }
+  }
+}
+
 TEST(FuzzTest, MutatedResponsesAndErrorBodies) {
   const std::vector<std::pair<ProviderType, const char*>> cases = {
       {ProviderType::kOpenAI, "openai_chat.json"},
@@ -117,12 +168,18 @@ TEST(FuzzTest, MutatedResponsesAndErrorBodies) {
       {ProviderType::kLlamaCpp, "llamacpp_chat.json"},
       {ProviderType::kAnthropic, "anthropic_message.json"},
       {ProviderType::kAnthropic, "anthropic_message_tool_use.json"},
+      {ProviderType::kOpenAI, "openai_responses.json"},
+      {ProviderType::kOpenAI, "openai_embeddings.json"},
   };
   std::mt19937 rng(777);
   CallOptions o;
   o.created = 1;
   for (const auto& [type, file] : cases) {
     const std::string golden = ReadGolden(file);
+    const std::string_view name(file);
+    o.endpoint = name.find("responses") != name.npos    ? Endpoint::kResponses
+                 : name.find("embeddings") != name.npos ? Endpoint::kEmbeddings
+                                                        : Endpoint::kChatCompletions;
     for (int iter = 0; iter < 400; ++iter) {
       const std::string input = Mutate(golden, rng);
       auto t = TranslateResponse(type, input, o);
@@ -233,7 +290,11 @@ TEST(FuzzTest, RandomRequestsNeverThrowAndSucceedWithValidJson) {
     }
     CallOptions o;
     o.stream = rng() % 2 == 0;
-    o.endpoint = rng() % 5 == 0 ? Endpoint::kCompletions : Endpoint::kChatCompletions;
+    const unsigned pick = rng() % 8;
+    o.endpoint = pick == 0   ? Endpoint::kCompletions
+                 : pick == 1 ? Endpoint::kResponses
+                 : pick == 2 ? Endpoint::kEmbeddings
+                             : Endpoint::kChatCompletions;
     for (ProviderType type : types) {
       auto call = BuildCall(type, body, o);
       if (call.has_value()) {

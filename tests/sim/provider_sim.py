@@ -14,6 +14,8 @@ It prints ``SIM_PORT=<port>`` on stdout (flushed) before serving. SIGTERM/SIGINT
 Endpoints (all on 127.0.0.1)
 ----------------------------
   POST /openai/v1/chat/completions, POST /openai/v1/completions, GET /openai/v1/models
+  POST /openai/v1/responses (Responses API; stored responses continue by previous_response_id)
+  POST /openai/v1/embeddings (encoding_format float or base64; 8 dimensions unless `dimensions`)
   POST /anthropic/v1/messages
   POST /deepseek/v1/chat/completions, GET /deepseek/v1/models
 Control (no auth):
@@ -35,6 +37,15 @@ A token is a whitespace-separated word. Structural tokens are single tokens spel
   (2 tokens of overhead per message), then one ``<|assistant|>`` primer. Content given as an array
   of parts counts the words of each text part (other parts: words of their JSON without cache_control).
 * OpenAI completions: words(prompt) (a list of prompts is joined).
+* OpenAI Responses: ``<|system|>`` + words(instructions) + ``<|end|>`` (this request's only), then
+  the stored conversation of ``previous_response_id`` (every earlier turn's input items and its
+  output: ``<|assistant|>`` + reply words + ``<|end|>``), then this request's input (a string is
+  one user message; each message item is ``<|role|>`` + words of its text parts + ``<|end|>``;
+  any other item ``<|item|>`` + words(json) + ``<|end|>``), then one ``<|assistant|>`` primer.
+  An unknown ``previous_response_id`` is a 400 ``previous_response_not_found``; ``store: false``
+  responses are not kept. ``max_output_tokens`` below the reply length makes it ``incomplete``.
+* OpenAI embeddings: words of each input (token arrays: one token per integer); usage
+  ``prompt_tokens`` = ``total_tokens`` = their sum.
 * Anthropic: the prefix order is tools -> system -> messages. Each tool is one block:
   ``<|tool|>`` + words(json(tool without cache_control)). Each system block: ``<|system|>`` + words(text)
   (a string system is one block). Each message: ``<|role|>`` then each content block's tokens
@@ -49,7 +60,8 @@ Caching rules (simulated time; see /_sim/clock)
 * OpenAI: prompts of >= 1024 tokens are cached automatically (stored whole after the request).
   cached_tokens = largest 1024 + 128k <= the longest common prefix with a live entry of the same
   model (0 below 1024). Entries expire after ``openai_ttl`` (300 s) idle; a hit refreshes the entry.
-  usage.prompt_tokens includes cached tokens.
+  usage.prompt_tokens includes cached tokens. The Responses API shares these entries and rules
+  (usage.input_tokens includes input_tokens_details.cached_tokens).
 * DeepSeek: every prompt of >= 64 tokens is stored; hit = 64 * floor(common prefix / 64);
   prompt_cache_hit_tokens + prompt_cache_miss_tokens = prompt_tokens; idle TTL ``deepseek_ttl``.
 * Anthropic: only prefixes ending at a cache_control breakpoint are written (at most 4 breakpoints,
@@ -89,6 +101,9 @@ request's end-user id: OpenAI's `user`, Anthropic's metadata.user_id).
                                sync flush after each)
   {"ignore_stream": true}      answer a streaming request with the non-streaming JSON document
                                (application/json), like a server that ignores "stream": true
+  {"response_failed": true}    Responses API only: the response fails after it started (a stream
+                               ends with response.failed after response.in_progress; a JSON answer
+                               has status "failed" and an error), billing the input, no output
   {"sse_noise": true}          after the first event and before the final one, insert blocks that
                                dispatch nothing (SSE_NOISE: empty data fields, event:/id:/retry:
                                fields without data) and one comment, ": keep-alive"
@@ -114,6 +129,7 @@ from sim_core import (MAX_LOG, Reply, SimError, SimState, anthropic_error, opena
     provider_error)
 from sim_handlers import (handle_anthropic, handle_openai_completions, handle_openai_style_chat,
     models_list, provider_of)
+from sim_responses import fail_response, handle_openai_embeddings, handle_openai_responses
 
 # What "sse_noise" inserts: blocks that dispatch no event (WHATWG SSE: an empty data buffer, or no
 # data field at all), then a comment.
@@ -353,6 +369,8 @@ class SimHandler(BaseHTTPRequestHandler):
         except SimError as e:
             record["status"] = e.status
             return self.send_json(e.status, e.body, e.headers, gzip=gzip)
+        if fault and fault.get("response_failed") and path.endswith("/responses"):
+            fail_response(reply, entry)
         record["status"] = reply.status
         record["response_id"] = reply.response_id
         if entry is not None:
@@ -402,6 +420,8 @@ class SimHandler(BaseHTTPRequestHandler):
             "/openai/v1/chat/completions": lambda b: handle_openai_style_chat(
                 self.state, "openai", b, path),
             "/openai/v1/completions": lambda b: handle_openai_completions(self.state, b, path),
+            "/openai/v1/responses": lambda b: handle_openai_responses(self.state, b, path),
+            "/openai/v1/embeddings": lambda b: handle_openai_embeddings(self.state, b, path),
             "/deepseek/v1/chat/completions": lambda b: handle_openai_style_chat(
                 self.state, "deepseek", b, path),
             "/deepseek/chat/completions": lambda b: handle_openai_style_chat(

@@ -280,6 +280,8 @@ class SimState:
         self.request_counter = 0
         self.usage_entries: list[dict] = []
         self.faults: list[dict] = []
+        # Responses API: stored response id -> its conversation's tokens (input and output so far)
+        self.responses: dict[str, list[str]] = {}
 
     def now(self) -> float:
         return time.time() + self.clock_offset

@@ -96,6 +96,20 @@ TEST(TelemetryPricingTest, CostGpt4oMiniWithCacheRead) {
   EXPECT_TRUE(c.priced);
 }
 
+TEST(TelemetryPricingTest, CostEmbeddingModelsInputOnly) {
+  PriceCatalog catalog = PriceCatalog::BuiltIn();
+  Usage u = NormalizeUsage(UsageFlavor::kOpenAIEmbeddings,
+                           json::parse(R"({"prompt_tokens": 1000, "total_tokens": 1000})"));
+  // $0.02 / 1M = 20'000 micro-USD per 1M tokens = 20'000 pico-USD per token.
+  Cost small = ComputeCost(u, catalog, "text-embedding-3-small");
+  EXPECT_EQ(small.total, 1000LL * 20'000);
+  EXPECT_EQ(small.uncached, small.total);
+  EXPECT_EQ(small.output, 0);
+  EXPECT_TRUE(small.complete);
+  EXPECT_TRUE(small.priced);
+  EXPECT_EQ(ComputeCost(u, catalog, "text-embedding-3-large").total, 1000LL * 130'000);
+}
+
 // Bug class 3: a cache write is charged at the write rate only, never also at the input rate.
 TEST(TelemetryPricingTest, CostSonnetCacheWriteChargedOnce) {
   PriceCatalog catalog = PriceCatalog::BuiltIn();
@@ -196,6 +210,8 @@ TEST(TelemetryPricingTest, BuiltInHasEveryModelOfTheTable) {
       {"gemini-2.5-pro", 1'250'000, 125'000, 1'250'000, 1'250'000, 10'000'000},
       {"gemini-2.5-flash", 300'000, 30'000, 300'000, 300'000, 2'500'000},
       {"deepseek-chat", 280'000, 28'000, 280'000, 280'000, 420'000},
+      {"text-embedding-3-small", 20'000, 20'000, 20'000, 20'000, 0},
+      {"text-embedding-3-large", 130'000, 130'000, 130'000, 130'000, 0},
   };
   EXPECT_EQ(catalog.size(), std::size(rows));
   for (const Row& row : rows) {

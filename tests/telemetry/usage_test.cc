@@ -22,7 +22,7 @@ Usage N(UsageFlavor flavor, const char* text) {
 TEST(TelemetryUsageTest, FlavorNamesRoundTrip) {
   const char* names[] = {"openai",  "openai-responses", "openai-compatible", "openrouter", "anthropic",
                          "bedrock", "gemini",           "gemini-openai",     "deepseek",   "vllm",
-                         "sglang",  "llamacpp",         "kvgate"};
+                         "sglang",  "llamacpp",         "kvgate",            "openai-embeddings"};
   for (const char* name : names) {
     auto flavor = UsageFlavorFromName(name);
     ASSERT_TRUE(flavor.has_value()) << name;
@@ -84,6 +84,55 @@ TEST(TelemetryUsageTest, OpenAIResponses) {
   EXPECT_EQ(w.cache_write_5m, 0);
   EXPECT_EQ(w.cache_write_no_ttl, 2500);
   EXPECT_EQ(w.uncached, 500);
+}
+
+// The Responses API's counts as the API reference shows them: input_tokens includes the cached
+// ones (the same convention as prompt_tokens), so uncached = input - cached.
+TEST(TelemetryUsageTest, OpenAIResponsesReferenceShape) {
+  Usage u = N(UsageFlavor::kOpenAIResponses, R"({"input_tokens": 36, "input_tokens_details":
+      {"cached_tokens": 0}, "output_tokens": 87, "output_tokens_details": {"reasoning_tokens": 0},
+      "total_tokens": 123})");
+  EXPECT_EQ(u.cache_read, 0);
+  EXPECT_EQ(u.cache_write_no_ttl, 0);  // no cache_write_tokens: this model bills no writes
+  EXPECT_EQ(u.uncached, 36);
+  EXPECT_EQ(u.output, 87);
+  EXPECT_EQ(u.reasoning, 0);
+  EXPECT_EQ(u.TotalInput(), 36);
+  EXPECT_EQ(u.reported_input, 36);
+  EXPECT_FALSE(u.clamped);
+}
+
+TEST(TelemetryUsageTest, OpenAIResponsesWithoutDetailsIsUnknownNotZero) {
+  // An OpenAI-compatible server's Responses endpoint that reports no cache counts (vLLM without
+  // --enable-prompt-tokens-details): the cached share, so the uncached one, is unknown.
+  Usage u = N(UsageFlavor::kOpenAIResponses, R"({"input_tokens": 400, "output_tokens": 9})");
+  EXPECT_EQ(u.cache_read, std::nullopt);
+  EXPECT_EQ(u.uncached, std::nullopt);
+  EXPECT_EQ(u.reported_input, 400);
+  EXPECT_EQ(u.output, 9);
+  EXPECT_EQ(u.reasoning, std::nullopt);
+}
+
+TEST(TelemetryUsageTest, OpenAIResponsesCachedAboveInputIsClamped) {
+  Usage u = N(UsageFlavor::kOpenAIResponses, R"({"input_tokens": 100, "output_tokens": 1,
+      "input_tokens_details": {"cached_tokens": 128}})");
+  EXPECT_EQ(u.uncached, 0);
+  EXPECT_TRUE(u.clamped);
+}
+
+TEST(TelemetryUsageTest, OpenAIEmbeddingsAreAllUncachedInput) {
+  Usage u = N(UsageFlavor::kOpenAIEmbeddings, R"({"prompt_tokens": 8, "total_tokens": 8})");
+  EXPECT_EQ(u.uncached, 8);
+  EXPECT_EQ(u.cache_read, 0);
+  EXPECT_EQ(u.CacheWrite(), 0);
+  EXPECT_EQ(u.output, 0);
+  EXPECT_EQ(u.reasoning, 0);
+  EXPECT_EQ(u.TotalInput(), 8);
+  EXPECT_EQ(u.reported_input, 8);
+  Usage none = N(UsageFlavor::kOpenAIEmbeddings, R"({"total_tokens": 8})");
+  EXPECT_EQ(none.uncached, std::nullopt);
+  EXPECT_EQ(none.output, std::nullopt);
+  EXPECT_EQ(none.TotalInput(), std::nullopt);
 }
 
 TEST(TelemetryUsageTest, OpenAICompatibleHasNoWrites) {

@@ -20,7 +20,7 @@ const std::set<std::string, std::less<>> kAnnotations = {
     "deprecated", "readOnly", "writeOnly", "$defs", "definitions"};
 const std::set<std::string, std::less<>> kKeywords = {
     "type", "properties", "required", "additionalProperties", "enum", "const", "items",
-    "minItems", "maxItems", "anyOf", "oneOf", "allOf", "$ref"};
+    "minItems", "maxItems", "minLength", "maxLength", "anyOf", "oneOf", "allOf", "$ref"};
 
 std::string Quote(std::string_view s) { return "'" + std::string(s) + "'"; }
 
@@ -220,7 +220,14 @@ class Compiler {
 
   std::expected<uint32_t, SchemaError> Typed(const json& s, const std::string& type,
                                              const std::string& path, int depth) {
-    if (type == "string") return NewNode(Kind::kString);
+    if (type == "string") {
+      auto bounds = Bounds(s, path, "minLength", "maxLength");
+      if (!bounds) return Unexpected(bounds.error());
+      const uint32_t n = NewNode(Kind::kString);
+      g_->nodes[n].min_items = bounds->first;
+      g_->nodes[n].max_items = bounds->second;
+      return n;
+    }
     if (type == "number") return NewNode(Kind::kNumber);
     if (type == "integer") return NewNode(Kind::kInteger);
     if (type == "boolean") return Literals(json::array({false, true}));
@@ -238,8 +245,20 @@ class Compiler {
     } else {
       items = Any();
     }
+    auto bounds = Bounds(s, path, "minItems", "maxItems");
+    if (!bounds) return Unexpected(bounds.error());
+    const uint32_t n = NewNode(Kind::kArray);
+    g_->nodes[n].value_node = items;
+    g_->nodes[n].min_items = bounds->first;
+    g_->nodes[n].max_items = bounds->second;
+    return n;
+  }
+
+  // minItems/maxItems or minLength/maxLength: [0, UINT32_MAX) when absent.
+  static std::expected<std::pair<uint32_t, uint32_t>, SchemaError> Bounds(
+      const json& s, const std::string& path, const char* min_name, const char* max_name) {
     uint32_t bounds[2] = {0, UINT32_MAX};
-    const char* names[2] = {"minItems", "maxItems"};
+    const char* names[2] = {min_name, max_name};
     for (int i = 0; i < 2; ++i) {
       auto it = s.find(names[i]);
       if (it == s.end()) continue;
@@ -248,12 +267,10 @@ class Compiler {
       }
       bounds[i] = static_cast<uint32_t>(it->get<int64_t>());
     }
-    if (bounds[0] > bounds[1]) return Fail(path + ".minItems", "minItems is above maxItems");
-    const uint32_t n = NewNode(Kind::kArray);
-    g_->nodes[n].value_node = items;
-    g_->nodes[n].min_items = bounds[0];
-    g_->nodes[n].max_items = bounds[1];
-    return n;
+    if (bounds[0] > bounds[1]) {
+      return Fail(path + "." + min_name, std::string(min_name) + " is above " + max_name);
+    }
+    return std::pair{bounds[0], bounds[1]};
   }
 
   std::expected<uint32_t, SchemaError> Object(const json& s, const std::string& path, int depth) {

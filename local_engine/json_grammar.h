@@ -7,7 +7,7 @@
 //
 // Supported keywords: type (object, array, string, number, integer, boolean, null, or an array of
 // them), properties, required, additionalProperties (false, true or a schema), enum, const,
-// items, minItems, maxItems, anyOf / oneOf, allOf with one member, $ref to "#", "#/$defs/NAME" or
+// items, minItems, maxItems, minLength, maxLength (in code points), anyOf / oneOf, allOf with one member, $ref to "#", "#/$defs/NAME" or
 // "#/definitions/NAME" (recursion allowed), and the annotations title, description, default,
 // examples, $schema, $id, $comment, deprecated, readOnly, writeOnly (ignored). Anything else
 // (pattern, format, minimum, minLength, ...) is an error naming its path: the output could not be
@@ -81,7 +81,7 @@ struct JsonGrammar {
     std::vector<Property> props;          // kObject
     std::vector<uint32_t> next_required;  // kObject: first required index >= i (props.size(): none)
     uint32_t value_node = 0;              // kMap values, kArray items
-    uint32_t min_items = 0, max_items = UINT32_MAX;  // kArray
+    uint32_t min_items = 0, max_items = UINT32_MAX;  // kArray items, kString code points
     std::vector<std::string> literals;    // kLiterals: sorted, unique, non-empty
     uint32_t dispatch = 0;                // kUnion: index into `dispatch_tables`
   };

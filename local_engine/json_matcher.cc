@@ -128,6 +128,13 @@ bool JsonMatcher::Whitespace(uint8_t b) {
 
 JsonMatcher::Fed JsonMatcher::FeedString(uint8_t b) {
   Frame& f = frames_[depth_ - 1];
+  // f.c counts code points (an escape is one); a map key has no bounds.
+  uint32_t min_len = 0, max_len = UINT32_MAX;
+  if (f.node != kKeyNode) min_len = g_->nodes[f.node].min_items, max_len = g_->nodes[f.node].max_items;
+  if (f.phase == kStrBody && b != '"' && b >= 0x20) {
+    if (f.c >= max_len) return Fed::kRejected;
+    if (b < 0x80 || (b >= 0xC2 && b <= 0xF4)) ++Write(depth_ - 1).c;  // a new code point
+  }
   switch (f.phase) {
     case kStrOpen:
       if (b != '"') return Fed::kRejected;
@@ -135,6 +142,7 @@ JsonMatcher::Fed JsonMatcher::FeedString(uint8_t b) {
       return Fed::kConsumed;
     case kStrBody:
       if (b == '"') {
+        if (f.c < min_len) return Fed::kRejected;
         ChildDone();
         return Fed::kConsumed;
       }

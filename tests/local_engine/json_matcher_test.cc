@@ -67,6 +67,8 @@ TEST(JsonMatcher, WhitespaceRunsAreBounded) {
 TEST(JsonMatcher, Scalars) {
   ExpectTable({{"type", "string"}}, {"\"\"", "\"abc\"", "\"\\u0041\\/\"", "\"\xe6\x97\xa5\""},
               {"abc", "\"abc", "\"\t\"", "1", "\"\xe6\x97\""});
+  ExpectTable({{"type", "string"}, {"minLength", 2}, {"maxLength", 3}},
+              {"\"ab\"", "\"\xc3\xa9\\n\"", "\"\\u0041bc\""}, {"\"a\"", "\"abcd\"", "\"\""});
   ExpectTable({{"type", "integer"}}, {"0", "-7", "123456789012345678"},
               {"1.0", "1e3", "01", "-", "1234567890123456789", "\"1\""});
   ExpectTable({{"type", "number"}}, {"0", "-0.5", "1e10", "2.5E-3", "3e+07"},
@@ -197,6 +199,7 @@ TEST(JsonSchemaCompile, ErrorsNameTheField) {
       {{{"$ref", "#/$defs/Missing"}}, "s.$ref"},
       {{{"$ref", "https://example.com/s.json"}}, "s.$ref"},
       {{{"type", "array"}, {"minItems", 3}, {"maxItems", 1}}, "s.minItems"},
+      {{{"type", "string"}, {"maxLength", -1}}, "s.maxLength"},
       {{{"type", "array"}, {"items", {{"type", "number"}, {"minimum", 0}}}}, "s.items.minimum"},
       {{{"enum", json::array()}}, "s.enum"},
       {{{"type", "integer"}, {"enum", {1, "a"}}}, "s.enum[1]"},

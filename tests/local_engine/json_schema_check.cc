@@ -87,6 +87,12 @@ bool MatchesSchema(const json& v, const json& s, const json& root, std::string* 
       }
     }
   }
+  if (v.is_string()) {
+    size_t code_points = 0;
+    for (unsigned char c : v.get_ref<const std::string&>()) code_points += (c & 0xC0) != 0x80;
+    if (s.contains("minLength") && code_points < s["minLength"].get<size_t>()) return Fail(why, "too short");
+    if (s.contains("maxLength") && code_points > s["maxLength"].get<size_t>()) return Fail(why, "too long");
+  }
   if (v.is_array()) {
     if (s.contains("items")) {
       for (const json& x : v) {
@@ -170,7 +176,9 @@ class Gen {
   json Schema(int depth) {
     const int pick = Int(0, depth >= 3 ? 6 : 12);
     switch (pick) {
-      case 0: return {{"type", "string"}};
+      case 0:
+        if (Coin(0.3)) return {{"type", "string"}, {"minLength", Int(0, 2)}, {"maxLength", Int(2, 5)}};
+        return {{"type", "string"}};
       case 1: return {{"type", "integer"}};
       case 2: return {{"type", "number"}};
       case 3: return {{"type", "boolean"}};

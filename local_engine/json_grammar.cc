@@ -367,7 +367,7 @@ class Compiler {
     // node once compiled (its children are shared).
     const uint32_t placeholder = NewNode(Kind::kUnion);
     refs_[r] = placeholder;
-    placeholders_.push_back(placeholder);
+    placeholders_.push_back({placeholder, path});
     auto node = Compile(*target, path, depth + 1);
     if (!node) return Unexpected(node.error());
     alias_[placeholder] = *node;
@@ -484,8 +484,8 @@ class Compiler {
       g_->dispatch_tables.push_back(table);
     }
     // Placeholders become copies of what they stand for (a union's copy shares its table).
-    for (uint32_t p : placeholders_) {
-      auto r = Resolve(p, "$ref");
+    for (const auto& [p, path] : placeholders_) {
+      auto r = Resolve(p, path);
       if (!r) return Unexpected(r.error());
       g_->nodes[p] = g_->nodes[*r];
     }
@@ -498,7 +498,7 @@ class Compiler {
   std::vector<Union> unions_;
   std::map<std::string, uint32_t> refs_;
   std::map<uint32_t, uint32_t> alias_;  // placeholder -> compiled target
-  std::vector<uint32_t> placeholders_;
+  std::vector<std::pair<uint32_t, std::string>> placeholders_;  // and the $ref's path
 };
 
 }  // namespace

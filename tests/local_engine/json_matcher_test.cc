@@ -205,7 +205,7 @@ TEST(JsonSchemaCompile, ErrorsNameTheField) {
       {{{"type", "integer"}, {"enum", {1, "a"}}}, "s.enum[1]"},
       {json(false), "s"},
       {json(3), "s"},
-      {{{"$defs", {{"A", {{"$ref", "#/$defs/A"}}}}}, {"$ref", "#/$defs/A"}}, "$ref"},
+      {{{"$defs", {{"A", {{"$ref", "#/$defs/A"}}}}}, {"$ref", "#/$defs/A"}}, "s.$ref"},
   };
   for (const Case& c : cases) {
     auto g = CompileJsonSchema(c.schema, "s");

@@ -479,6 +479,15 @@ bool JsonMatcher::TopAccepting() const {
   }
 }
 
+int64_t JsonMatcher::StringRoom() const {
+  const Frame& f = frames_[depth_ - 1];
+  if (f.node == kRootNode || f.phase != kStrBody) return -1;
+  if (f.node == kKeyNode) return UINT32_MAX;
+  const JsonGrammar::Node& n = g_->nodes[f.node];
+  if (n.kind != Kind::kString) return -1;
+  return n.max_items == UINT32_MAX ? int64_t{UINT32_MAX} : int64_t{n.max_items} - f.c;
+}
+
 bool JsonMatcher::IsComplete() const {
   if (depth_ == 1) return frames_[0].phase == kRootDone;
   return depth_ == 2 && TopAccepting();

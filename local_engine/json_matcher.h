@@ -47,6 +47,11 @@ class JsonMatcher {
   void Commit() { undo_.clear(); }
 
   int depth() const { return depth_; }
+  // Inside a string's body (no escape or UTF-8 sequence half done): how many more code points it
+  // may take (UINT32_MAX: unbounded). Any other state: -1. In such a state every byte string of
+  // plain string content (no quote, backslash or control byte; whole UTF-8 sequences) of at most
+  // that many code points is accepted, which lets TokenTrie skip walking those tokens.
+  int64_t StringRoom() const;
 
  private:
   struct Frame {

@@ -9,6 +9,12 @@
 // number of trie nodes whose prefix is still acceptable, not the vocabulary times token length.
 // The matcher's undo log (json_matcher.h) steps back up the trie; nothing is copied.
 //
+// Inside a string, where most of the vocabulary is allowed, walking it all would cost more than
+// a tenth of a decode step. Tokens that are plain string content (no quote, backslash or control
+// byte; whole UTF-8 sequences) are accepted there exactly when they fit the string's room
+// (JsonMatcher::StringRoom), so they come from a precomputed set, and only the other tokens
+// (a second, much smaller trie) are walked.
+//
 // Thread safety: a TokenTrie is immutable after construction; AllowedTokens may run concurrently
 // on different matchers.
 #pragma once
@@ -53,23 +59,34 @@ class TokenTrie {
   void AllowedTokens(JsonMatcher& matcher, TokenBitmask& allowed) const;
 
   size_t vocab_size() const { return vocab_size_; }
-  size_t num_nodes() const { return nodes_.size(); }
+  size_t num_nodes() const { return all_.nodes.size(); }
+  size_t num_plain_tokens() const { return plain_by_length_.size(); }
 
  private:
   struct Node {  // in depth-first preorder
     uint8_t byte;
     uint16_t depth;     // 1 for the children of the root
     uint32_t end;       // index past this node's subtree
-    uint32_t tok_begin;  // tokens_[tok_begin, tok_end) end at this node
+    uint32_t tok_begin;  // tokens[tok_begin, tok_end) end at this node
     uint32_t tok_end;
   };
+  struct Trie {
+    std::vector<Node> nodes;
+    std::vector<int32_t> tokens;
+    size_t max_depth = 0;
+    // Sets the bits of the tokens of this trie the matcher accepts; leaves the matcher as it was.
+    void Walk(JsonMatcher& matcher, TokenBitmask& allowed) const;
+  };
+  static Trie BuildTrie(std::span<const std::string> token_bytes, const std::vector<int32_t>& ids);
   TokenTrie() = default;
 
   // Constant after construction.
-  std::vector<Node> nodes_;
-  std::vector<int32_t> tokens_;
+  Trie all_;            // every token
+  Trie not_plain_;      // the tokens that are not plain string content
+  TokenBitmask plain_;  // the plain ones
+  std::vector<std::pair<uint32_t, int32_t>> plain_by_length_;  // (code points, id), sorted
+  uint32_t max_plain_length_ = 0;
   size_t vocab_size_ = 0;
-  size_t max_depth_ = 0;
 };
 
 }  // namespace kvgate::engine

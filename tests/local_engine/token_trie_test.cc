@@ -73,10 +73,11 @@ TEST(TokenTrie, RealVocabularyMatchesBruteForce) {
     }
   }
   auto g = CompileJsonSchema(json::parse(R"({"type":"object","properties":{
-      "name":{"type":"string"},"age":{"type":"integer"},"tags":{"type":"array","items":{"enum":["a","b"]}}},
+      "name":{"type":"string","maxLength":7},"age":{"type":"integer"},"tags":{"type":"array","items":{"enum":["a","b"]}}},
       "required":["name","age","tags"],"additionalProperties":false})"), "s");
   ASSERT_TRUE(g.has_value());
   JsonMatcher m(*g);
+  EXPECT_GT(trie->num_plain_tokens(), vocab.size() / 2);
   // Walk a valid output token by token (greedy tokenization of the text) and compare each step.
   const std::string text = "{\"age\": 41, \"name\": \"Zo\xc3\xab \\\"Q\\\"\", \"tags\": [\"a\",\"b\"]}";
   const std::vector<int32_t> ids = (*tok)->Encode(text, false);

@@ -41,7 +41,7 @@ Result<std::vector<router::Target>> BuildTargets(const GatewayConfig& config,
       t.context_window = engines->ContextLength(p.name).value_or(0);
     }
     if (p.type == "local") {
-      t.capabilities = {.tools = false, .images = false, .response_format = false};
+      t.capabilities = {.tools = false, .images = false, .response_format = true};
     } else if (p.type == "anthropic") {
       t.capabilities.response_format = false;
     } else if (p.type == "deepseek") {

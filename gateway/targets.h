@@ -20,7 +20,7 @@ class LocalEngines;
 
 // Prices: the model's config override, else the catalog by upstream model, else by name.
 // Context windows: the config's, else the catalog's, else (local) the engine's. Capabilities: the
-// provider type's (the built-in engine: text only, no tools; Anthropic: no response_format;
+// provider type's (the built-in engine: text only, no tools, response_format yes; Anthropic: no response_format;
 // DeepSeek: no images), overridden by `supports`. Errors: a model naming an unknown provider.
 // `engines` may be null (no local provider).
 Result<std::vector<router::Target>> BuildTargets(const GatewayConfig& config,

@@ -120,18 +120,21 @@ int main(int argc, char** argv) {
         m.AdvanceBytes(e.tokenizer().TokenBytes(t));
         m.Commit();
       }
+      const size_t worst_at = static_cast<size_t>(
+          std::max_element(mask_s.begin(), mask_s.end()) - mask_s.begin());
       std::sort(mask_s.begin(), mask_s.end());
       const double step_c = Mean(constrained.step_s), step_u = Mean(unconstrained.step_s);
       const double mask = Mean(mask_s);
       std::printf("{\"constraint\": \"%s\", \"threads\": %d, \"tokens\": %zu, \"finish\": \"%s\", "
                   "\"step_ms_unconstrained\": %.3f, \"step_ms_constrained\": %.3f, "
                   "\"mask_ms_mean\": %.3f, \"mask_ms_p50\": %.3f, \"mask_ms_max\": %.3f, "
+                  "\"mask_max_at_token\": %zu, "
                   "\"mask_share_of_step\": %.4f, \"step_overhead\": %.4f, "
                   "\"allowed_tokens_mean\": %.0f, \"trie_nodes\": %zu}\n",
                   name, threads, constrained.tokens.size(),
                   std::string(FinishReasonName(constrained.reason)).c_str(), step_u * 1e3,
                   step_c * 1e3, mask * 1e3, mask_s.empty() ? 0.0 : mask_s[mask_s.size() / 2] * 1e3,
-                  mask_s.empty() ? 0.0 : mask_s.back() * 1e3, step_u > 0 ? mask / step_u : 0.0,
+                  mask_s.empty() ? 0.0 : mask_s.back() * 1e3, worst_at, step_u > 0 ? mask / step_u : 0.0,
                   step_u > 0 ? step_c / step_u - 1.0 : 0.0,
                   mask_s.empty() ? 0.0 : static_cast<double>(allowed_sum) / mask_s.size(),
                   trie->num_nodes());

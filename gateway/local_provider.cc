@@ -199,6 +199,63 @@ std::optional<std::string> UnsupportedByEngine(const json& body) {
   return std::nullopt;
 }
 
+// What response_format asks of the built-in engine, taken out of `body` (so that the checks
+// for features the engine lacks do not see it): nothing (absent, null or {type: text}), any JSON
+// object (json_object) or a value of a JSON Schema (json_schema). Errors name the field.
+struct FormatError {
+  std::string param;
+  std::string message;
+};
+std::expected<std::shared_ptr<const engine::JsonGrammar>, FormatError> GrammarFrom(json& body) {
+  auto it = body.find("response_format");
+  if (it == body.end()) return nullptr;
+  const json format = std::move(*it);
+  body.erase(it);
+  if (format.is_null()) return nullptr;
+  auto fail = [](std::string param, std::string message) {
+    return std::unexpected(FormatError{std::move(param), std::move(message)});
+  };
+  if (!format.is_object()) return fail("response_format", "response_format must be an object");
+  auto type = format.find("type");
+  if (type == format.end() || !type->is_string()) {
+    return fail("response_format.type", "response_format.type must be a string");
+  }
+  const std::string& name = type->get_ref<const std::string&>();
+  if (name == "text") return nullptr;
+  if (name == "json_object") return engine::JsonObjectGrammar();
+  if (name != "json_schema") {
+    return fail("response_format.type", "response_format.type must be text, json_object or "
+                                        "json_schema, not '" + name + "'");
+  }
+  auto spec = format.find("json_schema");
+  if (spec == format.end() || !spec->is_object()) {
+    return fail("response_format.json_schema", "response_format.json_schema must be an object");
+  }
+  auto schema_name = spec->find("name");
+  if (schema_name == spec->end() || !schema_name->is_string() ||
+      schema_name->get_ref<const std::string&>().empty()) {
+    return fail("response_format.json_schema.name",
+                "response_format.json_schema.name must be a non-empty string");
+  }
+  if (auto strict = spec->find("strict"); strict != spec->end() && !strict->is_null() &&
+                                          !strict->is_boolean()) {
+    return fail("response_format.json_schema.strict",
+                "response_format.json_schema.strict must be a boolean");
+  }
+  auto schema = spec->find("schema");
+  if (schema == spec->end()) {
+    return fail("response_format.json_schema.schema",
+                "response_format.json_schema.schema is required by the built-in engine");
+  }
+  auto grammar = engine::CompileJsonSchema(*schema, "response_format.json_schema.schema");
+  if (!grammar) {
+    return fail(grammar.error().path, "Invalid schema for response_format '" +
+                                          schema_name->get<std::string>() + "': " +
+                                          grammar.error().path + ": " + grammar.error().message);
+  }
+  return *grammar;
+}
+
 Result<engine::SamplingParams> SamplingFrom(const json& body) {
   if (std::optional<std::string> unsupported =
           providers::UnsupportedFeature(body, "the built-in engine")) {
@@ -469,11 +526,17 @@ asio::awaitable<AttemptResult> LocalEnginesImpl::Attempt(const InferenceCall& ca
     co_return Refused(400, "'" + *param + "' is not supported by the built-in engine",
                       "invalid_request_error", "unsupported_parameter", Failure::kOther, *param);
   }
+  auto grammar = GrammarFrom(body);
+  if (!grammar) {
+    co_return Refused(400, grammar.error().message, "invalid_request_error", "invalid_json_schema",
+                      Failure::kOther, grammar.error().param);
+  }
   auto sampling = SamplingFrom(body);
   if (!sampling) {
     co_return Refused(400, sampling.error().message, "invalid_request_error", "invalid_request",
                       Failure::kOther);
   }
+  sampling->json_grammar = std::move(*grammar);
   auto prompt_text = PromptText(host, body, call.endpoint);
   if (!prompt_text) {
     co_return Refused(400, prompt_text.error().message, "invalid_request_error",

@@ -135,6 +135,7 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   std::sort(e->eog_tokens_.begin(), e->eog_tokens_.end());
   e->eog_tokens_.erase(std::unique(e->eog_tokens_.begin(), e->eog_tokens_.end()),
                        e->eog_tokens_.end());
+  e->trie_ = TokenTrie::FromTokenizer(*e->tokenizer_);
   e->blocks_ = std::make_unique<BlockManager>(pool_blocks);
   if (!options.offload.disk_path.empty()) {
     if (auto st = e->OpenTier(); !st) return std::unexpected(st.error());
@@ -263,13 +264,37 @@ CacheStats Engine::cache_stats() const {
   return out;
 }
 
+void Engine::ConstrainLogits(Sequence& s, std::span<float> logits) {
+  trie_->AllowedTokens(*s.matcher, s.allowed);
+  // End of generation only where the value may end (a complete object; a top-level number that
+  // could still grow), and then always; with nothing else allowed (a value nested deeper than
+  // the automaton's bound) too, rather than sampling from no token at all.
+  if (s.matcher->IsComplete() || s.allowed.Count() == 0) {
+    for (int32_t t : eog_tokens_) {
+      if (t >= 0 && static_cast<size_t>(t) < s.allowed.size()) s.allowed.Set(static_cast<size_t>(t));
+    }
+  }
+  MaskLogits(logits, s.allowed);
+}
+
 void Engine::OnSampled(Sequence& s, int32_t token) {
   s.tokens.push_back(token);
   ++s.completion;
-  const bool eog =
-      !s.params.ignore_eos && std::binary_search(eog_tokens_.begin(), eog_tokens_.end(), token);
+  const bool is_eog = std::binary_search(eog_tokens_.begin(), eog_tokens_.end(), token);
+  const bool eog = !s.params.ignore_eos && is_eog;
+  // The automaton takes the token's bytes (control tokens render as nothing). Once the value is
+  // complete and nothing may follow, the output ends here: that is the end-of-generation token
+  // constrained decoding would force next, without a step to sample it.
+  bool json_done = false;
+  if (s.matcher && !is_eog && tokenizer_->GetTokenType(token) != TokenType::kControl) {
+    if (!s.matcher->AdvanceBytes(tokenizer_->TokenBytes(token))) {
+      json_done = true;  // not reached: the mask allowed only tokens the automaton accepts
+    }
+    s.matcher->Commit();
+    json_done = json_done || (s.matcher->IsComplete() && !s.matcher->CanContinue());
+  }
   std::string text;
-  FinishReason reason = eog ? FinishReason::kStop : FinishReason::kNone;
+  FinishReason reason = eog || json_done ? FinishReason::kStop : FinishReason::kNone;
   bool stop_string = false;
   if (!eog) {
     auto out = s.stop.Push(s.decoder->Push(token));
@@ -417,6 +442,7 @@ Status Engine::Step() {
     }
     if (s.num_computed == static_cast<int64_t>(s.tokens.size())) {
       std::span<float> row(logits_.data() + i * vocab, vocab);
+      if (s.matcher) ConstrainLogits(s, row);
       OnSampled(s, s.sampler.Sample(row));
     }
   }

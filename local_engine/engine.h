@@ -45,6 +45,7 @@
 #include "local_engine/offload_tier.h"
 #include "local_engine/sampler.h"
 #include "local_engine/step_batch.h"
+#include "local_engine/token_trie.h"
 #include "local_engine/tokenizer.h"
 #include "local_engine/weights.h"
 
@@ -197,6 +198,9 @@ class Engine {
   // blocks into its sequence's fresh blocks (a block that fails its checksum ends that restore),
   // registers them, unpins them and calls NoteAdmitted. No-op without a tier.
   void RunTierIo(std::unique_lock<std::mutex>& lock, std::span<const PendingRestore> restores);
+  // Constrained decoding: masks `logits` [V] to the tokens that keep s's output valid, and to
+  // end-of-generation only once the value is complete.
+  void ConstrainLogits(Sequence& s, std::span<float> logits);
   void OnSampled(Sequence& s, int32_t token);
   void Emit(Sequence& s, int32_t token, std::string_view text, FinishReason reason);
 
@@ -210,6 +214,7 @@ class Engine {
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::vector<int32_t> eog_tokens_;  // end-of-generation ids, sorted
+  std::unique_ptr<TokenTrie> trie_;  // the vocabulary, for constrained decoding
   int32_t scratch_block_ = -1;       // cuda_graphs only
 
   // Protected by inbox_mu_.

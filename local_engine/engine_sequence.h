@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "local_engine/engine.h"
@@ -24,6 +25,10 @@ struct Engine::Sequence {
   Sampler sampler;
   std::unique_ptr<StreamingDecoder> decoder;
   StopMatcher stop;
+  // Constrained decoding (params.json_grammar): the output's automaton state, advanced with each
+  // sampled token's bytes, and the step's allowed tokens (scratch).
+  std::optional<JsonMatcher> matcher;
+  TokenBitmask allowed;
   std::function<void(const TokenEvent&)> on_token;
   int32_t completion = 0;
   bool finished = false;
@@ -36,7 +41,9 @@ struct Engine::Sequence {
         sampler(params, tokens),
         decoder(std::make_unique<StreamingDecoder>(tok, /*render_special=*/false)),
         stop(params.stop),
-        on_token(std::move(r.on_token)) {}
+        on_token(std::move(r.on_token)) {
+    if (params.json_grammar) matcher.emplace(params.json_grammar);
+  }
 };
 
 }  // namespace kvgate::engine

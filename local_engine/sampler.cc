@@ -118,6 +118,21 @@ int32_t Sampler::Sample(std::span<float> logits) {
   return chosen;
 }
 
+void MaskLogits(std::span<float> logits, const TokenBitmask& allowed) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const auto& words = allowed.words();
+  const size_t n = std::min(logits.size(), allowed.size());
+  for (size_t w = 0; w * 64 < n; ++w) {
+    const uint64_t bits = words[w];
+    if (bits == ~uint64_t{0}) continue;
+    const size_t end = std::min(n, w * 64 + 64);
+    for (size_t i = w * 64; i < end; ++i) {
+      if (!((bits >> (i & 63)) & 1)) logits[i] = kNegInf;
+    }
+  }
+  for (size_t i = n; i < logits.size(); ++i) logits[i] = kNegInf;
+}
+
 StopMatcher::StopMatcher(std::vector<std::string> stops) {
   for (auto& s : stops) {
     if (!s.empty()) stops_.push_back(std::move(s));

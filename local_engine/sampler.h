@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "common/error.h"
+#include "local_engine/json_grammar.h"
+#include "local_engine/token_trie.h"
 
 namespace kvgate::engine {
 
@@ -30,6 +32,10 @@ struct SamplingParams {
   int32_t max_tokens = 256;         // completion tokens at most
   std::vector<std::string> stop;    // stop strings, matched on the decoded text
   bool ignore_eos = false;
+  // Constrained decoding (response_format json_object / json_schema): when set, every sampled
+  // token keeps the output a prefix of a value of this grammar, and the request ends once the
+  // value is complete. Null: unconstrained.
+  std::shared_ptr<const JsonGrammar> json_grammar;
 };
 
 // kInvalidArgument naming the bad field (negative temperature, top_p outside (0, 1], ...).
@@ -54,6 +60,11 @@ class Sampler {
   std::unordered_map<int32_t, int32_t> output_counts_;
   std::vector<std::pair<float, int32_t>> candidates_;  // scratch
 };
+
+// The constrained-decoding stage, before Sample: every logit whose token `allowed` does not
+// contain becomes -inf, so no later stage (penalties, temperature, top-k/p, min-p) can pick it.
+// REQUIRES: allowed.size() == logits.size() and at least one token allowed.
+void MaskLogits(std::span<float> logits, const TokenBitmask& allowed);
 
 // Finds stop strings in a stream of text pieces. Text that might be the start of a stop string is
 // held back until it is clear; text from the first stop string on is never released.

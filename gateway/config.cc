@@ -17,6 +17,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "local_engine/kv_dtype.h"
+
 namespace kvgate::gateway {
 namespace {
 
@@ -325,15 +327,16 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
       if (!p.is_object()) return MakeError(ErrorCode::kInvalidArgument, r.path + " must be a mapping");
       if (Status s = OnlyKeys(p, r.path,
                               {"name", "type", "base_url", "api_key", "api_keys", "model_path",
-                               "device", "kv_cache_tokens", "threads", "gpu_memory_fraction",
-                               "cuda_graphs", "offload"});
+                               "device", "kv_cache_tokens", "kv_cache_dtype", "threads",
+                               "gpu_memory_fraction", "cuda_graphs", "offload"});
           !s) {
         return std::unexpected(s.error());
       }
       ProviderConfig pc;
       for (auto [slot, key] : {std::pair{&pc.name, "name"}, {&pc.type, "type"},
                                {&pc.base_url, "base_url"}, {&pc.api_key, "api_key"},
-                               {&pc.model_path, "model_path"}, {&pc.device, "device"}}) {
+                               {&pc.model_path, "model_path"}, {&pc.device, "device"},
+                               {&pc.kv_cache_dtype, "kv_cache_dtype"}}) {
         auto v = r.String(key, *slot);
         if (!v) return std::unexpected(v.error());
         *slot = *v;
@@ -765,9 +768,22 @@ Status ValidateConfig(const GatewayConfig& config) {
         return MakeError(ErrorCode::kInvalidArgument,
                          where + ".offload (the disk tier) needs device: cpu");
       }
+      const auto dtype = engine::ParseKvCacheDtype(p.kv_cache_dtype);
+      if (!dtype) {
+        return MakeError(ErrorCode::kInvalidArgument,
+                         where + ".kv_cache_dtype " + dtype.error().message);
+      }
+      if (*dtype != engine::KvDtype::kFp16 && p.device != "cpu") {
+        return MakeError(ErrorCode::kInvalidArgument,
+                         where + ".kv_cache_dtype " + p.kv_cache_dtype +
+                             " needs device: cpu (the cuda backend's KV cache is f16)");
+      }
     } else if (!p.offload_disk.empty()) {
       return MakeError(ErrorCode::kInvalidArgument,
                        where + ".offload is only for type local (the built-in engine)");
+    } else if (p.kv_cache_dtype != "f16") {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       where + ".kv_cache_dtype is only for type local (the built-in engine)");
     } else if (p.base_url.rfind("http://", 0) != 0 && p.base_url.rfind("https://", 0) != 0) {
       return MakeError(ErrorCode::kInvalidArgument,
                        where + ".base_url must start with http:// or https://");

@@ -32,6 +32,10 @@ struct ProviderConfig {
   // CPU threads (0: one per core).
   std::string model_path;
   int64_t kv_cache_tokens = 0;
+  // Only for type local: the KV cache's element type, f16 | bf16 | int8 | fp8 (int8 and fp8 hold
+  // about twice the tokens in the same memory; docs/engine.md has their measured quality). The
+  // cuda backend serves f16 only.
+  std::string kv_cache_dtype = "f16";
   std::string device = "cpu";
   double gpu_memory_fraction = 0.9;  // (0, 1]
   // device cuda only: record decode steps as CUDA graphs (EngineOptions::cuda_graphs). Off by

@@ -104,6 +104,8 @@ class EngineHost {
                 {"instance", instance_},
                 {"backend", std::string(engine_->backend_name())},
                 {"block_size", engine::kBlockSize},
+                {"kv_cache_dtype", std::string(engine::KvDtypeName(engine_->kv_cache_dtype()))},
+                {"kv_bytes_per_token", engine_->kv_bytes_per_token()},
                 {"pool_blocks", c.blocks.num_blocks},
                 {"used_blocks", c.blocks.used_blocks},
                 {"cached_free_blocks", c.blocks.cached_free_blocks},
@@ -721,9 +723,15 @@ Result<std::unique_ptr<LocalEngines>> LocalEngines::Start(const GatewayConfig& c
       return MakeError(s.error().code,
                        "provider " + p.name + ": " + s.error().message + "; use device: cpu");
     }
+    const auto dtype = engine::ParseKvCacheDtype(p.kv_cache_dtype);
+    if (!dtype) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       "provider " + p.name + ": kv_cache_dtype " + dtype.error().message);
+    }
     engine::EngineOptions options;
     options.model_path = p.model_path;
     options.device = *device;
+    options.kv_cache_dtype = *dtype;
     options.gpu_memory_fraction = p.gpu_memory_fraction;
     options.cuda_graphs = p.cuda_graphs;
     options.offload = {.disk_path = p.offload_disk, .bytes = p.offload_bytes};

@@ -46,13 +46,14 @@ constexpr char kUsage[] =
     "            OPENAI_API_KEY / ANTHROPIC_API_KEY / DEEPSEEK_API_KEY / ..., and the bundled\n"
     "            model on the built-in engine as `smollm2`)\n"
     "  engine    --model PATH [--port N] [--host H] [--kv-cache-tokens N] [--name NAME] [--db PATH]\n"
-    "            [--device cpu|cuda] [--gpu-memory-fraction F]\n"
+    "            [--device cpu|cuda] [--gpu-memory-fraction F] [--kv-cache-dtype f16|bf16|int8|fp8]\n"
     "            the built-in engine alone as an OpenAI-compatible server (model name: NAME,\n"
     "            default smollm2), for other gateways or a kvgate on another host; KV pool:\n"
     "            16384 tokens on cpu, on cuda F (default 0.9) of the GPU memory left after the\n"
-    "            weights unless --kv-cache-tokens is given\n"
+    "            weights unless --kv-cache-tokens is given; its element type f16 (default),\n"
+    "            bf16, or int8 / fp8 (half the memory per token; cpu only)\n"
     "  generate  --model PATH [--chat] --prompt TEXT --max-tokens N [--temperature T] [--seed S]\n"
-    "            [--device cpu|cuda] [--cuda-graphs]\n"
+    "            [--device cpu|cuda] [--cuda-graphs] [--kv-cache-dtype f16|bf16|int8|fp8]\n"
     "            run the built-in engine once and stream the text to stdout\n"
     "  kv-size   [--model NAME | --gguf PATH | --hf-config PATH] [--context N] [--gpu-mem-gib G]\n"
     "            KV-cache bytes per token and sessions that fit in GPU memory\n"
@@ -95,7 +96,7 @@ int RunGateway(gateway::GatewayConfig config);
 // the lookup API are the same).
 int Engine(int argc, char** argv) {
   gateway::GatewayConfig config;
-  std::string model_path, name = "smollm2", host = "127.0.0.1", device = "cpu";
+  std::string model_path, name = "smollm2", host = "127.0.0.1", device = "cpu", kv_dtype = "f16";
   long port = 8000, kv_tokens = 0;  // 0: 16384 on cpu, gpu_memory_fraction on cuda
   double fraction = 0.9;
   for (int i = 2; i < argc; ++i) {
@@ -120,13 +121,15 @@ int Engine(int argc, char** argv) {
                (kv_tokens = std::strtol(value.c_str(), &end, 10), *end == '\0') && kv_tokens > 0) {
     } else if (arg == "--device" && engine::ParseDevice(value)) {
       device = value;
+    } else if (arg == "--kv-cache-dtype" && engine::ParseKvCacheDtype(value)) {
+      kv_dtype = value;
     } else if (arg == "--gpu-memory-fraction" &&
                (fraction = std::strtod(value.c_str(), &end), *end == '\0') && fraction > 0.0 &&
                fraction <= 1.0) {
     } else {
       static constexpr std::string_view kKnown[] = {"--model", "--name", "--host", "--db", "--port",
                                                     "--kv-cache-tokens", "--device",
-                                                    "--gpu-memory-fraction"};
+                                                    "--gpu-memory-fraction", "--kv-cache-dtype"};
       const bool known = std::find(std::begin(kKnown), std::end(kKnown), arg) != std::end(kKnown);
       std::fprintf(stderr, known ? "kvgate engine: bad value for %s: %s\n%s"
                                  : "kvgate engine: unknown option %s (value %s)\n%s",
@@ -147,7 +150,8 @@ int Engine(int argc, char** argv) {
   config.listen_host = host;
   config.listen_port = static_cast<uint16_t>(port);
   config.providers.push_back({.name = "local", .type = "local", .model_path = model_path,
-                              .kv_cache_tokens = kv_tokens, .device = device,
+                              .kv_cache_tokens = kv_tokens, .kv_cache_dtype = kv_dtype,
+                              .device = device,
                               .gpu_memory_fraction = fraction});
   config.models.push_back({.name = name, .provider = "local", .upstream_model = name});
   if (auto valid = gateway::ValidateConfig(config); !valid) {

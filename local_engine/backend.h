@@ -22,6 +22,7 @@
 
 #include "common/error.h"
 #include "local_engine/gguf.h"
+#include "local_engine/kv_dtype.h"
 
 namespace kvgate::engine {
 
@@ -60,11 +61,16 @@ struct MatMulOutput {
   float* out;
 };
 
-// One layer's paged KV cache, f16, laid out [num_blocks][block_size][Hkv][Dh] for K and for V.
+// One layer's paged KV cache: num_blocks blocks for K and as many for V. f16 and bf16 blocks are
+// [block_size][Hkv][Dh] values; int8 and fp8 blocks are [block_size][Hkv][Dh] codes followed by
+// [block_size][Hkv] f16 scales (kernels/cpu/kv_quant.h).
 struct KvCacheLayer {
-  uint16_t* k = nullptr;
-  uint16_t* v = nullptr;
+  void* k = nullptr;
+  void* v = nullptr;
   int32_t num_blocks = 0;  // the pool size (a device backend's kernel argument: fixed per cache)
+  KvDtype dtype = KvDtype::kFp16;
+  int32_t kv_heads = 0;  // Hkv (a quantized row is one token's one kv head)
+  int32_t head_dim = 0;  // Dh
 };
 
 struct AttentionShape {
@@ -130,6 +136,9 @@ class Backend {
     return false;
   }
   virtual void Synchronize() = 0;
+  // Whether WriteKv and Attention serve a KvCacheLayer of `dtype`. ModelRunner::Create refuses a
+  // cache of any other (so a backend never silently reads one format as another). Default: f16.
+  virtual bool SupportsKvDtype(KvDtype dtype) const { return dtype == KvDtype::kFp16; }
   // The first error an op met, or ok. Ops return void because the CPU ones cannot fail; a device
   // backend keeps its first failure here (later ops then do nothing) and the caller checks it
   // after Synchronize().

@@ -16,6 +16,9 @@ constexpr const char* kUsage =
     "usage: kvgate generate --model PATH [--chat] --prompt TEXT [--max-tokens N] "
     "[--temperature T] [--seed S] [--device cpu|cuda] [--threads N] [--top-k K] [--top-p P] "
     "[--min-p P] [--repeat-penalty R] [--stop STR]... [--ignore-eos] [--verbose] [--cuda-graphs]\n"
+    "[--kv-cache-dtype f16|bf16|int8|fp8]\n"
+    "  --kv-cache-dtype: the KV cache's element type (default f16; int8 and fp8 take half the\n"
+    "  memory per token, cpu only)\n"
     "  --cuda-graphs: with --device cuda, replay decode steps as CUDA graphs (experimental: not yet\n"
     "  run on a GPU)\n";
 
@@ -82,6 +85,14 @@ int RunGenerateCommand(int argc, char** argv) {
         auto d = ParseDevice(*v);
         ok = d.has_value();
         if (ok) opts.device = *d;
+      } else if (a == "--kv-cache-dtype") {
+        auto d = ParseKvCacheDtype(*v);
+        if (!d) {
+          std::fprintf(stderr, "kvgate generate: --kv-cache-dtype %s\n%s",
+                       d.error().message.c_str(), kUsage);
+          return 2;
+        }
+        opts.kv_cache_dtype = *d;
       } else if (a == "--threads") {
         auto n = Parse<int>(*v);
         ok = n && *n > 0;

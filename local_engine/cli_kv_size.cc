@@ -27,13 +27,14 @@ struct Options {
 };
 
 constexpr std::string_view kUsage =
-    "usage: kv-size [--model NAME | --gguf PATH | --hf-config PATH] [--dtype bf16|fp16|fp8|fp32]\n"
+    "usage: kv-size [--model NAME | --gguf PATH | --hf-config PATH] [--dtype bf16|f16|int8|fp8|fp32]\n"
     "               [--context N] [--gpu-mem-gib G] [--weights-gib W]\n"
     "  --model NAME      a model from the built-in table (all of them without a model flag)\n"
     "  --gguf PATH       the geometry read from a GGUF file\n"
     "  --hf-config PATH  the geometry read from a Hugging Face config.json\n"
-    "  --dtype T         the KV cache's element type: bf16 or fp16 (2 bytes a value), fp8 (1),\n"
-    "                    fp32 (4); default bf16\n"
+    "  --dtype T         the KV cache's element type: bf16 or f16 (2 bytes a value), int8 or fp8\n"
+    "                    (1 byte a value plus a 2-byte scale per token and KV head, as kvgate's\n"
+    "                    kv_cache_dtype stores them), fp32 (4); default bf16\n"
     "  --context N       tokens per sequence for the per-sequence figures\n"
     "  --gpu-mem-gib G   the memory to size a KV pool for, in GiB\n"
     "  --weights-gib W   the memory the weights take out of G, in GiB\n";

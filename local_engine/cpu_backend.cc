@@ -20,6 +20,11 @@ kc::QMatrix ToQMatrix(const WeightMatrix& w) {
                      w.data, w.rows, w.cols};
 }
 
+// REQUIRES: SupportsKvDtype(cache.dtype) (ModelRunner::Create checks).
+kc::KvLayout Layout(const KvCacheLayer& cache, const BatchMetadata& batch) {
+  return kc::KvLayout{*CpuKvFormat(cache.dtype), batch.block_size, cache.kv_heads, cache.head_dim};
+}
+
 class CpuBackend final : public Backend {
  public:
   CpuBackend(kc::ThreadPool* pool, kc::Isa isa)
@@ -56,6 +61,7 @@ class CpuBackend final : public Backend {
     return true;
   }
   void Synchronize() override {}
+  bool SupportsKvDtype(KvDtype dtype) const override { return CpuKvFormat(dtype).has_value(); }
 
   void Embed(const WeightMatrix& table, const BatchMetadata& batch, float* out) override {
     kc::EmbedRows(ToQMatrix(table), batch.token_ids, out);
@@ -89,7 +95,9 @@ class CpuBackend final : public Backend {
 
   void WriteKv(const float* k, const float* v, int64_t kv_dim, const BatchMetadata& batch,
                const KvCacheLayer& cache) override {
-    kc::WriteKv(ctx_, k, v, batch.num_tokens(), kv_dim, batch.slot_mapping, cache.k, cache.v);
+    (void)kv_dim;  // == cache.kv_heads * cache.head_dim
+    kc::WriteKv(ctx_, k, v, batch.num_tokens(), batch.slot_mapping, Layout(cache, batch),
+                cache.k, cache.v);
   }
 
   void Attention(const float* q, const KvCacheLayer& cache, const AttentionShape& shape,
@@ -107,7 +115,8 @@ class CpuBackend final : public Backend {
                              batch.block_tables,
                              batch.max_blocks_per_seq,
                              shape.scale,
-                             out};
+                             out,
+                             Layout(cache, batch).format};
     kc::PagedAttention(ctx_, a);
   }
 

@@ -22,12 +22,21 @@ Usage UsageOf(const Engine::Sequence& s) {
 // runner's buffers are freed before the real runner allocates the same ones again.
 Result<int32_t> DefaultKvBlocks(const ModelWeights& weights, Backend& backend,
                                 const EngineOptions& options) {
-  constexpr int32_t kCpuDefaultBlocks = 512;
-  if (options.device == Device::kCpu) return kCpuDefaultBlocks;
+  // On cpu: the bytes of 512 f16 blocks, in blocks of the configured dtype (an 8-bit cache holds
+  // about twice the tokens in the same memory).
+  constexpr int32_t kCpuDefaultF16Blocks = 512;
+  if (options.device == Device::kCpu) {
+    const uint64_t budget = static_cast<uint64_t>(KvBytesPerToken(weights.dims, KvDtype::kFp16)) *
+                            kBlockSize * kCpuDefaultF16Blocks;
+    return static_cast<int32_t>(
+        std::max<int64_t>(1, KvBlocksForBytes(weights.dims, options.kv_cache_dtype, kBlockSize,
+                                              budget)));
+  }
   const int32_t n = static_cast<int32_t>(
       std::min<int64_t>(options.max_batch_tokens, weights.dims.context_length));
   const int32_t blocks = (n + kBlockSize - 1) / kBlockSize;
-  auto scratch = ModelRunner::Create(weights, backend, KvCacheConfig{blocks, kBlockSize});
+  auto scratch = ModelRunner::Create(weights, backend,
+                                     KvCacheConfig{blocks, kBlockSize, options.kv_cache_dtype});
   if (!scratch) return std::unexpected(scratch.error());
   std::vector<int32_t> ids(n, 0), positions(n), table(blocks);
   std::vector<int64_t> slots(n);
@@ -111,7 +120,8 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
     e->scratch_block_ = --pool_blocks;
   }
   auto runner = ModelRunner::Create(e->weights_, *e->backend_,
-                                    KvCacheConfig{e->options_.num_kv_blocks, kBlockSize},
+                                    KvCacheConfig{e->options_.num_kv_blocks, kBlockSize,
+                                                  options.kv_cache_dtype},
                                     RunnerOptions{.decode_graphs = options.cuda_graphs});
   if (!runner) return std::unexpected(runner.error());
   e->runner_ = std::move(*runner);

@@ -114,10 +114,14 @@ struct EngineOptions {
   std::string model_path;
   Device device = Device::kCpu;
   int threads = 2;                 // cpu: threads, the engine thread included
-  // KV pool in 16-token blocks. 0: on cpu 512 (8192 tokens, ~180 MiB for SmolLM2-135M); on cuda
-  // gpu_memory_fraction of the device memory still free once the weights and the activations of a
-  // max_batch_tokens step are allocated (Create runs that step once to measure them).
+  // KV pool in 16-token blocks. 0: on cpu the memory of 512 f16 blocks (8192 tokens, 180 MiB for
+  // SmolLM2-135M), so 992 blocks of int8 or fp8; on cuda gpu_memory_fraction of the device memory
+  // still free once the weights and the activations of a max_batch_tokens step are allocated
+  // (Create runs that step once to measure them).
   int32_t num_kv_blocks = 0;
+  // The KV cache's element type (kv_dtype.h): f16, bf16, int8 or fp8 on cpu; f16 only on cuda
+  // (Create refuses the others there).
+  KvDtype kv_cache_dtype = KvDtype::kFp16;
   double gpu_memory_fraction = 0.9;  // (0, 1]
   int32_t max_batch_tokens = 512;  // tokens per Step (prefill chunk budget)
   int32_t max_running = 16;        // sequences in a batch
@@ -170,6 +174,9 @@ class Engine {
   const LlamaDims& dims() const { return weights_.dims; }
   const GgufFile& gguf() const { return *file_; }
   std::string_view backend_name() const { return backend_->Name(); }
+  KvDtype kv_cache_dtype() const { return options_.kv_cache_dtype; }
+  // Bytes of KV cache per token (values and scales): what `kvgate kv-size` prints for this model.
+  int64_t kv_bytes_per_token() const { return runner_->KvBytesPerToken(); }
 
   struct Sequence;    // engine_sequence.h
   struct TierWriter;  // engine_offload.cc

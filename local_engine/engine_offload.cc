@@ -26,8 +26,13 @@ uint64_t KvLayoutKey(const GgufFile& file, const ModelRunner& runner) {
   XXH3_state_t state;
   XXH3_64bits_reset(&state);
   auto add = [&state](const void* p, size_t n) { XXH3_64bits_update(&state, p, n); };
-  constexpr std::string_view kLayout = "kvgate kv v1: f16 [layer][K,V][block][Hkv][Dh]";
+  // The dtype is part of the key, not only of the block size: int8 and fp8 blocks have the same
+  // size, and reading one as the other would be garbage, never a miss.
+  constexpr std::string_view kLayout =
+      "kvgate kv v2: [layer][K,V][block][Hkv][Dh] values, then [block][Hkv] f16 scales if int8/fp8";
   add(kLayout.data(), kLayout.size());
+  const std::string_view dtype = KvDtypeName(runner.kv_config().dtype);
+  add(dtype.data(), dtype.size());
   const LlamaDims& d = runner.dims();
   const int64_t geometry[] = {d.n_layers, d.kv_heads, d.head_dim, runner.kv_config().block_size,
                               runner.KvBytesPerBlock()};

@@ -5,16 +5,34 @@
 
 namespace kvgate::engine {
 
+int64_t KvBytesPerToken(const LlamaDims& d, KvDtype dtype) {
+  return static_cast<int64_t>(KvBytesPerTokenMha(static_cast<uint64_t>(d.n_layers),
+                                                 static_cast<uint64_t>(d.kv_heads),
+                                                 static_cast<uint64_t>(d.head_dim), dtype));
+}
+
+int64_t KvBlocksForBytes(const LlamaDims& d, KvDtype dtype, int32_t block_size, uint64_t bytes) {
+  const uint64_t block = static_cast<uint64_t>(KvBytesPerToken(d, dtype)) * block_size;
+  return block == 0 ? 0 : static_cast<int64_t>(bytes / block);
+}
+
 Result<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelWeights& weights,
                                                          Backend& backend, KvCacheConfig config,
                                                          RunnerOptions options) {
   if (config.num_blocks <= 0 || config.block_size <= 0 || config.block_size > 64) {
     return MakeError(ErrorCode::kInvalidArgument, "kv cache: bad block configuration");
   }
+  if (!backend.SupportsKvDtype(config.dtype)) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "kv_cache_dtype " + std::string(KvDtypeName(config.dtype)) + ": the " +
+                         std::string(backend.Name()) + " backend does not serve it (use f16)");
+  }
   std::unique_ptr<ModelRunner> r(new ModelRunner(weights, backend, config, options));
   const LlamaDims& d = weights.dims;
+  // One layer's K (or V): the per-token bytes' share of one layer and one of K, V.
   const size_t layer_bytes = static_cast<size_t>(config.num_blocks) * config.block_size *
-                             d.kv_heads * d.head_dim * sizeof(uint16_t);
+                             static_cast<size_t>(engine::KvBytesPerToken(d, config.dtype) /
+                                                 (2 * d.n_layers));
   // Zeroing touches every byte: a pool over the machine's memory ends with the kernel killing the
   // process, not with an error anyone can read.
   const size_t total = layer_bytes * 2 * static_cast<size_t>(d.n_layers);
@@ -34,11 +52,6 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelWeights& wei
     r->v_cache_.push_back(std::move(*v));
   }
   return r;
-}
-
-int64_t ModelRunner::KvBytesPerToken() const {
-  const LlamaDims& d = weights_.dims;
-  return 2 * d.n_layers * d.kv_heads * d.head_dim * static_cast<int64_t>(sizeof(uint16_t));
 }
 
 Status ModelRunner::ReadBlock(int32_t block, std::span<std::byte> out) {
@@ -117,8 +130,9 @@ void ModelRunner::IssueOps(const BatchMetadata& batch, int64_t rows_out) {
   be.Embed(weights_.token_embd, batch, x);  // x [T, D]
   for (int64_t l = 0; l < d.n_layers; ++l) {
     const LayerWeights& w = weights_.layers[l];
-    const KvCacheLayer cache{static_cast<uint16_t*>(k_cache_[l].data()),
-                             static_cast<uint16_t*>(v_cache_[l].data()), config_.num_blocks};
+    const KvCacheLayer cache{k_cache_[l].data(), v_cache_[l].data(), config_.num_blocks,
+                             config_.dtype, static_cast<int32_t>(d.kv_heads),
+                             static_cast<int32_t>(d.head_dim)};
     be.RmsNorm(x, w.attn_norm, t, dm, d.rms_eps, xn);
     const MatMulOutput qkv[] = {{&w.q, q}, {&w.k, k}, {&w.v, v}};  // [T, H*Dh], [T, Hkv*Dh] x2
     be.MatMul(xn, t, dm, qkv);

@@ -21,7 +21,14 @@ namespace kvgate::engine {
 struct KvCacheConfig {
   int32_t num_blocks = 256;  // 16-token blocks shared by all sequences
   int32_t block_size = 16;
+  KvDtype dtype = KvDtype::kFp16;  // one of f16, bf16, int8, fp8 (the backend must serve it)
 };
+
+// KV bytes per token across all layers (K and V, values and scales) for a model of `dims` and a
+// cache of `dtype`: kv_dtype.h's KvBytesPerTokenMha, the same figure `kvgate kv-size` prints.
+int64_t KvBytesPerToken(const LlamaDims& dims, KvDtype dtype);
+// Blocks of `block_size` tokens that fit in `bytes` (rounded down).
+int64_t KvBlocksForBytes(const LlamaDims& dims, KvDtype dtype, int32_t block_size, uint64_t bytes);
 
 struct RunnerOptions {
   // Mark decode steps (one token per sequence) as recordable (StepKey::graph): a device backend
@@ -38,7 +45,8 @@ enum class LogitsMode {
 class ModelRunner {
  public:
   // `weights` and `backend` must outlive the runner. Allocates the KV cache: per layer K and V of
-  // [num_blocks, block_size, Hkv, Dh] f16.
+  // num_blocks blocks of config.dtype (backend.h KvCacheLayer). kInvalidArgument when the backend
+  // cannot serve that dtype.
   static Result<std::unique_ptr<ModelRunner>> Create(const ModelWeights& weights, Backend& backend,
                                                      KvCacheConfig config,
                                                      RunnerOptions options = {});
@@ -52,12 +60,13 @@ class ModelRunner {
 
   const LlamaDims& dims() const { return weights_.dims; }
   const KvCacheConfig& kv_config() const { return config_; }
-  // KV bytes per token across all layers (K and V, f16).
-  int64_t KvBytesPerToken() const;
+  // KV bytes per token across all layers (K and V, values and scales): the free function above.
+  int64_t KvBytesPerToken() const { return engine::KvBytesPerToken(weights_.dims, config_.dtype); }
   // KV bytes of one block across all layers: what the offload tier keeps per block.
   int64_t KvBytesPerBlock() const { return KvBytesPerToken() * config_.block_size; }
-  // Copies block `block`'s K and V of every layer to `out`, laid out [layer][K, V][block_size,
-  // Hkv, Dh] f16 (KvBytesPerBlock() bytes, contiguous so that one tier slot is one transfer), and
+  // Copies block `block`'s K and V of every layer to `out`, laid out [layer][K, V][one block as
+  // KvCacheLayer lays it out: values, then scales for int8 / fp8] (KvBytesPerBlock() bytes,
+  // contiguous so that one tier slot is one transfer), and
   // back. kInvalidArgument for a block out of range or a wrong size; WriteBlock: kUnavailable when
   // the backend cannot copy into its memory (Backend::CopyFromHost).
   Status ReadBlock(int32_t block, std::span<std::byte> out);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -134,13 +135,48 @@ void AddInPlace(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
-void WriteKv(const CpuContext& ctx, const float* k, const float* v, int64_t t, int64_t kv_dim,
-             std::span<const int64_t> slots, uint16_t* k_cache, uint16_t* v_cache) {
+void WriteKv(const CpuContext& ctx, const float* k, const float* v, int64_t t,
+             std::span<const int64_t> slots, const KvLayout& layout, void* k_cache, void* v_cache) {
   const VecKernels& kern = *ctx.kernels;
+  const int64_t dh = layout.head_dim, hkv = layout.kv_heads, bs = layout.block_size;
+  const int64_t kv_dim = hkv * dh;
+  const size_t block_bytes = KvBlockBytes(layout);
+  auto* kc = static_cast<std::byte*>(k_cache);
+  auto* vc = static_cast<std::byte*>(v_cache);
   for (int64_t i = 0; i < t; ++i) {
-    if (slots[i] < 0) continue;
-    kern.f32_to_f16(k + i * kv_dim, k_cache + slots[i] * kv_dim, kv_dim);
-    kern.f32_to_f16(v + i * kv_dim, v_cache + slots[i] * kv_dim, kv_dim);
+    const int64_t slot = slots[i];
+    if (slot < 0) continue;
+    const float* src[2] = {k + i * kv_dim, v + i * kv_dim};
+    std::byte* caches[2] = {kc, vc};
+    for (int c = 0; c < 2; ++c) {
+      std::byte* block = caches[c] + static_cast<size_t>(slot / bs) * block_bytes;
+      const int64_t row = slot % bs;  // the token's row within its block
+      switch (layout.format) {
+        case KvFormat::kF16:
+          kern.f32_to_f16(src[c], reinterpret_cast<uint16_t*>(block) + row * kv_dim, kv_dim);
+          break;
+        case KvFormat::kBf16: {
+          uint16_t* out = reinterpret_cast<uint16_t*>(block) + row * kv_dim;
+          for (int64_t j = 0; j < kv_dim; ++j) out[j] = F32ToBf16(src[c][j]);
+          break;
+        }
+        case KvFormat::kInt8:
+        case KvFormat::kFp8: {
+          std::byte* scales = block + bs * kv_dim;
+          for (int64_t h = 0; h < hkv; ++h) {
+            std::byte* codes = block + row * kv_dim + h * dh;
+            const uint16_t scale =
+                layout.format == KvFormat::kInt8
+                    ? QuantizeKvRowInt8(src[c] + h * dh, static_cast<int>(dh),
+                                        reinterpret_cast<int8_t*>(codes))
+                    : QuantizeKvRowFp8(src[c] + h * dh, static_cast<int>(dh),
+                                       reinterpret_cast<uint8_t*>(codes));
+            std::memcpy(scales + (row * hkv + h) * sizeof(uint16_t), &scale, sizeof scale);
+          }
+          break;
+        }
+      }
+    }
   }
 }
 
@@ -224,89 +260,178 @@ AttentionPlan PlanAttention(const PagedAttentionArgs& a, size_t threads) {
 
 }  // namespace
 
-void PagedAttention(const CpuContext& ctx, const PagedAttentionArgs& a) {
-  const VecKernels& kern = *ctx.kernels;
+namespace {
+
+// One format's cache reads. Row j of a block, kv head h: values at element j * Hkv * Dh + h * Dh
+// of the block; int8 / FP8 rows also have an f16 scale at [j][h] after the block's codes.
+template <KvFormat F>
+struct KvRows {
+  static constexpr bool kScaled = KvFormatHasScales(F);
+  const VecKernels& kern;
+  int64_t kv_dim, kv_heads, block_size, dh;
+
+  // q . row, without the row's scale.
+  float Dot(const float* q, const std::byte* block, int64_t elem) const {
+    const int n = static_cast<int>(dh);
+    if constexpr (F == KvFormat::kF16) {
+      return kern.dot_f32_f16(q, reinterpret_cast<const uint16_t*>(block) + elem, n);
+    } else if constexpr (F == KvFormat::kBf16) {
+      return kern.dot_f32_bf16(q, reinterpret_cast<const uint16_t*>(block) + elem, n);
+    } else if constexpr (F == KvFormat::kInt8) {
+      return kern.dot_f32_i8(q, reinterpret_cast<const int8_t*>(block) + elem, n);
+    } else {
+      return kern.dot_f32_e4m3(q, reinterpret_cast<const uint8_t*>(block) + elem, n);
+    }
+  }
+  // acc += alpha * row, without the row's scale.
+  void Axpy(float alpha, const std::byte* block, int64_t elem, float* acc) const {
+    const int n = static_cast<int>(dh);
+    if constexpr (F == KvFormat::kF16) {
+      kern.axpy_f16(alpha, reinterpret_cast<const uint16_t*>(block) + elem, acc, n);
+    } else if constexpr (F == KvFormat::kBf16) {
+      kern.axpy_bf16(alpha, reinterpret_cast<const uint16_t*>(block) + elem, acc, n);
+    } else if constexpr (F == KvFormat::kInt8) {
+      kern.axpy_i8(alpha, reinterpret_cast<const int8_t*>(block) + elem, acc, n);
+    } else {
+      kern.axpy_e4m3(alpha, reinterpret_cast<const uint8_t*>(block) + elem, acc, n);
+    }
+  }
+  // The scales of rows [0, n) of a block for kv head h.
+  void Scales(const std::byte* block, int64_t h, int64_t n, float* out) const {
+    const std::byte* scales = block + block_size * kv_dim;
+    for (int64_t j = 0; j < n; ++j) {
+      uint16_t s;
+      std::memcpy(&s, scales + (j * kv_heads + h) * sizeof(uint16_t), sizeof s);
+      out[j] = F16ToF32(s);
+    }
+  }
+};
+
+template <KvFormat F>
+void RunAttentionItems(const VecKernels& kern, const PagedAttentionArgs& a, const AttentionPlan& plan,
+                       std::vector<float>& partials, size_t begin, size_t end) {
   const int64_t kv_dim = a.kv_heads * a.head_dim;
   const int64_t bs = a.block_size;
+  const int64_t dh = a.head_dim;
+  const KvRows<F> rows_of{kern, kv_dim, a.kv_heads, bs, dh};
+  const size_t block_bytes = KvBlockBytes(KvLayout{F, bs, a.kv_heads, dh});
+  const auto* k_base = static_cast<const std::byte*>(a.k_cache);
+  const auto* v_base = static_cast<const std::byte*>(a.v_cache);
+  // Per row: the query (rounded to f16, as llama.cpp does when multiplying it with the f16 K
+  // cache), its last visible position, the online-softmax state and the accumulator.
+  // (Per thread, reused across calls: ParallelFor runs this once per item.)
+  thread_local std::vector<float> q, acc;
+  thread_local std::vector<int64_t> last;
+  thread_local std::vector<float> m, l;
+  float scores[64], k_scale[64], v_scale[64];
+  uint16_t qh[kMaxHeadDim];
+  for (size_t i = begin; i < end; ++i) {
+    const AttentionItem& it = plan.items[i];
+    const int64_t heads = it.head1 - it.head0;
+    const int64_t rows = (it.tok1 - it.tok0) * heads;
+    q.resize(static_cast<size_t>(rows * dh));
+    acc.assign(static_cast<size_t>(rows * dh), 0.0f);
+    last.resize(static_cast<size_t>(rows));
+    m.assign(static_cast<size_t>(rows), -std::numeric_limits<float>::infinity());
+    l.assign(static_cast<size_t>(rows), 0.0f);
+    const int64_t qlen = a.query_start[it.s + 1] - a.query_start[it.s];
+    const int64_t first_pos = a.context_lens[it.s] - qlen - a.query_start[it.s];  // + tok
+    int64_t max_pos = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t tok = it.tok0 + r / heads, head = it.head0 + r % heads;
+      kern.f32_to_f16(a.q + (tok * a.heads + head) * dh, qh, dh);
+      kern.f16_to_f32(qh, q.data() + r * dh, dh);
+      last[r] = first_pos + tok;
+      max_pos = std::max(max_pos, last[r]);
+    }
+    const int32_t* table = a.block_tables.data() + it.s * a.max_blocks;
+    const int64_t kv_off = it.kv_head * dh;
+    // Online softmax, one cache block (<= 64 keys) at a time; the block stays in L1 while every
+    // row of the item reads it. Per row the arithmetic is the same as one row alone.
+    for (int64_t blk = it.blk0; blk < it.blk1 && blk * bs <= max_pos; ++blk) {
+      const std::byte* kb = k_base + static_cast<size_t>(table[blk]) * block_bytes;
+      const std::byte* vb = v_base + static_cast<size_t>(table[blk]) * block_bytes;
+      if constexpr (KvRows<F>::kScaled) {
+        const int64_t n = std::min(bs, max_pos + 1 - blk * bs);
+        rows_of.Scales(kb, it.kv_head, n, k_scale);
+        rows_of.Scales(vb, it.kv_head, n, v_scale);
+        for (int64_t j = 0; j < n; ++j) k_scale[j] *= a.scale;
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t n = std::min(bs, last[r] + 1 - blk * bs);
+        if (n <= 0) continue;
+        const float* qr = q.data() + r * dh;
+        float* ar = acc.data() + r * dh;
+        float bm = -std::numeric_limits<float>::infinity();
+        for (int64_t j = 0; j < n; ++j) {
+          const float dot = rows_of.Dot(qr, kb, j * kv_dim + kv_off);
+          if constexpr (KvRows<F>::kScaled) {
+            scores[j] = dot * k_scale[j];
+          } else {
+            scores[j] = dot * a.scale;
+          }
+          bm = std::max(bm, scores[j]);
+        }
+        const float nm = std::max(m[r], bm);
+        const float corr = std::exp(m[r] - nm);
+        if (corr != 1.0f) {
+          l[r] *= corr;
+          for (int64_t d = 0; d < dh; ++d) ar[d] *= corr;
+        }
+        for (int64_t j = 0; j < n; ++j) {
+          const float e = std::exp(scores[j] - nm);
+          l[r] += e;
+          if constexpr (KvRows<F>::kScaled) {
+            rows_of.Axpy(e * v_scale[j], vb, j * kv_dim + kv_off, ar);
+          } else {
+            rows_of.Axpy(e, vb, j * kv_dim + kv_off, ar);
+          }
+        }
+        m[r] = nm;
+      }
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      if (it.part >= 0) {
+        float* slot = partials.data() + (it.part + r) * (dh + 2);
+        slot[0] = m[r];
+        slot[1] = l[r];
+        std::copy(acc.begin() + r * dh, acc.begin() + (r + 1) * dh, slot + 2);
+        continue;
+      }
+      const int64_t tok = it.tok0 + r / heads, head = it.head0 + r % heads;
+      float* o = a.out + (tok * a.heads + head) * dh;
+      const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+      for (int64_t d = 0; d < dh; ++d) o[d] = acc[r * dh + d] * inv;
+    }
+  }
+}
+
+}  // namespace
+
+void PagedAttention(const CpuContext& ctx, const PagedAttentionArgs& a) {
+  const VecKernels& kern = *ctx.kernels;
   const int64_t dh = a.head_dim;
   const AttentionPlan plan = PlanAttention(a, static_cast<size_t>(ctx.pool->size()));
   // Per partial row: m, l, then the unnormalized accumulator.
   std::vector<float> partials(static_cast<size_t>(plan.partial_slots * (dh + 2)));
-  auto run = [&](size_t begin, size_t end) {
-    // Per row: the query (rounded to f16, as llama.cpp does when multiplying it with the f16 K
-    // cache), its last visible position, the online-softmax state and the accumulator.
-    // (Per thread, reused across calls: ParallelFor runs this once per item.)
-    thread_local std::vector<float> q, acc;
-    thread_local std::vector<int64_t> last;
-    thread_local std::vector<float> m, l;
-    float scores[64];
-    uint16_t qh[kMaxHeadDim];
-    for (size_t i = begin; i < end; ++i) {
-      const AttentionItem& it = plan.items[i];
-      const int64_t heads = it.head1 - it.head0;
-      const int64_t rows = (it.tok1 - it.tok0) * heads;
-      q.resize(static_cast<size_t>(rows * dh));
-      acc.assign(static_cast<size_t>(rows * dh), 0.0f);
-      last.resize(static_cast<size_t>(rows));
-      m.assign(static_cast<size_t>(rows), -std::numeric_limits<float>::infinity());
-      l.assign(static_cast<size_t>(rows), 0.0f);
-      const int64_t qlen = a.query_start[it.s + 1] - a.query_start[it.s];
-      const int64_t first_pos = a.context_lens[it.s] - qlen - a.query_start[it.s];  // + tok
-      int64_t max_pos = 0;
-      for (int64_t r = 0; r < rows; ++r) {
-        const int64_t tok = it.tok0 + r / heads, head = it.head0 + r % heads;
-        kern.f32_to_f16(a.q + (tok * a.heads + head) * dh, qh, dh);
-        kern.f16_to_f32(qh, q.data() + r * dh, dh);
-        last[r] = first_pos + tok;
-        max_pos = std::max(max_pos, last[r]);
-      }
-      const int32_t* table = a.block_tables.data() + it.s * a.max_blocks;
-      const int64_t kv_off = it.kv_head * dh;
-      // Online softmax, one cache block (<= 64 keys) at a time; the block stays in L1 while every
-      // row of the item reads it. Per row the arithmetic is the same as one row alone.
-      for (int64_t blk = it.blk0; blk < it.blk1 && blk * bs <= max_pos; ++blk) {
-        const int64_t slot0 = static_cast<int64_t>(table[blk]) * bs;
-        for (int64_t r = 0; r < rows; ++r) {
-          const int64_t n = std::min(bs, last[r] + 1 - blk * bs);
-          if (n <= 0) continue;
-          const float* qr = q.data() + r * dh;
-          float* ar = acc.data() + r * dh;
-          float bm = -std::numeric_limits<float>::infinity();
-          for (int64_t j = 0; j < n; ++j) {
-            const uint16_t* kr = a.k_cache + (slot0 + j) * kv_dim + kv_off;
-            scores[j] = kern.dot_f32_f16(qr, kr, static_cast<int>(dh)) * a.scale;
-            bm = std::max(bm, scores[j]);
-          }
-          const float nm = std::max(m[r], bm);
-          const float corr = std::exp(m[r] - nm);
-          if (corr != 1.0f) {
-            l[r] *= corr;
-            for (int64_t d = 0; d < dh; ++d) ar[d] *= corr;
-          }
-          for (int64_t j = 0; j < n; ++j) {
-            const float e = std::exp(scores[j] - nm);
-            l[r] += e;
-            kern.axpy_f16(e, a.v_cache + (slot0 + j) * kv_dim + kv_off, ar, static_cast<int>(dh));
-          }
-          m[r] = nm;
-        }
-      }
-      for (int64_t r = 0; r < rows; ++r) {
-        if (it.part >= 0) {
-          float* slot = partials.data() + (it.part + r) * (dh + 2);
-          slot[0] = m[r];
-          slot[1] = l[r];
-          std::copy(acc.begin() + r * dh, acc.begin() + (r + 1) * dh, slot + 2);
-          continue;
-        }
-        const int64_t tok = it.tok0 + r / heads, head = it.head0 + r % heads;
-        float* o = a.out + (tok * a.heads + head) * dh;
-        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-        for (int64_t d = 0; d < dh; ++d) o[d] = acc[r * dh + d] * inv;
-      }
-    }
-  };
-  ctx.pool->ParallelFor(plan.items.size(), 1, run);
+  // The format is chosen here, once per call; each instance's inner loops are format-specific.
+  auto run_items = &RunAttentionItems<KvFormat::kF16>;
+  switch (a.format) {
+    case KvFormat::kF16:
+      break;
+    case KvFormat::kBf16:
+      run_items = &RunAttentionItems<KvFormat::kBf16>;
+      break;
+    case KvFormat::kInt8:
+      run_items = &RunAttentionItems<KvFormat::kInt8>;
+      break;
+    case KvFormat::kFp8:
+      run_items = &RunAttentionItems<KvFormat::kFp8>;
+      break;
+  }
+  ctx.pool->ParallelFor(plan.items.size(), 1, [&](size_t begin, size_t end) {
+    run_items(kern, a, plan, partials, begin, end);
+  });
 
   // Merge the parts of each split: rescale every part's state to the largest maximum.
   for (const AttentionPlan::Split& split : plan.splits) {

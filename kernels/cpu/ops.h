@@ -1,7 +1,8 @@
 // CPU implementations of the model ops, multithreaded through a ThreadPool, on top of the vec.h
 // dispatch table. Dimension letters: T tokens in the batch, K input features, N output features,
 // D hidden size, H query heads, Hkv key/value heads, Dh head dim, S sequences, P cache slots
-// (num_blocks * block_size). All activations are f32, row-major; the KV cache is f16.
+// (num_blocks * block_size). All activations are f32, row-major; the KV cache is f16, bf16, int8
+// or FP8 (kv_quant.h has its layout).
 #pragma once
 
 #include <cstddef>
@@ -9,6 +10,7 @@
 #include <span>
 #include <vector>
 
+#include "kernels/cpu/kv_quant.h"
 #include "kernels/cpu/quant.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/cpu/vec.h"
@@ -56,20 +58,23 @@ void SwiGlu(const float* gate, const float* up, int64_t n, float* out);
 // x [n] += y [n].
 void AddInPlace(float* x, const float* y, int64_t n);
 
-// Writes k, v [T, Hkv * Dh] into caches [P, Hkv * Dh] (f16) at rows slots[T]; a negative slot skips
-// the token. REQUIRES: slots[i] < P.
-void WriteKv(const CpuContext& ctx, const float* k, const float* v, int64_t t, int64_t kv_dim,
-             std::span<const int64_t> slots, uint16_t* k_cache, uint16_t* v_cache);
+// Writes k, v [T, Hkv * Dh] into one layer's caches (each num_blocks blocks of `layout`) at slots
+// slots[T] (slot = block * block_size + offset), converting or quantizing each (token, kv head)
+// row to the layout's format; a negative slot skips the token. REQUIRES: slots[i] < P.
+void WriteKv(const CpuContext& ctx, const float* k, const float* v, int64_t t,
+             std::span<const int64_t> slots, const KvLayout& layout, void* k_cache, void* v_cache);
 
 // Causal grouped-query attention over a paged cache. Sequence s owns query rows
 // [query_start[s], query_start[s+1]) of q, which are its last (query_start[s+1] - query_start[s])
 // tokens out of context_lens[s]; query i of s sees cache positions 0 .. context_lens[s] - qlen + i,
 // found through block_tables[s * max_blocks + pos / block_size]. The chunk's own K/V must already
-// be written. Queries are rounded to f16 before Q.K (as llama.cpp does). out [T, H, Dh].
+// be written. Queries are rounded to f16 before Q.K (as llama.cpp does with its f16 cache; kept for
+// every format, so that a format's effect is the cache's alone). out [T, H, Dh].
+// The format is dispatched once per call: each format has its own instance of the loops.
 struct PagedAttentionArgs {
-  const float* q;  // [T, H, Dh]
-  const uint16_t* k_cache;  // [P, Hkv, Dh] f16
-  const uint16_t* v_cache;  // [P, Hkv, Dh] f16
+  const float* q;        // [T, H, Dh]
+  const void* k_cache;   // num_blocks blocks of KvLayout{format, block_size, kv_heads, head_dim}
+  const void* v_cache;
   int64_t num_tokens;       // T
   int64_t heads, kv_heads, head_dim;
   int64_t block_size;
@@ -79,6 +84,7 @@ struct PagedAttentionArgs {
   int64_t max_blocks;
   float scale;  // usually 1 / sqrt(Dh)
   float* out;   // [T, H, Dh]
+  KvFormat format = KvFormat::kF16;
 };
 // REQUIRES: Dh <= 256, block_size <= 64, heads % kv_heads == 0.
 void PagedAttention(const CpuContext& ctx, const PagedAttentionArgs& a);

@@ -39,6 +39,14 @@ struct VecKernels {
   // Attention inner loops: dot(a [n] f32, b [n] f16) and y [n] += alpha * x [n] (x f16).
   float (*dot_f32_f16)(const float* a, const uint16_t* b, int n);
   void (*axpy_f16)(float alpha, const uint16_t* x, float* y, int n);
+  // The same for the other KV cache formats (kv_quant.h): bf16 values, int8 codes, FP8 E4M3 codes
+  // (decoded exactly, as DecodeE4M3). A quantized row's scale is the caller's to apply.
+  float (*dot_f32_bf16)(const float* a, const uint16_t* b, int n);
+  void (*axpy_bf16)(float alpha, const uint16_t* x, float* y, int n);
+  float (*dot_f32_i8)(const float* a, const int8_t* b, int n);
+  void (*axpy_i8)(float alpha, const int8_t* x, float* y, int n);
+  float (*dot_f32_e4m3)(const float* a, const uint8_t* b, int n);
+  void (*axpy_e4m3)(float alpha, const uint8_t* x, float* y, int n);
 };
 
 const VecKernels& ScalarKernels();

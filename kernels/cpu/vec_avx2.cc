@@ -3,6 +3,8 @@
 // and the binary still runs (scalar path) on CPUs without AVX2.
 #include "kernels/cpu/vec.h"
 
+#include "kernels/cpu/kv_quant.h"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 
@@ -172,9 +174,83 @@ KVGATE_AVX2 void AxpyF16Avx2(float alpha, const uint16_t* x, float* y, int n) {
   for (; i < n; ++i) y[i] += alpha * _cvtsh_ss(x[i]);
 }
 
+// Loaders of 8 cache values as floats, one per KV format (kv_quant.h), and the scalar tail.
+struct Bf16Codec {  // a bf16 is the top half of a float
+  using T = uint16_t;
+  KVGATE_AVX2 static __m256 Load(const T* x) {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  }
+  static float One(T x) { return Bf16ToF32(x); }
+};
+struct I8Codec {
+  using T = int8_t;
+  KVGATE_AVX2 static __m256 Load(const T* x) {
+    return _mm256_cvtepi32_ps(
+        _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x))));
+  }
+  static float One(T x) { return static_cast<float>(x); }
+};
+// E4M3 codes times 2^-8: the code's exponent and mantissa bits shifted into an f16's (kv_quant.cc
+// DecodeE4M3), converted by F16C. Callers multiply by 256 (exact: a power of two).
+struct E4M3Div256Codec {
+  using T = uint8_t;
+  KVGATE_AVX2 static __m256 Load(const T* x) {
+    const __m128i c = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x)));
+    const __m128i sign = _mm_slli_epi16(_mm_and_si128(c, _mm_set1_epi16(0x80)), 8);
+    const __m128i mag = _mm_slli_epi16(_mm_and_si128(c, _mm_set1_epi16(0x7f)), 7);
+    return _mm256_cvtph_ps(_mm_or_si128(sign, mag));
+  }
+  static float One(T x) { return DecodeE4M3(x) * (1.0f / 256.0f); }
+};
+
+template <class C>
+KVGATE_AVX2 float DotF32(const float* a, const typename C::T* b, int n) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), C::Load(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), C::Load(b + i + 8), acc1);
+  }
+  float s = Hsum(_mm256_add_ps(acc0, acc1));
+  for (; i < n; ++i) s += a[i] * C::One(b[i]);
+  return s;
+}
+
+template <class C>
+KVGATE_AVX2 void AxpyF32(float alpha, const typename C::T* x, float* y, int n) {
+  const __m256 va = _mm256_set1_ps(alpha);
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, C::Load(x + i), _mm256_loadu_ps(y + i)));
+  }
+  for (; i < n; ++i) y[i] += alpha * C::One(x[i]);
+}
+
+KVGATE_AVX2 float DotF32Bf16Avx2(const float* a, const uint16_t* b, int n) {
+  return DotF32<Bf16Codec>(a, b, n);
+}
+KVGATE_AVX2 void AxpyBf16Avx2(float alpha, const uint16_t* x, float* y, int n) {
+  AxpyF32<Bf16Codec>(alpha, x, y, n);
+}
+KVGATE_AVX2 float DotF32I8Avx2(const float* a, const int8_t* b, int n) {
+  return DotF32<I8Codec>(a, b, n);
+}
+KVGATE_AVX2 void AxpyI8Avx2(float alpha, const int8_t* x, float* y, int n) {
+  AxpyF32<I8Codec>(alpha, x, y, n);
+}
+KVGATE_AVX2 float DotF32E4M3Avx2(const float* a, const uint8_t* b, int n) {
+  return DotF32<E4M3Div256Codec>(a, b, n) * 256.0f;
+}
+KVGATE_AVX2 void AxpyE4M3Avx2(float alpha, const uint8_t* x, float* y, int n) {
+  AxpyF32<E4M3Div256Codec>(alpha * 256.0f, x, y, n);
+}
+
 constexpr VecKernels kAvx2 = {
-    Isa::kAvx2,   QuantizeRowQ8AAvx2, DotQ4_1TileAvx2, DotQ8_0TileAvx2,
-    F16ToF32Avx2, F32ToF16Avx2,       DotF32F16Avx2,   AxpyF16Avx2,
+    Isa::kAvx2,     QuantizeRowQ8AAvx2, DotQ4_1TileAvx2, DotQ8_0TileAvx2,
+    F16ToF32Avx2,   F32ToF16Avx2,       DotF32F16Avx2,   AxpyF16Avx2,
+    DotF32Bf16Avx2, AxpyBf16Avx2,       DotF32I8Avx2,    AxpyI8Avx2,
+    DotF32E4M3Avx2, AxpyE4M3Avx2,
 };
 
 }  // namespace

@@ -1,6 +1,8 @@
 // Portable reference implementations of vec.h; also the oracle for the AVX2 tests.
 #include "kernels/cpu/vec.h"
 
+#include "kernels/cpu/kv_quant.h"
+
 namespace kvgate::kernels::cpu {
 namespace {
 
@@ -49,9 +51,36 @@ void AxpyF16Scalar(float alpha, const uint16_t* x, float* y, int n) {
   for (int i = 0; i < n; ++i) y[i] += alpha * F16ToF32(x[i]);
 }
 
+float DotF32Bf16Scalar(const float* a, const uint16_t* b, int n) {
+  float s = 0.0f;
+  for (int i = 0; i < n; ++i) s += a[i] * Bf16ToF32(b[i]);
+  return s;
+}
+void AxpyBf16Scalar(float alpha, const uint16_t* x, float* y, int n) {
+  for (int i = 0; i < n; ++i) y[i] += alpha * Bf16ToF32(x[i]);
+}
+float DotF32I8Scalar(const float* a, const int8_t* b, int n) {
+  float s = 0.0f;
+  for (int i = 0; i < n; ++i) s += a[i] * static_cast<float>(b[i]);
+  return s;
+}
+void AxpyI8Scalar(float alpha, const int8_t* x, float* y, int n) {
+  for (int i = 0; i < n; ++i) y[i] += alpha * static_cast<float>(x[i]);
+}
+float DotF32E4M3Scalar(const float* a, const uint8_t* b, int n) {
+  float s = 0.0f;
+  for (int i = 0; i < n; ++i) s += a[i] * DecodeE4M3(b[i]);
+  return s;
+}
+void AxpyE4M3Scalar(float alpha, const uint8_t* x, float* y, int n) {
+  for (int i = 0; i < n; ++i) y[i] += alpha * DecodeE4M3(x[i]);
+}
+
 constexpr VecKernels kScalar = {
-    Isa::kScalar,    QuantizeRowQ8AScalar, DotQ4_1TileScalar, DotQ8_0TileScalar,
-    F16ToF32Scalar, F32ToF16Scalar,       DotF32F16Scalar,   AxpyF16Scalar,
+    Isa::kScalar,     QuantizeRowQ8AScalar, DotQ4_1TileScalar, DotQ8_0TileScalar,
+    F16ToF32Scalar,   F32ToF16Scalar,       DotF32F16Scalar,   AxpyF16Scalar,
+    DotF32Bf16Scalar, AxpyBf16Scalar,       DotF32I8Scalar,    AxpyI8Scalar,
+    DotF32E4M3Scalar, AxpyE4M3Scalar,
 };
 
 }  // namespace

@@ -199,7 +199,9 @@ class CudaBackendImpl final : public CudaBackend {
     if (!Live()) return;
     const int64_t* slots = InStep(batch) ? step_.at<int64_t>(kStepSlots) : Upload(batch.slot_mapping, 0);
     if (!slots) return;
-    Check(WriteKvF16(k, v, batch.num_tokens(), kv_dim, slots, cache.k, cache.v, stream_));
+    // f16 only: Backend::SupportsKvDtype's default, so ModelRunner never hands this backend another.
+    Check(WriteKvF16(k, v, batch.num_tokens(), kv_dim, slots, static_cast<uint16_t*>(cache.k),
+                     static_cast<uint16_t*>(cache.v), stream_));
   }
 
   void Attention(const float* q, const engine::KvCacheLayer& cache, const engine::AttentionShape& shape,

@@ -29,8 +29,14 @@ TEST(KvSizeTest, DtypeScales) {
   const ModelConfig c = Builtin("llama-3.3-70b");
   EXPECT_EQ(KvBytesPerToken(c, KvDtype::kFp32), 655360u);
   EXPECT_EQ(KvBytesPerToken(c, KvDtype::kFp16), 327680u);
-  EXPECT_EQ(KvBytesPerToken(c, KvDtype::kFp8), 163840u);
+  // 8-bit: 1 byte a value plus kvgate's 2-byte scale per token and KV head (80 x 8 x 2 of them).
+  EXPECT_EQ(KvBytesPerToken(c, KvDtype::kFp8), 163840u + 2 * 80 * 8 * 2);
+  EXPECT_EQ(KvBytesPerToken(c, KvDtype::kInt8), 166400u);
+  EXPECT_EQ(KvBytesPerToken(Builtin("smollm2-135m"), KvDtype::kInt8), 11880u);
+  EXPECT_EQ(KvBytesPerToken(Builtin("deepseek-v3"), KvDtype::kFp8), 61u * (576 + 2));  // MLA
   EXPECT_EQ(ParseKvDtype("fp8"), KvDtype::kFp8);
+  EXPECT_EQ(ParseKvDtype("int8"), KvDtype::kInt8);
+  EXPECT_EQ(ParseKvDtype("f16"), KvDtype::kFp16);
   EXPECT_EQ(ParseKvDtype("f32"), KvDtype::kFp32);
   EXPECT_EQ(ParseKvDtype("int4").error().code, ErrorCode::kInvalidArgument);
   EXPECT_EQ(KvDtypeName(KvDtype::kBf16), "bf16");
@@ -83,7 +89,7 @@ TEST(KvSizeCliTest, AllBuiltinsByDefault) {
   for (const ModelConfig& c : BuiltinModelConfigs()) {
     EXPECT_NE(out.find(c.name), std::string::npos) << c.name;
   }
-  EXPECT_NE(out.find("163840"), std::string::npos);  // Llama 3.3 70B in fp8
+  EXPECT_NE(out.find("166400"), std::string::npos);  // Llama 3.3 70B in fp8, with its scales
   EXPECT_NE(out.find("MLA"), std::string::npos);
 }
 
@@ -108,7 +114,8 @@ TEST(KvSizeCliTest, HelpPrintsItsOwnFlags) {
                            "--gpu-mem-gib", "--weights-gib"}) {
     EXPECT_NE(out.find(std::string("  ") + flag), std::string::npos) << flag << "\n" << out;
   }
-  EXPECT_NE(out.find("fp8 (1)"), std::string::npos) << out;
+  EXPECT_NE(out.find("int8 or fp8"), std::string::npos) << out;
+  EXPECT_NE(out.find("2-byte scale per token and KV head"), std::string::npos) << out;
 }
 
 TEST(KvSizeCliTest, Errors) {

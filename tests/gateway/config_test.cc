@@ -272,6 +272,50 @@ providers:
   }
 }
 
+TEST(ConfigTest, LocalProviderKvCacheDtype) {
+  auto env = FakeEnv({});
+  auto config = ParseConfig(R"(
+providers:
+  - {name: a, type: local, model_path: m.gguf}
+  - {name: b, type: local, model_path: m.gguf, kv_cache_dtype: int8}
+  - {name: c, type: local, model_path: m.gguf, kv_cache_dtype: fp8, kv_cache_tokens: 4096}
+  - {name: d, type: local, model_path: m.gguf, kv_cache_dtype: bf16}
+  - {name: e, type: local, model_path: m.gguf, device: cuda, kv_cache_dtype: f16}
+)",
+                            env);
+  ASSERT_TRUE(config.has_value()) << config.error().message;
+  EXPECT_EQ(config->providers[0].kv_cache_dtype, "f16") << "f16 unless asked for";
+  EXPECT_EQ(config->providers[1].kv_cache_dtype, "int8");
+  EXPECT_EQ(config->providers[2].kv_cache_dtype, "fp8");
+  EXPECT_EQ(config->providers[3].kv_cache_dtype, "bf16");
+  EXPECT_EQ(config->providers[4].kv_cache_dtype, "f16");
+
+  struct Case {
+    const char* yaml;
+    const char* expect;
+  };
+  const Case cases[] = {
+      {"providers: [{name: l, type: local, model_path: m, kv_cache_dtype: int4}]",
+       "providers[0].kv_cache_dtype must be one of f16, bf16, int8, fp8 (got 'int4')"},
+      {"providers: [{name: l, type: local, model_path: m, kv_cache_dtype: INT8}]",
+       "providers[0].kv_cache_dtype must be one of f16, bf16, int8, fp8 (got 'INT8')"},
+      {"providers: [{name: l, type: local, model_path: m, kv_cache_dtype: ''}]",
+       "providers[0].kv_cache_dtype must be one of f16, bf16, int8, fp8 (got '')"},
+      {"providers: [{name: l, type: local, model_path: m, kv_cache_dtype: [int8]}]",
+       "providers[0].kv_cache_dtype"},
+      {"providers: [{name: l, type: local, model_path: m, device: cuda, kv_cache_dtype: int8}]",
+       "providers[0].kv_cache_dtype int8 needs device: cpu"},
+      {"providers: [{name: o, type: openai, base_url: 'https://x', kv_cache_dtype: int8}]",
+       "providers[0].kv_cache_dtype is only for type local"},
+  };
+  for (const Case& c : cases) {
+    auto bad = ParseConfig(c.yaml, env, "test.yaml");
+    ASSERT_FALSE(bad.has_value()) << c.yaml;
+    EXPECT_NE(bad.error().message.find(c.expect), std::string::npos)
+        << c.yaml << " -> " << bad.error().message;
+  }
+}
+
 TEST(ConfigTest, LocalProviderOffloadTier) {
   auto env = FakeEnv({});
   auto config = ParseConfig(R"(

@@ -171,13 +171,16 @@ TEST(OpsTest, SwiGluAndAdd) {
 
 // Writes random K/V for sequences of `ctx_lens` into a paged cache with scattered block tables,
 // runs PagedAttention for query chunks of `qlens` on every tested ISA and thread count, and
-// compares it with attention over the logical (unpaged) K/V, rounded to f16 as the cache holds
-// them, computed in double.
+// compares it with attention over the logical (unpaged) K/V, read back as the cache holds them
+// (rounded to f16 or bf16, or quantized), computed in double.
 void ExpectPagedAttentionMatchesDense(uint64_t seed, const std::vector<int32_t>& ctx_lens,
                                       const std::vector<int32_t>& qlens,
-                                      std::initializer_list<int> thread_counts) {
+                                      std::initializer_list<int> thread_counts,
+                                      KvFormat format = KvFormat::kF16) {
   std::mt19937_64 rng(seed);
   const int64_t h = 6, hkv = 2, dh = 64, bs = 16, kv_dim = hkv * dh;
+  const KvLayout layout{format, bs, hkv, dh};
+  const size_t block_bytes = KvBlockBytes(layout);
   const auto s = static_cast<int64_t>(ctx_lens.size());
   int64_t max_blocks = 0, num_blocks = 0;
   for (int32_t c : ctx_lens) {
@@ -195,16 +198,21 @@ void ExpectPagedAttentionMatchesDense(uint64_t seed, const std::vector<int32_t>&
   for (int64_t i = 0, next = 0; i < s; ++i)
     for (int64_t b = 0; b * bs < ctx_lens[i]; ++b) tables[i * max_blocks + b] = perm[next++];
   std::vector<std::vector<float>> kd(s), vd(s);
-  std::vector<uint16_t> kc(num_blocks * bs * kv_dim), vc(kc.size());
+  std::vector<std::byte> kc(num_blocks * block_bytes), vc(kc.size());
   for (int64_t i = 0; i < s; ++i) {
     kd[i] = RandomFloats(rng, ctx_lens[i] * kv_dim);
     vd[i] = RandomFloats(rng, ctx_lens[i] * kv_dim);
     std::vector<int64_t> slots(ctx_lens[i]);
     for (int64_t p = 0; p < ctx_lens[i]; ++p) slots[p] = tables[i * max_blocks + p / bs] * bs + p % bs;
     Env env(Isa::kScalar, 1);
-    WriteKv(env.ctx, kd[i].data(), vd[i].data(), ctx_lens[i], kv_dim, slots, kc.data(), vc.data());
-    for (float& x : kd[i]) x = F16ToF32(F32ToF16(x));
-    for (float& x : vd[i]) x = F16ToF32(F32ToF16(x));
+    WriteKv(env.ctx, kd[i].data(), vd[i].data(), ctx_lens[i], slots, layout, kc.data(), vc.data());
+    for (int64_t p = 0; p < ctx_lens[i]; ++p) {
+      const size_t block = static_cast<size_t>(slots[p] / bs);
+      for (int64_t g = 0; g < hkv; ++g) {
+        ReadKvRow(layout, kc.data() + block * block_bytes, p % bs, g, &kd[i][p * kv_dim + g * dh]);
+        ReadKvRow(layout, vc.data() + block * block_bytes, p % bs, g, &vd[i][p * kv_dim + g * dh]);
+      }
+    }
   }
   const auto q = RandomFloats(rng, t * h * dh);
   std::vector<float> qr(q);  // the kernel rounds queries to f16 before Q.K
@@ -235,10 +243,11 @@ void ExpectPagedAttentionMatchesDense(uint64_t seed, const std::vector<int32_t>&
       Env env(isa, threads);
       std::vector<float> out(t * h * dh, NAN);
       PagedAttentionArgs a{q.data(), kc.data(), vc.data(), t, h, hkv, dh, bs, qstart, ctx_lens,
-                           tables, max_blocks, scale, out.data()};
+                           tables, max_blocks, scale, out.data(), format};
       PagedAttention(env.ctx, a);
       for (size_t i = 0; i < out.size(); ++i)
-        ASSERT_NEAR(out[i], ref[i], 2e-5) << IsaName(isa) << " threads " << threads << " " << i;
+        ASSERT_NEAR(out[i], ref[i], 2e-5)
+            << IsaName(isa) << " threads " << threads << " format " << int(format) << " " << i;
     }
   }
 }
@@ -248,6 +257,15 @@ void ExpectPagedAttentionMatchesDense(uint64_t seed, const std::vector<int32_t>&
 // one head (the short-context decode split).
 TEST(OpsTest, PagedAttentionMatchesDenseCausalReference) {
   ExpectPagedAttentionMatchesDense(25, {33, 40, 5}, {20, 1, 5}, {1, 2, 16});
+}
+
+// Every cache format reads back what WriteKv stored: the same kernel result as attention over the
+// values the cache holds (tests/kernels/kv_quant_test.cc compares those with the f32 inputs).
+TEST(OpsTest, PagedAttentionMatchesDenseReferenceForEveryFormat) {
+  for (KvFormat f : {KvFormat::kBf16, KvFormat::kInt8, KvFormat::kFp8}) {
+    ExpectPagedAttentionMatchesDense(27, {33, 40, 5}, {20, 1, 5}, {1, 2}, f);
+    ExpectPagedAttentionMatchesDense(28, {700, 600}, {1, 3}, {16}, f);
+  }
 }
 
 // Long contexts with few sequences split their keys over the threads (parts merged after): one
@@ -262,7 +280,7 @@ TEST(OpsTest, WriteKvSkipsNegativeSlots) {
   const float k[] = {1, 2, 3, 4}, v[] = {5, 6, 7, 8};
   std::vector<uint16_t> kc(6, 0), vc(6, 0);
   const int64_t slots[] = {2, -1};
-  WriteKv(env.ctx, k, v, 2, 2, slots, kc.data(), vc.data());
+  WriteKv(env.ctx, k, v, 2, slots, KvLayout{KvFormat::kF16, 3, 1, 2}, kc.data(), vc.data());
   EXPECT_EQ(F16ToF32(kc[4]), 1.0f);
   EXPECT_EQ(F16ToF32(vc[5]), 6.0f);
   EXPECT_EQ(kc[0], 0);

@@ -166,6 +166,22 @@ struct Fixture {
   }
 };
 
+// A backend serves the f16 cache unless it says otherwise (the CUDA backend does not): a runner
+// for another dtype is refused at creation, naming the dtype, instead of reading its bytes as f16.
+TEST(RunnerStepTest, RefusesACacheDtypeTheBackendDoesNotServe) {
+  const ModelWeights weights = ToyWeights();
+  RecordingBackend backend;
+  for (KvDtype dtype : {KvDtype::kBf16, KvDtype::kInt8, KvDtype::kFp8}) {
+    auto r = ModelRunner::Create(weights, backend, {8, 16, dtype});
+    ASSERT_FALSE(r.has_value());
+    EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument);
+    EXPECT_NE(r.error().message.find("kv_cache_dtype " + std::string(KvDtypeName(dtype))),
+              std::string::npos)
+        << r.error().message;
+  }
+  EXPECT_TRUE(ModelRunner::Create(weights, backend, {8, 16, KvDtype::kFp16}).has_value());
+}
+
 TEST(RunnerStepTest, DefaultHooksLeaveTheOpStreamAsItWas) {
   Fixture f(/*graphs=*/true);
   f.backend.hooks = false;

@@ -4,6 +4,8 @@
 #include <bit>
 #include <limits>
 
+#include "common/utf8.h"
+
 namespace kvgate::engine {
 namespace {
 
@@ -12,32 +14,12 @@ namespace {
 // sequences); -1 otherwise. The same rules as JsonMatcher's string body.
 int64_t PlainLength(std::string_view s) {
   int64_t n = 0;
-  for (size_t i = 0; i < s.size();) {
+  for (size_t i = 0; i < s.size(); ++n) {
     const auto b = static_cast<uint8_t>(s[i]);
-    size_t more = 0;
-    uint8_t lo = 0x80, hi = 0xBF;
-    if (b < 0x80) {
-      if (b < 0x20 || b == '"' || b == '\\') return -1;
-    } else if (b >= 0xC2 && b <= 0xDF) {
-      more = 1;
-    } else if (b >= 0xE0 && b <= 0xEF) {
-      more = 2;
-      if (b == 0xE0) lo = 0xA0;
-      if (b == 0xED) hi = 0x9F;
-    } else if (b >= 0xF0 && b <= 0xF4) {
-      more = 3;
-      if (b == 0xF0) lo = 0x90;
-      if (b == 0xF4) hi = 0x8F;
-    } else {
-      return -1;
-    }
-    if (more > 0 && i + more >= s.size()) return -1;  // a sequence cut short
-    for (size_t k = 1; k <= more; ++k) {
-      const auto c = static_cast<uint8_t>(s[i + k]);
-      if (c < (k == 1 ? lo : 0x80) || c > (k == 1 ? hi : 0xBF)) return -1;
-    }
-    i += more + 1;
-    ++n;
+    if (b < 0x20 || b == '"' || b == '\\') return -1;
+    const size_t length = Utf8SequenceLength(s, i);  // 0: not whole, valid UTF-8
+    if (length == 0) return -1;
+    i += length;
   }
   return n;
 }

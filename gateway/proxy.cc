@@ -3,6 +3,8 @@
 // One data flow: parse -> route (router::Router, with the thread's memory) -> attempts (retry or
 // fall back while nothing has been sent to the client) -> commit. The RequestLog records what
 // happened on every path, with the route and every attempt.
+#include <algorithm>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
@@ -383,8 +385,15 @@ asio::awaitable<void> Gateway::ServeInference(http::Request& request,
                      .client_wants_usage = providers::ClientWantsStreamUsage(body),
                      .worker_index = request.worker_index};
   if (messages_api) {
-    call.anthropic_version = std::string(request.header("anthropic-version"));
-    call.anthropic_beta = std::string(request.header("anthropic-beta"));
+    // Passed on only as printable ASCII (what their values are): nothing a client sends can
+    // reach another server's request head as anything but these two fields.
+    auto printable = [](std::string_view v) {
+      return std::all_of(v.begin(), v.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
+    };
+    for (auto [name, slot] : {std::pair{"anthropic-version", &call.anthropic_version},
+                              {"anthropic-beta", &call.anthropic_beta}}) {
+      if (std::string_view v = request.header(name); printable(v)) *slot = std::string(v);
+    }
   }
   if (responses) {
     call.on_response_id = [this, starts_thread](telemetry::RequestRecord& r) {

@@ -26,8 +26,8 @@ from gwctl import ADMIN_TOKEN, GATEWAY_KEY, expected_cost_pico, normalized_from_
 @pytest.fixture(scope="module")
 def mgw(kvgate_bin, sim, tmp_path_factory, kvgate_process_class, bundled_model):
     class MessagesKvgate(kvgate_process_class):
-        """Anthropic under another model name (so the splice of `model` shows), OpenAI, and the
-        built-in engine."""
+        """Anthropic under another model name (so the splice of `model` shows), OpenAI, the
+        built-in engine, and a router that falls back from Anthropic to OpenAI."""
 
         def _write_config(self):
             s = f"http://127.0.0.1:{self.sim_port}"
@@ -42,6 +42,10 @@ models:
   - {{name: sonnet, provider: claude, upstream_model: claude-sonnet-4-5}}
   - {{name: gpt-4o-mini, provider: openai}}
   - {{name: smollm2, provider: local}}
+  - {{name: sonnet-first, provider: claude, upstream_model: claude-sonnet-4-5}}
+routers:
+  - {{name: mixed, strategy: fallback, retries: 0,
+     targets: [{{model: sonnet-first}}, {{model: gpt-4o-mini}}]}}
 """)
 
     kg = MessagesKvgate(kvgate_bin, tmp_path_factory.mktemp("messages"), sim.port,
@@ -374,3 +378,30 @@ def test_errors_are_anthropic_shaped_sdk_exceptions(mgw, sim):
                     pass
         assert e.value.body["type"] == "error", e.value.body
         assert e.value.body["error"]["type"] == "api_error", e.value.body
+
+
+def test_router_falls_back_from_the_pass_through_to_the_translation(mgw, sim):
+    """One request, two attempts: Anthropic (passed through) fails before answering, the OpenAI
+    target (translated) answers; the client gets one Message (streamed, then whole)."""
+    client = sdk(mgw)
+    for stream in (True, False):
+        sim.client.add_faults({"provider": "anthropic", "status": 500})
+        if stream:
+            with client.messages.stream(model="mixed", max_tokens=8,
+                                        messages=[{"role": "user", "content": "hi"}]) as s:
+                message = s.get_final_message()
+                request_id = s.response.headers["x-request-id"]
+        else:
+            raw = client.messages.with_raw_response.create(
+                model="mixed", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
+            message, request_id = raw.parse(), raw.headers["x-request-id"]
+        assert message.type == "message" and message.content[0].text
+        rec = mgw.wait_request(request_id)
+        targets = [a["target"] for a in rec["attempts"]]
+        if stream:
+            assert targets == ["sonnet-first", "gpt-4o-mini"], rec["attempts"]
+            assert rec["attempts"][0]["status"] == "upstream_error"
+        else:  # (the router may skip Anthropic while it cools down after the first failure)
+            assert targets[-1] == "gpt-4o-mini", rec["attempts"]
+        assert rec["target"] == "gpt-4o-mini" and rec["status"] == "ok"
+        assert rec["response_id"] == message.id and rec["usage"]["output"] == 8

@@ -18,8 +18,13 @@ std::string MessageOf(const providers::ClientError& error) {
 
 }  // namespace
 
-ClientStream::ClientStream(http::ResponseWriter& writer, RequestLog& log)
-    : writer_(writer), log_(log), headers_{{"x-request-id", log.record().request_id}} {}
+ClientStream::ClientStream(http::ResponseWriter& writer, RequestLog& log, ClientApi api)
+    : writer_(writer), log_(log), api_(api), headers_{{"x-request-id", log.record().request_id}} {}
+
+void ClientStream::TranslateChatAnswers(bool translate) {
+  translate_ = translate;
+  answer_stream_ = translate ? providers::NewMessagesAnswerStream() : nullptr;
+}
 
 ClientStream::~ClientStream() {
   if (watching_) writer_.OnClientGone(nullptr);
@@ -39,6 +44,19 @@ asio::awaitable<void> ClientStream::SendAnswer(std::string body) {
     RecordClientLeft("the client closed the connection before the response was ready");
     co_return;
   }
+  if (translate_) {
+    Result<std::string> message = providers::ChatToMessage(body);
+    if (!message) {
+      // The upstream's answer was read (its usage is recorded) but cannot be told as a Message.
+      std::string why = "kvgate cannot translate the upstream's answer: " + message.error().message;
+      co_await SendError(providers::MakeOpenAIError(502, std::move(why), "upstream_error",
+                                                    "bad_upstream_response"),
+                         "upstream_error");
+      co_return;
+    }
+    body = std::move(*message);
+    log_.record().response_id = providers::ResponseIdOf(body);
+  }
   started_ = true;
   log_.record().http_status = 200;
   log_.Checkpoint();  // the answer is complete once these bytes leave: make the record durable
@@ -49,11 +67,13 @@ asio::awaitable<void> ClientStream::SendAnswer(std::string body) {
 
 asio::awaitable<void> ClientStream::SendError(const providers::ClientError& error,
                                               std::string status_word) {
-  log_.SetError(error.status, std::move(status_word), MessageOf(error));
+  const providers::ClientError answer =
+      api_ == ClientApi::kAnthropicMessages ? providers::ToAnthropicError(error) : error;
+  log_.SetError(answer.status, std::move(status_word), MessageOf(error));
   started_ = true;
   std::vector<http::Header> headers = headers_;
-  std::string body = JsonText(error.body);
-  co_await writer_.Send(error.status, kJson, std::move(body), std::move(headers));
+  std::string body = JsonText(answer.body);
+  co_await writer_.Send(answer.status, kJson, std::move(body), std::move(headers));
 }
 
 asio::awaitable<bool> ClientStream::BeginStream() {
@@ -67,11 +87,22 @@ asio::awaitable<bool> ClientStream::BeginStream() {
   started_ = true;
   streaming_ = true;
   log_.record().http_status = 200;
-  writer_.SetCutNotice(providers::ShutdownCutEvent());
+  writer_.SetCutNotice(api_ == ClientApi::kAnthropicMessages
+                           ? providers::AnthropicShutdownCutEvent()
+                           : providers::ShutdownCutEvent());
   co_return true;
 }
 
 asio::awaitable<bool> ClientStream::Write(std::string_view bytes) {
+  std::string translated;
+  if (answer_stream_) {
+    translated = answer_stream_->Feed(bytes);
+    if (!answer_stream_->message_id().empty()) {
+      log_.record().response_id = answer_stream_->message_id();
+    }
+    if (translated.empty()) co_return true;
+    bytes = translated;
+  }
   auto wrote = co_await writer_.WriteChunk(bytes);
   if (!wrote) {
     RecordClientLeft("the client closed the connection mid-stream");
@@ -81,6 +112,18 @@ asio::awaitable<bool> ClientStream::Write(std::string_view bytes) {
 }
 
 asio::awaitable<bool> ClientStream::EndStream() {
+  if (answer_stream_) {
+    // A chat stream that stopped short of [DONE] (the upstream's own error event was already
+    // translated): Anthropic's error event, so the SDK raises rather than return half a message.
+    std::string tail = answer_stream_->Finish();
+    if (!tail.empty()) {
+      auto wrote = co_await writer_.WriteChunk(tail);
+      if (!wrote) {
+        RecordClientLeft("the client closed the connection mid-stream");
+        co_return false;
+      }
+    }
+  }
   auto ended = co_await writer_.EndStream();
   if (!ended) {
     RecordClientLeft("the client closed the connection mid-stream");

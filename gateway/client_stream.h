@@ -8,6 +8,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -15,15 +16,20 @@
 #include <boost/asio/awaitable.hpp>
 
 #include "gateway/http/server.h"
+#include "gateway/providers/messages.h"
 #include "gateway/providers/provider.h"
 #include "gateway/request_log.h"
 
 namespace kvgate::gateway {
 
+// The API the client speaks, which decides the shape of every error it gets (kvgate's own and
+// the upstream's) and of the shutdown cut event.
+enum class ClientApi { kOpenAI, kAnthropicMessages };
+
 class ClientStream {
  public:
   // `writer` and `log` must outlive this object.
-  ClientStream(http::ResponseWriter& writer, RequestLog& log);
+  ClientStream(http::ResponseWriter& writer, RequestLog& log, ClientApi api = ClientApi::kOpenAI);
   ~ClientStream();  // stops any client-gone watch
   ClientStream(const ClientStream&) = delete;
   ClientStream& operator=(const ClientStream&) = delete;
@@ -37,6 +43,12 @@ class ClientStream {
   bool started() const { return started_; }
   bool streaming() const { return streaming_; }
   bool client_gone() const { return writer_.client_gone(); }
+
+  // For an Anthropic Messages client served by an OpenAI-chat upstream (the attempt loop sets it
+  // per attempt): the answers that follow are chat answers, translated here into Anthropic's
+  // (SendAnswer: a Message; Write / EndStream: Anthropic's events), and the record's response
+  // id becomes the Message's. False: answers go out as the upstream sent them.
+  void TranslateChatAnswers(bool translate);
 
   // Journals the record before the bytes that complete a stream are written (RequestLog::
   // Checkpoint); SendAnswer does it itself.
@@ -68,6 +80,9 @@ class ClientStream {
  private:
   http::ResponseWriter& writer_;
   RequestLog& log_;
+  const ClientApi api_;
+  std::unique_ptr<providers::MessagesAnswerStream> answer_stream_;  // null: no translation
+  bool translate_ = false;
   std::vector<http::Header> headers_;
   bool started_ = false;
   bool streaming_ = false;

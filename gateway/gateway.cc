@@ -300,6 +300,10 @@ asio::awaitable<void> Gateway::Handle(http::Request& request, http::ResponseWrit
     co_await HandleInference(request, writer, providers::Endpoint::kEmbeddings);
     co_return;
   }
+  if (request.method == "POST" && path == "/v1/messages") {
+    co_await HandleInference(request, writer, providers::Endpoint::kMessages);
+    co_return;
+  }
   // Every other answer carries an id too (not recorded: the read API holds inference requests).
   const std::string request_id = NewId("req");
   TrackedWriter tracked(writer, {{"x-request-id", request_id}});
@@ -333,7 +337,7 @@ asio::awaitable<void> Gateway::HandleOther(http::Request& request, http::Respons
   } else if (IsWebPath(path)) {
     co_await SendWebAsset(request, writer);
   } else if (path == "/v1/chat/completions" || path == "/v1/completions" ||
-             path == "/v1/responses" || path == "/v1/embeddings") {
+             path == "/v1/responses" || path == "/v1/embeddings" || path == "/v1/messages") {
     co_await SendMethodNotAllowed(writer, request, "POST");
   } else if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0) {
     if (get) {
@@ -369,7 +373,8 @@ std::vector<http::Header> Gateway::OnRejected(const http::Rejection& rejection) 
   std::string endpoint;
   for (providers::Endpoint e :
        {providers::Endpoint::kChatCompletions, providers::Endpoint::kCompletions,
-        providers::Endpoint::kResponses, providers::Endpoint::kEmbeddings}) {
+        providers::Endpoint::kResponses, providers::Endpoint::kEmbeddings,
+        providers::Endpoint::kMessages}) {
     if (request.path == providers::EndpointPath(e)) endpoint = providers::EndpointName(e);
   }
   if (endpoint.empty() && rejection.head_read) return headers;
@@ -414,7 +419,8 @@ Result<std::string> Gateway::Authenticate(const http::Request& request) const {
   if (key.empty()) key = request.header("x-api-key");
   if (key.empty()) {
     return MakeError(ErrorCode::kUnauthenticated,
-                     "Missing API key: send it as Authorization: Bearer <key>");
+                     "Missing API key: send it as Authorization: Bearer <key> (or x-api-key: "
+                     "<key>)");
   }
   std::string hash = HashApiKey(key);
   bool ok = false;

@@ -1,8 +1,10 @@
-// The inference path: POST /v1/chat/completions, /v1/completions, /v1/responses and
-// /v1/embeddings, streaming and not.
+// The inference path: POST /v1/chat/completions, /v1/completions, /v1/responses,
+// /v1/embeddings and /v1/messages, streaming and not.
 // One data flow: parse -> route (router::Router, with the thread's memory) -> attempts (retry or
 // fall back while nothing has been sent to the client) -> commit. The RequestLog records what
 // happened on every path, with the route and every attempt.
+#include <algorithm>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
@@ -15,6 +17,7 @@
 #include "gateway/client_stream.h"
 #include "gateway/gateway.h"
 #include "gateway/local_provider.h"
+#include "gateway/providers/messages.h"
 #include "gateway/request_log.h"
 #include "gateway/tracked_writer.h"
 
@@ -72,7 +75,10 @@ void FillFacts(const raw_json::Object& body, router::RequestFacts& facts) {
       raw_json::ForEachElement(*content, [&](raw_json::Value part) {
         std::optional<raw_json::Value> type = raw_json::Find(part, "type");
         std::optional<std::string> name = type ? raw_json::DecodeString(*type) : std::nullopt;
-        if (name && *name != "text" && *name != "input_text" && *name != "output_text") {
+        // (Anthropic's non-text blocks other than images: tool turns and reasoning.)
+        if (name && *name != "text" && *name != "input_text" && *name != "output_text" &&
+            *name != "tool_use" && *name != "tool_result" && *name != "thinking" &&
+            *name != "redacted_thinking") {
           facts.images = true;
         }
       });
@@ -111,6 +117,43 @@ json AttemptJson(const router::Target& target, int key, int keys, const AttemptR
   return j;
 }
 
+// The chat request an OpenAI-chat target gets for an Anthropic Messages `call`: its body is
+// written into `chat_text`, which must outlive `chat_call`. The client's usage is always asked
+// for (message_delta carries it). Returns the failed attempt when the request cannot be told in
+// chat's terms (the client's 400; no other target would do better).
+std::optional<AttemptResult> TranslateForChat(const InferenceCall& call, providers::ProviderType type,
+                                              std::string& chat_text, InferenceCall& chat_call) {
+  using providers::ProviderType;
+  const bool top_k = type == ProviderType::kVllm || type == ProviderType::kSglang ||
+                     type == ProviderType::kLlamaCpp || type == ProviderType::kLocal ||
+                     type == ProviderType::kOpenRouter;
+  auto refused = [](const Error& error) {
+    const bool internal = error.code != ErrorCode::kInvalidArgument;
+    AttemptResult r;
+    r.message = error.message;
+    r.error = providers::MakeOpenAIError(internal ? 500 : 400, error.message,
+                                         internal ? "server_error" : "invalid_request_error",
+                                         internal ? "internal_error" : "invalid_request");
+    r.status_word = "error";
+    r.outcome.failure = router::Failure::kOther;
+    return r;
+  };
+  Result<std::string> chat = providers::MessagesToChat(call.body, {.top_k = top_k});
+  if (!chat) return refused(chat.error());
+  chat_text = std::move(*chat);
+  Result<raw_json::Value> parsed = raw_json::Parse(chat_text);
+  if (!parsed) {
+    return refused(MakeError(ErrorCode::kInternal, "the translated request is not valid JSON: " +
+                                                       parsed.error().message)
+                       .error());
+  }
+  chat_call = call;
+  chat_call.endpoint = providers::Endpoint::kChatCompletions;
+  chat_call.body = raw_json::Object(*parsed);
+  chat_call.client_wants_usage = true;
+  return std::nullopt;
+}
+
 }  // namespace
 
 asio::awaitable<void> Gateway::HandleInference(http::Request& request,
@@ -136,11 +179,18 @@ asio::awaitable<void> Gateway::HandleInference(http::Request& request,
                failure.c_str());
   const int status = tracked.status() == 0 ? 500 : tracked.status();
   log.SetError(status, "error", "kvgate internal error: " + Utf8Snippet(failure));
+  std::string body = InternalErrorJson(rec.request_id);
+  std::string event = "data: " + body + "\n\n";
+  if (endpoint == providers::Endpoint::kMessages) {  // in the shape its client reads
+    providers::ClientError error{.status = 500, .body = json::parse(body)};
+    body = JsonText(providers::ToAnthropicError(error).body);
+    event = providers::AnthropicErrorEvent(providers::ToAnthropicError(error));
+  }
   if (tracked.status() == 0) {
     std::vector<http::Header> headers{{"x-request-id", rec.request_id}};
-    co_await tracked.Send(500, kJson, InternalErrorJson(rec.request_id), std::move(headers));
+    co_await tracked.Send(500, kJson, std::move(body), std::move(headers));
   } else if (tracked.stream_open()) {
-    co_await tracked.WriteChunk("data: " + InternalErrorJson(rec.request_id) + "\n\n");
+    co_await tracked.WriteChunk(event);
     co_await tracked.EndStream();
   }
   log.Commit();
@@ -150,7 +200,9 @@ asio::awaitable<void> Gateway::ServeInference(http::Request& request,
                                               http::ResponseWriter& writer,
                                               providers::Endpoint endpoint, RequestLog& log) {
   auto& rec = log.record();
-  ClientStream client(writer, log);
+  const bool messages_api = endpoint == providers::Endpoint::kMessages;
+  ClientStream client(writer, log,
+                      messages_api ? ClientApi::kAnthropicMessages : ClientApi::kOpenAI);
 
   // Authentication (gateway keys are optional).
   if (Result<std::string> key = Authenticate(request); !key) {
@@ -184,8 +236,13 @@ asio::awaitable<void> Gateway::ServeInference(http::Request& request,
     co_return;
   }
   const raw_json::Object body(*parsed);
-  if (Result<std::string> thread_id = providers::ThreadIdOf(body, request.header("x-thread-id"));
-      !thread_id) {
+  // Messages clients also name their conversation by Claude Code's session header or
+  // metadata.user_id (docs/api.md).
+  Result<std::string> thread_id =
+      messages_api ? providers::MessagesThreadIdOf(body, request.header("x-thread-id"),
+                                                   request.header("x-claude-code-session-id"))
+                   : providers::ThreadIdOf(body, request.header("x-thread-id"));
+  if (!thread_id) {
     co_await client.SendError(BadRequest(thread_id.error().message, "invalid_thread_id"), "error");
     co_return;
   } else {
@@ -327,6 +384,17 @@ asio::awaitable<void> Gateway::ServeInference(http::Request& request,
                      .stream = rec.stream,
                      .client_wants_usage = providers::ClientWantsStreamUsage(body),
                      .worker_index = request.worker_index};
+  if (messages_api) {
+    // Passed on only as printable ASCII (what their values are): nothing a client sends can
+    // reach another server's request head as anything but these two fields.
+    auto printable = [](std::string_view v) {
+      return std::all_of(v.begin(), v.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
+    };
+    for (auto [name, slot] : {std::pair{"anthropic-version", &call.anthropic_version},
+                              {"anthropic-beta", &call.anthropic_beta}}) {
+      if (std::string_view v = request.header(name); printable(v)) *slot = std::string(v);
+    }
+  }
   if (responses) {
     call.on_response_id = [this, starts_thread](telemetry::RequestRecord& r) {
       if (r.thread_id.empty() && starts_thread &&
@@ -394,12 +462,34 @@ asio::awaitable<void> Gateway::RunAttempts(const InferenceCall& call,
                          : connection.api_keys[static_cast<size_t>(key) % connection.api_keys.size()],
           .stream = call.stream,
           .client_wants_usage = call.client_wants_usage};
+      plan.options.anthropic_version = call.anthropic_version;
+      plan.options.anthropic_beta = call.anthropic_beta;
+      // Anthropic Messages to a target that speaks OpenAI chat: the request is translated here,
+      // the answer by the ClientStream.
+      const bool translate = call.endpoint == providers::Endpoint::kMessages &&
+                             connection.type != providers::ProviderType::kAnthropic;
+      client.TranslateChatAnswers(translate);
+      std::string chat_text;  // the translated body (chat_call.body's bytes)
+      InferenceCall chat_call;
+      std::optional<AttemptResult> untranslatable;
+      if (translate) {
+        untranslatable = TranslateForChat(call, connection.type, chat_text, chat_call);
+        plan.options.endpoint = chat_call.endpoint;
+        plan.options.client_wants_usage = chat_call.client_wants_usage;
+      }
       const int64_t started_ns = deps_.clock->MonotonicNanos();
       json entry = {{"target", target.name}, {"provider", target.provider}, {"status", "ok"},
                     {"http_status", 0}, {"error", nullptr}, {"latency_ms", nullptr}};
       if (target.keys > 1) entry["key"] = key;
       log.BeginAttempt(std::move(entry));
-      AttemptResult result = co_await UpstreamFor(target).Attempt(call, plan, client);
+      AttemptResult result;
+      if (untranslatable) {
+        result = std::move(*untranslatable);
+      } else if (translate) {
+        result = co_await UpstreamFor(target).Attempt(chat_call, plan, client);
+      } else {
+        result = co_await UpstreamFor(target).Attempt(call, plan, client);
+      }
       const int64_t latency_us = (deps_.clock->MonotonicNanos() - started_ns) / 1000;
       result.outcome.target = candidate.target;
       if (result.outcome.latency_us == 0) result.outcome.latency_us = latency_us;

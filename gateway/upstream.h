@@ -39,6 +39,10 @@ struct InferenceCall {
   bool stream = false;
   bool client_wants_usage = false;
   size_t worker_index = 0;     // the event loop (its upstream::Client)
+  // Anthropic Messages: the client's anthropic-version and anthropic-beta headers, passed on to
+  // Anthropic providers ("" when absent).
+  std::string anthropic_version;
+  std::string anthropic_beta;
   // Called once with the record when the answer first names its response id (record().
   // response_id is set), before any byte of that answer reaches the client: the Responses API's
   // thread bookkeeping (a later request may continue this response). May be empty.

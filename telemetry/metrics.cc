@@ -372,8 +372,8 @@ Result<std::unique_ptr<GatewayMetrics>> GatewayMetrics::Create(MetricsRegistry& 
   m->requests_ = *requests;
   auto by_endpoint = registry.AddCounter(
       "kvgate_endpoint_requests_total",
-      "Requests handled, by API endpoint (chat.completions, completions, responses, embeddings) "
-      "and final status.",
+      "Requests handled, by API endpoint (chat.completions, completions, responses, embeddings, "
+      "messages) and final status.",
       {"endpoint", "status"});
   if (!by_endpoint) return std::unexpected(by_endpoint.error());
   m->endpoint_requests_ = *by_endpoint;

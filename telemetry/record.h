@@ -18,7 +18,8 @@ struct RequestRecord {
   std::string request_id;      // kvgate's id, also sent to the client as x-request-id
   std::string thread_id;       // empty when the client gave none
   int64_t created_at_us = 0;   // wall clock, microseconds since the epoch, when the request arrived
-  std::string endpoint;        // "chat.completions" | "completions" | "responses" | "embeddings"
+  std::string endpoint;        // "chat.completions" | "completions" | "responses" | "embeddings" |
+                               // "messages"
   std::string model;           // the model name the client asked for
   std::string provider;        // the configured provider name the request went to ("" if none)
   std::string provider_type;   // "openai", "anthropic", ...

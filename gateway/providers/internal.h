@@ -83,6 +83,13 @@ std::unique_ptr<StreamTranslator> NewResponsesStream();
 
 Result<UpstreamCall> BuildAnthropicCall(const json& client_body, const CallOptions& options);
 
+// Anthropic Messages passed through to Anthropic providers (anthropic_messages.cc): the client's
+// bytes with `model` spliced in; the Message and its events unchanged, usage read from them.
+Result<UpstreamCall> BuildAnthropicMessagesCall(const raw_json::Object& client_body,
+                                                const CallOptions& options);
+Result<Translated> TranslateMessagesResponse(std::string_view upstream_body);
+std::unique_ptr<StreamTranslator> NewMessagesStream();
+
 // Long message texts set aside while the Anthropic translation works on a tree
 // (anthropic_texts.cc): `reduced_body` is the client body with every message text of at least
 // `min_raw_bytes` (messages[i].content as a string, messages[i].content[j].text) replaced by a

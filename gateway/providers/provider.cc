@@ -112,6 +112,7 @@ std::string_view EndpointName(Endpoint endpoint) {
     case Endpoint::kCompletions: return "completions";
     case Endpoint::kResponses: return "responses";
     case Endpoint::kEmbeddings: return "embeddings";
+    case Endpoint::kMessages: return "messages";
   }
   return "chat.completions";
 }
@@ -122,6 +123,7 @@ std::string_view EndpointPath(Endpoint endpoint) {
     case Endpoint::kCompletions: return "/v1/completions";
     case Endpoint::kResponses: return "/v1/responses";
     case Endpoint::kEmbeddings: return "/v1/embeddings";
+    case Endpoint::kMessages: return "/v1/messages";
   }
   return "/v1/chat/completions";
 }
@@ -242,6 +244,14 @@ Result<UpstreamCall> BuildUpstreamCall(ProviderType type, const raw_json::Object
         return MakeError(ErrorCode::kInvalidArgument, "'messages' must be an array");
       }
     }
+    if (options.endpoint == Endpoint::kMessages) {
+      if (type != ProviderType::kAnthropic) {
+        return MakeError(ErrorCode::kInvalidArgument,
+                         StrCat("/v1/messages passes through to providers of type anthropic only, "
+                                "not ", ProviderTypeName(type)));
+      }
+      return internal::BuildAnthropicMessagesCall(client_body, options);
+    }
     const bool passthrough_only =
         options.endpoint == Endpoint::kResponses || options.endpoint == Endpoint::kEmbeddings;
     if (type == ProviderType::kAnthropic && passthrough_only) {
@@ -277,6 +287,9 @@ Result<Translated> TranslateResponse(ProviderType type, std::string_view upstrea
     if (options.endpoint == Endpoint::kEmbeddings) {
       return internal::TranslateEmbeddingsResponse(upstream_body);
     }
+    if (options.endpoint == Endpoint::kMessages) {
+      return internal::TranslateMessagesResponse(upstream_body);
+    }
     if (type == ProviderType::kAnthropic)
       return internal::TranslateAnthropicResponse(upstream_body, options);
     return internal::TranslateOpenAICompatResponse(type, upstream_body, options);
@@ -289,19 +302,20 @@ Result<Translated> TranslateResponse(ProviderType type, std::string_view upstrea
 std::unique_ptr<StreamTranslator> NewStreamTranslator(ProviderType type,
                                                       const CallOptions& options) {
   if (options.endpoint == Endpoint::kResponses) return internal::NewResponsesStream();
+  if (options.endpoint == Endpoint::kMessages) return internal::NewMessagesStream();
   if (type == ProviderType::kAnthropic) return internal::NewAnthropicStream(options);
   return internal::NewOpenAICompatStream(type, options);
 }
 
 namespace {
 
-// The "id" of a JSON object's text, or with `nested` (a Responses API event) of its `response`
-// member; "" when there is none.
-std::string IdOf(std::string_view text, bool nested) {
+// The "id" of a JSON object's text, or with `nested` (a Responses API event, Anthropic's
+// message_start) of that member; "" when there is none.
+std::string IdOf(std::string_view text, std::string_view nested = {}) {
   Result<raw_json::Value> body = raw_json::Parse(text);
   if (!body || !body->is_object()) return "";
   std::optional<raw_json::Value> holder = *body;
-  if (nested) holder = raw_json::Find(*body, "response");
+  if (!nested.empty()) holder = raw_json::Find(*body, nested);
   if (!holder || !holder->is_object()) return "";
   std::optional<raw_json::Value> id = raw_json::Find(*holder, "id");
   if (!id) return "";
@@ -310,7 +324,7 @@ std::string IdOf(std::string_view text, bool nested) {
 
 }  // namespace
 
-std::string ResponseIdOf(std::string_view client_body) { return IdOf(client_body, false); }
+std::string ResponseIdOf(std::string_view client_body) { return IdOf(client_body); }
 
 std::string ResponseIdOfStream(std::string_view sse_bytes) {
   size_t pos = 0;
@@ -319,8 +333,9 @@ std::string ResponseIdOfStream(std::string_view sse_bytes) {
     const size_t end = sse_bytes.find('\n', pos);
     const std::string_view data =
         sse_bytes.substr(pos, end == sse_bytes.npos ? sse_bytes.npos : end - pos);
-    std::string id = IdOf(data, false);
-    if (id.empty()) id = IdOf(data, true);
+    std::string id = IdOf(data);
+    if (id.empty()) id = IdOf(data, "response");
+    if (id.empty()) id = IdOf(data, "message");
     if (!id.empty()) return id;
     if (end == std::string_view::npos) break;
     pos = end;

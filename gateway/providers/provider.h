@@ -57,12 +57,15 @@ bool IsOpenAICompatible(ProviderType type);
 // The client-facing APIs kvgate proxies. Chat and completions go to every provider type (the
 // Anthropic adapter translates chat); the Responses API and embeddings only pass through to
 // OpenAI-compatible types (the gateway checks a target can serve them before it gets here).
-enum class Endpoint { kChatCompletions, kCompletions, kResponses, kEmbeddings };
+// Anthropic Messages passes through to Anthropic types only; the gateway translates it to chat
+// for the others (messages.h).
+enum class Endpoint { kChatCompletions, kCompletions, kResponses, kEmbeddings, kMessages };
 
-// The record's name of an endpoint: "chat.completions", "completions", "responses", "embeddings".
+// The record's name of an endpoint: "chat.completions", "completions", "responses", "embeddings",
+// "messages".
 std::string_view EndpointName(Endpoint endpoint);
 // The path a client posts to: "/v1/chat/completions", "/v1/completions", "/v1/responses",
-// "/v1/embeddings".
+// "/v1/embeddings", "/v1/messages".
 std::string_view EndpointPath(Endpoint endpoint);
 
 // What to send upstream. `path` is relative to the provider's configured base URL: for OpenAI-
@@ -92,6 +95,10 @@ struct CallOptions {
   // Unix seconds put in the `created` field of responses kvgate synthesizes (Anthropic
   // translation). 0: the current time, read once per call / translator.
   int64_t created = 0;
+  // The Messages pass-through's anthropic-version and anthropic-beta headers, the client's own
+  // ("" when it sent none: anthropic-version is then 2023-06-01, anthropic-beta absent).
+  std::string anthropic_version;
+  std::string anthropic_beta;
 };
 
 // True when the client's body has `stream_options.include_usage: true`.
@@ -148,6 +155,11 @@ std::optional<std::string> UnsupportedFeature(const nlohmann::json& body, std::s
 // usage in response.completed, so nothing is forced), and removed for embeddings (which have no
 // stream).
 //
+// Anthropic Messages (Anthropic types only; kInvalidArgument for the others, which get the chat
+// translation instead): the client's bytes exactly as sent, but for the value of `model`
+// (options.upstream_model) and kvgate's thread fields (removed with their separators); headers
+// content-type, x-api-key, anthropic-version and anthropic-beta (options), accept when streaming.
+//
 // Errors common to all types: kInvalidArgument when the body is not a JSON object or (chat)
 // `messages` is not an array.
 Result<UpstreamCall> BuildUpstreamCall(ProviderType type, const raw_json::Object& client_body,
@@ -167,7 +179,8 @@ struct Translated {
 // a Responses API `response` object (needs `output`; usage read as OpenAI Responses usage;
 // finish_reason "stop", "tool_calls" when it called a function, "length" / "content_filter" for
 // an incomplete one; status "failed" is an error like an `error` object), or an embeddings list
-// (needs `data`; usage.prompt_tokens is all uncached input, no output).
+// (needs `data`; usage.prompt_tokens is all uncached input, no output); for Anthropic Messages
+// (Anthropic types) the Message itself, unchanged, its usage read exactly.
 // Anthropic: a Message becomes a chat.completion whose `usage` is in OpenAI shape
 // (prompt_tokens = input + cache_creation + cache_read; prompt_tokens_details.cached_tokens = read,
 // cache_write_tokens = creation); the normalized Usage comes from the Anthropic usage itself.
@@ -182,7 +195,8 @@ Result<Translated> TranslateResponse(ProviderType type, std::string_view upstrea
 // request's response_id.
 std::string ResponseIdOf(std::string_view client_body);
 // The same for a piece of the client's event stream: the "id" of its first data event that has
-// one, or else that event's `response.id` (the Responses API's events wrap the response object);
+// one, or else that event's `response.id` (the Responses API's events wrap the response object)
+// or `message.id` (Anthropic's message_start);
 // "" when none does, e.g. a piece holding only comments.
 std::string ResponseIdOfStream(std::string_view sse_bytes);
 
@@ -222,9 +236,11 @@ const std::string& ShutdownCutEvent();
 // SSE for the client; for the Responses API (options.endpoint), the upstream's Responses events
 // pass through unchanged, usage comes from response.completed (or response.incomplete /
 // response.failed, the other final events), and content is the first `*.delta` event with a
-// non-empty delta. Single-threaded. The translator never throws and never crashes on bad input:
-// a malformed upstream stream turns into one error event for the client, after which the
-// translator emits nothing more.
+// non-empty delta; for Anthropic Messages, Anthropic's events pass through unchanged, usage from
+// message_start merged with message_delta, and an error is an Anthropic `event: error`.
+// Single-threaded. The translator never throws and never crashes on bad input: a malformed
+// upstream stream turns into one error event for the client, after which the translator emits
+// nothing more.
 class StreamTranslator {
  public:
   virtual ~StreamTranslator() = default;

@@ -56,8 +56,12 @@ void SseStreamTranslator::Drain(Output& out) {
   }
 }
 
+std::string SseStreamTranslator::ErrorEvent(const ClientError& error) const {
+  return ErrorEventBytes(error);
+}
+
 void SseStreamTranslator::Fail(std::string& out, std::string message, std::string code) {
-  out += ErrorEventBytes(MakeOpenAIError(502, message, "upstream_error", std::move(code)));
+  out += ErrorEvent(MakeOpenAIError(502, message, "upstream_error", std::move(code)));
   client_error_ = std::move(message);
   failed_ = true;
 }

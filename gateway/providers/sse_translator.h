@@ -41,8 +41,12 @@ class SseStreamTranslator : public StreamTranslator {
     return false;
   }
 
+  // The event that tells the client its stream failed: OpenAI's `data: {"error": ...}` by
+  // default; a translator whose client speaks another API (Anthropic Messages) writes its own.
+  virtual std::string ErrorEvent(const ClientError& error) const;
+
   bool done() const { return completed_ || failed_; }
-  // Appends the OpenAI error event for `message` and ends the stream.
+  // Appends the error event (ErrorEvent) for `message` and ends the stream.
   void Fail(std::string& out, std::string message, std::string code = "malformed_upstream_stream");
 
   telemetry::Usage usage_;

@@ -125,6 +125,37 @@ TEST(FingerprintTest, ResponsesApiInstructionsAndInputItems) {
   EXPECT_EQ(text.elements[0].length, std::string(R"("hello there")").size());
 }
 
+
+TEST(FingerprintTest, AnthropicMessagesSystemBlocksToolsAndMessages) {
+  // An Anthropic Messages body (POST /v1/messages): tools, then the system blocks, then each
+  // message, the order Anthropic caches in; breakpoints moving between turns change nothing.
+  const std::string tools = R"("tools":[{"name":"f","input_schema":{"type":"object"},
+      "cache_control":{"type":"ephemeral","ttl":"1h"}}])";
+  const std::string turn1 = "{" + tools + R"(,"model":"claude-sonnet-4-5","max_tokens":64,
+      "system":[{"type":"text","text":"You are terse.","cache_control":{"type":"ephemeral"}}],
+      "messages":[{"role":"user","content":[{"type":"text","text":"first",
+        "cache_control":{"type":"ephemeral"}}]}]})";
+  const std::string turn2 = "{" + tools + R"(,"model":"claude-sonnet-4-5","max_tokens":64,
+      "system":[{"type":"text","text":"You are terse."}],
+      "messages":[{"role":"user","content":[{"type":"text","text":"first"}]},
+        {"role":"assistant","content":[{"type":"text","text":"a"}]},
+        {"role":"user","content":[{"type":"text","text":"second",
+          "cache_control":{"type":"ephemeral"}}]}]})";
+  PromptFingerprint a = FingerprintOfText(turn1);
+  PromptFingerprint b = FingerprintOfText(turn2);
+  ASSERT_EQ(a.elements.size(), 3u);
+  EXPECT_EQ(a.elements[0].kind, FingerprintElement::Kind::kTools);
+  EXPECT_EQ(a.elements[1].kind, FingerprintElement::Kind::kSystem);
+  EXPECT_EQ(a.elements[2].kind, FingerprintElement::Kind::kMessage);
+  EXPECT_TRUE(ComparePrefixes(a, b).previous_intact);
+  // A changed system prompt is found at the system element, past the tools.
+  std::string edited = turn2;
+  edited.replace(edited.find("You are terse."), 14, "You are chatty");
+  PrefixComparison changed = ComparePrefixes(b, FingerprintOfText(edited));
+  EXPECT_FALSE(changed.previous_intact);
+  EXPECT_EQ(changed.common_elements, 1u);
+  EXPECT_EQ(changed.diverged_kind, FingerprintElement::Kind::kSystem);
+}
 TEST(FingerprintTest, JsonRoundTripAndRejectsCorruption) {
   PromptFingerprint fp = Fingerprint(Body(kSystem, 3));
   json stored = json::parse(ToJsonText(fp));

@@ -36,13 +36,14 @@ ROUTES = ["/", "/healthz", "/metrics", "/v1/models", "/v1/chat/completions", "/v
           "/api/access", "/api/threads", "/api/requests", "/api/overview", "/api/live",
           "/api/routes", "/api/engine", "/api/engine/lookup", "/api/monitors", "/api/alerts",
           "/api/channels", "/api/channels/hook/test", "/v1/responses", "/v1/embeddings",
-          "/api/nowhere",
+          "/v1/messages", "/api/nowhere",
           "/assets/app.js", "/%ff", "//api//threads", "/api/../metrics"]
 ID_ROUTES = ["/v1/models/{}", "/api/threads/{}", "/api/requests/{}", "/api/monitors/{}",
              "/api/channels/{}/test", "/assets/{}"]
 METHODS = [b"GET", b"HEAD", b"POST", b"PUT", b"DELETE", b"PATCH", b"OPTIONS", b"BREW"]
 POST_ROUTES = [(b"POST", b"/v1/chat/completions"), (b"POST", b"/v1/completions"),
                (b"POST", b"/v1/responses"), (b"POST", b"/v1/embeddings"),
+               (b"POST", b"/v1/messages"),
                (b"POST", b"/api/engine/lookup"), (b"POST", b"/api/monitors"),
                (b"PUT", b"/api/monitors/1"), (b"POST", b"/api/channels/hook/test")]
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -81,6 +82,26 @@ def hostile_bodies() -> list[bytes]:
             for value in values:
                 body = {"model": model, "messages": MESSAGES, "max_tokens": 1, field: value}
                 bodies.append(json.dumps(body).encode())
+    # Anthropic Messages shapes (POST /v1/messages translates them for OpenAI and the engine).
+    blocks = [[{"type": "tool_use"}], [{"type": "tool_use", "id": 5, "name": "f", "input": 5}],
+              [{"type": "tool_result", "tool_use_id": "x", "content": 5}],
+              [{"type": "tool_result", "tool_use_id": "x", "content": [{"type": "image"}]}],
+              [{"type": "image", "source": 5}], [{"type": "image", "source": {"type": "file"}}],
+              [{"type": "document", "source": {}}], [{"type": "thinking"}], [5], [None]]
+    messages_fields = {"system": [5, [5], [{"type": "image"}], [{"type": "text", "text": 5}]],
+                       "tools": [[{"name": 5}], [{"type": "bash_20250124", "name": "bash"}],
+                                 [{"name": "f", "input_schema": 5}]],
+                       "tool_choice": [5, {"type": "tool"}, {"type": "nope"}],
+                       "stop_sequences": ["x", [5]], "top_k": ["x"],
+                       "metadata": [{"user_id": 5}, {"user_id": "u" * 600}]}
+    for model in ("gpt-4o-mini", "claude-sonnet-4-5", "smollm2"):
+        for role, content in itertools.product(("user", "assistant"), blocks):
+            bodies.append(json.dumps({"model": model, "max_tokens": 1, "messages": [
+                {"role": role, "content": content}]}).encode())
+        for field, values in messages_fields.items():
+            for value in values:
+                bodies.append(json.dumps({"model": model, "max_tokens": 1, "messages": MESSAGES,
+                                          field: value}).encode())
     monitor_like = [{"name": 5}, {"name": "m", "metric": "nope"},
                     {"name": "m", "metric": "cost", "threshold": "x"},
                     {"name": "m", "metric": "cost", "threshold": 1, "window": "forever"},
@@ -212,8 +233,11 @@ def test_no_route_answers_500_to_hostile_input(walk_gw):
                        b"Accept-Encoding: \xff", b"X-Forwarded-For: \xff",
                        b"traceparent: " + b"0" * 4000, b"Idempotency-Key: \xff",
                        b"Content-Length: 5", b"Transfer-Encoding: chunked", b"Expect: 100-continue"]
+    hostile_headers += [b"x-claude-code-session-id: \xff", b"x-claude-code-session-id: " + b"s" * 700,
+                        b"anthropic-beta: \x01", b"x-api-key: \xff"]
     for header in hostile_headers:
         for method, route, body in ((b"POST", b"/v1/chat/completions", chat),
+                                    (b"POST", b"/v1/messages", chat),
                                     (b"POST", b"/api/engine/lookup",
                                      b'{"model":"smollm2","prompt":"hi"}'),
                                     (b"GET", b"/api/threads", b""),

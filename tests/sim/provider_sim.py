@@ -23,7 +23,8 @@ Control (no auth):
   POST /_sim/faults [fault, ...]             append faults (also {"faults": [...]} or one object)
   GET  /_sim/faults, DELETE /_sim/faults     list / clear
   GET  /_sim/requests[?limit=N]              last requests received (oldest first): method, path,
-                                             headers (names lowercased), body, status
+                                             headers (names lowercased), body, body_sha256 (of
+                                             the exact bytes received), status
   GET  /_sim/usage_log                       {"entries": [...], "by_id": {response_id: entry}}
   POST /_sim/config {"output_tokens": N, "openai_ttl": s, "deepseek_ttl": s, "reasoning_tokens": N,
                      "anthropic_ttl_5m": s, "anthropic_ttl_1h": s}  (TTLs: shorter for replays)
@@ -113,6 +114,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import hashlib
 import json
 import select
 import signal
@@ -332,7 +334,8 @@ class SimHandler(BaseHTTPRequestHandler):
         state = self.state
         record = {"time": state.now(), "method": self.command, "path": path,
                   "query": parts.query, "headers": {k.lower(): v for k, v in self.headers.items()},
-                  "body": body, "body_bytes": len(raw), "json_error": json_error,
+                  "body": body, "body_bytes": len(raw),
+                  "body_sha256": hashlib.sha256(raw).hexdigest(), "json_error": json_error,
                   "status": None, "response_id": None}
         with state.lock:
             state.request_counter += 1

@@ -4,7 +4,10 @@
 // all bytes, fed under the json_object grammar). The compiler must return a grammar or an error
 // with a path, never crash; the automaton must agree with itself (Allows(b) is what Advance(b)
 // does, a rejected byte changes nothing, Rollback restores a Mark), and whatever it accepts as
-// complete must be JSON nlohmann::json parses.
+// complete must be JSON nlohmann::json parses. A schema text that is a JSON array is the
+// parameters of as many functions under the tool-call grammar (auto, 2 calls at most): then a
+// complete value must also read back (ToolOutputParser) into calls whose arguments are JSON and
+// that render back (RenderToolCalls) to the same bytes.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -16,6 +19,7 @@
 
 #include "local_engine/json_grammar.h"
 #include "local_engine/json_matcher.h"
+#include "local_engine/tool_format.h"
 
 namespace {
 
@@ -35,10 +39,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const size_t nul = input.find('\0');
   std::shared_ptr<const kvgate::engine::JsonGrammar> grammar;
   std::string_view feed = input;
+  bool tools = false;
+  std::vector<nlohmann::ordered_json> parameters;
   if (nul != std::string_view::npos) {
     const json schema = json::parse(input.substr(0, nul), nullptr, false);
     if (schema.is_discarded()) return 0;
-    auto compiled = kvgate::engine::CompileJsonSchema(schema, "schema");
+    tools = schema.is_array() && !schema.empty() && schema.size() <= 8;
+    std::vector<kvgate::engine::ToolFunctionSchema> functions;
+    if (tools) {
+      for (const json& p : schema) parameters.emplace_back(p);
+      for (size_t i = 0; i < parameters.size(); ++i) {
+        functions.push_back({"f" + std::to_string(i), &parameters[i], "schema"});
+      }
+    }
+    auto compiled = tools ? kvgate::engine::CompileToolCallGrammar(
+                                functions, {.allow_response = true, .max_calls = 2})
+                          : kvgate::engine::CompileJsonSchema(schema, "schema");
     if (!compiled) {
       if (compiled.error().path.rfind("schema", 0) != 0) {
         Fail("an error path outside the schema", input);
@@ -80,6 +96,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (m.IsComplete()) {
     const json parsed = json::parse(accepted, nullptr, false);
     if (parsed.is_discarded()) Fail("a complete value nlohmann cannot parse", input);
+    if (tools) {
+      kvgate::engine::ToolOutputParser parser;
+      std::vector<kvgate::engine::ToolOutputParser::Event> events;
+      parser.Push(accepted, events);
+      if (!parser.done()) Fail("a complete tool-call object the parser did not finish", input);
+      std::vector<kvgate::engine::ToolCall> calls;
+      for (const auto& e : events) {
+        using Kind = kvgate::engine::ToolOutputParser::Event::Kind;
+        if (e.kind == Kind::kCallStart) calls.push_back({e.text, ""});
+        if (e.kind == Kind::kArguments && !calls.empty()) calls.back().arguments += e.text;
+      }
+      for (const auto& c : calls) {
+        if (!json::accept(c.arguments)) Fail("call arguments that are not JSON", input);
+      }
+      if (!calls.empty() && kvgate::engine::RenderToolCalls(calls) != accepted) {
+        Fail("calls that do not render back to the same bytes", input);
+      }
+    }
   }
   return 0;
 }

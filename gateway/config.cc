@@ -328,7 +328,8 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
       if (Status s = OnlyKeys(p, r.path,
                               {"name", "type", "base_url", "api_key", "api_keys", "model_path",
                                "device", "kv_cache_tokens", "kv_cache_dtype", "threads",
-                               "gpu_memory_fraction", "cuda_graphs", "offload"});
+                               "gpu_memory_fraction", "cuda_graphs", "offload",
+                               "max_output_tokens_default"});
           !s) {
         return std::unexpected(s.error());
       }
@@ -348,6 +349,14 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
                          r.path + ".kv_cache_tokens must be >= 0 (0: the default pool)");
       }
       pc.kv_cache_tokens = *kv;
+      auto max_output = r.Int("max_output_tokens_default", pc.max_output_tokens_default);
+      if (!max_output) return std::unexpected(max_output.error());
+      if (*max_output < 0) {
+        return MakeError(ErrorCode::kInvalidArgument,
+                         r.path + ".max_output_tokens_default must be >= 0 (0: the rest of the "
+                                  "context)");
+      }
+      pc.max_output_tokens_default = *max_output;
       auto threads = Threads(r);
       if (!threads) return std::unexpected(threads.error());
       pc.threads = *threads;

@@ -46,6 +46,9 @@ struct ProviderConfig {
   // most N bytes that keeps the blocks the KV pool evicts (engine.h). Empty path: none.
   std::string offload_disk;
   int64_t offload_bytes = 0;
+  // Only for type local: the completion tokens of a request without max_tokens, at most; it also
+  // stops at the end of the model's context. 0: the rest of the context, as OpenAI.
+  int64_t max_output_tokens_default = 4096;
 };
 
 struct ModelConfig {

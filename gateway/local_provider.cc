@@ -22,6 +22,8 @@
 #include "common/json_text.h"
 #include "common/thread_name.h"
 #include "gateway/engine_metrics.h"
+#include "gateway/local_response.h"
+#include "gateway/local_tools.h"
 #include "gateway/request_log.h"
 #include "local_engine/chat_template.h"
 #include "local_engine/device.h"
@@ -32,6 +34,7 @@ namespace kvgate::gateway {
 namespace {
 
 using nlohmann::json;
+using nlohmann::ordered_json;
 namespace asio = boost::asio;
 
 
@@ -42,6 +45,7 @@ struct Event {
   engine::FinishReason reason = engine::FinishReason::kNone;
   engine::Usage usage;
   std::string error;
+  std::optional<engine::TokenLogprobs> logprobs;
 };
 
 // Engine thread -> request coroutine. Shared by the callback and the coroutine.
@@ -58,8 +62,10 @@ struct Channel {
 // One engine and the thread that steps it.
 class EngineHost {
  public:
-  EngineHost(std::string name, std::unique_ptr<engine::Engine> engine, engine::ChatTemplate tmpl)
+  EngineHost(std::string name, std::unique_ptr<engine::Engine> engine, engine::ChatTemplate tmpl,
+             int64_t max_output_tokens_default)
       : name_(std::move(name)), engine_(std::move(engine)), template_(std::move(tmpl)),
+        max_output_tokens_default_(max_output_tokens_default),
         // A new id per start: its prefix cache starts empty, and a thread's turns on another
         // instance than the last one explain a lost cache ("engine_restarted").
         instance_(NewId("kvgate-engine")),
@@ -97,6 +103,9 @@ class EngineHost {
   engine::Engine& engine() { return *engine_; }
   const engine::Engine& engine() const { return *engine_; }
   const engine::ChatTemplate& chat_template() const { return template_; }
+  // A request without max_tokens: at most this many completion tokens (0: no bound but the
+  // context).
+  int64_t max_output_tokens_default() const { return max_output_tokens_default_; }
 
   json Describe() const {
     const engine::CacheStats c = engine_->cache_stats();
@@ -156,6 +165,7 @@ class EngineHost {
   const std::string name_;
   const std::unique_ptr<engine::Engine> engine_;
   const engine::ChatTemplate template_;
+  const int64_t max_output_tokens_default_;
   const std::string instance_;
 
   std::mutex mu_;
@@ -166,32 +176,13 @@ class EngineHost {
   std::thread thread_;  // last: starts after everything above exists
 };
 
-// The text of an OpenAI message content: a string, or text parts joined.
-Result<std::string> ContentText(const json& content) {
-  if (content.is_string()) return content.get<std::string>();
-  if (content.is_null()) return std::string();
-  if (!content.is_array()) {
-    return MakeError(ErrorCode::kInvalidArgument, "message content must be a string or an array");
-  }
-  std::string text;
-  for (const auto& part : content) {
-    // (json::value("type", "") would throw on a type that is not a string.)
-    const auto type = part.is_object() ? part.find("type") : part.end();
-    if (!part.is_object() || type == part.end() || *type != "text" || !part.contains("text") ||
-        !part["text"].is_string()) {
-      return MakeError(ErrorCode::kInvalidArgument,
-                       "the built-in engine accepts only text content parts");
-    }
-    text += part["text"].get<std::string>();
-  }
-  return text;
-}
-
-// The first request field that asks for what the engine does not do yet (tools, function
-// calling, logit_bias), or nullopt. The request gets a 400 naming it (docs/api.md): an answer
-// that silently lacks what was asked for is worse than an error. Empty values ask for nothing.
-std::optional<std::string> UnsupportedByEngine(const json& body) {
-  for (const char* key : {"tools", "functions", "logit_bias", "tool_choice", "function_call"}) {
+// The first request field that asks for what the engine does not do (the legacy function
+// calling, logit_bias; tools on /v1/completions), or nullopt. The request gets a 400 naming it
+// (docs/api.md): an answer that silently lacks what was asked for is worse than an error. Empty
+// values ask for nothing.
+std::optional<std::string> UnsupportedByEngine(const json& body, bool chat) {
+  for (const char* key : {"functions", "logit_bias", "function_call", "tools", "tool_choice"}) {
+    if (chat && (std::string_view(key) == "tools" || std::string_view(key) == "tool_choice")) continue;
     auto it = body.find(key);
     if (it == body.end() || it->is_null()) continue;
     if ((it->is_array() || it->is_object()) && it->empty()) continue;
@@ -201,21 +192,17 @@ std::optional<std::string> UnsupportedByEngine(const json& body) {
   return std::nullopt;
 }
 
-// What response_format asks of the built-in engine, taken out of `body` (so that the checks
-// for features the engine lacks do not see it): nothing (absent, null or {type: text}), any JSON
-// object (json_object) or a value of a JSON Schema (json_schema). Errors name the field.
-struct FormatError {
-  std::string param;
-  std::string message;
-};
-std::expected<std::shared_ptr<const engine::JsonGrammar>, FormatError> GrammarFrom(json& body) {
+// What response_format asks of the built-in engine: nothing (absent, null or {type: text}), any
+// JSON object (json_object) or a value of a JSON Schema (json_schema, its keys in declared order:
+// `body` is the request parsed as ordered_json). Errors name the field.
+std::expected<std::shared_ptr<const engine::JsonGrammar>, FieldError> GrammarFrom(
+    const ordered_json& body) {
   auto it = body.find("response_format");
   if (it == body.end()) return nullptr;
-  const json format = std::move(*it);
-  body.erase(it);
+  const ordered_json& format = *it;
   if (format.is_null()) return nullptr;
   auto fail = [](std::string param, std::string message) {
-    return std::unexpected(FormatError{std::move(param), std::move(message)});
+    return std::unexpected(FieldError{std::move(param), std::move(message), "invalid_request"});
   };
   if (!format.is_object()) return fail("response_format", "response_format must be an object");
   auto type = format.find("type");
@@ -251,11 +238,52 @@ std::expected<std::shared_ptr<const engine::JsonGrammar>, FormatError> GrammarFr
   }
   auto grammar = engine::CompileJsonSchema(*schema, "response_format.json_schema.schema");
   if (!grammar) {
-    return fail(grammar.error().path, "Invalid schema for response_format '" +
+    return std::unexpected(FieldError{grammar.error().path,
+                                      "Invalid schema for response_format '" +
                                           schema_name->get<std::string>() + "': " +
-                                          grammar.error().path + ": " + grammar.error().message);
+                                          grammar.error().path + ": " + grammar.error().message,
+                                      "invalid_json_schema"});
   }
   return *grammar;
+}
+
+// logprobs / top_logprobs (chat) or logprobs: N (completions), taken out of `body` so that the
+// checks for features the engine lacks do not see them: SamplingParams::logprobs (-1: none).
+std::expected<int32_t, FieldError> LogprobsFrom(json& body, bool chat) {
+  auto take = [&](const char* key) {
+    json v;
+    if (auto it = body.find(key); it != body.end()) {
+      v = std::move(*it);
+      body.erase(it);
+    }
+    return v;
+  };
+  const json logprobs = take("logprobs");
+  const json top = take("top_logprobs");
+  const std::string range = "between 0 and " + std::to_string(engine::kMaxTopLogprobs);
+  auto fail = [](std::string param, std::string message) {
+    return std::unexpected(FieldError{std::move(param), std::move(message), "invalid_request"});
+  };
+  if (!chat) {
+    if (!top.is_null()) return fail("top_logprobs", "top_logprobs is for chat completions");
+    if (logprobs.is_null()) return -1;
+    if (!logprobs.is_number_integer() || logprobs.get<int64_t>() < 0 ||
+        logprobs.get<int64_t>() > engine::kMaxTopLogprobs) {
+      return fail("logprobs", "logprobs must be an integer " + range);
+    }
+    return static_cast<int32_t>(logprobs.get<int64_t>());
+  }
+  if (!logprobs.is_null() && !logprobs.is_boolean()) {
+    return fail("logprobs", "logprobs must be a boolean");
+  }
+  const bool on = logprobs.is_boolean() && logprobs.get<bool>();
+  if (top.is_null()) return on ? 0 : -1;
+  if (!top.is_number_integer() || top.get<int64_t>() < 0 ||
+      top.get<int64_t>() > engine::kMaxTopLogprobs) {
+    return fail("top_logprobs", "top_logprobs must be an integer " + range);
+  }
+  if (!on) return fail("top_logprobs", "top_logprobs needs logprobs: true");
+  return static_cast<int32_t>(top.get<int64_t>());
 }
 
 Result<engine::SamplingParams> SamplingFrom(const json& body) {
@@ -328,89 +356,26 @@ Result<engine::SamplingParams> SamplingFrom(const json& body) {
   return p;
 }
 
-// The prompt text for the engine: the chat template over the messages, or the raw prompt.
-Result<std::string> PromptText(const EngineHost& host, const json& body,
-                               providers::Endpoint endpoint) {
+// The prompt text for the engine: the chat template over the messages (with the tools when
+// `tools` is active), or the raw prompt.
+std::expected<std::string, FieldError> PromptText(const EngineHost& host, const json& body,
+                                                  providers::Endpoint endpoint,
+                                                  const ToolRequest& tools) {
   if (endpoint == providers::Endpoint::kCompletions) {
     auto prompt = body.find("prompt");
     if (prompt == body.end() || !prompt->is_string()) {
-      return MakeError(ErrorCode::kInvalidArgument,
-                       "prompt must be a string for the built-in engine");
+      return std::unexpected(
+          FieldError{"prompt", "prompt must be a string for the built-in engine", "invalid_request"});
     }
     return prompt->get<std::string>();
   }
   auto messages = body.find("messages");
-  if (messages == body.end() || !messages->is_array() || messages->empty()) {
-    return MakeError(ErrorCode::kInvalidArgument, "messages must be a non-empty array");
-  }
-  std::vector<engine::ChatMessage> chat;
-  for (const auto& m : *messages) {
-    if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
-      return MakeError(ErrorCode::kInvalidArgument, "each message needs a string role");
-    }
-    auto text = ContentText(m.value("content", json()));
-    if (!text) return std::unexpected(text.error());
-    std::string role = m["role"].get<std::string>();
-    if (role == "developer") role = "system";
-    chat.push_back({std::move(role), std::move(*text)});
-  }
-  return engine::ApplyChatTemplate(host.chat_template(), chat, /*add_generation_prompt=*/true);
-}
-
-json UsageJson(const engine::Usage& usage) {
-  return json{{"prompt_tokens", usage.prompt_tokens},
-              {"completion_tokens", usage.completion_tokens},
-              {"total_tokens", usage.prompt_tokens + usage.completion_tokens},
-              {"prompt_tokens_details",
-               {{"cached_tokens", usage.cached_tokens},
-                {"cache_write_tokens", usage.cache_write_tokens},
-                {"cache_read_offload_tokens", usage.cached_offload_tokens}}}};
-}
-
-std::string FinishReasonFor(engine::FinishReason reason) {
-  return reason == engine::FinishReason::kLength ? "length" : "stop";
-}
-
-// What every chunk and the whole answer of one response repeat.
-struct ResponseHead {
-  std::string id;
-  int64_t created = 0;
-  std::string model;
-  providers::Endpoint endpoint = providers::Endpoint::kChatCompletions;
-  std::string fingerprint;  // system_fingerprint: the engine's instance
-  bool chat() const { return endpoint == providers::Endpoint::kChatCompletions; }
-  json Base(const char* chat_object) const {
-    return {{"id", id}, {"object", chat() ? chat_object : "text_completion"}, {"created", created},
-            {"model", model}, {"system_fingerprint", fingerprint}};
-  }
-};
-
-std::string Chunk(const ResponseHead& head, const json& delta_or_text, const json& finish_reason) {
-  json chunk = head.Base("chat.completion.chunk");
-  chunk["choices"] = json::array({{{"index", 0}, {head.chat() ? "delta" : "text", delta_or_text},
-                                   {"logprobs", nullptr}, {"finish_reason", finish_reason}}});
-  return "data: " + JsonText(chunk) + "\n\n";
-}
-
-std::string UsageChunk(const ResponseHead& head, const engine::Usage& usage) {
-  json chunk = head.Base("chat.completion.chunk");
-  chunk["choices"] = json::array();
-  chunk["usage"] = UsageJson(usage);
-  return "data: " + JsonText(chunk) + "\n\n";
-}
-
-std::string FullResponse(const ResponseHead& head, const std::string& text,
-                         const std::string& finish_reason, const engine::Usage& usage) {
-  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason}};
-  if (head.chat()) {
-    choice["message"] = {{"role", "assistant"}, {"content", text}};
-  } else {
-    choice["text"] = text;
-  }
-  json answer = head.Base("chat.completion");
-  answer["choices"] = json::array({choice});
-  answer["usage"] = UsageJson(usage);
-  return JsonText(answer);
+  auto chat = ChatMessagesFor(messages == body.end() ? json() : *messages, tools,
+                              host.chat_template().default_system);
+  if (!chat) return std::unexpected(chat.error());
+  auto text = engine::ApplyChatTemplate(host.chat_template(), *chat, /*add_generation_prompt=*/true);
+  if (!text) return std::unexpected(FieldError{"messages", text.error().message, "invalid_request"});
+  return *text;
 }
 
 // An attempt that ends with nothing sent: `error` is what the client would get.
@@ -487,10 +452,15 @@ class LocalEnginesImpl final : public LocalEngines {
     }
     const EngineHost& host = *it->second;
     const bool chat = body.contains("messages");
+    // (The body's key order is gone here: a tool's parameters are described in sorted order,
+    // which may differ from the request's and so count fewer cached tokens.)
+    auto tools = chat ? ParseToolRequest(ordered_json(body)) : ToolRequest{};
+    if (!tools) return MakeError(ErrorCode::kInvalidArgument, tools.error().message);
     auto text = PromptText(host, body,
                            chat ? providers::Endpoint::kChatCompletions
-                                : providers::Endpoint::kCompletions);
-    if (!text) return std::unexpected(text.error());
+                                : providers::Endpoint::kCompletions,
+                           *tools);
+    if (!text) return MakeError(ErrorCode::kInvalidArgument, text.error().message);
     std::vector<int32_t> prompt = host.engine().tokenizer().Encode(*text, true);
     const engine::CacheStats stats = host.engine().cache_stats();
     const engine::CachedPrefix cached = host.engine().LookupCachedPrefix(prompt);
@@ -521,42 +491,66 @@ asio::awaitable<AttemptResult> LocalEnginesImpl::Attempt(const InferenceCall& ca
   }
   EngineHost& host = *host_it->second;
   rec.system_fingerprint = host.instance();
-  // The engine renders the chat template from a tree.
+  // The engine renders the chat template from a tree; schemas (response_format, tools) are read
+  // from an ordered one, so that objects are generated with their keys in the declared order.
   json body = json::parse(call.body.value().text, nullptr, false);
+  const ordered_json ordered = ordered_json::parse(call.body.value().text, nullptr, false);
   providers::TakeKvgateFields(body);
-  if (std::optional<std::string> param = UnsupportedByEngine(body)) {
+  const bool chat = call.endpoint == providers::Endpoint::kChatCompletions;
+  auto bad_field = [](const FieldError& e) {
+    return Refused(400, e.message, "invalid_request_error", e.code.c_str(), router::Failure::kOther,
+                   e.param);
+  };
+  if (std::optional<std::string> param = UnsupportedByEngine(body, chat)) {
     co_return Refused(400, "'" + *param + "' is not supported by the built-in engine",
                       "invalid_request_error", "unsupported_parameter", Failure::kOther, *param);
   }
-  auto grammar = GrammarFrom(body);
-  if (!grammar) {
-    co_return Refused(400, grammar.error().message, "invalid_request_error", "invalid_json_schema",
-                      Failure::kOther, grammar.error().param);
+  auto grammar = GrammarFrom(ordered);
+  if (!grammar) co_return bad_field(grammar.error());
+  body.erase("response_format");
+  auto tools = chat ? ParseToolRequest(ordered) : ToolRequest{};
+  if (!tools) co_return bad_field(tools.error());
+  for (const char* key : {"tools", "tool_choice", "parallel_tool_calls"}) body.erase(key);
+  if (tools->active()) {
+    if (*grammar) {
+      co_return bad_field({"response_format",
+                           "response_format other than text beside tools is not supported by the "
+                           "built-in engine (unless tool_choice is none)"});
+    }
+    auto tool_grammar = ToolGrammar(*tools);
+    if (!tool_grammar) co_return bad_field(tool_grammar.error());
+    *grammar = std::move(*tool_grammar);
   }
+  auto logprobs = LogprobsFrom(body, chat);
+  if (!logprobs) co_return bad_field(logprobs.error());
   auto sampling = SamplingFrom(body);
   if (!sampling) {
     co_return Refused(400, sampling.error().message, "invalid_request_error", "invalid_request",
                       Failure::kOther);
   }
   sampling->json_grammar = std::move(*grammar);
-  auto prompt_text = PromptText(host, body, call.endpoint);
-  if (!prompt_text) {
-    co_return Refused(400, prompt_text.error().message, "invalid_request_error",
-                      "invalid_request", Failure::kOther);
-  }
+  sampling->logprobs = *logprobs;
+  const int32_t request_logprobs = *logprobs;
+  auto prompt_text = PromptText(host, body, call.endpoint, *tools);
+  if (!prompt_text) co_return bad_field(prompt_text.error());
   std::vector<int32_t> prompt = host.engine().tokenizer().Encode(*prompt_text, true);
-  const bool chat = call.endpoint == providers::Endpoint::kChatCompletions;
   bool asked_max = false;
   for (const char* key : {"max_tokens", "max_completion_tokens"}) {
     asked_max = asked_max || (body.contains(key) && !body[key].is_null());
   }
   const std::string what = chat ? "messages" : "prompt";
-  if (std::string too_long = TooLong(static_cast<int64_t>(prompt.size()),
-                                     host.engine().dims().context_length, asked_max,
-                                     sampling->max_tokens, what);
+  const int64_t context_length = host.engine().dims().context_length;
+  if (std::string too_long = TooLong(static_cast<int64_t>(prompt.size()), context_length,
+                                     asked_max, sampling->max_tokens, what);
       !too_long.empty()) {
     co_return Refused(400, std::move(too_long), "invalid_request_error", "context_length_exceeded",
                       Failure::kOther, what);
+  }
+  if (!asked_max) {
+    // To the end of the context, bounded by the provider's max_output_tokens_default.
+    int64_t room = context_length - static_cast<int64_t>(prompt.size());
+    if (host.max_output_tokens_default() > 0) room = std::min(room, host.max_output_tokens_default());
+    sampling->max_tokens = static_cast<int32_t>(std::min<int64_t>(room, 1 << 30));
   }
 
   auto executor = co_await asio::this_coro::executor;
@@ -572,8 +566,9 @@ asio::awaitable<AttemptResult> LocalEnginesImpl::Attempt(const InferenceCall& ca
         if (!channel) return;  // the request's coroutine is gone
         {
           std::lock_guard lock(channel->mu);
-          channel->events.push_back(
-              Event{std::string(e.text), e.finished, e.finish_reason, e.usage, e.error});
+          channel->events.push_back(Event{std::string(e.text), e.finished, e.finish_reason,
+                                          e.usage, e.error,
+                                          e.logprobs ? std::optional(*e.logprobs) : std::nullopt});
         }
         asio::post(channel->executor, [weak] {
           if (auto alive = weak.lock()) alive->wakeup.cancel();
@@ -616,7 +611,8 @@ asio::awaitable<AttemptResult> LocalEnginesImpl::Attempt(const InferenceCall& ca
     const bool began = co_await client.BeginStream();
     if (!began) co_return answered;  // recorded: the client went away
     if (chat) {
-      json role = {{"role", "assistant"}, {"content", ""}};
+      // (With tools, as OpenAI: content null until the model writes text.)
+      json role = {{"role", "assistant"}, {"content", tools->active() ? json() : json("")}};
       const bool wrote = co_await client.Write(Chunk(head, role, nullptr));
       if (!wrote) co_return answered;
     }
@@ -635,6 +631,12 @@ asio::awaitable<AttemptResult> LocalEnginesImpl::Attempt(const InferenceCall& ca
   } stop_watch{client};
 
   std::string text;
+  // Tools: the output is the tool-call object, turned into content and tool_calls deltas.
+  std::optional<ToolCallAssembler> tool_out;
+  if (tools->active()) tool_out.emplace();
+  std::optional<LogprobsBuilder> logprobs_out;
+  if (request_logprobs >= 0) logprobs_out.emplace(chat, host.engine().tokenizer());
+  auto take_logprobs = [&]() -> json { return logprobs_out ? logprobs_out->Take() : json(); };
   Event last;
   bool finished = false;
   while (!finished) {
@@ -657,11 +659,17 @@ asio::awaitable<AttemptResult> LocalEnginesImpl::Attempt(const InferenceCall& ca
     std::string out;
     for (Event& e : batch) {
       guard.seen = e.usage;
+      if (e.logprobs && logprobs_out) logprobs_out->Add(*e.logprobs);
       if (!e.text.empty()) {
         log.MarkFirstToken();
-        if (streaming) {
+        if (tool_out) {
+          // A token's logprobs go with the first chunk that follows it.
+          for (const json& delta : tool_out->Push(e.text)) {
+            if (streaming) out += Chunk(head, delta, nullptr, take_logprobs());
+          }
+        } else if (streaming) {
           json delta = chat ? json{{"content", e.text}} : json(e.text);
-          out += Chunk(head, delta, nullptr);
+          out += Chunk(head, delta, nullptr, take_logprobs());
         } else {
           text += e.text;
         }
@@ -683,6 +691,9 @@ asio::awaitable<AttemptResult> LocalEnginesImpl::Attempt(const InferenceCall& ca
                                         UsageJson(last.usage));
   rec.finish_reason = last.reason == engine::FinishReason::kError ? "error"
                                                                    : FinishReasonFor(last.reason);
+  if (tool_out && tool_out->has_calls() && rec.finish_reason == "stop") {
+    rec.finish_reason = "tool_calls";
+  }
   if (last.reason == engine::FinishReason::kError) {
     std::string message = "the built-in engine failed: " + last.error;
     if (!streaming) {  // nothing was sent: another target may still answer
@@ -695,14 +706,19 @@ asio::awaitable<AttemptResult> LocalEnginesImpl::Attempt(const InferenceCall& ca
     co_return answered;
   }
   if (streaming) {
-    std::string tail = Chunk(head, chat ? json::object() : json(""), rec.finish_reason);
+    std::string tail =
+        Chunk(head, chat ? json::object() : json(""), rec.finish_reason, take_logprobs());
     if (call.client_wants_usage) tail += UsageChunk(head, last.usage);
     tail += "data: [DONE]\n\n";
     client.Checkpoint();  // the tail completes the answer: journal it first
     const bool wrote = co_await client.Write(tail);
     if (wrote) co_await client.EndStream();
   } else {
-    co_await client.SendAnswer(FullResponse(head, text, rec.finish_reason, last.usage));
+    json message = tool_out ? tool_out->Message()
+                   : chat   ? json{{"role", "assistant"}, {"content", text}}
+                            : json(text);
+    co_await client.SendAnswer(
+        FullResponse(head, message, rec.finish_reason, last.usage, take_logprobs()));
   }
   co_return answered;
 }
@@ -756,7 +772,8 @@ Result<std::unique_ptr<LocalEngines>> LocalEngines::Start(const GatewayConfig& c
       return MakeError(tmpl.error().code, "provider " + p.name + " (" + p.model_path +
                                               "): chat template: " + tmpl.error().message);
     }
-    hosts.emplace(p.name, std::make_unique<EngineHost>(p.name, std::move(*created), *tmpl));
+    hosts.emplace(p.name, std::make_unique<EngineHost>(p.name, std::move(*created), *tmpl,
+                                                       p.max_output_tokens_default));
   }
   return std::unique_ptr<LocalEngines>(new LocalEnginesImpl(std::move(hosts)));
 }

@@ -47,7 +47,7 @@ Result<std::vector<router::Target>> BuildTargets(const GatewayConfig& config,
     // (DeepSeek no embeddings either).
     const bool pass_through = p.type != "local" && p.type != "anthropic";
     if (p.type == "local") {
-      t.capabilities = {.tools = false, .images = false, .response_format = true};
+      t.capabilities = {.tools = true, .images = false, .response_format = true};
     } else if (p.type == "anthropic") {
       t.capabilities.response_format = false;
     } else if (p.type == "deepseek") {

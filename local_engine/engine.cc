@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 
 namespace kvgate::engine {
 
@@ -208,8 +209,10 @@ void Engine::DrainInbox() {
   std::erase_if(running_, [](const auto& s) { return s->finished; });
 }
 
-void Engine::Emit(Sequence& s, int32_t token, std::string_view text, FinishReason reason) {
+void Engine::Emit(Sequence& s, int32_t token, std::string_view text, FinishReason reason,
+                  const TokenLogprobs* logprobs) {
   TokenEvent ev;
+  ev.logprobs = logprobs;
   ev.request_id = s.id;
   ev.token_id = token;
   ev.text = text;
@@ -327,7 +330,11 @@ void Engine::OnSampled(Sequence& s, int32_t token) {
       text += s.stop.Flush();
     }
   }
-  Emit(s, token, text, reason);
+  std::optional<TokenLogprobs> logprobs;
+  if (s.params.logprobs >= 0 && !is_eog) {
+    logprobs = ComputeLogprobs(s.raw_logits, token, s.params.logprobs);
+  }
+  Emit(s, token, text, reason, logprobs ? &*logprobs : nullptr);
   if (reason != FinishReason::kNone) {
     blocks_->Free(s.blocks);
     s.finished = true;
@@ -453,6 +460,7 @@ Status Engine::Step() {
     if (s.num_computed == static_cast<int64_t>(s.tokens.size())) {
       std::span<float> row(logits_.data() + i * vocab, vocab);
       if (s.matcher) ConstrainLogits(s, row);
+      if (s.params.logprobs >= 0) s.raw_logits.assign(row.begin(), row.end());
       OnSampled(s, s.sampler.Sample(row));
     }
   }

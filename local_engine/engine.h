@@ -102,6 +102,9 @@ struct TokenEvent {
   FinishReason finish_reason = FinishReason::kNone;
   Usage usage;        // so far; final when finished
   std::string error;  // when finish_reason == kError
+  // With SamplingParams::logprobs >= 0: token_id's log probability and the likeliest tokens at
+  // its step (sampler.h); null otherwise, and for end-of-generation tokens (not part of the text).
+  const TokenLogprobs* logprobs = nullptr;
 };
 
 struct EngineRequest {
@@ -209,7 +212,8 @@ class Engine {
   // end-of-generation only once the value is complete.
   void ConstrainLogits(Sequence& s, std::span<float> logits);
   void OnSampled(Sequence& s, int32_t token);
-  void Emit(Sequence& s, int32_t token, std::string_view text, FinishReason reason);
+  void Emit(Sequence& s, int32_t token, std::string_view text, FinishReason reason,
+            const TokenLogprobs* logprobs = nullptr);
 
   // Constant after Create. options_.num_kv_blocks is the pool's actual size; with cuda_graphs its
   // last block is the padding's scratch block (scratch_block_), outside the BlockManager's pool.

@@ -29,6 +29,9 @@ struct Engine::Sequence {
   // sampled token's bytes, and the step's allowed tokens (scratch).
   std::optional<JsonMatcher> matcher;
   TokenBitmask allowed;
+  // params.logprobs >= 0: the step's logits as the model gave them (masked), before sampling
+  // changes them in place (scratch).
+  std::vector<float> raw_logits;
   std::function<void(const TokenEvent&)> on_token;
   int32_t completion = 0;
   bool finished = false;

@@ -7,7 +7,8 @@
 namespace kvgate::engine {
 namespace {
 
-using nlohmann::json;
+// Ordered: object keys iterate in the schema's declared order, which is the order generated.
+using json = nlohmann::ordered_json;
 using Kind = JsonGrammar::Kind;
 using Unexpected = std::unexpected<SchemaError>;
 
@@ -33,14 +34,14 @@ std::string ByteName(int b) {
 
 class Compiler {
  public:
-  Compiler(const json& root, GrammarOptions options) : root_(root) {
+  Compiler(const json& root, GrammarOptions options) : root_(&root) {
     g_ = std::make_shared<JsonGrammar>();
     g_->options = options;
   }
 
   std::expected<std::shared_ptr<const JsonGrammar>, SchemaError> Run(std::string_view path) {
     if (g_->options.max_whitespace < 0) return Fail(std::string(path), "max_whitespace < 0");
-    auto root = Compile(root_, std::string(path), 0);
+    auto root = Compile(*root_, std::string(path), 0);
     if (!root) return Unexpected(root.error());
     g_->root = *root;
     if (auto s = Finalize(); !s) return Unexpected(s.error());
@@ -323,22 +324,84 @@ class Compiler {
     }
     const uint32_t n = NewNode(Kind::kObject);
     std::vector<JsonGrammar::Property> out;
-    // nlohmann::json objects iterate in key order; OpenAI writes keys in the schema's order,
-    // which the parsed tree has lost, so sorted order it is (documented in docs/api.md).
+    // Declared order (ordered_json), as OpenAI's Structured Outputs writes them.
     for (const auto& [name, schema] : props->items()) {
       auto node = Compile(schema, path + ".properties." + name, depth + 1);
       if (!node) return Unexpected(node.error());
       std::string key = json(name).dump(-1, ' ', false, json::error_handler_t::replace);
       out.push_back({key.substr(1, key.size() - 2), *node, required.contains(name)});
     }
+    SetProps(n, std::move(out));
+    return n;
+  }
+
+  void SetProps(uint32_t n, std::vector<JsonGrammar::Property> props) {
     auto& node = g_->nodes[n];
-    node.props = std::move(out);
+    node.props = std::move(props);
     node.next_required.assign(node.props.size() + 1, static_cast<uint32_t>(node.props.size()));
     for (size_t i = node.props.size(); i-- > 0;) {
       node.next_required[i] = node.props[i].required ? static_cast<uint32_t>(i) : node.next_required[i + 1];
     }
-    return n;
   }
+
+ public:
+  // The tool-call envelope (json_grammar.h), every function's parameters compiled against itself
+  // as the root of its $refs.
+  std::expected<std::shared_ptr<const JsonGrammar>, SchemaError> ToolCalls(
+      const std::vector<ToolFunctionSchema>& functions, ToolCallGrammarOptions opt) {
+    if (functions.empty() || opt.max_calls == 0) return Fail("tools", "no function to call");
+    std::vector<std::pair<std::string, uint32_t>> calls;  // (name as JSON text, call object)
+    for (const ToolFunctionSchema& f : functions) {
+      root_ = f.parameters;
+      refs_.clear();
+      auto args = Compile(*f.parameters, f.path, 0);
+      if (!args) return Unexpected(args.error());
+      const std::string literal = json(f.name).dump(-1, ' ', false, json::error_handler_t::replace);
+      const uint32_t tag = NewNode(Kind::kLiterals);
+      g_->nodes[tag].literals = {literal};
+      const uint32_t call = NewNode(Kind::kObject);
+      SetProps(call, {{"name", tag, true}, {"arguments", *args, true}});
+      g_->nodes[call].compact = true;
+      calls.emplace_back(literal, call);
+    }
+    std::sort(calls.begin(), calls.end());
+    for (size_t i = 1; i < calls.size(); ++i) {
+      if (calls[i].first == calls[i - 1].first) {
+        return Fail("tools", "two functions named " + calls[i].first);
+      }
+    }
+    uint32_t call = calls[0].second;
+    if (calls.size() > 1) {
+      call = NewNode(Kind::kTagged);
+      JsonGrammar::Node& t = g_->nodes[call];
+      t.tag_key = "name";
+      t.compact = true;
+      for (const auto& [literal, node] : calls) {
+        t.literals.push_back(literal);
+        t.tag_alts.push_back(node);
+      }
+    }
+    const uint32_t array = NewNode(Kind::kArray);
+    g_->nodes[array].value_node = call;
+    g_->nodes[array].min_items = 1;
+    g_->nodes[array].max_items = opt.max_calls;
+    g_->nodes[array].compact = true;
+    const uint32_t root = NewNode(Kind::kObject);
+    std::vector<JsonGrammar::Property> props = {{"tool_calls", array, !opt.allow_response}};
+    if (opt.allow_response) {
+      props.push_back({"response", NewNode(Kind::kString), false});
+      g_->nodes[root].min_props = 1;
+      g_->nodes[root].max_props = 1;
+    }
+    SetProps(root, std::move(props));
+    g_->nodes[root].compact = true;
+    g_->root = root;
+    g_->compact_root = true;
+    if (auto s = Finalize(); !s) return Unexpected(s.error());
+    return std::shared_ptr<const JsonGrammar>(std::move(g_));
+  }
+
+ private:
 
   std::expected<uint32_t, SchemaError> Ref(const json& ref, const std::string& path, int depth) {
     if (!ref.is_string()) return Fail(path, "must be a string");
@@ -346,16 +409,16 @@ class Compiler {
     if (auto it = refs_.find(r); it != refs_.end()) return it->second;
     const json* target = nullptr;
     if (r == "#") {
-      target = &root_;
+      target = root_;
     } else {
       for (const char* prefix : {"#/$defs/", "#/definitions/"}) {
         const std::string_view p(prefix);
         if (r.rfind(p, 0) != 0) continue;
         const std::string name = r.substr(p.size());
         const std::string section(p.substr(2, p.size() - 3));
-        if (root_.is_object() && root_.contains(section) && root_[section].is_object() &&
-            root_[section].contains(name)) {
-          target = &root_[section][name];
+        if (root_->is_object() && root_->contains(section) && (*root_)[section].is_object() &&
+            (*root_)[section].contains(name)) {
+          target = &(*root_)[section][name];
         }
       }
     }
@@ -404,7 +467,8 @@ class Compiler {
     const JsonGrammar::Node& node = g_->nodes[n];
     switch (node.kind) {
       case Kind::kObject:
-      case Kind::kMap: return b == '{';
+      case Kind::kMap:
+      case Kind::kTagged: return b == '{';
       case Kind::kArray: return b == '[';
       case Kind::kString: return b == '"';
       case Kind::kNumber:
@@ -492,7 +556,7 @@ class Compiler {
     return {};
   }
 
-  const json& root_;
+  const json* root_;  // what "#" refers to
   std::shared_ptr<JsonGrammar> g_;
   uint32_t any_ = JsonGrammar::kNoNode;
   std::vector<Union> unions_;
@@ -504,12 +568,25 @@ class Compiler {
 }  // namespace
 
 std::expected<std::shared_ptr<const JsonGrammar>, SchemaError> CompileJsonSchema(
-    const nlohmann::json& schema, std::string_view path, GrammarOptions options) {
+    const nlohmann::ordered_json& schema, std::string_view path, GrammarOptions options) {
   return Compiler(schema, options).Run(path);
 }
 
+std::expected<std::shared_ptr<const JsonGrammar>, SchemaError> CompileJsonSchema(
+    const nlohmann::json& schema, std::string_view path, GrammarOptions options) {
+  const nlohmann::ordered_json ordered(schema);
+  return Compiler(ordered, options).Run(path);
+}
+
+std::expected<std::shared_ptr<const JsonGrammar>, SchemaError> CompileToolCallGrammar(
+    const std::vector<ToolFunctionSchema>& functions, ToolCallGrammarOptions tool_options,
+    GrammarOptions options) {
+  const nlohmann::ordered_json none;
+  return Compiler(none, options).ToolCalls(functions, tool_options);
+}
+
 std::shared_ptr<const JsonGrammar> JsonObjectGrammar(GrammarOptions options) {
-  const nlohmann::json none;
+  const nlohmann::ordered_json none;
   return Compiler(none, options).ObjectOfAny();
 }
 

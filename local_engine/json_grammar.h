@@ -15,7 +15,8 @@
 //
 // The language the grammar generates is a subset of what the schema accepts, chosen so that every
 // output is valid JSON that matches the schema:
-//   - an object with `properties` has its keys in declared order, each at most once; a key not in
+//   - an object with `properties` has its keys in the schema's declared order (the order of the
+//     ordered_json the caller parsed; OpenAI's Structured Outputs writes them so), each at most once; a key not in
 //     `required` may be left out; no other keys (whatever additionalProperties says: leaving extra
 //     keys out is valid either way). An object without `properties` takes any keys, its values
 //     matching additionalProperties (any value when absent or true; only {} when false).
@@ -70,6 +71,7 @@ struct JsonGrammar {
     kInteger,
     kLiterals,  // one of `literals` (enum, const, true/false/null)
     kUnion,     // dispatch on the first byte (anyOf, type arrays, any value)
+    kTagged,    // objects told apart by the value of their first key (tool calls: "name")
   };
   struct Property {
     std::string key;  // the key's JSON text without the quotes (escaped as dump() does)
@@ -84,6 +86,15 @@ struct JsonGrammar {
     uint32_t min_items = 0, max_items = UINT32_MAX;  // kArray items, kString code points
     std::vector<std::string> literals;    // kLiterals: sorted, unique, non-empty
     uint32_t dispatch = 0;                // kUnion: index into `dispatch_tables`
+    // kObject: how many keys the object has at least / at most (the tool-call envelope's
+    // "exactly one of tool_calls and response"; not reachable from a schema).
+    uint32_t min_props = 0, max_props = UINT32_MAX;
+    // kTagged: `{"<tag_key>":<literals[i]>` starts the kObject tag_alts[i], whose first property
+    // is that tag; the literals are JSON strings, sorted.
+    std::string tag_key;
+    std::vector<uint32_t> tag_alts;
+    // No whitespace between this container's own tokens (its values may have theirs).
+    bool compact = false;
   };
   static constexpr uint32_t kNoNode = UINT32_MAX;
 
@@ -91,12 +102,36 @@ struct JsonGrammar {
   // Per union: the node each first byte starts (kNoNode: none).
   std::vector<std::array<uint32_t, 256>> dispatch_tables;
   uint32_t root = 0;
+  bool compact_root = false;  // no whitespace before the top-level value
   GrammarOptions options;
 };
 
-// Compiles a JSON Schema; `path` names the schema in errors.
+// Compiles a JSON Schema; `path` names the schema in errors. Object keys are generated in the
+// order `schema` iterates them: parse schemas as nlohmann::ordered_json to keep the declared
+// order (a nlohmann::json has sorted them already).
+std::expected<std::shared_ptr<const JsonGrammar>, SchemaError> CompileJsonSchema(
+    const nlohmann::ordered_json& schema, std::string_view path, GrammarOptions options = {});
 std::expected<std::shared_ptr<const JsonGrammar>, SchemaError> CompileJsonSchema(
     const nlohmann::json& schema, std::string_view path, GrammarOptions options = {});
+
+// Tool calls (chat `tools`, docs/engine.md "Tool calls"): the output is
+//   {"tool_calls":[CALL,CALL,...]}   1 to max_calls calls, or, with allow_response, also
+//   {"response":"<text>"}
+// where CALL is {"name":"<a function's name>","arguments":<a value of its parameters schema>}.
+// Everything outside the arguments and the response string is written without whitespace, so
+// that the same calls rendered back into a prompt (tool_format.h) are the same bytes.
+struct ToolFunctionSchema {
+  std::string name;  // REQUIRES: [A-Za-z0-9_-]+, unique
+  const nlohmann::ordered_json* parameters = nullptr;  // REQUIRES: not null
+  std::string path;  // names the parameters in errors, e.g. "tools[0].function.parameters"
+};
+struct ToolCallGrammarOptions {
+  bool allow_response = false;
+  uint32_t max_calls = 1;  // >= 1
+};
+std::expected<std::shared_ptr<const JsonGrammar>, SchemaError> CompileToolCallGrammar(
+    const std::vector<ToolFunctionSchema>& functions, ToolCallGrammarOptions tool_options,
+    GrammarOptions options = {});
 
 // Any JSON object (response_format json_object).
 std::shared_ptr<const JsonGrammar> JsonObjectGrammar(GrammarOptions options = {});

@@ -23,7 +23,9 @@ enum : uint8_t { kNumStart, kNumMinus, kNumZero, kNumInt, kNumDot, kNumFrac, kNu
 // Array.
 enum : uint8_t { kArrOpen, kArrFirst, kArrNext, kArrItem };
 // Object (declared keys) and map (any keys).
-enum : uint8_t { kObjOpen, kObjFirstKey, kObjKeyChars, kObjColon, kObjValue, kObjNext, kObjKey };
+// Object (declared keys) and map (any keys); a tagged object uses the first five, then
+// kTagLiteral for its tag's value, and becomes the kObject that tag selects.
+enum : uint8_t { kObjOpen, kObjFirstKey, kObjKeyChars, kObjColon, kObjValue, kObjNext, kObjKey, kTagLiteral };
 
 bool IsWs(uint8_t b) { return b == ' ' || b == '\n' || b == '\t' || b == '\r'; }
 bool IsDigit(uint8_t b) { return b >= '0' && b <= '9'; }
@@ -111,7 +113,8 @@ bool JsonMatcher::StartValue(uint32_t node, uint8_t b) {
   }
   const Kind k = g_->nodes[node].kind;
   // A container leaves room above it for one scalar.
-  if ((k == Kind::kObject || k == Kind::kMap || k == Kind::kArray) && depth_ >= kMaxFrames - 1) {
+  if ((k == Kind::kObject || k == Kind::kMap || k == Kind::kArray || k == Kind::kTagged) &&
+      depth_ >= kMaxFrames - 1) {
     return false;
   }
   Write(depth_ - 1).ws = 0;
@@ -122,6 +125,9 @@ bool JsonMatcher::Whitespace(uint8_t b) {
   if (!IsWs(b)) return false;
   Frame& f = frames_[depth_ - 1];
   if (f.ws >= g_->options.max_whitespace) return false;
+  if (f.node == kRootNode ? g_->compact_root : f.node != kKeyNode && g_->nodes[f.node].compact) {
+    return false;
+  }
   Write(depth_ - 1).ws = static_cast<uint8_t>(f.ws + 1);
   return true;
 }
@@ -311,8 +317,10 @@ JsonMatcher::Fed JsonMatcher::FeedObject(const JsonGrammar::Node& n, uint8_t b) 
       return Fed::kConsumed;
     case kObjFirstKey:
       if (Whitespace(b)) return Fed::kConsumed;
-      if (b == '}' && n.next_required[0] == np) return ChildDone(), Fed::kConsumed;
-      if (b == '"' && np > 0) return begin_key();
+      if (b == '}' && n.next_required[0] == np && n.min_props == 0) {
+        return ChildDone(), Fed::kConsumed;
+      }
+      if (b == '"' && np > 0 && n.max_props > 0) return begin_key();
       return Fed::kRejected;
     case kObjKeyChars: {
       // Candidates: the properties from the next index up to the first required one.
@@ -328,6 +336,7 @@ JsonMatcher::Fed JsonMatcher::FeedObject(const JsonGrammar::Node& n, uint8_t b) 
           w.ws = 0;
           w.b = j;
           w.a = j + 1;
+          if (w.x < UINT8_MAX) ++w.x;  // keys so far (saturating: max_props above it is no bound)
           return Fed::kConsumed;
         }
         if (key.size() > pos && static_cast<uint8_t>(key[pos]) == b) {
@@ -353,18 +362,88 @@ JsonMatcher::Fed JsonMatcher::FeedObject(const JsonGrammar::Node& n, uint8_t b) 
       return StartValue(n.props[f.b].node, b) ? Fed::kEndedBefore : Fed::kRejected;
     case kObjNext:
       if (Whitespace(b)) return Fed::kConsumed;
-      if (b == ',' && f.a < np) {
+      if (b == ',' && f.a < np && (n.max_props >= UINT8_MAX || f.x < n.max_props)) {
         Frame& w = Write(depth_ - 1);
         w.phase = kObjKey;
         w.ws = 0;
         return Fed::kConsumed;
       }
-      if (b == '}' && n.next_required[f.a] == np) return ChildDone(), Fed::kConsumed;
+      if (b == '}' && n.next_required[f.a] == np && f.x >= std::min<uint32_t>(n.min_props, UINT8_MAX)) {
+        return ChildDone(), Fed::kConsumed;
+      }
       return Fed::kRejected;
     case kObjKey:
       if (Whitespace(b)) return Fed::kConsumed;
       if (b == '"') return begin_key();
       return Fed::kRejected;
+  }
+  return Fed::kRejected;
+}
+
+JsonMatcher::Fed JsonMatcher::FeedTagged(const JsonGrammar::Node& n, uint8_t b) {
+  const Frame& f = frames_[depth_ - 1];
+  switch (f.phase) {
+    case kObjOpen:
+      if (b != '{') return Fed::kRejected;
+      Write(depth_ - 1).phase = kObjFirstKey;
+      return Fed::kConsumed;
+    case kObjFirstKey:
+      if (Whitespace(b)) return Fed::kConsumed;
+      if (b != '"') return Fed::kRejected;
+      {
+        Frame& w = Write(depth_ - 1);
+        w.phase = kObjKeyChars;
+        w.c = 0;
+      }
+      return Fed::kConsumed;
+    case kObjKeyChars:
+      if (f.c < n.tag_key.size()) {
+        if (static_cast<uint8_t>(n.tag_key[f.c]) != b) return Fed::kRejected;
+        ++Write(depth_ - 1).c;
+        return Fed::kConsumed;
+      }
+      if (b != '"') return Fed::kRejected;
+      {
+        Frame& w = Write(depth_ - 1);
+        w.phase = kObjColon;
+        w.ws = 0;
+      }
+      return Fed::kConsumed;
+    case kObjColon:
+      if (Whitespace(b)) return Fed::kConsumed;
+      if (b != ':') return Fed::kRejected;
+      {
+        Frame& w = Write(depth_ - 1);
+        w.phase = kObjValue;
+        w.ws = 0;
+      }
+      return Fed::kConsumed;
+    case kObjValue:
+    case kTagLiteral: {
+      if (f.phase == kObjValue && Whitespace(b)) return Fed::kConsumed;
+      // As FeedLiterals: [a, b) the literals that match the c bytes so far.
+      const auto& lits = n.literals;
+      const bool first = f.phase == kObjValue;
+      const uint32_t pos = first ? 0 : f.c;
+      const uint32_t end = first ? static_cast<uint32_t>(lits.size()) : f.b;
+      uint32_t lo = first ? 0 : f.a;
+      while (lo < end && !(lits[lo].size() > pos && static_cast<uint8_t>(lits[lo][pos]) == b)) ++lo;
+      if (lo == end) return Fed::kRejected;
+      uint32_t hi = lo + 1;
+      while (hi < end && lits[hi].size() > pos && static_cast<uint8_t>(lits[hi][pos]) == b) ++hi;
+      Frame& w = Write(depth_ - 1);
+      if (hi - lo == 1 && lits[lo].size() == pos + 1) {
+        // The tag is written (a JSON string, so no literal is a prefix of another): from here on
+        // this is the object it selects, past its first key.
+        w = Frame{n.tag_alts[lo], kObjNext, 0, 1, 0, 1, 0, 0};
+        return Fed::kConsumed;
+      }
+      w.phase = kTagLiteral;
+      w.a = lo;
+      w.b = hi;
+      w.c = pos + 1;
+      return Fed::kConsumed;
+    }
   }
   return Fed::kRejected;
 }
@@ -426,6 +505,7 @@ JsonMatcher::Fed JsonMatcher::Feed(uint8_t b) {
     case Kind::kArray: return FeedArray(n, b);
     case Kind::kObject: return FeedObject(n, b);
     case Kind::kMap: return FeedMap(n, b);
+    case Kind::kTagged: return FeedTagged(n, b);
     case Kind::kUnion: return Fed::kRejected;  // resolved by StartValue
   }
   return Fed::kRejected;

@@ -82,6 +82,7 @@ class JsonMatcher {
   Fed FeedArray(const JsonGrammar::Node& n, uint8_t b);
   Fed FeedObject(const JsonGrammar::Node& n, uint8_t b);
   Fed FeedMap(const JsonGrammar::Node& n, uint8_t b);
+  Fed FeedTagged(const JsonGrammar::Node& n, uint8_t b);
   bool TopAccepting() const;  // the top frame may end here (number, literal prefix)
 
   std::shared_ptr<const JsonGrammar> grammar_;  // constant after construction

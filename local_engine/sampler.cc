@@ -19,7 +19,33 @@ Status ValidateSamplingParams(const SamplingParams& p) {
     return bad("penalties must be finite");
   }
   if (p.max_tokens <= 0) return bad("max_tokens must be > 0");
+  if (p.logprobs < -1 || p.logprobs > kMaxTopLogprobs) {
+    return bad("top_logprobs must be between 0 and " + std::to_string(kMaxTopLogprobs));
+  }
   return {};
+}
+
+TokenLogprobs ComputeLogprobs(std::span<const float> logits, int32_t chosen, int32_t top_n) {
+  float max = -std::numeric_limits<float>::infinity();
+  for (float l : logits) max = std::max(max, l);
+  double sum = 0.0;
+  for (float l : logits) {
+    if (l != -std::numeric_limits<float>::infinity()) sum += std::exp(static_cast<double>(l - max));
+  }
+  const double lse = static_cast<double>(max) + std::log(sum);
+  auto logprob = [&](int32_t t) { return static_cast<float>(static_cast<double>(logits[t]) - lse); };
+  TokenLogprobs out{chosen, logprob(chosen), {}};
+  if (top_n <= 0) return out;
+  std::vector<int32_t> ids;
+  ids.reserve(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (logits[i] != -std::numeric_limits<float>::infinity()) ids.push_back(static_cast<int32_t>(i));
+  }
+  const size_t n = std::min(ids.size(), static_cast<size_t>(top_n));
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n), ids.end(),
+                    [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+  for (size_t i = 0; i < n; ++i) out.top.push_back({ids[i], logprob(ids[i])});
+  return out;
 }
 
 Sampler::Sampler(const SamplingParams& params, std::span<const int32_t> prompt)

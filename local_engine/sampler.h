@@ -36,7 +36,28 @@ struct SamplingParams {
   // token keeps the output a prefix of a value of this grammar, and the request ends once the
   // value is complete. Null: unconstrained.
   std::shared_ptr<const JsonGrammar> json_grammar;
+  // Log probabilities of each generated token (OpenAI's logprobs / top_logprobs): -1 none; 0 to
+  // kMaxTopLogprobs: the sampled token's and that many of the likeliest (ComputeLogprobs).
+  int32_t logprobs = -1;
 };
+
+inline constexpr int32_t kMaxTopLogprobs = 20;
+
+struct TopLogprob {
+  int32_t token = 0;
+  float logprob = 0.0f;
+};
+struct TokenLogprobs {
+  int32_t token = 0;
+  float logprob = 0.0f;
+  std::vector<TopLogprob> top;  // likeliest first
+};
+
+// The log-softmax of `logits` [V] (the model's raw logits, after the constrained-decoding mask
+// and before penalties, temperature and top-k/p, as OpenAI reports the model's distribution) at
+// `chosen`, and the `top_n` likeliest tokens (ties: the lower id first). Masked tokens (-inf) are
+// never among them, so there may be fewer. REQUIRES: chosen is an index of logits.
+TokenLogprobs ComputeLogprobs(std::span<const float> logits, int32_t chosen, int32_t top_n);
 
 // kInvalidArgument naming the bad field (negative temperature, top_p outside (0, 1], ...).
 Status ValidateSamplingParams(const SamplingParams& p);

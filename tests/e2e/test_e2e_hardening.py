@@ -224,7 +224,8 @@ alerts:
 
 def test_the_engine_refuses_what_it_cannot_do_and_odd_part_types(local_gw):
     """Defects 3 and 10: a content part whose type is not a string is a 400 (it was a 500 recorded
-    as a client that left); tools, tool_choice and logit_bias are refused, naming the field."""
+    as a client that left); logit_bias and the legacy function calling are refused, naming the
+    field."""
     headers = {"Authorization": f"Bearer {GATEWAY_KEY}", "Content-Type": "application/json"}
     for part_type in (5, None, ["text"], {"t": 1}):
         body = {"model": "smollm2", "max_tokens": 2,
@@ -236,15 +237,24 @@ def test_the_engine_refuses_what_it_cannot_do_and_odd_part_types(local_gw):
         st, _, answer = local_gw.request("POST", "/api/engine/lookup", body=json.dumps(lookup),
                                          headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
         assert st == 400, (part_type, st, answer)
-    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
-    for field, value in (("tools", [tool]), ("tool_choice", "auto"), ("logit_bias", {"50": 5}),
-                         ("functions", [{"name": "f"}]), ("function_call", "auto")):
+    for field, value in (("logit_bias", {"50": 5}), ("functions", [{"name": "f"}]),
+                         ("function_call", "auto")):
         body = {"model": "smollm2", "max_tokens": 2, field: value,
                 "messages": [{"role": "user", "content": "hi"}]}
         st, _, answer = local_gw.request("POST", CHAT, body=json.dumps(body), headers=headers)
         assert st == 400, (field, st, answer)
         assert answer["error"]["param"] == field
         assert answer["error"]["code"] == "unsupported_parameter"
+    # Tools are served now (issue 20); malformed ones, and tool_choice without tools, are 400s
+    # naming the field.
+    for field, value, param in (("tools", {"type": "function"}, "tools"),
+                                ("tools", [{"type": "function"}], "tools[0].function"),
+                                ("tool_choice", "auto", "tool_choice")):
+        body = {"model": "smollm2", "max_tokens": 2, field: value,
+                "messages": [{"role": "user", "content": "hi"}]}
+        st, _, answer = local_gw.request("POST", CHAT, body=json.dumps(body), headers=headers)
+        assert st == 400, (field, st, answer)
+        assert answer["error"]["param"] == param, answer
     # What asks for nothing is still served.
     body = {"model": "smollm2", "max_tokens": 2, "tools": [], "tool_choice": "none",
             "logit_bias": {}, "messages": [{"role": "user", "content": "hi"}]}

@@ -169,6 +169,8 @@ class Walk:
 
 @pytest.fixture
 def walk_gw(kvgate_process_class, kvgate_bin, sim, bundled_model, tmp_path):
+    # max_output_tokens_default bounds the engine's answers to bodies whose max_tokens is null
+    # (they run to the end of the context otherwise, past the walk's 30 s per case).
     class WalkKvgate(kvgate_process_class):
         def _write_config(self):
             s = f"http://127.0.0.1:{self.sim_port}"
@@ -179,7 +181,8 @@ providers:
   - {{name: openai, type: openai, base_url: {s}/openai/v1, api_key: "${{SIM_OPENAI_KEY}}"}}
   - {{name: claude, type: anthropic, base_url: {s}/anthropic, api_key: sk-ant-test}}
   - {{name: ds, type: deepseek, base_url: {s}/deepseek/v1, api_key: sk-ds-test}}
-  - {{name: local, type: local, model_path: {bundled_model}, kv_cache_tokens: 2048, threads: 1}}
+  - {{name: local, type: local, model_path: {bundled_model}, kv_cache_tokens: 2048, threads: 1,
+      max_output_tokens_default: 16}}
 models:
   - {{name: gpt-4o-mini, provider: openai, upstream_model: gpt-4o-mini}}
   - {{name: claude-sonnet-4-5, provider: claude, upstream_model: claude-sonnet-4-5}}

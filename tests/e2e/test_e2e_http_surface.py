@@ -584,15 +584,6 @@ def test_local_engine_overlong_prompt_is_context_length_exceeded(local_gw):
     assert exc.value.param == "messages", exc.value.body
 
 
-def test_local_engine_refuses_logprobs(local_gw):
-    """The engine produces no logprobs: asking for them is a 400, not silently ignored."""
-    with pytest.raises(openai.BadRequestError) as exc:
-        local_gw.client(timeout=60).chat.completions.create(
-            model="smollm2", max_tokens=4, logprobs=True,
-            messages=[{"role": "user", "content": "hi"}])
-    assert "logprobs" in exc.value.body["message"], exc.value.body
-
-
 # -- 15. SIGHUP ----------------------------------------------------------------------------------
 
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -178,6 +179,29 @@ TEST(StopMatcherTest, EarliestStopWinsAndFlushReleasesHeldText) {
   EXPECT_EQ(n.Flush(), "##");
   StopMatcher none({});
   EXPECT_EQ(none.Push("anything").text, "anything");
+}
+
+TEST(LogprobsTest, LogSoftmaxOfTheRawLogitsWithMaskedTokensLeftOut) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> logits = {1.0f, 3.0f, -inf, 3.0f, 0.0f};
+  const TokenLogprobs lp = ComputeLogprobs(logits, 4, 3);
+  const double lse = std::log(std::exp(1.0) + 2 * std::exp(3.0) + std::exp(0.0));
+  EXPECT_EQ(lp.token, 4);
+  EXPECT_NEAR(lp.logprob, 0.0 - lse, 1e-6);
+  ASSERT_EQ(lp.top.size(), 3u);
+  EXPECT_EQ(lp.top[0].token, 1);  // a tie: the lower id first
+  EXPECT_EQ(lp.top[1].token, 3);
+  EXPECT_EQ(lp.top[2].token, 0);
+  EXPECT_NEAR(lp.top[0].logprob, 3.0 - lse, 1e-6);
+  // More asked for than there are unmasked tokens: those there are.
+  EXPECT_EQ(ComputeLogprobs(logits, 1, 20).top.size(), 4u);
+  EXPECT_TRUE(ComputeLogprobs(logits, 1, 0).top.empty());
+  double sum = 0;
+  for (const auto& t : ComputeLogprobs(logits, 1, 20).top) sum += std::exp(t.logprob);
+  EXPECT_NEAR(sum, 1.0, 1e-6);
+  SamplingParams p;
+  p.logprobs = kMaxTopLogprobs + 1;
+  EXPECT_FALSE(ValidateSamplingParams(p).has_value());
 }
 
 }  // namespace

@@ -62,11 +62,6 @@ std::string SpliceMembers(raw_json::Value object, EditFn&& edit) {
   return out;
 }
 
-std::string Decoded(std::optional<raw_json::Value> v) {
-  if (!v) return "";
-  return raw_json::DecodeString(*v).value_or("");
-}
-
 class MessagesStream final : public SseStreamTranslator {
  public:
   MessagesStream() : SseStreamTranslator("message_stop") {}

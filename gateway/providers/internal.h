@@ -30,6 +30,12 @@ std::string Dump(const nlohmann::ordered_json& value);
 
 // At most 200 bytes of `text` (then "..."), for error messages about upstream bodies; always
 // valid UTF-8 (invalid bytes become U+FFFD).
+// The string at `v` decoded (escapes resolved), "" when absent or not a string.
+inline std::string Decoded(std::optional<raw_json::Value> v) {
+  if (!v) return "";
+  return raw_json::DecodeString(*v).value_or("");
+}
+
 inline std::string Snippet(std::string_view text) { return Utf8Snippet(text, 200); }
 
 // `s` without leading blanks and trailing blanks or CR (an SSE data field, as compared).

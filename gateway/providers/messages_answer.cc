@@ -15,10 +15,7 @@
 namespace kvgate::providers {
 namespace {
 
-std::string Decoded(std::optional<raw_json::Value> v) {
-  if (!v) return "";
-  return raw_json::DecodeString(*v).value_or("");
-}
+using internal::Decoded;
 
 // A non-negative count at `key`, 0 when absent or malformed.
 int64_t CountOf(std::optional<raw_json::Value> object, std::string_view key) {

@@ -13,11 +13,6 @@ namespace {
 
 using telemetry::UsageFlavor;
 
-std::string Decoded(std::optional<raw_json::Value> v) {
-  if (!v) return "";
-  return raw_json::DecodeString(*v).value_or("");
-}
-
 // OpenAI's finish-reason vocabulary for a Responses API `response` object: "stop" for a completed
 // response ("tool_calls" when its output calls a function), the incomplete_details reason for an
 // incomplete one ("length" for max_output_tokens), "" otherwise.

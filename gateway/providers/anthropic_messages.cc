@@ -72,19 +72,11 @@ class MessagesStream final : public SseStreamTranslator {
   }
 
   void Handle(const SseEvent& event, Output& out) override {
-    if (!event.has_data) {
-      if (OnlyComments(event.raw)) AppendRawEvent(out.bytes, event.raw);
-      return;
-    }
-    const std::string_view data = TrimSpace(event.data);
-    if (data.empty()) return;
-    Result<raw_json::Value> parsed = raw_json::Parse(data);
-    if (!parsed || !parsed->is_object()) {
-      Fail(out.bytes, "upstream sent malformed JSON in a stream event: " + Snippet(data));
-      return;
-    }
-    std::string type = Decoded(raw_json::Find(*parsed, "type"));
-    if (type.empty()) type = std::string(event.event);
+    std::optional<TypedEvent> typed = ReadTypedEvent(event, out.bytes);
+    if (!typed) return;
+    const std::optional<raw_json::Value> parsed = typed->data;
+    const std::string& type = typed->type;
+    const std::string_view data = TrimSpace(event.data);  // (for error messages)
     AppendRawEvent(out.bytes, event.raw);  // every event reaches the client as it came
     if (type == "content_block_delta") {
       std::optional<raw_json::Value> delta = raw_json::Find(*parsed, "delta");

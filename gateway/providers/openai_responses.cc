@@ -75,20 +75,11 @@ class ResponsesStream final : public SseStreamTranslator {
 
  private:
   void Handle(const SseEvent& event, Output& out) override {
-    if (!event.has_data) {
-      if (OnlyComments(event.raw)) AppendRawEvent(out.bytes, event.raw);
-      return;
-    }
-    const std::string_view data = TrimSpace(event.data);
-    if (data.empty()) return;
-    Result<raw_json::Value> parsed = raw_json::Parse(data);
-    if (!parsed || !parsed->is_object()) {
-      Fail(out.bytes, "upstream sent malformed JSON in a stream event: " + Snippet(data));
-      return;
-    }
-    // The data's own type names the event (the `event:` line repeats it, when a server sends one).
-    std::string type = Decoded(raw_json::Find(*parsed, "type"));
-    if (type.empty()) type = std::string(event.event);
+    std::optional<TypedEvent> typed = ReadTypedEvent(event, out.bytes);
+    if (!typed) return;
+    const std::optional<raw_json::Value> parsed = typed->data;
+    const std::string& type = typed->type;
+    const std::string_view data = TrimSpace(event.data);  // (for error messages)
     // An `error` event, or any event carrying a top-level error object (the SDK raises on one).
     std::optional<raw_json::Value> error = raw_json::Find(*parsed, "error");
     if (type == "error" || (error && !error->is_null())) {

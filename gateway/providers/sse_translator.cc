@@ -66,4 +66,22 @@ void SseStreamTranslator::Fail(std::string& out, std::string message, std::strin
   failed_ = true;
 }
 
+std::optional<SseStreamTranslator::TypedEvent> SseStreamTranslator::ReadTypedEvent(
+    const SseEvent& event, std::string& out) {
+  if (!event.has_data) {
+    if (OnlyComments(event.raw)) AppendRawEvent(out, event.raw);
+    return std::nullopt;
+  }
+  const std::string_view data = TrimSpace(event.data);
+  if (data.empty()) return std::nullopt;
+  Result<raw_json::Value> parsed = raw_json::Parse(data);
+  if (!parsed || !parsed->is_object()) {
+    Fail(out, "upstream sent malformed JSON in a stream event: " + Snippet(data));
+    return std::nullopt;
+  }
+  std::string type = Decoded(raw_json::Find(*parsed, "type"));
+  if (type.empty()) type = std::string(event.event);
+  return TypedEvent{*parsed, std::move(type)};
+}
+
 }  // namespace kvgate::providers::internal

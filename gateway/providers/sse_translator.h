@@ -45,6 +45,16 @@ class SseStreamTranslator : public StreamTranslator {
   // default; a translator whose client speaks another API (Anthropic Messages) writes its own.
   virtual std::string ErrorEvent(const ClientError& error) const;
 
+  // An event of a pass-through stream (the client speaks the upstream's API): its JSON data and
+  // its type (the data's own "type"; else the `event:` line). Nullopt when there is nothing more
+  // to do with it: a comment-only event (relayed to `out`), an empty one, or data that is not a
+  // JSON object (the stream is failed).
+  struct TypedEvent {
+    raw_json::Value data;
+    std::string type;
+  };
+  std::optional<TypedEvent> ReadTypedEvent(const SseEvent& event, std::string& out);
+
   bool done() const { return completed_ || failed_; }
   // Appends the error event (ErrorEvent) for `message` and ends the stream.
   void Fail(std::string& out, std::string message, std::string code = "malformed_upstream_stream");

@@ -13,6 +13,7 @@ std::string_view ErrorCodeName(ErrorCode code) {
     case ErrorCode::kDeadlineExceeded: return "deadline_exceeded";
     case ErrorCode::kCorruptData: return "corrupt_data";
     case ErrorCode::kInternal: return "internal";
+    case ErrorCode::kCancelled: return "cancelled";
   }
   return "unknown";
 }

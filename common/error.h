@@ -18,6 +18,7 @@ enum class ErrorCode {
   kDeadlineExceeded,   // a deadline expired
   kCorruptData,        // a file or peer sent bytes that violate their format
   kInternal,           // a broken internal invariant
+  kCancelled,          // the caller cancelled the operation before it completed
 };
 
 std::string_view ErrorCodeName(ErrorCode code);

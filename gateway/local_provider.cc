@@ -81,6 +81,8 @@ class EngineHost {
       if (stopping_) return;
       stopping_ = true;
     }
+    // The step in flight stops between layers rather than finish a prefill nobody waits for.
+    engine_->CancelAll();
     cv_.notify_all();
     if (thread_.joinable()) thread_.join();
   }
@@ -126,6 +128,7 @@ class EngineHost {
                 {"cache_written_blocks", c.blocks.written_blocks},
                 {"evictions", c.blocks.evictions},
                 {"preemptions", c.preemptions},
+                {"aborted_steps", c.aborted_steps},
                 {"requests_total", requests_total_.load()},
                 {"prompt_tokens_total", prompt_tokens_.load()},
                 {"generation_tokens_total", generation_tokens_.load()},

@@ -1,9 +1,11 @@
 #include "local_engine/engine.h"
-#include "local_engine/engine_sequence.h"
+#include "local_engine/scheduler.h"
+#include "local_engine/sequence.h"
 
 #include <algorithm>
 #include <limits>
 #include <optional>
+#include <utility>
 
 namespace kvgate::engine {
 
@@ -11,7 +13,7 @@ namespace {
 
 // Usage as the client sees it. A sequence preempted and recomputed may register some prompt
 // blocks twice; the prompt is still split once: cached + written <= prompt.
-Usage UsageOf(const Engine::Sequence& s) {
+Usage UsageOf(const Sequence& s) {
   return Usage{s.num_prompt, s.cached_tokens, s.completion,
                std::min(s.cache_write_tokens, s.num_prompt - s.cached_tokens),
                s.cached_offload_tokens};
@@ -148,6 +150,11 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
                        e->eog_tokens_.end());
   e->trie_ = TokenTrie::FromTokenizer(*e->tokenizer_);
   e->blocks_ = std::make_unique<BlockManager>(pool_blocks);
+  e->scheduler_ = std::make_unique<Scheduler>(
+      SchedulerConfig{.max_running = options.max_running,
+                      .max_batch_tokens = options.max_batch_tokens,
+                      .block_size = kBlockSize},
+      *e->blocks_);
   if (!options.offload.disk_path.empty()) {
     if (auto st = e->OpenTier(); !st) return std::unexpected(st.error());
   }
@@ -181,6 +188,17 @@ Result<uint64_t> Engine::AddRequest(EngineRequest request) {
 void Engine::Cancel(uint64_t request_id) {
   std::lock_guard lock(inbox_mu_);
   cancels_.push_back(request_id);
+  if (InFlight(request_id)) abort_step_.store(true, std::memory_order_relaxed);
+}
+
+bool Engine::InFlight(uint64_t request_id) const {
+  return std::find(in_flight_.begin(), in_flight_.end(), request_id) != in_flight_.end();
+}
+
+void Engine::CancelAll() {
+  std::lock_guard lock(inbox_mu_);
+  cancel_all_ = true;
+  if (!in_flight_.empty()) abort_step_.store(true, std::memory_order_relaxed);
 }
 
 bool Engine::HasWork() const {
@@ -191,22 +209,22 @@ bool Engine::HasWork() const {
 void Engine::DrainInbox() {
   std::vector<std::unique_ptr<Sequence>> added;
   std::vector<uint64_t> cancels;
+  bool cancel_all = false;
   {
     std::lock_guard lock(inbox_mu_);
     added.swap(inbox_);
     cancels.swap(cancels_);
+    cancel_all = std::exchange(cancel_all_, false);
   }
-  for (auto& s : added) waiting_.push_back(std::move(s));
-  for (uint64_t id : cancels) {
-    for (auto& s : waiting_) {
-      if (s->id == id && !s->finished) Finish(*s, FinishReason::kCancelled);
-    }
-    for (auto& s : running_) {
-      if (s->id == id && !s->finished) Finish(*s, FinishReason::kCancelled);
+  for (auto& s : added) scheduler_->Enqueue(std::move(s));
+  if (cancels.empty() && !cancel_all) return;
+  std::sort(cancels.begin(), cancels.end());
+  for (Sequence* s : scheduler_->Live()) {
+    if (cancel_all || std::binary_search(cancels.begin(), cancels.end(), s->id)) {
+      Finish(*s, FinishReason::kCancelled);
     }
   }
-  std::erase_if(waiting_, [](const auto& s) { return s->finished; });
-  std::erase_if(running_, [](const auto& s) { return s->finished; });
+  scheduler_->RemoveFinished();
 }
 
 void Engine::Emit(Sequence& s, int32_t token, std::string_view text, FinishReason reason,
@@ -236,27 +254,6 @@ void Engine::Finish(Sequence& s, FinishReason reason, std::string error) {
   --live_requests_;
 }
 
-void Engine::NoteAdmitted(Sequence& s, int restored) {
-  s.num_computed += restored;
-  if (s.admitted_once) return;
-  s.admitted_once = true;
-  s.cached_tokens = static_cast<int32_t>(std::min<int64_t>(s.num_computed, s.num_prompt));
-  s.cached_offload_tokens = std::min(restored, s.cached_tokens);
-}
-
-void Engine::Preempt(Sequence& s) {
-  // The blocks keep their hashes: readmission finds most of them in the cache.
-  blocks_->Free(s.blocks);
-  s.num_computed = 0;
-  ++preemptions_;
-}
-
-bool Engine::EnsureBlocks(Sequence& s, int64_t num_tokens) {
-  if (!blocks_->CanGrow(s.blocks, static_cast<int>(num_tokens))) return false;
-  blocks_->Grow(s.blocks, static_cast<int>(num_tokens));
-  return true;
-}
-
 int Engine::LookupCachedTokens(std::span<const int32_t> prompt) const {
   std::lock_guard lock(blocks_mu_);
   return blocks_->LookupCachedTokens(prompt);
@@ -264,7 +261,8 @@ int Engine::LookupCachedTokens(std::span<const int32_t> prompt) const {
 
 CacheStats Engine::cache_stats() const {
   std::lock_guard lock(blocks_mu_);
-  CacheStats out{blocks_->stats(), num_running_, num_waiting_, preemptions_};
+  CacheStats out{blocks_->stats(), scheduler_->num_running(), scheduler_->num_waiting(),
+                 scheduler_->preemptions(), aborted_steps_};
   if (tier_) {
     out.offload = true;
     out.offload_path = tier_->path();
@@ -343,113 +341,62 @@ void Engine::OnSampled(Sequence& s, int32_t token) {
   }
 }
 
-Status Engine::Step() {
-  std::unique_lock blocks_lock(blocks_mu_);
-  const auto publish_counts = [this] {
-    num_running_ = static_cast<int64_t>(running_.size());
-    num_waiting_ = static_cast<int64_t>(waiting_.size());
-  };
-  DrainInbox();
-  // Admission, FCFS: the head of the queue waits until its whole sequence fits (cache hits
-  // included: a hit on a free block takes it out of the free pool).
-  std::vector<PendingRestore> restores;
-  while (static_cast<int32_t>(running_.size()) < options_.max_running && !waiting_.empty()) {
-    Sequence& s = *waiting_.front();
-    if (!blocks_->CanAllocate(s.tokens, s.blocks.salt)) break;
-    // The tier's blocks need fresh pool blocks like computed ones: CanAllocate already counts them.
-    const int tier_blocks = TierBlocksFor(s);
-    blocks_->Allocate(s.tokens, s.blocks);
-    s.num_computed = s.blocks.num_cached_tokens;
-    if (tier_blocks > 0) {
-      restores.push_back({&s, tier_blocks});
+void Engine::Admit(std::unique_lock<std::mutex>& lock) {
+  std::vector<Admission> restores;
+  const auto tier_blocks_for = [this](const Sequence& s) { return TierBlocksFor(s); };
+  for (const Admission& a : scheduler_->Admit(tier_blocks_for)) {
+    if (a.tier_blocks > 0) {
+      restores.push_back(a);  // NoteAdmitted once the tier's blocks are copied in
     } else {
-      NoteAdmitted(s, 0);
+      a.seq->NoteAdmitted(0);
     }
-    running_.push_back(std::move(waiting_.front()));
-    waiting_.pop_front();
   }
   // The admissions' evicted blocks to the tier, then the blocks restored from it.
-  RunTierIo(blocks_lock, restores);
-  publish_counts();
-  if (running_.empty()) return {};
+  RunTierIo(lock, restores);
+}
 
-  // Decodes need at most one new block each; preempt the youngest sequences until they fit.
-  for (;;) {
-    int64_t need = 0;
-    for (auto& s : running_) {
-      const int64_t len = static_cast<int64_t>(s->tokens.size());
-      if (len - s->num_computed == 1 &&
-          (len + 15) / 16 > static_cast<int64_t>(s->blocks.block_ids.size())) {
-        ++need;
-      }
-    }
-    if (need <= blocks_->num_free_blocks()) break;
-    if (running_.size() == 1) {  // a lone sequence filled the whole cache
-      Finish(*running_.front(), FinishReason::kLength);
-      running_.clear();
-      publish_counts();
-      return {};
-    }
-    Preempt(*running_.back());
-    waiting_.push_front(std::move(running_.back()));
-    running_.pop_back();
-  }
-
-  // Plan: every decode first, then prefill chunks in admission order within the token budget.
-  struct Planned {
-    Sequence* s;
-    int64_t n;
-  };
-  std::vector<Planned> plan;
-  int64_t budget = options_.max_batch_tokens;
-  for (int pass = 0; pass < 2; ++pass) {
-    for (auto& sp : running_) {
-      Sequence& s = *sp;
-      const int64_t remaining = static_cast<int64_t>(s.tokens.size()) - s.num_computed;
-      if ((pass == 0) != (remaining == 1) || budget == 0) continue;
-      int64_t n = std::min(remaining, budget);
-      const int64_t capacity =
-          static_cast<int64_t>(s.blocks.block_ids.size() + blocks_->num_free_blocks()) * 16 -
-          s.num_computed;
-      n = std::min(n, capacity);
-      if (n <= 0 || !EnsureBlocks(s, s.num_computed + n)) continue;
-      plan.push_back({&s, n});
-      budget -= n;
-    }
-  }
-  if (plan.empty()) {
-    publish_counts();
-    return {};
-  }
-
+Status Engine::RunForward(std::span<const Chunk> chunks, std::unique_lock<std::mutex>& lock) {
   int32_t max_blocks = 1;
-  for (const auto& p : plan) {
-    max_blocks = std::max<int32_t>(max_blocks, static_cast<int32_t>(p.s->blocks.block_ids.size()));
+  for (const Chunk& c : chunks) {
+    max_blocks = std::max<int32_t>(max_blocks, static_cast<int32_t>(c.seq->blocks.block_ids.size()));
   }
   batch_ = StepBatch{};
   batch_.table_width = options_.cuda_graphs ? PowerOfTwoBucket(max_blocks) : max_blocks;
-  for (const auto& p : plan) {
-    batch_.AddSequence(p.s->tokens, p.s->num_computed, p.n, p.s->blocks.block_ids, kBlockSize);
+  for (const Chunk& c : chunks) {
+    batch_.AddSequence(c.seq->tokens, c.seq->num_computed, c.num_tokens, c.seq->blocks.block_ids,
+                       kBlockSize);
   }
-  if (options_.cuda_graphs) PadDecodeBatch(batch_, scratch_block_);  // rows past plan: ignored
+  if (options_.cuda_graphs) PadDecodeBatch(batch_, scratch_block_);  // rows past the plan: ignored
   const BatchMetadata batch = batch_.View(kBlockSize);
   // Blocks the plan's growth evicted go to the tier before the forward pass overwrites them.
-  RunTierIo(blocks_lock, {});
-  // The forward pass only writes slots of blocks these sequences own exclusively (shared prefix
-  // blocks are read-only), so lookups may read the block pool meanwhile.
-  blocks_lock.unlock();
-  auto forward = runner_->Forward(batch, LogitsMode::kLastPerSequence, logits_);
-  blocks_lock.lock();
-  if (!forward) {
-    for (const auto& p : plan) Finish(*p.s, FinishReason::kError, forward.error().ToString());
-    std::erase_if(running_, [](const auto& s) { return s->finished; });
-    publish_counts();
-    return {};
+  RunTierIo(lock, {});
+  {
+    // A cancel that came after DrainInbox, for one of these requests, stops the pass at once.
+    std::lock_guard inbox(inbox_mu_);
+    in_flight_.clear();
+    for (const Chunk& c : chunks) in_flight_.push_back(c.seq->id);
+    const bool cancelled =
+        cancel_all_ || std::any_of(cancels_.begin(), cancels_.end(),
+                                   [this](uint64_t id) { return InFlight(id); });
+    abort_step_.store(cancelled, std::memory_order_relaxed);
   }
+  // The forward pass only writes slots of blocks these sequences own exclusively (shared prefix
+  // blocks are read-only), so lookups may read the block pool meanwhile. An aborted pass leaves
+  // garbage only in slots past each sequence's num_computed, which the next pass rewrites.
+  lock.unlock();
+  auto forward = runner_->Forward(batch, LogitsMode::kLastPerSequence, logits_, &abort_step_);
+  lock.lock();
+  std::lock_guard inbox(inbox_mu_);
+  in_flight_.clear();
+  abort_step_.store(false, std::memory_order_relaxed);
+  return forward;
+}
+
+void Engine::Postprocess(std::span<const Chunk> chunks) {
   const int64_t vocab = weights_.dims.vocab;
-  for (size_t i = 0; i < plan.size(); ++i) {
-    Sequence& s = *plan[i].s;
-    s.num_computed += plan[i].n;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    Sequence& s = *chunks[i].seq;
+    s.num_computed += chunks[i].num_tokens;
     if (options_.enable_prefix_caching) {
       // Prompt blocks first, so cache_write_tokens counts prompt tokens only; then blocks filled
       // by generated tokens (the next turn of a conversation starts with them).
@@ -457,15 +404,33 @@ Status Engine::Step() {
       s.cache_write_tokens += blocks_->CommitComputed(s.tokens, prompt_done, s.blocks);
       blocks_->CommitComputed(s.tokens, static_cast<int>(s.num_computed), s.blocks);
     }
-    if (s.num_computed == static_cast<int64_t>(s.tokens.size())) {
+    if (s.num_remaining() == 0) {
       std::span<float> row(logits_.data() + i * vocab, vocab);
       if (s.matcher) ConstrainLogits(s, row);
       if (s.params.logprobs >= 0) s.raw_logits.assign(row.begin(), row.end());
       OnSampled(s, s.sampler.Sample(row));
     }
   }
-  std::erase_if(running_, [](const auto& s) { return s->finished; });
-  publish_counts();
+}
+
+Status Engine::Step() {
+  std::unique_lock lock(blocks_mu_);
+  DrainInbox();
+  Admit(lock);
+  const StepPlan plan = scheduler_->Plan();
+  if (plan.out_of_room) Finish(*plan.out_of_room, FinishReason::kLength);
+  if (!plan.chunks.empty()) {
+    if (auto forward = RunForward(plan.chunks, lock); forward) {
+      Postprocess(plan.chunks);
+    } else if (forward.error().code == ErrorCode::kCancelled) {
+      ++aborted_steps_;  // the next Step finishes the cancelled requests, replans the others
+    } else {
+      for (const Chunk& c : plan.chunks) {
+        Finish(*c.seq, FinishReason::kError, forward.error().ToString());
+      }
+    }
+  }
+  scheduler_->RemoveFinished();
   return {};
 }
 

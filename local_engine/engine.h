@@ -5,10 +5,16 @@
 //   auto id = (*engine)->AddRequest({prompt_ids, params, on_token});   // any thread
 //   while ((*engine)->HasWork()) (*engine)->Step();                     // the engine thread
 //
-// Scheduling: FCFS. Each Step runs one batch holding one decode token for every running sequence
-// plus prefill chunks of admitted prompts, up to max_batch_tokens. When the KV cache runs out, the
-// most recently admitted sequence is preempted and later recomputed (its blocks keep their hashes,
-// so the recomputation mostly hits the prefix cache).
+// Scheduling (scheduler.h): FCFS. Each Step runs one batch holding one decode token for every
+// running sequence plus prefill chunks of admitted prompts, up to max_batch_tokens. When the KV
+// cache runs out, the most recently admitted sequence is preempted and later recomputed (its
+// blocks keep their hashes, so the recomputation mostly hits the prefix cache). A Step reads as
+// schedule (admit, plan) -> run (the forward pass) -> sample -> postprocess.
+//
+// Cancellation: Cancel ends a request at the next Step; when the request is in the step running
+// now, that step also stops between two layers (on the CPU backend; a recorded CUDA graph runs to
+// its end) and its batch is recomputed without it, so a client that leaves, or a shutdown
+// (CancelAll), never waits for a long prefill chunk to finish.
 //
 // Prefix caching (BlockManager): at admission a prompt's leading full 16-token blocks that are in
 // the cache are shared instead of computed; full blocks are registered in the cache once their K/V
@@ -25,8 +31,8 @@
 // thread); callbacks run on that thread, inside Step, and must not call Step.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -50,6 +56,11 @@
 #include "local_engine/weights.h"
 
 namespace kvgate::engine {
+
+struct Sequence;   // sequence.h
+class Scheduler;   // scheduler.h
+struct Admission;  // scheduler.h
+struct Chunk;      // scheduler.h
 
 enum class FinishReason {
   kNone,       // not finished
@@ -81,6 +92,7 @@ struct CacheStats {
   int64_t running = 0;
   int64_t waiting = 0;
   uint64_t preemptions = 0;
+  uint64_t aborted_steps = 0;  // forward passes a cancel stopped between layers
   // The offload tier; all zero when there is none.
   bool offload = false;
   std::string offload_path;
@@ -155,8 +167,11 @@ class Engine {
   // token ids outside the vocabulary, bad sampling parameters, or a prompt that cannot fit the
   // context length or the KV cache.
   Result<uint64_t> AddRequest(EngineRequest request);
-  // Ends the request at the next Step (a final event with kCancelled). Unknown ids are ignored.
+  // Ends the request at the next Step (a final event with kCancelled); a step running it now
+  // stops between layers. Unknown ids are ignored. Any thread.
   void Cancel(uint64_t request_id);
+  // Cancel for every request added so far (shutdown). Any thread.
+  void CancelAll();
   bool HasWork() const;
 
   // Runs one batch. Errors only for broken internal invariants; per-request failures finish that
@@ -181,23 +196,25 @@ class Engine {
   // Bytes of KV cache per token (values and scales): what `kvgate kv-size` prints for this model.
   int64_t kv_bytes_per_token() const { return runner_->KvBytesPerToken(); }
 
-  struct Sequence;    // engine_sequence.h
   struct TierWriter;  // engine_offload.cc
 
  private:
   Engine();  // engine_offload.cc, with the destructor
+  // New requests into the scheduler's queue; cancellations finish theirs.
   void DrainInbox();
+  bool InFlight(uint64_t request_id) const;  // REQUIRES inbox_mu_
+  // The scheduler's admissions, with the offload tier's blocks restored into them.
+  void Admit(std::unique_lock<std::mutex>& lock);
+  // The forward pass of the plan's chunks into logits_, with blocks_mu_ released meanwhile
+  // (`lock` holds it on entry and on return). kCancelled when a cancel of one of the chunks'
+  // requests stopped it between layers: nothing of the step is committed then.
+  Status RunForward(std::span<const Chunk> chunks, std::unique_lock<std::mutex>& lock);
+  // After a forward pass: the chunks' tokens count as computed, their full blocks go into the
+  // prefix cache, and each sequence whose last token was computed samples its next one.
+  void Postprocess(std::span<const Chunk> chunks);
   void Finish(Sequence& s, FinishReason reason, std::string error = {});
-  void Preempt(Sequence& s);
-  bool EnsureBlocks(Sequence& s, int64_t num_tokens);
-  // First-admission bookkeeping (cached tokens for usage), once `restored` tokens were copied in.
-  void NoteAdmitted(Sequence& s, int restored);
 
   // The offload tier (engine_offload.cc).
-  struct PendingRestore {
-    Sequence* s;
-    int tier_blocks;
-  };
   Status OpenTier();  // from options_.offload, at Create
   // Before s's allocation: how many blocks after the pool's hits the tier holds (pinned, so the
   // allocation's own evictions, stored in the tier, do not push them out).
@@ -207,7 +224,7 @@ class Engine {
   // pass): stores the blocks the pool evicted since the last call, then copies each restore's
   // blocks into its sequence's fresh blocks (a block that fails its checksum ends that restore),
   // registers them, unpins them and calls NoteAdmitted. No-op without a tier.
-  void RunTierIo(std::unique_lock<std::mutex>& lock, std::span<const PendingRestore> restores);
+  void RunTierIo(std::unique_lock<std::mutex>& lock, std::span<const Admission> restores);
   // Constrained decoding: masks `logits` [V] to the tokens that keep s's output valid, and to
   // end-of-generation only once the value is complete.
   void ConstrainLogits(Sequence& s, std::span<float> logits);
@@ -233,15 +250,20 @@ class Engine {
   uint64_t next_id_ = 1;
   std::vector<std::unique_ptr<Sequence>> inbox_;
   std::vector<uint64_t> cancels_;
+  bool cancel_all_ = false;
   int64_t live_requests_ = 0;  // added and not yet finished
+  std::vector<uint64_t> in_flight_;  // the requests of the forward pass running now
+  // Set (under inbox_mu_) when a request in in_flight_ is cancelled; the forward pass reads it
+  // between layers.
+  std::atomic<bool> abort_step_{false};
 
   // The block pool. Changed only on the engine thread, under blocks_mu_ (held by Step except
   // during the forward pass) so that LookupCachedTokens and cache_stats may read it from others.
   mutable std::mutex blocks_mu_;
   std::unique_ptr<BlockManager> blocks_;  // GUARDED_BY(blocks_mu_)
-  uint64_t preemptions_ = 0;              // GUARDED_BY(blocks_mu_)
-  int64_t num_running_ = 0;               // GUARDED_BY(blocks_mu_), mirrors running_.size()
-  int64_t num_waiting_ = 0;               // GUARDED_BY(blocks_mu_), mirrors waiting_.size()
+  // The queues and the policy over blocks_; its queues change only while Step holds blocks_mu_.
+  std::unique_ptr<Scheduler> scheduler_;  // GUARDED_BY(blocks_mu_)
+  uint64_t aborted_steps_ = 0;            // GUARDED_BY(blocks_mu_)
   // The offload tier (null without one; the pointer is constant after Create, the tier locks its
   // own index) and its writer, the pool's eviction listener, whose list of evicted blocks the
   // engine thread alone touches.
@@ -253,8 +275,6 @@ class Engine {
   uint64_t offload_store_ns_ = 0;    // GUARDED_BY(blocks_mu_)
 
   // Engine thread only.
-  std::deque<std::unique_ptr<Sequence>> waiting_;
-  std::vector<std::unique_ptr<Sequence>> running_;  // admission order
   std::vector<float> logits_;
   StepBatch batch_;  // the step's host arrays, reused
 };

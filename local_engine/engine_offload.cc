@@ -8,7 +8,8 @@
 #include <xxhash.h>
 
 #include "local_engine/engine.h"
-#include "local_engine/engine_sequence.h"
+#include "local_engine/scheduler.h"
+#include "local_engine/sequence.h"
 
 namespace kvgate::engine {
 namespace {
@@ -125,7 +126,7 @@ int Engine::TierBlocksFor(const Sequence& s) {
 }
 
 void Engine::RunTierIo(std::unique_lock<std::mutex>& lock,
-                       std::span<const PendingRestore> restores) {
+                       std::span<const Admission> restores) {
   if (!tier_) return;
   std::vector<TierWriter::Evicted> evicted;
   evicted.swap(tier_writer_->pending);
@@ -146,7 +147,7 @@ void Engine::RunTierIo(std::unique_lock<std::mutex>& lock,
   if (!evicted.empty()) store_ns = NanosSince(stores_start);
   const auto restores_start = std::chrono::steady_clock::now();
   for (size_t r = 0; r < restores.size(); ++r) {
-    const Sequence& s = *restores[r].s;
+    const Sequence& s = *restores[r].seq;
     const std::span<const int32_t> tokens(s.tokens);
     const std::vector<uint64_t> chain = BlockManager::HashChain(tokens, s.blocks.salt);
     const size_t first = static_cast<size_t>(s.blocks.num_cached_tokens / kBlockSize);
@@ -164,13 +165,13 @@ void Engine::RunTierIo(std::unique_lock<std::mutex>& lock,
   offload_store_ns_ += store_ns;
   offload_restore_ns_ += restore_ns;
   for (size_t r = 0; r < restores.size(); ++r) {
-    Sequence& s = *restores[r].s;
+    Sequence& s = *restores[r].seq;
     if (restored[r] > 0) {
       blocks_->CommitRestored(s.tokens, s.blocks.num_cached_tokens + restored[r], s.blocks);
       offload_hit_tokens_ += static_cast<uint64_t>(restored[r]);
       ++offload_restores_;
     }
-    NoteAdmitted(s, restored[r]);
+    s.NoteAdmitted(restored[r]);
   }
 }
 

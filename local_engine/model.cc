@@ -117,7 +117,8 @@ Status ModelRunner::EnsureActivations(int64_t t, int64_t rows_out) {
   return {};
 }
 
-void ModelRunner::IssueOps(const BatchMetadata& batch, int64_t rows_out) {
+bool ModelRunner::IssueOps(const BatchMetadata& batch, int64_t rows_out,
+                           const std::atomic<bool>* abort) {
   const LlamaDims& d = weights_.dims;
   const int64_t t = batch.num_tokens();
   const int64_t dm = d.hidden, qd = d.heads * d.head_dim, kvd = d.kv_heads * d.head_dim;
@@ -129,6 +130,7 @@ void ModelRunner::IssueOps(const BatchMetadata& batch, int64_t rows_out) {
 
   be.Embed(weights_.token_embd, batch, x);  // x [T, D]
   for (int64_t l = 0; l < d.n_layers; ++l) {
+    if (abort && abort->load(std::memory_order_relaxed)) return false;
     const LayerWeights& w = weights_.layers[l];
     const KvCacheLayer cache{k_cache_[l].data(), v_cache_[l].data(), config_.num_blocks,
                              config_.dtype, static_cast<int32_t>(d.kv_heads),
@@ -156,10 +158,11 @@ void ModelRunner::IssueOps(const BatchMetadata& batch, int64_t rows_out) {
   be.RmsNorm(last, weights_.output_norm, rows_out, dm, d.rms_eps, last);
   const MatMulOutput head[] = {{&weights_.output, logits_.f32()}};  // [R, V]
   be.MatMul(last, rows_out, dm, head);
+  return true;
 }
 
 Status ModelRunner::Forward(const BatchMetadata& batch, LogitsMode mode,
-                            std::vector<float>& logits) {
+                            std::vector<float>& logits, const std::atomic<bool>* abort) {
   if (auto s = ValidateBatch(batch, config_.num_blocks); !s) return s;
   if (batch.block_size != config_.block_size) {
     return MakeError(ErrorCode::kInvalidArgument, "batch block size differs from the cache's");
@@ -187,13 +190,19 @@ Status ModelRunner::Forward(const BatchMetadata& batch, LogitsMode mode,
   }
   Backend& be = backend_;
   const StepKey key = MakeStepKey(batch, rows_out, activation_generation_, options_.decode_graphs);
-  if (be.BeginStep(batch, rows_, key) != StepMode::kReplayed) IssueOps(batch, rows_out);
+  // Only an eager step may stop halfway: a recording must hold every op of the step.
+  const StepMode step = be.BeginStep(batch, rows_, key);
+  bool whole = true;
+  if (step != StepMode::kReplayed) {
+    whole = IssueOps(batch, rows_out, step == StepMode::kEager ? abort : nullptr);
+  }
   if (!be.EndStep()) {  // capture abandoned: the same ops again, eagerly
-    IssueOps(batch, rows_out);
+    whole = IssueOps(batch, rows_out, abort);
     be.EndStep();
   }
   be.Synchronize();
   if (auto st = be.status(); !st) return st;
+  if (!whole) return MakeError(ErrorCode::kCancelled, "the step was cancelled between layers");
   logits.resize(static_cast<size_t>(rows_out * d.vocab));
   be.CopyToHost(logits_.f32(), logits.data(), logits.size() * sizeof(float));
   return be.status();

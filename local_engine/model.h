@@ -7,6 +7,7 @@
 // Thread safety: single-threaded (the engine thread).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <span>
@@ -55,8 +56,11 @@ class ModelRunner {
   // backend replays a recording; issued twice when it abandons a capture). Errors
   // (kInvalidArgument) for inconsistent metadata or token ids >= V; the cache is left untouched
   // then. A device backend's failure (Backend::status()) is returned too; the cache's contents are
-  // undefined after one.
-  Status Forward(const BatchMetadata& batch, LogitsMode mode, std::vector<float>& logits);
+  // undefined after one. `abort`, when given, is read before each layer of an eager step (not of
+  // a recorded one, which runs whole): once it is set the step issues nothing more and Forward
+  // returns kCancelled, with the cache's slots of this batch holding garbage and the rest intact.
+  Status Forward(const BatchMetadata& batch, LogitsMode mode, std::vector<float>& logits,
+                 const std::atomic<bool>* abort = nullptr);
 
   const LlamaDims& dims() const { return weights_.dims; }
   const KvCacheConfig& kv_config() const { return config_; }
@@ -77,8 +81,9 @@ class ModelRunner {
               RunnerOptions options)
       : weights_(weights), backend_(backend), config_(config), options_(options) {}
   Status EnsureActivations(int64_t t, int64_t rows_out);
-  // Every op of one forward pass (the layers, the gather and the output head).
-  void IssueOps(const BatchMetadata& batch, int64_t rows_out);
+  // Every op of one forward pass (the layers, the gather and the output head). False when `abort`
+  // stopped it before a layer.
+  bool IssueOps(const BatchMetadata& batch, int64_t rows_out, const std::atomic<bool>* abort);
 
   // Constant after construction.
   const ModelWeights& weights_;

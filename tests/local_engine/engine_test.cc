@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 namespace kvgate::engine {
@@ -177,6 +178,77 @@ TEST_F(EngineTest, CancelEndsTheRequest) {
   EXPECT_EQ(a.tokens.size(), 2u);
   EXPECT_EQ(b.reason, FinishReason::kLength);
   EXPECT_EQ(b.tokens.size(), 3u);
+}
+
+// A cancel that arrives while the forward pass runs a long prefill chunk stops that pass between
+// two layers; the other request of the same batch is recomputed in the next step and its greedy
+// tokens are exactly those of a run without the cancel. The engine thread steps on its own while
+// this thread cancels once the engine has admitted both: whether a cancel lands mid-pass depends
+// on the scheduling of the two threads, so the check of the abort itself allows a few tries (a
+// 700-token chunk takes far longer than a cancel needs to arrive), and every try checks the
+// outcome whichever way the race went.
+TEST_F(EngineTest, CancelStopsTheRunningPrefillBetweenLayers) {
+  std::vector<int32_t> long_prompt(700);
+  for (size_t i = 0; i < long_prompt.size(); ++i) long_prompt[i] = 200 + static_cast<int32_t>(i % 3000);
+  const std::vector<int32_t> short_prompt{1, 4093, 198, 504, 3575};
+  const SamplingParams greedy{.max_tokens = 4, .ignore_eos = true};
+  std::vector<int32_t> reference;
+  {
+    auto e = Make();
+    ASSERT_TRUE(e);
+    Collected alone;
+    Add(*e, short_prompt, greedy, alone);
+    RunAll(*e);
+    reference = alone.tokens;
+  }
+  uint64_t aborted = 0;
+  for (int attempt = 0; attempt < 5 && aborted == 0; ++attempt) {
+    auto e = Make(EngineOptions{.max_batch_tokens = 1024});
+    ASSERT_TRUE(e);
+    Collected a, b;
+    const uint64_t ida = Add(*e, long_prompt, SamplingParams{.max_tokens = 50, .ignore_eos = true}, a);
+    Add(*e, short_prompt, greedy, b);
+    std::thread stepper([&] {
+      while (e->HasWork()) ASSERT_TRUE(e->Step());
+    });
+    while (e->cache_stats().running < 2 && e->HasWork()) std::this_thread::yield();
+    e->Cancel(ida);
+    stepper.join();
+    EXPECT_EQ(a.reason, FinishReason::kCancelled);
+    EXPECT_EQ(a.finished_events, 1);
+    EXPECT_EQ(b.reason, FinishReason::kLength);
+    EXPECT_EQ(b.tokens, reference);
+    const CacheStats stats = e->cache_stats();
+    EXPECT_EQ(stats.blocks.used_blocks, 0) << "every block returned";
+    aborted = stats.aborted_steps;
+  }
+  EXPECT_EQ(aborted, 1u) << "no cancel landed during the prefill's forward pass in 5 tries";
+}
+
+// Shutdown: every request, waiting or running, ends cancelled at the next step.
+TEST_F(EngineTest, CancelAllEndsEveryRequest) {
+  auto e = Make(EngineOptions{.max_running = 1});
+  ASSERT_TRUE(e);
+  Collected a, b, c;
+  const SamplingParams p{.max_tokens = 100, .ignore_eos = true};
+  Add(*e, {1, 4093, 198}, p, a);
+  Add(*e, {1, 4093, 198, 504}, p, b);
+  ASSERT_TRUE(e->Step());  // a runs, b waits
+  Add(*e, {1, 4093}, p, c);  // still in the inbox
+  e->CancelAll();
+  ASSERT_TRUE(e->Step());
+  EXPECT_FALSE(e->HasWork());
+  for (const Collected* r : {&a, &b, &c}) {
+    EXPECT_EQ(r->reason, FinishReason::kCancelled);
+    EXPECT_EQ(r->finished_events, 1);
+  }
+  EXPECT_EQ(a.tokens.size(), 1u);
+  EXPECT_TRUE(b.tokens.empty());
+  EXPECT_EQ(e->cache_stats().blocks.used_blocks, 0);
+  Collected d;  // and the engine serves the next request
+  Add(*e, {1, 4093, 198}, SamplingParams{.max_tokens = 2, .ignore_eos = true}, d);
+  RunAll(*e);
+  EXPECT_EQ(d.reason, FinishReason::kLength);
 }
 
 TEST_F(EngineTest, SeededSamplingIsDeterministic) {

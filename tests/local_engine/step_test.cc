@@ -5,6 +5,7 @@
 // its staged copies by address). No model file needed.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -42,6 +43,9 @@ class RecordingBackend : public Backend {
   StepMode mode = StepMode::kEager;
   int abandon = 0;
   bool hooks = true;  // false: the default BeginStep/EndStep (the CPU backend's)
+  // Sets *trip at the trip_at_rms_norm-th RmsNorm (a cancel arriving while a layer runs).
+  std::atomic<bool>* trip = nullptr;
+  int trip_at_rms_norm = 0, rms_norms = 0;
 
   std::vector<std::string> ops;
   std::vector<StepKey> keys;
@@ -78,6 +82,7 @@ class RecordingBackend : public Backend {
   void Embed(const WeightMatrix&, const BatchMetadata& b, float*) override { Op("Embed", &b); }
   void RmsNorm(const float*, const float*, int64_t, int64_t, float, float*) override {
     ops.push_back("RmsNorm");
+    if (trip && ++rms_norms == trip_at_rms_norm) trip->store(true);
   }
   void MatMul(const float*, int64_t, int64_t, std::span<const MatMulOutput> outs) override {
     ops.push_back("MatMul" + std::to_string(outs.size()));
@@ -118,6 +123,12 @@ std::vector<std::string> ForwardOps() {
   }
   for (const char* op : {"GatherRows", "RmsNorm", "MatMul1"}) v.emplace_back(op);
   return v;
+}
+
+// The ops of layer 0 alone, after Embed.
+std::vector<std::string> FirstLayerOps() {
+  const std::vector<std::string> all = ForwardOps();
+  return {all.begin() + 1, all.begin() + 14};  // after Embed, the 13 ops of one layer
 }
 
 std::vector<std::string> Concat(std::initializer_list<std::vector<std::string>> parts) {
@@ -215,6 +226,51 @@ TEST(RunnerStepTest, AbandonedCaptureReissuesTheOpsEagerly) {
             Concat({{"BeginStep"}, ForwardOps(), {"EndStep"}, ForwardOps(),
                     {"EndStep", "Synchronize", "CopyToHost"}}));
   EXPECT_EQ(f.backend.foreign_spans, 0);
+}
+
+// A cancel during a layer stops an eager step before the next layer: no further op, no logits
+// copied, kCancelled. A flag set before the step stops it before its first layer.
+TEST(RunnerStepTest, AbortStopsAnEagerStepBetweenLayers) {
+  for (bool hooks : {true, false}) {
+    Fixture f(false);
+    f.backend.hooks = hooks;
+    std::atomic<bool> abort{false};
+    f.backend.trip = &abort;
+    f.backend.trip_at_rms_norm = 1;  // the first layer's attention norm
+    std::vector<float> logits;
+    auto st = f.runner->Forward(Batch(1, 7, 1).view(), LogitsMode::kLastPerSequence, logits, &abort);
+    ASSERT_FALSE(st.has_value());
+    EXPECT_EQ(st.error().code, ErrorCode::kCancelled);
+    std::erase(f.backend.ops, "Allocate");
+    const std::vector<std::string> body = Concat({{"Embed"}, FirstLayerOps()});
+    EXPECT_EQ(f.backend.ops, hooks ? Concat({{"BeginStep"}, body, {"EndStep", "Synchronize"}})
+                                   : Concat({body, {"Synchronize"}}));
+  }
+  Fixture f(false);
+  f.backend.hooks = false;
+  std::atomic<bool> abort{true};
+  std::vector<float> logits;
+  auto st = f.runner->Forward(Batch(1, 3, 1).view(), LogitsMode::kLastPerSequence, logits, &abort);
+  ASSERT_FALSE(st.has_value());
+  std::erase(f.backend.ops, "Allocate");
+  EXPECT_EQ(f.backend.ops, (std::vector<std::string>{"Embed", "Synchronize"}));
+  abort = false;  // the same runner serves the next step whole
+  EXPECT_TRUE(f.runner->Forward(Batch(1, 3, 1).view(), LogitsMode::kLastPerSequence, logits, &abort));
+}
+
+// A recorded step must hold every op: the flag is not read while capturing.
+TEST(RunnerStepTest, AbortDoesNotCutACapture) {
+  Fixture f(true);
+  f.backend.mode = StepMode::kCapture;
+  std::atomic<bool> abort{false};
+  f.backend.trip = &abort;
+  f.backend.trip_at_rms_norm = 1;
+  std::vector<float> logits;
+  f.backend.ops.clear();
+  EXPECT_TRUE(f.runner->Forward(Batch(2, 1, 1).view(), LogitsMode::kLastPerSequence, logits, &abort));
+  std::erase(f.backend.ops, "Allocate");
+  EXPECT_EQ(f.backend.ops,
+            Concat({{"BeginStep"}, ForwardOps(), {"EndStep", "Synchronize", "CopyToHost"}}));
 }
 
 TEST(RunnerStepTest, KeysNameTheShapeAndTheActivationGeneration) {

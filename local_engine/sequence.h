@@ -1,7 +1,9 @@
-// Engine::Sequence, the engine's state of one request: private to the engine's own files
-// (engine.cc, engine_offload.cc), not part of its API.
+// Sequence: the engine's state of one request, from its arrival to its last token. The scheduler
+// (scheduler.h) moves it between queues and gives it blocks; the engine (engine.cc) runs it,
+// samples its tokens and reports them. Private to the engine's files, not part of its API.
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -11,7 +13,7 @@
 
 namespace kvgate::engine {
 
-struct Engine::Sequence {
+struct Sequence {
   uint64_t id = 0;
   std::vector<int32_t> tokens;  // prompt + generated
   int32_t num_prompt = 0;
@@ -46,6 +48,23 @@ struct Engine::Sequence {
         stop(params.stop),
         on_token(std::move(r.on_token)) {
     if (params.json_grammar) matcher.emplace(params.json_grammar);
+  }
+
+  int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
+  // Tokens whose K/V are still to compute: the prompt's rest while prefilling, then 1 (the last
+  // sampled token) while decoding.
+  int64_t num_remaining() const { return num_tokens() - num_computed; }
+  bool decoding() const { return num_remaining() == 1; }
+
+  // Called at each admission once `restored` tokens were copied in from the offload tier: they
+  // count as computed. The first admission fixes the usage's cached tokens (a recomputation after
+  // a preemption is the engine's business, not the client's).
+  void NoteAdmitted(int restored) {
+    num_computed += restored;
+    if (admitted_once) return;
+    admitted_once = true;
+    cached_tokens = static_cast<int32_t>(std::min<int64_t>(num_computed, num_prompt));
+    cached_offload_tokens = std::min(restored, cached_tokens);
   }
 };
 

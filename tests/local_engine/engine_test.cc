@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <chrono>
+#include <cstdio>
 #include <thread>
 #include <nlohmann/json.hpp>
 
@@ -193,13 +195,19 @@ TEST_F(EngineTest, CancelStopsTheRunningPrefillBetweenLayers) {
   const std::vector<int32_t> short_prompt{1, 4093, 198, 504, 3575};
   const SamplingParams greedy{.max_tokens = 4, .ignore_eos = true};
   std::vector<int32_t> reference;
+  double full_prefill_ms = 0;  // the long prompt's one prefill step, for the printed comparison
   {
-    auto e = Make();
+    auto e = Make(EngineOptions{.max_batch_tokens = 1024});
     ASSERT_TRUE(e);
-    Collected alone;
+    Collected alone, whole;
     Add(*e, short_prompt, greedy, alone);
     RunAll(*e);
     reference = alone.tokens;
+    Add(*e, long_prompt, SamplingParams{.max_tokens = 1, .ignore_eos = true}, whole);
+    const auto start = std::chrono::steady_clock::now();
+    RunAll(*e);
+    full_prefill_ms = std::chrono::duration<double, std::milli>(
+                          std::chrono::steady_clock::now() - start).count();
   }
   uint64_t aborted = 0;
   for (int attempt = 0; attempt < 5 && aborted == 0; ++attempt) {
@@ -212,7 +220,13 @@ TEST_F(EngineTest, CancelStopsTheRunningPrefillBetweenLayers) {
       while (e->HasWork()) ASSERT_TRUE(e->Step());
     });
     while (e->cache_stats().running < 2 && e->HasWork()) std::this_thread::yield();
+    const auto cancelled_at = std::chrono::steady_clock::now();
     e->Cancel(ida);
+    while (!e->cache_stats().aborted_steps && e->HasWork() && e->cache_stats().running == 2) {
+      std::this_thread::yield();
+    }
+    const double stop_ms = std::chrono::duration<double, std::milli>(
+                               std::chrono::steady_clock::now() - cancelled_at).count();
     stepper.join();
     EXPECT_EQ(a.reason, FinishReason::kCancelled);
     EXPECT_EQ(a.finished_events, 1);
@@ -221,6 +235,10 @@ TEST_F(EngineTest, CancelStopsTheRunningPrefillBetweenLayers) {
     const CacheStats stats = e->cache_stats();
     EXPECT_EQ(stats.blocks.used_blocks, 0) << "every block returned";
     aborted = stats.aborted_steps;
+    if (aborted) {
+      std::printf("a 700-token prefill step takes %.1f ms; cancelled during it, it stopped within "
+                  "%.1f ms\n", full_prefill_ms, stop_ms);
+    }
   }
   EXPECT_EQ(aborted, 1u) << "no cancel landed during the prefill's forward pass in 5 tries";
 }

@@ -17,12 +17,18 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "local_engine/kv_dtype.h"
+#include "gateway/config_internal.h"
 
 namespace kvgate::gateway {
 namespace {
 
 using nlohmann::json;
+using config_internal::Millis;
+using config_internal::OnlyKeys;
+using config_internal::ParseProvider;
+using config_internal::Reader;
+using config_internal::Threads;
+using config_internal::ValidateProvider;
 
 // YAML -> JSON. Plain scalars become bool/int/float when they read as such (YAML 1.2 core
 // schema); quoted scalars stay strings.
@@ -56,64 +62,6 @@ json YamlToJson(const YAML::Node& node) {
     }
   }
   return nullptr;
-}
-
-struct Reader {
-  const json& object;
-  std::string path;  // e.g. "providers[1]"
-
-  Result<std::string> String(const char* key, std::string fallback = "") const {
-    auto it = object.find(key);
-    if (it == object.end() || it->is_null()) return fallback;
-    if (it->is_string()) return it->get<std::string>();
-    if (it->is_number_integer()) return std::to_string(it->get<int64_t>());
-    return MakeError(ErrorCode::kInvalidArgument, path + "." + key + " must be a string");
-  }
-  Result<int64_t> Int(const char* key, int64_t fallback) const {
-    auto it = object.find(key);
-    if (it == object.end() || it->is_null()) return fallback;
-    if (it->is_number_integer()) return it->get<int64_t>();
-    return MakeError(ErrorCode::kInvalidArgument, path + "." + key + " must be an integer");
-  }
-  Result<bool> Bool(const char* key, bool fallback) const {
-    auto it = object.find(key);
-    if (it == object.end() || it->is_null()) return fallback;
-    if (it->is_boolean()) return it->get<bool>();
-    return MakeError(ErrorCode::kInvalidArgument, path + "." + key + " must be true or false");
-  }
-  // YAML decimals arrive as strings (ToJson keeps them exact for prices); parsed whole here.
-  Result<double> Number(const char* key, double fallback) const {
-    auto it = object.find(key);
-    if (it == object.end() || it->is_null()) return fallback;
-    if (it->is_number()) return it->get<double>();
-    if (it->is_string()) {
-      const std::string text = it->get<std::string>();
-      char* end = nullptr;
-      errno = 0;
-      const double v = std::strtod(text.c_str(), &end);
-      if (!text.empty() && errno == 0 && end && *end == '\0' && std::isfinite(v)) return v;
-    }
-    return MakeError(ErrorCode::kInvalidArgument, path + "." + key + " must be a number");
-  }
-};
-
-Result<std::chrono::milliseconds> Millis(const Reader& r, const char* key,
-                                         std::chrono::milliseconds fallback) {
-  auto v = r.Int(key, fallback.count());
-  if (!v) return std::unexpected(v.error());
-  if (*v <= 0) return MakeError(ErrorCode::kInvalidArgument, r.path + "." + key + " must be > 0");
-  return std::chrono::milliseconds(*v);
-}
-
-// A thread count: 0 (the default) means one per core.
-Result<int> Threads(const Reader& r) {
-  auto v = r.Int("threads", 0);
-  if (!v) return std::unexpected(v.error());
-  if (*v < 0 || *v > 1024) {
-    return MakeError(ErrorCode::kInvalidArgument,
-                     r.path + ".threads must be between 0 (one per core) and 1024");
-  }
-  return static_cast<int>(*v);
 }
 
 Status ParseListen(const std::string& listen, GatewayConfig& config) {
@@ -180,45 +128,6 @@ Result<telemetry::Price> ParsePricing(const json& pricing, const std::string& pa
 
 // Unknown keys are errors: a typo (admin_tokne, api_key for api_keys) must not silently leave
 // the admin API or the gateway open.
-Status OnlyKeys(const json& object, const std::string& path,
-                std::initializer_list<std::string_view> known) {
-  if (!object.is_object()) return {};
-  for (const auto& [key, _] : object.items()) {
-    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
-    std::string list;
-    for (std::string_view k : known) {
-      if (!list.empty()) list += ", ";
-      list += k;
-    }
-    return MakeError(ErrorCode::kInvalidArgument,
-                     path + ": unknown key \"" + key + "\" (known: " + list + ")");
-  }
-  return {};
-}
-
-// `offload: {disk: PATH, bytes: N}` of a local provider. Both are required: a tier without a
-// size would be unbounded, and one without a path has nowhere to go.
-Status ParseOffload(const json& offload, const std::string& path, ProviderConfig& pc) {
-  if (!offload.is_object()) {
-    return MakeError(ErrorCode::kInvalidArgument,
-                     path + " must be a mapping {disk: PATH, bytes: N}");
-  }
-  if (Status s = OnlyKeys(offload, path, {"disk", "bytes"}); !s) return s;
-  const auto disk = offload.find("disk");
-  if (disk == offload.end() || !disk->is_string() || disk->get<std::string>().empty()) {
-    return MakeError(ErrorCode::kInvalidArgument,
-                     path + ".disk is required: the path of the tier's file (created if absent)");
-  }
-  const auto bytes = offload.find("bytes");
-  if (bytes == offload.end() || !bytes->is_number_integer() || bytes->get<int64_t>() <= 0) {
-    return MakeError(ErrorCode::kInvalidArgument,
-                     path + ".bytes is required: the tier's size in bytes, a positive integer");
-  }
-  pc.offload_disk = disk->get<std::string>();
-  pc.offload_bytes = bytes->get<int64_t>();
-  return {};
-}
-
 Result<GatewayConfig> FromJson(const json& root, std::string source) {
   GatewayConfig config;
   config.source = std::move(source);
@@ -322,75 +231,9 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
   if (auto it = root.find("providers"); it != root.end() && !it->is_null()) {
     if (!it->is_array()) return MakeError(ErrorCode::kInvalidArgument, "providers must be a list");
     for (size_t i = 0; i < it->size(); ++i) {
-      const json& p = (*it)[i];
-      Reader r{p, "providers[" + std::to_string(i) + "]"};
-      if (!p.is_object()) return MakeError(ErrorCode::kInvalidArgument, r.path + " must be a mapping");
-      if (Status s = OnlyKeys(p, r.path,
-                              {"name", "type", "base_url", "api_key", "api_keys", "model_path",
-                               "device", "kv_cache_tokens", "kv_cache_dtype", "threads",
-                               "gpu_memory_fraction", "cuda_graphs", "offload",
-                               "max_output_tokens_default"});
-          !s) {
-        return std::unexpected(s.error());
-      }
-      ProviderConfig pc;
-      for (auto [slot, key] : {std::pair{&pc.name, "name"}, {&pc.type, "type"},
-                               {&pc.base_url, "base_url"}, {&pc.api_key, "api_key"},
-                               {&pc.model_path, "model_path"}, {&pc.device, "device"},
-                               {&pc.kv_cache_dtype, "kv_cache_dtype"}}) {
-        auto v = r.String(key, *slot);
-        if (!v) return std::unexpected(v.error());
-        *slot = *v;
-      }
-      auto kv = r.Int("kv_cache_tokens", 0);
-      if (!kv) return std::unexpected(kv.error());
-      if (*kv < 0) {
-        return MakeError(ErrorCode::kInvalidArgument,
-                         r.path + ".kv_cache_tokens must be >= 0 (0: the default pool)");
-      }
-      pc.kv_cache_tokens = *kv;
-      auto max_output = r.Int("max_output_tokens_default", pc.max_output_tokens_default);
-      if (!max_output) return std::unexpected(max_output.error());
-      if (*max_output < 0) {
-        return MakeError(ErrorCode::kInvalidArgument,
-                         r.path + ".max_output_tokens_default must be >= 0 (0: the rest of the "
-                                  "context)");
-      }
-      pc.max_output_tokens_default = *max_output;
-      auto threads = Threads(r);
-      if (!threads) return std::unexpected(threads.error());
-      pc.threads = *threads;
-      auto fraction = r.Number("gpu_memory_fraction", pc.gpu_memory_fraction);
-      if (!fraction) return std::unexpected(fraction.error());
-      pc.gpu_memory_fraction = *fraction;
-      auto graphs = r.Bool("cuda_graphs", pc.cuda_graphs);
-      if (!graphs) return std::unexpected(graphs.error());
-      pc.cuda_graphs = *graphs;
-      if (auto offload = p.find("offload"); offload != p.end() && !offload->is_null()) {
-        if (auto s = ParseOffload(*offload, r.path + ".offload", pc); !s) {
-          return std::unexpected(s.error());
-        }
-      }
-      if (auto keys = p.find("api_keys"); keys != p.end() && !keys->is_null()) {
-        if (!keys->is_array() || keys->empty()) {
-          return MakeError(ErrorCode::kInvalidArgument,
-                           r.path + ".api_keys must be a non-empty list of keys");
-        }
-        if (!pc.api_key.empty()) {
-          return MakeError(ErrorCode::kInvalidArgument,
-                           r.path + ": give api_key or api_keys, not both");
-        }
-        for (size_t k = 0; k < keys->size(); ++k) {
-          const json& key = (*keys)[k];
-          if (!key.is_string() || key.get<std::string>().empty()) {
-            return MakeError(ErrorCode::kInvalidArgument,
-                             r.path + ".api_keys[" + std::to_string(k) + "] must be a non-empty string");
-          }
-          pc.api_keys.push_back(key.get<std::string>());
-        }
-      }
-      while (!pc.base_url.empty() && pc.base_url.back() == '/') pc.base_url.pop_back();
-      config.providers.push_back(std::move(pc));
+      auto pc = ParseProvider((*it)[i], "providers[" + std::to_string(i) + "]");
+      if (!pc) return std::unexpected(pc.error());
+      config.providers.push_back(std::move(*pc));
     }
   }
   if (auto it = root.find("models"); it != root.end() && !it->is_null()) {
@@ -740,9 +583,6 @@ GatewayConfig DefaultConfig(const EnvLookup& env, const std::string& bundled_mod
 }
 
 Status ValidateConfig(const GatewayConfig& config) {
-  static const std::set<std::string> kTypes = {"openai",   "anthropic",  "deepseek",
-                                               "vllm",     "sglang",     "llamacpp",
-                                               "openrouter", "gemini-openai", "local"};
   std::set<std::string> providers;
   for (size_t i = 0; i < config.providers.size(); ++i) {
     const auto& p = config.providers[i];
@@ -751,52 +591,7 @@ Status ValidateConfig(const GatewayConfig& config) {
     if (!providers.insert(p.name).second) {
       return MakeError(ErrorCode::kInvalidArgument, "duplicate provider name \"" + p.name + "\"");
     }
-    if (!kTypes.contains(p.type)) {
-      return MakeError(ErrorCode::kInvalidArgument,
-                       where + ".type \"" + p.type +
-                           "\" is not one of openai, anthropic, deepseek, vllm, sglang, llamacpp, "
-                           "openrouter, gemini-openai, local");
-    }
-    if (p.type == "local") {
-      if (p.model_path.empty()) {
-        return MakeError(ErrorCode::kInvalidArgument, where + ".model_path is required for local");
-      }
-      if (p.device != "cpu" && p.device != "cuda") {
-        return MakeError(ErrorCode::kInvalidArgument, where + ".device must be cpu or cuda");
-      }
-      if (!(p.gpu_memory_fraction > 0.0 && p.gpu_memory_fraction <= 1.0)) {
-        char got[32];
-        std::snprintf(got, sizeof got, "%g", p.gpu_memory_fraction);
-        return MakeError(ErrorCode::kInvalidArgument,
-                         where + ".gpu_memory_fraction must be in (0, 1], got " + got);
-      }
-      if (p.cuda_graphs && p.device != "cuda") {
-        return MakeError(ErrorCode::kInvalidArgument, where + ".cuda_graphs needs device: cuda");
-      }
-      if (!p.offload_disk.empty() && p.device != "cpu") {
-        return MakeError(ErrorCode::kInvalidArgument,
-                         where + ".offload (the disk tier) needs device: cpu");
-      }
-      const auto dtype = engine::ParseKvCacheDtype(p.kv_cache_dtype);
-      if (!dtype) {
-        return MakeError(ErrorCode::kInvalidArgument,
-                         where + ".kv_cache_dtype " + dtype.error().message);
-      }
-      if (*dtype != engine::KvDtype::kFp16 && p.device != "cpu") {
-        return MakeError(ErrorCode::kInvalidArgument,
-                         where + ".kv_cache_dtype " + p.kv_cache_dtype +
-                             " needs device: cpu (the cuda backend's KV cache is f16)");
-      }
-    } else if (!p.offload_disk.empty()) {
-      return MakeError(ErrorCode::kInvalidArgument,
-                       where + ".offload is only for type local (the built-in engine)");
-    } else if (p.kv_cache_dtype != "f16") {
-      return MakeError(ErrorCode::kInvalidArgument,
-                       where + ".kv_cache_dtype is only for type local (the built-in engine)");
-    } else if (p.base_url.rfind("http://", 0) != 0 && p.base_url.rfind("https://", 0) != 0) {
-      return MakeError(ErrorCode::kInvalidArgument,
-                       where + ".base_url must start with http:// or https://");
-    }
+    if (Status s = ValidateProvider(p, where); !s) return s;
   }
   std::set<std::string> models;
   for (size_t i = 0; i < config.models.size(); ++i) {

@@ -49,6 +49,13 @@ struct ProviderConfig {
   // Only for type local: the completion tokens of a request without max_tokens, at most; it also
   // stops at the end of the model's context. 0: the rest of the context, as OpenAI.
   int64_t max_output_tokens_default = 4096;
+  // Cache helpers (docs/configuration.md), off by default. `prompt_cache_key: thread` (type
+  // openai): a thread's requests that carry no prompt_cache_key get one derived from the thread
+  // id. `anthropic_auto_cache: true | 5m | 1h | {ttl: 5m | 1h}` (type anthropic): a request with
+  // no cache_control gets breakpoints at the end of its system prompt and last message; the TTL
+  // ("" = off) is 5m for `true`.
+  bool prompt_cache_key_thread = false;
+  std::string anthropic_auto_cache_ttl;
 };
 
 struct ModelConfig {

@@ -154,6 +154,19 @@ std::optional<AttemptResult> TranslateForChat(const InferenceCall& call, provide
   return std::nullopt;
 }
 
+// The provider's cache helpers for a request of `thread_id`. The prompt_cache_key is a hash of
+// the thread id, not the id itself: fixed in length, and nothing of the client's naming leaves
+// for OpenAI.
+providers::CacheHelpers CacheHelpersFor(const ProviderConnection& connection,
+                                        const std::string& thread_id) {
+  providers::CacheHelpers helpers;
+  if (connection.prompt_cache_key_thread && !thread_id.empty()) {
+    helpers.prompt_cache_key = "kvgate-" + HashApiKey(thread_id).substr(0, 32);
+  }
+  helpers.anthropic_auto_cache_ttl = connection.anthropic_auto_cache_ttl;
+  return helpers;
+}
+
 }  // namespace
 
 asio::awaitable<void> Gateway::HandleInference(http::Request& request,
@@ -462,6 +475,7 @@ asio::awaitable<void> Gateway::RunAttempts(const InferenceCall& call,
                          : connection.api_keys[static_cast<size_t>(key) % connection.api_keys.size()],
           .stream = call.stream,
           .client_wants_usage = call.client_wants_usage};
+      plan.options.cache_helpers = CacheHelpersFor(connection, rec.thread_id);
       plan.options.anthropic_version = call.anthropic_version;
       plan.options.anthropic_beta = call.anthropic_beta;
       // Anthropic Messages to a target that speaks OpenAI chat: the request is translated here,

@@ -144,6 +144,7 @@ asio::awaitable<AttemptResult> RemoteUpstream::Attempt(const InferenceCall& call
                                                 internal ? "internal_error" : "invalid_request"),
                      "error", Failure::kOther);
   }
+  client.record().cache_helper = built->cache_helper;
   upstream::OutgoingRequest out{
       .method = "POST", .path = std::move(built->path), .body = std::move(built->body)};
   out.headers.reserve(built->headers.size());

@@ -30,6 +30,10 @@ struct ProviderConnection {
   providers::ProviderType type = providers::ProviderType::kOpenAI;
   upstream::Url url;                  // unused for local
   std::vector<std::string> api_keys;  // empty: no credential header
+  // The provider's cache helpers (ProviderConfig): a prompt_cache_key from the thread id, and
+  // anthropic_auto_cache's TTL ("" off).
+  bool prompt_cache_key_thread = false;
+  std::string anthropic_auto_cache_ttl;
 };
 
 // The client's request, the same for every attempt.

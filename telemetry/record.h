@@ -58,6 +58,9 @@ struct RequestRecord {
   // building it as a json tree cost more than the routing itself. The gateway reads back only
   // the parts below, which are not stored on their own.
   std::string route;
+  // The cache helper that changed the request sent upstream ("prompt_cache_key",
+  // "anthropic_auto_cache"; providers::CacheHelpers), "" when none acted.
+  std::string cache_helper;
   struct RouteFacts {
     std::string router;
     std::string reason;

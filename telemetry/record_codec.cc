@@ -41,7 +41,8 @@ static_assert(sizeof(Cost) == 64, "a Cost field was added: journal it in record_
 // list serves both directions, so the writer and the reader cannot disagree on it. Binary, not
 // JSON: this runs on every request, and writing the JSON line cost ~20,000 instructions, ten
 // times these copies.
-constexpr char kEntryVersion = 1;
+// Version 2 appended cache_helper; entries of version 1 (an older kvgate's journal) still decode.
+constexpr char kEntryVersion = 2;
 
 class EntryWriter {
  public:
@@ -121,7 +122,7 @@ class EntryReader {
 };
 
 template <class Io, class Record>
-void VisitFields(Io& io, Record& r) {
+void VisitFields(Io& io, Record& r, char version) {
   io.Str(r.request_id);
   io.Str(r.thread_id);
   io.I64(r.created_at_us);
@@ -169,6 +170,7 @@ void VisitFields(Io& io, Record& r) {
   io.Json(r.cache_diagnosis);
   io.Str(r.route);
   io.Json(r.attempts);
+  if (version >= 2) io.Str(r.cache_helper);
 }
 
 }  // namespace
@@ -178,17 +180,17 @@ std::string EncodeJournalEntry(const RequestRecord& record) {
   out.reserve(1024);
   out += kEntryVersion;
   EntryWriter writer(out);
-  VisitFields(writer, record);
+  VisitFields(writer, record, kEntryVersion);
   return out;
 }
 
 Result<RequestRecord> DecodeJournalEntry(std::string_view entry) {
-  if (entry.empty() || entry.front() != kEntryVersion) {
+  if (entry.empty() || entry.front() < 1 || entry.front() > kEntryVersion) {
     return MakeError(ErrorCode::kCorruptData, "journal entry of an unknown version");
   }
   RequestRecord r;
   EntryReader reader(entry.substr(1));
-  VisitFields(reader, r);
+  VisitFields(reader, r, entry.front());
   if (!reader.ok()) return MakeError(ErrorCode::kCorruptData, "journal entry is not a record");
   if (r.attempts.is_null()) r.attempts = json::array();
   MakeTextValid(r);  // the entry keeps bytes as they were; stored text must be UTF-8

@@ -34,7 +34,7 @@ constexpr std::string_view kTurnColumns =
     "usage_clamped, usage_raw, cost_cache_read, cost_cache_write, cost_uncached, cost_output, "
     "cost_total, cost_saved, cost_complete, cost_priced, error, upstream_request_id, finish_reason, "
     "cache_diagnosis, seq, response_id, cache_write_no_ttl, cost_missed, target, key_index, "
-    "system_fingerprint, route, attempts, cache_read_offload";
+    "system_fingerprint, route, attempts, cache_read_offload, cache_helper";
 enum Col {
   kRequestId, kThreadId, kCreatedAt, kEndpoint, kModel, kProvider, kProviderType, kUpstreamModel,
   kApiKeyId, kStream, kStatus, kHttpStatus, kUpstreamStatus, kLatency, kTtft, kCacheRead,
@@ -42,7 +42,7 @@ enum Col {
   kCostCacheRead, kCostCacheWrite, kCostUncached, kCostOutput, kCostTotal, kCostSaved, kCostComplete,
   kCostPriced, kError, kUpstreamRequestId, kFinishReason, kDiagnosis, kSeq, kResponseId,
   kCacheWriteNoTtl, kCostMissed, kTarget, kKeyIndex, kSystemFingerprint, kRoute, kAttempts,
-  kCacheReadOffload, kTurnColumnCount
+  kCacheReadOffload, kCacheHelper, kTurnColumnCount
 };
 
 enum class Detail { kTurn, kListed, kFull };
@@ -126,6 +126,9 @@ json TurnJson(const internal::Stmt& s, Detail detail) {
   turn["target"] = target.empty() ? turn["model"] : json(target);
   turn["route"] = StoredJson(s, kRoute);
   turn["attempts"] = s.IsNull(kAttempts) ? json::array() : StoredJson(s, kAttempts);
+  // The cache helper that changed the request (docs/configuration.md), null when none did.
+  const std::string helper = s.Text(kCacheHelper);
+  turn["cache_helper"] = helper.empty() ? json(nullptr) : json(helper);
   if (detail == Detail::kListed || detail == Detail::kFull) {
     turn["thread_id"] = s.Text(kThreadId);
     turn["endpoint"] = s.Text(kEndpoint);

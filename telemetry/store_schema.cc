@@ -208,11 +208,19 @@ constexpr std::string_view kEngineOffload = R"sql(
 ALTER TABLE requests ADD COLUMN cache_read_offload INTEGER;
 )sql";
 
-constexpr std::array<Migration, 5> kCoreMigrations = {{
+// Version 10, the API surface's cache helpers (versions 10-19 are the API surface's):
+// requests.cache_helper, the helper that changed the request sent upstream ("prompt_cache_key",
+// "anthropic_auto_cache"), '' when none did.
+constexpr std::string_view kCacheHelpers = R"sql(
+ALTER TABLE requests ADD COLUMN cache_helper TEXT NOT NULL DEFAULT '';
+)sql";
+
+constexpr std::array<Migration, 6> kCoreMigrations = {{
     {1, "requests_and_threads", kRequestsAndThreads},
     {2, "thread_last_prompt", kThreadLastPrompt},
     {3, "routing", kRouting},
     {4, "dashboard", kDashboard},
+    {10, "cache_helpers", kCacheHelpers},
     {20, "engine_offload", kEngineOffload},
 }};
 

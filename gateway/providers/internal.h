@@ -93,6 +93,13 @@ Result<UpstreamCall> BuildAnthropicCall(const json& client_body, const CallOptio
 // bytes with `model` spliced in; the Message and its events unchanged, usage read from them.
 Result<UpstreamCall> BuildAnthropicMessagesCall(const raw_json::Object& client_body,
                                                 const CallOptions& options);
+// The anthropic_auto_cache helper on a whole Messages request body (the client's own bytes, or
+// the chat translation's): nullopt when the body already has a cache_control anywhere, or has
+// nothing to mark; else the body with breakpoints of `ttl` at the end of `system` and at the last
+// cacheable block of the last message. Only those two values are re-encoded (their key order
+// kept); every other byte is the input's.
+std::optional<std::string> AddAutoCacheBreakpoints(std::string_view messages_body,
+                                                   std::string_view ttl);
 Result<Translated> TranslateMessagesResponse(std::string_view upstream_body);
 std::unique_ptr<StreamTranslator> NewMessagesStream();
 

@@ -355,9 +355,20 @@ Result<UpstreamCall> BuildOpenAICompatCall(ProviderType type, const raw_json::Ob
       body += '}';
     }
   }
+  // The prompt_cache_key helper: the thread's key, unless the client chose one.
+  const std::string& cache_key = options.cache_helpers.prompt_cache_key;
+  const bool add_cache_key =
+      !cache_key.empty() &&
+      (options.endpoint == Endpoint::kChatCompletions || options.endpoint == Endpoint::kResponses) &&
+      !raw_json::Find(client_body.value(), "prompt_cache_key");
+  if (add_cache_key) {
+    AppendKey("prompt_cache_key", body);
+    raw_json::AppendQuoted(cache_key, body);
+  }
   body += '}';
 
   UpstreamCall call;
+  if (add_cache_key) call.cache_helper = "prompt_cache_key";
   // The provider's base URL ends in /v1 (or its equivalent): the endpoint's path without it.
   call.path = std::string(EndpointPath(options.endpoint).substr(3));
   call.headers.emplace_back("content-type", "application/json");

@@ -232,6 +232,21 @@ std::optional<std::string> TakeKvgateFields(json& body) {
 // costs about as much as a short text.
 constexpr size_t kMinSetAsideTextBytes = 64;
 
+namespace {
+
+// An Anthropic request with the anthropic_auto_cache helper applied, when it is on.
+Result<UpstreamCall> WithAutoCache(Result<UpstreamCall> call, const CallOptions& options) {
+  const std::string& ttl = options.cache_helpers.anthropic_auto_cache_ttl;
+  if (!call || ttl.empty()) return call;
+  if (std::optional<std::string> marked = internal::AddAutoCacheBreakpoints(call->body, ttl)) {
+    call->body = std::move(*marked);
+    call->cache_helper = "anthropic_auto_cache";
+  }
+  return call;
+}
+
+}  // namespace
+
 Result<UpstreamCall> BuildUpstreamCall(ProviderType type, const raw_json::Object& client_body,
                                        const CallOptions& options) {
   try {
@@ -250,7 +265,7 @@ Result<UpstreamCall> BuildUpstreamCall(ProviderType type, const raw_json::Object
                          StrCat("/v1/messages passes through to providers of type anthropic only, "
                                 "not ", ProviderTypeName(type)));
       }
-      return internal::BuildAnthropicMessagesCall(client_body, options);
+      return WithAutoCache(internal::BuildAnthropicMessagesCall(client_body, options), options);
     }
     const bool passthrough_only =
         options.endpoint == Endpoint::kResponses || options.endpoint == Endpoint::kEmbeddings;
@@ -269,7 +284,7 @@ Result<UpstreamCall> BuildUpstreamCall(ProviderType type, const raw_json::Object
       TakeKvgateFields(tree);
       auto call = internal::BuildAnthropicCall(tree, options);
       if (call && !set_aside.texts.empty()) call->body = internal::RestoreTexts(call->body, set_aside);
-      return call;
+      return WithAutoCache(std::move(call), options);
     }
     return internal::BuildOpenAICompatCall(type, client_body, options);
   } catch (const std::exception& e) {

@@ -76,6 +76,23 @@ struct UpstreamCall {
   std::string path;
   std::vector<std::pair<std::string, std::string>> headers;  // lower-case names
   std::string body;                                          // JSON
+  // The cache helper that changed the request (CacheHelpers): "prompt_cache_key" or
+  // "anthropic_auto_cache"; "" when none acted.
+  std::string cache_helper;
+};
+
+// Cache helpers: what BuildUpstreamCall adds to a request that lacks it, so that the provider's
+// prompt cache serves more of it. Off (empty) by default; the gateway fills them from the
+// provider's config (docs/configuration.md, "Cache helpers").
+struct CacheHelpers {
+  // OpenAI types, chat, completions and Responses: the `prompt_cache_key` sent when the client
+  // sent none. OpenAI routes requests with one key to the same cache machines, so a thread's
+  // turns keep meeting their cache even when many threads share one long system prompt.
+  std::string prompt_cache_key;
+  // Anthropic (chat translated, and Messages passed through): when the request has no
+  // cache_control at all, a breakpoint of this TTL ("5m" or "1h") at the end of the system
+  // prompt and at the last cacheable block of the last message. "" off.
+  std::string anthropic_auto_cache_ttl;
 };
 
 struct CallOptions {
@@ -99,6 +116,7 @@ struct CallOptions {
   // ("" when it sent none: anthropic-version is then 2023-06-01, anthropic-beta absent).
   std::string anthropic_version;
   std::string anthropic_beta;
+  CacheHelpers cache_helpers;
 };
 
 // True when the client's body has `stream_options.include_usage: true`.

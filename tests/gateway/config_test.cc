@@ -316,6 +316,50 @@ providers:
   }
 }
 
+TEST(ConfigTest, CacheHelpers) {
+  auto env = FakeEnv({});
+  auto config = ParseConfig(R"(
+providers:
+  - {name: o, type: openai, base_url: 'https://api.openai.com/v1', prompt_cache_key: thread}
+  - {name: a, type: anthropic, base_url: 'https://api.anthropic.com', anthropic_auto_cache: true}
+  - {name: h, type: anthropic, base_url: 'https://api.anthropic.com', anthropic_auto_cache: 1h}
+  - {name: t, type: anthropic, base_url: 'https://api.anthropic.com', anthropic_auto_cache: {ttl: 1h}}
+  - {name: d, type: anthropic, base_url: 'https://api.anthropic.com', anthropic_auto_cache: {}}
+  - {name: off, type: openai, base_url: 'https://api.openai.com/v1', prompt_cache_key: false}
+)",
+                            env);
+  ASSERT_TRUE(config.has_value()) << config.error().message;
+  const auto& p = config->providers;
+  EXPECT_TRUE(p[0].prompt_cache_key_thread);
+  EXPECT_EQ(p[0].anthropic_auto_cache_ttl, "");
+  EXPECT_EQ(p[1].anthropic_auto_cache_ttl, "5m");
+  EXPECT_EQ(p[2].anthropic_auto_cache_ttl, "1h");
+  EXPECT_EQ(p[3].anthropic_auto_cache_ttl, "1h");
+  EXPECT_EQ(p[4].anthropic_auto_cache_ttl, "5m");
+  EXPECT_FALSE(p[5].prompt_cache_key_thread);
+  EXPECT_FALSE(p[1].prompt_cache_key_thread) << "off unless asked for";
+
+  const std::pair<const char*, const char*> cases[] = {
+      {"providers: [{name: o, type: openai, base_url: 'https://x', prompt_cache_key: user}]",
+       "providers[0].prompt_cache_key must be thread (or false: off)"},
+      {"providers: [{name: o, type: deepseek, base_url: 'https://x', prompt_cache_key: thread}]",
+       "providers[0].prompt_cache_key is OpenAI's parameter: only for type openai"},
+      {"providers: [{name: a, type: anthropic, base_url: 'https://x', anthropic_auto_cache: 2h}]",
+       "providers[0].anthropic_auto_cache must be true, false, 5m, 1h or {ttl: 5m | 1h}"},
+      {"providers: [{name: a, type: anthropic, base_url: 'https://x',"
+       " anthropic_auto_cache: {ttl: 5m, at: end}}]",
+       "providers[0].anthropic_auto_cache: unknown key \"at\" (known: ttl)"},
+      {"providers: [{name: o, type: openai, base_url: 'https://x', anthropic_auto_cache: true}]",
+       "providers[0].anthropic_auto_cache is only for type anthropic"},
+  };
+  for (const auto& [yaml, expect] : cases) {
+    auto bad = ParseConfig(yaml, env, "test.yaml");
+    ASSERT_FALSE(bad.has_value()) << yaml;
+    EXPECT_NE(bad.error().message.find(expect), std::string::npos)
+        << yaml << " -> " << bad.error().message;
+  }
+}
+
 TEST(ConfigTest, LocalProviderOffloadTier) {
   auto env = FakeEnv({});
   auto config = ParseConfig(R"(

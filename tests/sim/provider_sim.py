@@ -27,7 +27,8 @@ Control (no auth):
                                              the exact bytes received), status
   GET  /_sim/usage_log                       {"entries": [...], "by_id": {response_id: entry}}
   POST /_sim/config {"output_tokens": N, "openai_ttl": s, "deepseek_ttl": s, "reasoning_tokens": N,
-                     "anthropic_ttl_5m": s, "anthropic_ttl_1h": s}  (TTLs: shorter for replays)
+                     "anthropic_ttl_5m": s, "anthropic_ttl_1h": s, "openai_machines": N,
+                     "openai_overflow_rpm": N}  (TTLs: shorter for replays)
   POST /_sim/reset                           clear caches, logs and faults (the clock keeps running)
 
 Tokenization (documented so tests can derive expected numbers)
@@ -63,6 +64,10 @@ Caching rules (simulated time; see /_sim/clock)
   model (0 below 1024). Entries expire after ``openai_ttl`` (300 s) idle; a hit refreshes the entry.
   usage.prompt_tokens includes cached tokens. The Responses API shares these entries and rules
   (usage.input_tokens includes input_tokens_details.cached_tokens).
+  Routing (off unless ``openai_machines`` > 1): each of N machines has its own cache; a request goes
+  to the machine a hash of its first 256 tokens and its ``prompt_cache_key`` picks, and once that
+  combination has more than ``openai_overflow_rpm`` (15) requests in the last minute, the overflow
+  goes round robin to the other machines, as OpenAI's prompt caching guide describes.
 * DeepSeek: every prompt of >= 64 tokens is stored; hit = 64 * floor(common prefix / 64);
   prompt_cache_hit_tokens + prompt_cache_miss_tokens = prompt_tokens; idle TTL ``deepseek_ttl``.
 * Anthropic: only prefixes ending at a cache_control breakpoint are written (at most 4 breakpoints,
@@ -509,6 +514,10 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--reasoning-tokens", type=int, default=8)
     p.add_argument("--openai-ttl", type=float, default=300.0)
     p.add_argument("--deepseek-ttl", type=float, default=300.0)
+    p.add_argument("--openai-machines", type=int, default=1,
+                   help="OpenAI's cache machines (routing by prefix and prompt_cache_key)")
+    p.add_argument("--openai-overflow-rpm", type=int, default=15,
+                   help="requests a minute per route before OpenAI's overflow to other machines")
     p.add_argument("--verbose", action="store_true")
     return p
 

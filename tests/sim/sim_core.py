@@ -268,13 +268,17 @@ class SimState:
         self.config = {"output_tokens": args.output_tokens, "openai_ttl": args.openai_ttl,
                        "deepseek_ttl": args.deepseek_ttl, "reasoning_tokens": args.reasoning_tokens,
                        "anthropic_ttl_5m": ANTHROPIC_TTLS["5m"],
-                       "anthropic_ttl_1h": ANTHROPIC_TTLS["1h"]}
+                       "anthropic_ttl_1h": ANTHROPIC_TTLS["1h"],
+                       "openai_machines": args.openai_machines,
+                       "openai_overflow_rpm": args.openai_overflow_rpm}
         self.clock_offset = 0.0
         self.shutdown = threading.Event()
         self.reset()
 
     def reset(self):
-        self.prefix_caches: dict[tuple[str, str], list[list]] = {}  # (provider, model) -> [[toks, last]]
+        # (provider, model, machine) -> [[toks, last]]; machine is always 0 but for OpenAI's routing
+        self.prefix_caches: dict[tuple[str, str, int], list[list]] = {}
+        self.openai_routes: dict[str, list[float]] = {}  # route hash -> its requests' times (60 s)
         self.anthropic_cache: dict[tuple, list] = {}  # (model, tokens) -> [expires_at, ttl_s]
         self.requests: list[dict] = []
         self.request_counter = 0
@@ -286,16 +290,40 @@ class SimState:
     def now(self) -> float:
         return time.time() + self.clock_offset
 
-    # Called with the lock held.
-    def prefix_cache_lookup_store(self, provider: str, model: str, tokens: list[str]) -> int:
+    # Called with the lock held. OpenAI's documented routing (the prompt caching guide): a request
+    # goes to a machine chosen by a hash of its first 256 tokens combined with its
+    # prompt_cache_key, and once one such combination gets more than about 15 requests a minute,
+    # the overflow goes to other machines, which hold no cache for it. Each machine has its own
+    # cache. With openai_machines = 1 (the default) every request meets the one cache.
+    def openai_machine(self, tokens: list[str], prompt_cache_key) -> int:
+        machines = int(self.config["openai_machines"])
+        if machines <= 1:
+            return 0
+        key = prompt_cache_key if isinstance(prompt_cache_key, str) else ""
+        route = hashlib.sha256(("\x1f".join(tokens[:256]) + "\x1e" + key).encode()).hexdigest()
         now = self.now()
+        times = [t for t in self.openai_routes.get(route, []) if now - t < 60.0]
+        times.append(now)
+        self.openai_routes[route] = times
+        home = int(route[:15], 16) % machines
+        over = len(times) - int(self.config["openai_overflow_rpm"])
+        if over <= 0:
+            return home
+        return (home + 1 + (over - 1) % (machines - 1)) % machines  # round robin over the others
+
+    # Called with the lock held.
+    def prefix_cache_lookup_store(self, provider: str, model: str, tokens: list[str],
+                                  prompt_cache_key=None) -> int:
+        now = self.now()
+        machine = self.openai_machine(tokens, prompt_cache_key) if provider == "openai" else 0
         if provider == "openai":
             ttl, min_len = self.config["openai_ttl"], OPENAI_MIN_CACHE
         else:
             ttl, min_len = self.config["deepseek_ttl"], DEEPSEEK_UNIT
         if len(tokens) < min_len:
             return 0
-        entries = [e for e in self.prefix_caches.get((provider, model), []) if now - e[1] < ttl]
+        entries = [e for e in self.prefix_caches.get((provider, model, machine), [])
+                   if now - e[1] < ttl]
         best, best_entry = 0, None
         tup = tuple(tokens)
         for e in entries:
@@ -317,7 +345,7 @@ class SimState:
         if len(entries) > 512:
             entries.sort(key=lambda e: e[1])
             entries = entries[-512:]
-        self.prefix_caches[(provider, model)] = entries
+        self.prefix_caches[(provider, model, machine)] = entries
         return cached
 
     # Called with the lock held. Returns (read, w5m, w1h, input_tokens).

@@ -49,7 +49,8 @@ def handle_openai_style_chat(state: SimState, provider: str, body: dict, path: s
     reasoning = int(state.config["reasoning_tokens"]) if (
         provider == "openai" and is_reasoning_model(model)) else 0
     with state.lock:
-        cached = state.prefix_cache_lookup_store(provider, model, tokens)
+        cached = state.prefix_cache_lookup_store(provider, model, tokens,
+                                                 body.get("prompt_cache_key"))
         created = int(state.now())
     text_words = reply_words(tokens, n_out)
     if provider == "openai":

@@ -109,7 +109,8 @@ def handle_openai_responses(state: SimState, body: dict, path: str) -> Reply:
     rid = "resp_" + uuid.uuid4().hex + uuid.uuid4().hex[:16]
     mid = "msg_" + uuid.uuid4().hex + uuid.uuid4().hex[:16]
     with state.lock:
-        cached = state.prefix_cache_lookup_store("openai", model, tokens)
+        cached = state.prefix_cache_lookup_store("openai", model, tokens,
+                                                 body.get("prompt_cache_key"))
         created = int(state.now())
         if body.get("store") is not False:
             state.responses[rid] = conversation + ["<|assistant|>"] + text_words + ["<|end|>"]

@@ -53,7 +53,22 @@ RequestRecord Full() {
   r.cache_diagnosis = json{{"cause", "expired"}};
   r.route = R"({"candidates":[{"target":"sonnet"}],"router":"r"})";  // (as JsonText writes it)
   r.attempts = json::array({{{"target", "sonnet"}, {"status", "ok"}}});
+  r.cache_helper = "anthropic_auto_cache";
   return r;
+}
+
+// A journal an older kvgate left (entry version 1, before cache_helper) still replays.
+TEST(JournalTest, AVersion1EntryStillDecodes) {
+  RequestRecord r = Full();
+  r.cache_helper.clear();
+  std::string entry = EncodeJournalEntry(r);
+  ASSERT_EQ(entry.front(), 2);
+  entry.front() = 1;
+  entry.resize(entry.size() - 4);  // version 2's last field: an empty string's length
+  Result<RequestRecord> back = DecodeJournalEntry(entry);
+  ASSERT_TRUE(back.has_value()) << back.error().message;
+  EXPECT_EQ(back->request_id, r.request_id);
+  EXPECT_EQ(back->cache_helper, "");
 }
 
 TEST(JournalTest, EveryFieldSurvivesAnEntry) {
@@ -68,6 +83,7 @@ TEST(JournalTest, EveryFieldSurvivesAnEntry) {
   EXPECT_EQ(back->target, "sonnet");
   EXPECT_EQ(back->key_index, 2);
   EXPECT_EQ(back->error, r.error);
+  EXPECT_EQ(back->cache_helper, "anthropic_auto_cache");
   EXPECT_EQ(json::parse(back->route), json::parse(r.route));
   EXPECT_EQ(back->attempts, r.attempts);
   EXPECT_EQ(back->cache_diagnosis, r.cache_diagnosis);

@@ -1,0 +1,236 @@
+#include <algorithm>
+#include <cstdio>
+#include <set>
+
+#include "gateway/config_internal.h"
+#include "local_engine/kv_dtype.h"
+
+namespace kvgate::gateway::config_internal {
+namespace {
+
+// `offload: {disk: PATH, bytes: N}` of a local provider. Both are required: a tier without a
+// size would be unbounded, and one without a path has nowhere to go.
+Status ParseOffload(const json& offload, const std::string& path, ProviderConfig& pc) {
+  if (!offload.is_object()) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     path + " must be a mapping {disk: PATH, bytes: N}");
+  }
+  if (Status s = OnlyKeys(offload, path, {"disk", "bytes"}); !s) return s;
+  const auto disk = offload.find("disk");
+  if (disk == offload.end() || !disk->is_string() || disk->get<std::string>().empty()) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     path + ".disk is required: the path of the tier's file (created if absent)");
+  }
+  const auto bytes = offload.find("bytes");
+  if (bytes == offload.end() || !bytes->is_number_integer() || bytes->get<int64_t>() <= 0) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     path + ".bytes is required: the tier's size in bytes, a positive integer");
+  }
+  pc.offload_disk = disk->get<std::string>();
+  pc.offload_bytes = bytes->get<int64_t>();
+  return {};
+}
+
+// `prompt_cache_key: thread` and `anthropic_auto_cache: true | false | 5m | 1h | {ttl: ...}`.
+Status ParseCacheHelpers(const json& p, const std::string& path, ProviderConfig& pc) {
+  if (auto it = p.find("prompt_cache_key"); it != p.end() && !it->is_null()) {
+    if (it->is_boolean() && !it->get<bool>()) {
+      pc.prompt_cache_key_thread = false;
+    } else if (it->is_string() && it->get<std::string>() == "thread") {
+      pc.prompt_cache_key_thread = true;
+    } else {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       path + ".prompt_cache_key must be thread (or false: off)");
+    }
+  }
+  auto it = p.find("anthropic_auto_cache");
+  if (it == p.end() || it->is_null()) return {};
+  const std::string where = path + ".anthropic_auto_cache";
+  if (it->is_boolean()) {
+    pc.anthropic_auto_cache_ttl = it->get<bool>() ? "5m" : "";
+    return {};
+  }
+  json ttl = *it;
+  if (it->is_object()) {
+    if (Status s = OnlyKeys(*it, where, {"ttl"}); !s) return s;
+    ttl = it->value("ttl", json("5m"));
+  }
+  if (!ttl.is_string() || (ttl != "5m" && ttl != "1h")) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     where + " must be true, false, 5m, 1h or {ttl: 5m | 1h}");
+  }
+  pc.anthropic_auto_cache_ttl = ttl.get<std::string>();
+  return {};
+}
+
+}  // namespace
+
+Result<std::chrono::milliseconds> Millis(const Reader& r, const char* key,
+                                         std::chrono::milliseconds fallback) {
+  auto v = r.Int(key, fallback.count());
+  if (!v) return std::unexpected(v.error());
+  if (*v <= 0) return MakeError(ErrorCode::kInvalidArgument, r.path + "." + key + " must be > 0");
+  return std::chrono::milliseconds(*v);
+}
+
+Result<int> Threads(const Reader& r) {
+  auto v = r.Int("threads", 0);
+  if (!v) return std::unexpected(v.error());
+  if (*v < 0 || *v > 1024) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     r.path + ".threads must be between 0 (one per core) and 1024");
+  }
+  return static_cast<int>(*v);
+}
+
+Status OnlyKeys(const json& object, const std::string& path,
+                std::initializer_list<std::string_view> known) {
+  if (!object.is_object()) return {};
+  for (const auto& [key, _] : object.items()) {
+    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+    std::string list;
+    for (std::string_view k : known) {
+      if (!list.empty()) list += ", ";
+      list += k;
+    }
+    return MakeError(ErrorCode::kInvalidArgument,
+                     path + ": unknown key \"" + key + "\" (known: " + list + ")");
+  }
+  return {};
+}
+
+Result<ProviderConfig> ParseProvider(const json& p, const std::string& path) {
+  Reader r{p, path};
+  if (!p.is_object()) return MakeError(ErrorCode::kInvalidArgument, r.path + " must be a mapping");
+  if (Status s = OnlyKeys(p, r.path,
+                          {"name", "type", "base_url", "api_key", "api_keys", "model_path",
+                           "device", "kv_cache_tokens", "kv_cache_dtype", "threads",
+                           "gpu_memory_fraction", "cuda_graphs", "offload",
+                           "max_output_tokens_default", "prompt_cache_key",
+                           "anthropic_auto_cache"});
+      !s) {
+    return std::unexpected(s.error());
+  }
+  ProviderConfig pc;
+  for (auto [slot, key] : {std::pair{&pc.name, "name"}, {&pc.type, "type"},
+                           {&pc.base_url, "base_url"}, {&pc.api_key, "api_key"},
+                           {&pc.model_path, "model_path"}, {&pc.device, "device"},
+                           {&pc.kv_cache_dtype, "kv_cache_dtype"}}) {
+    auto v = r.String(key, *slot);
+    if (!v) return std::unexpected(v.error());
+    *slot = *v;
+  }
+  auto kv = r.Int("kv_cache_tokens", 0);
+  if (!kv) return std::unexpected(kv.error());
+  if (*kv < 0) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     r.path + ".kv_cache_tokens must be >= 0 (0: the default pool)");
+  }
+  pc.kv_cache_tokens = *kv;
+  auto max_output = r.Int("max_output_tokens_default", pc.max_output_tokens_default);
+  if (!max_output) return std::unexpected(max_output.error());
+  if (*max_output < 0) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     r.path + ".max_output_tokens_default must be >= 0 (0: the rest of the "
+                              "context)");
+  }
+  pc.max_output_tokens_default = *max_output;
+  auto threads = Threads(r);
+  if (!threads) return std::unexpected(threads.error());
+  pc.threads = *threads;
+  auto fraction = r.Number("gpu_memory_fraction", pc.gpu_memory_fraction);
+  if (!fraction) return std::unexpected(fraction.error());
+  pc.gpu_memory_fraction = *fraction;
+  auto graphs = r.Bool("cuda_graphs", pc.cuda_graphs);
+  if (!graphs) return std::unexpected(graphs.error());
+  pc.cuda_graphs = *graphs;
+  if (auto offload = p.find("offload"); offload != p.end() && !offload->is_null()) {
+    if (auto s = ParseOffload(*offload, r.path + ".offload", pc); !s) {
+      return std::unexpected(s.error());
+    }
+  }
+  if (auto keys = p.find("api_keys"); keys != p.end() && !keys->is_null()) {
+    if (!keys->is_array() || keys->empty()) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       r.path + ".api_keys must be a non-empty list of keys");
+    }
+    if (!pc.api_key.empty()) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       r.path + ": give api_key or api_keys, not both");
+    }
+    for (size_t k = 0; k < keys->size(); ++k) {
+      const json& key = (*keys)[k];
+      if (!key.is_string() || key.get<std::string>().empty()) {
+        return MakeError(ErrorCode::kInvalidArgument,
+                         r.path + ".api_keys[" + std::to_string(k) + "] must be a non-empty string");
+      }
+      pc.api_keys.push_back(key.get<std::string>());
+    }
+  }
+  while (!pc.base_url.empty() && pc.base_url.back() == '/') pc.base_url.pop_back();
+  if (Status s = ParseCacheHelpers(p, path, pc); !s) return std::unexpected(s.error());
+  return pc;
+}
+
+Status ValidateProvider(const ProviderConfig& p, const std::string& where) {
+  if (p.prompt_cache_key_thread && p.type != "openai") {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     where + ".prompt_cache_key is OpenAI's parameter: only for type openai");
+  }
+  if (!p.anthropic_auto_cache_ttl.empty() && p.type != "anthropic") {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     where + ".anthropic_auto_cache is only for type anthropic");
+  }
+  static const std::set<std::string> kTypes = {"openai",   "anthropic",  "deepseek",
+                                               "vllm",     "sglang",     "llamacpp",
+                                               "openrouter", "gemini-openai", "local"};
+  if (!kTypes.contains(p.type)) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     where + ".type \"" + p.type +
+                         "\" is not one of openai, anthropic, deepseek, vllm, sglang, llamacpp, "
+                         "openrouter, gemini-openai, local");
+  }
+  if (p.type == "local") {
+    if (p.model_path.empty()) {
+      return MakeError(ErrorCode::kInvalidArgument, where + ".model_path is required for local");
+    }
+    if (p.device != "cpu" && p.device != "cuda") {
+      return MakeError(ErrorCode::kInvalidArgument, where + ".device must be cpu or cuda");
+    }
+    if (!(p.gpu_memory_fraction > 0.0 && p.gpu_memory_fraction <= 1.0)) {
+      char got[32];
+      std::snprintf(got, sizeof got, "%g", p.gpu_memory_fraction);
+      return MakeError(ErrorCode::kInvalidArgument,
+                       where + ".gpu_memory_fraction must be in (0, 1], got " + got);
+    }
+    if (p.cuda_graphs && p.device != "cuda") {
+      return MakeError(ErrorCode::kInvalidArgument, where + ".cuda_graphs needs device: cuda");
+    }
+    if (!p.offload_disk.empty() && p.device != "cpu") {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       where + ".offload (the disk tier) needs device: cpu");
+    }
+    const auto dtype = engine::ParseKvCacheDtype(p.kv_cache_dtype);
+    if (!dtype) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       where + ".kv_cache_dtype " + dtype.error().message);
+    }
+    if (*dtype != engine::KvDtype::kFp16 && p.device != "cpu") {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       where + ".kv_cache_dtype " + p.kv_cache_dtype +
+                           " needs device: cpu (the cuda backend's KV cache is f16)");
+    }
+  } else if (!p.offload_disk.empty()) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     where + ".offload is only for type local (the built-in engine)");
+  } else if (p.kv_cache_dtype != "f16") {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     where + ".kv_cache_dtype is only for type local (the built-in engine)");
+  } else if (p.base_url.rfind("http://", 0) != 0 && p.base_url.rfind("https://", 0) != 0) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     where + ".base_url must start with http:// or https://");
+  }
+  return {};
+}
+
+}  // namespace kvgate::gateway::config_internal

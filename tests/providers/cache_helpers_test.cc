@@ -1,0 +1,151 @@
+// The cache helpers BuildUpstreamCall applies when the gateway turns them on (CacheHelpers):
+// OpenAI's prompt_cache_key from the thread, and breakpoints for an Anthropic request that has
+// none, on the Messages pass-through (the client's other bytes kept) and on the chat translation.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "gateway/providers/provider.h"
+
+namespace kvgate::providers {
+namespace {
+
+using nlohmann::json;
+using nlohmann::ordered_json;
+
+Result<UpstreamCall> Build(ProviderType type, const std::string& text, CallOptions o) {
+  return BuildUpstreamCall(type, raw_json::Object(raw_json::Parse(text).value()), o);
+}
+
+CallOptions Keyed(Endpoint endpoint) {
+  CallOptions o;
+  o.endpoint = endpoint;
+  o.cache_helpers.prompt_cache_key = "kvgate-abc";
+  return o;
+}
+
+CallOptions AutoCache(Endpoint endpoint, std::string ttl = "5m") {
+  CallOptions o;
+  o.endpoint = endpoint;
+  o.upstream_model = "claude-sonnet-4-5";
+  o.cache_helpers.anthropic_auto_cache_ttl = std::move(ttl);
+  return o;
+}
+
+TEST(PromptCacheKeyHelperTest, AddedWhenTheClientSentNone) {
+  const std::string body = R"({"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]})";
+  for (Endpoint e : {Endpoint::kChatCompletions, Endpoint::kResponses}) {
+    const std::string text = e == Endpoint::kResponses ? R"({"model":"gpt-4o","input":"hi"})" : body;
+    auto call = Build(ProviderType::kOpenAI, text, Keyed(e));
+    ASSERT_TRUE(call.has_value()) << call.error().message;
+    EXPECT_EQ(json::parse(call->body)["prompt_cache_key"], "kvgate-abc");
+    EXPECT_EQ(call->cache_helper, "prompt_cache_key");
+  }
+}
+
+TEST(PromptCacheKeyHelperTest, TheClientsOwnKeyWins) {
+  auto call = Build(ProviderType::kOpenAI,
+                    R"({"model":"m","prompt_cache_key":"mine","messages":[]})",
+                    Keyed(Endpoint::kChatCompletions));
+  ASSERT_TRUE(call.has_value());
+  EXPECT_EQ(json::parse(call->body)["prompt_cache_key"], "mine");
+  EXPECT_EQ(call->cache_helper, "");
+}
+
+TEST(PromptCacheKeyHelperTest, NotForEmbeddingsNorWhenOff) {
+  auto embed = Build(ProviderType::kOpenAI, R"({"model":"e","input":"x"})",
+                     Keyed(Endpoint::kEmbeddings));
+  ASSERT_TRUE(embed.has_value());
+  EXPECT_FALSE(json::parse(embed->body).contains("prompt_cache_key"));
+  CallOptions off;
+  auto chat = Build(ProviderType::kOpenAI, R"({"model":"m","messages":[]})", off);
+  ASSERT_TRUE(chat.has_value());
+  EXPECT_FALSE(json::parse(chat->body).contains("prompt_cache_key"));
+  EXPECT_EQ(chat->cache_helper, "");
+}
+
+// The pass-through: breakpoints at the end of the system prompt (a string becomes one text
+// block) and on the last message's last block; every other byte is the client's, the tools'
+// unsorted keys and the earlier messages' escapes included.
+TEST(AnthropicAutoCacheTest, MessagesPassThroughGetsTwoBreakpointsAndKeepsTheRest) {
+  const std::string tools =
+      R"([{"name":"f","input_schema":{"type":"object","required":["b"],"properties":{"z":{},"a":{}}}}])";
+  const std::string first = R"({"role":"user","content":"caf\u00e9  first"})";
+  const std::string body = R"({"model":"sonnet", "tools":)" + tools +
+                           R"(, "system":"You help.", "max_tokens":8, "messages":[)" + first +
+                           R"(,{"role":"assistant","content":"ok"},)" +
+                           R"({"role":"user","content":[{"type":"text","text":"now"}]}]})";
+  auto call = Build(ProviderType::kAnthropic, body, AutoCache(Endpoint::kMessages));
+  ASSERT_TRUE(call.has_value()) << call.error().message;
+  EXPECT_EQ(call->cache_helper, "anthropic_auto_cache");
+  EXPECT_NE(call->body.find(R"("tools":)" + tools), std::string::npos) << call->body;
+  EXPECT_NE(call->body.find("[" + first + ","), std::string::npos) << call->body;
+  const ordered_json sent = ordered_json::parse(call->body);
+  EXPECT_EQ(sent["model"], "claude-sonnet-4-5");
+  const ordered_json ephemeral = {{"type", "ephemeral"}};
+  EXPECT_EQ(sent["system"], ordered_json::parse(
+                                R"([{"type":"text","text":"You help.","cache_control":{"type":"ephemeral"}}])"));
+  EXPECT_EQ(sent["messages"][2]["content"][0]["cache_control"], ephemeral);
+  EXPECT_FALSE(sent["messages"][0].contains("cache_control"));
+  EXPECT_EQ(sent["messages"][1]["content"], "ok");
+}
+
+TEST(AnthropicAutoCacheTest, OneHourTtlAndStringContentAndThinkingSkipped) {
+  const std::string body =
+      R"({"model":"m","max_tokens":8,"system":[{"type":"text","text":"a"},{"type":"text","text":""}],)"
+      R"("messages":[{"role":"user","content":"q"},{"role":"assistant","content":[)"
+      R"({"type":"text","text":"partial"},{"type":"thinking","thinking":"t","signature":"s"}]}]})";
+  auto call = Build(ProviderType::kAnthropic, body, AutoCache(Endpoint::kMessages, "1h"));
+  ASSERT_TRUE(call.has_value());
+  const json sent = json::parse(call->body);
+  const json hour = {{"type", "ephemeral"}, {"ttl", "1h"}};
+  EXPECT_EQ(sent["system"][0]["cache_control"], hour) << "the empty block cannot hold one";
+  EXPECT_FALSE(sent["system"][1].contains("cache_control"));
+  EXPECT_EQ(sent["messages"][1]["content"][0]["cache_control"], hour) << "thinking is skipped";
+  EXPECT_FALSE(sent["messages"][1]["content"][1].contains("cache_control"));
+
+  auto plain = Build(ProviderType::kAnthropic,
+                     R"({"model":"m","max_tokens":8,"messages":[{"role":"user","content":"q"}]})",
+                     AutoCache(Endpoint::kMessages));
+  ASSERT_TRUE(plain.has_value());
+  EXPECT_EQ(json::parse(plain->body)["messages"][0]["content"],
+            json::parse(R"([{"type":"text","text":"q","cache_control":{"type":"ephemeral"}}])"));
+}
+
+// A client that placed its own breakpoints knows best: its bytes go as they came.
+TEST(AnthropicAutoCacheTest, ARequestWithItsOwnBreakpointIsLeftAlone) {
+  const std::string body =
+      R"({"model":"m","max_tokens":8,"system":[{"type":"text","text":"s","cache_control":{"type":"ephemeral"}}],)"
+      R"("messages":[{"role":"user","content":"q"}]})";
+  CallOptions o = AutoCache(Endpoint::kMessages);
+  o.upstream_model.clear();
+  auto call = Build(ProviderType::kAnthropic, body, o);
+  ASSERT_TRUE(call.has_value());
+  EXPECT_EQ(call->body, body);
+  EXPECT_EQ(call->cache_helper, "");
+}
+
+// Chat translated to Messages gets the same breakpoints; an OpenAI content part with its own
+// cache_control (which the translation keeps) turns the helper off.
+TEST(AnthropicAutoCacheTest, TheChatTranslationToo) {
+  const std::string chat =
+      R"({"model":"m","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"q"}]})";
+  auto call = Build(ProviderType::kAnthropic, chat, AutoCache(Endpoint::kChatCompletions));
+  ASSERT_TRUE(call.has_value()) << call.error().message;
+  EXPECT_EQ(call->cache_helper, "anthropic_auto_cache");
+  const json sent = json::parse(call->body);
+  ASSERT_TRUE(sent["system"].is_array()) << call->body;
+  EXPECT_TRUE(sent["system"].back().contains("cache_control"));
+  EXPECT_TRUE(sent["messages"].back()["content"].back().contains("cache_control")) << call->body;
+
+  const std::string own =
+      R"({"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"q",)"
+      R"("cache_control":{"type":"ephemeral"}}]}]})";
+  auto kept = Build(ProviderType::kAnthropic, own, AutoCache(Endpoint::kChatCompletions));
+  ASSERT_TRUE(kept.has_value());
+  EXPECT_EQ(kept->cache_helper, "");
+}
+
+}  // namespace
+}  // namespace kvgate::providers

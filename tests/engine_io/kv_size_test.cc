@@ -57,6 +57,118 @@ TEST(KvSizeTest, SessionsAndCapacity) {
   EXPECT_EQ(KvBytesPerSession(c, KvDtype::kFp32, ~uint64_t{0} / 2), ~uint64_t{0});
 }
 
+// Gemma 3 27B's KV geometry (62 layers, 16 KV heads of 128, a 1024-token window on 5 of every 6
+// layers) and Mistral 7B v0.1's (32 layers, 8 KV heads of 128, a 4096-token window on all).
+ModelConfig Sliding(uint32_t layers, uint32_t kv_heads, uint32_t window, uint32_t period) {
+  ModelConfig c;
+  c.name = "sliding";
+  c.n_layers = layers;
+  c.hidden = 4096;
+  c.n_heads = 32;
+  c.n_kv_heads = kv_heads;
+  c.head_dim = 128;
+  c.vocab_size = 32000;
+  c.sliding_window = window;
+  c.sliding_layers = SlidingLayersEvery(layers, period);
+  EXPECT_TRUE(ValidateModelConfig(c).has_value());
+  return c;
+}
+
+TEST(KvSizeSlidingTest, SlidingLayersAreCappedAtTheirWindow) {
+  const ModelConfig gemma3 = Sliding(62, 16, 1024, 6);
+  // One layer's token in bf16: 2 (K, V) x 16 heads x 128 x 2 bytes = 8192; all 62 layers 507,904.
+  EXPECT_EQ(KvBytesPerToken(gemma3, KvDtype::kBf16), 507904u);
+  // Within the window every layer holds every token.
+  EXPECT_EQ(KvBytesPerSession(gemma3, KvDtype::kBf16, 1024), 507904ull * 1024);
+  // 32K tokens: 10 global layers x 32768 + 52 local layers x 1024 = 380,928 layer-tokens x 8192,
+  // against 62 x 32768 x 8192 = 16,642,998,272 bytes if every layer kept the whole context.
+  EXPECT_EQ(KvBytesPerSession(gemma3, KvDtype::kBf16, 32768), 3120562176ull);
+  // fp8: 2 x 16 x (128 + 2 scale bytes) = 4160 bytes a layer-token.
+  EXPECT_EQ(KvBytesPerSession(gemma3, KvDtype::kFp8, 32768), 380928ull * 4160);
+
+  const ModelConfig mistral = Sliding(32, 8, 4096, 0);
+  // 2 x 8 x 128 x 2 = 4096 bytes a layer-token; past 4096 tokens a session stops growing.
+  EXPECT_EQ(KvBytesPerSession(mistral, KvDtype::kBf16, 2048), 32ull * 2048 * 4096);
+  EXPECT_EQ(KvBytesPerSession(mistral, KvDtype::kBf16, 32768), 536870912ull);  // 0.5 GiB
+  EXPECT_EQ(KvBytesPerSession(mistral, KvDtype::kBf16, 1u << 30), 536870912ull);
+  // Saturates, windows or not.
+  EXPECT_EQ(KvBytesPerSession(Sliding(62, 16, UINT32_MAX, 6), KvDtype::kFp32, ~uint64_t{0} / 2),
+            ~uint64_t{0});
+}
+
+TEST(KvSizeSizesTest, ParseByteSize) {
+  EXPECT_EQ(ParseByteSize("80GB"), 80'000'000'000ull);
+  EXPECT_EQ(ParseByteSize("141GiB"), 141ull << 30);
+  EXPECT_EQ(ParseByteSize("512MiB"), 512ull << 20);
+  EXPECT_EQ(ParseByteSize("1.5GB"), 1'500'000'000ull);
+  EXPECT_EQ(ParseByteSize("250 mb"), 250'000'000ull);  // case and one space are forgiven
+  EXPECT_EQ(ParseByteSize("0GiB"), 0u);
+  EXPECT_EQ(ParseByteSize("1048576GiB"), kMaxSizeBytes);
+  auto message = [](std::string_view text) {
+    auto r = ParseByteSize(text);
+    if (r) {
+      ADD_FAILURE() << text << " parsed as " << *r;
+      return std::string();
+    }
+    EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument);
+    return r.error().message;
+  };
+  // A bare number names the accepted units instead of guessing one.
+  EXPECT_EQ(message("80"), "needs a unit: GB, GiB, MB or MiB (as in 80GB or 141GiB), got '80'");
+  EXPECT_EQ(message("80G"), "has an unknown unit 'G' in '80G': use GB, GiB, MB or MiB");
+  EXPECT_NE(message("80TB").find("unknown unit 'TB'"), std::string::npos);
+  EXPECT_NE(message("GB").find("needs a number and a unit"), std::string::npos);
+  EXPECT_NE(message("").find("needs a number and a unit"), std::string::npos);
+  EXPECT_NE(message("nanGB").find("needs a number and a unit"), std::string::npos);
+  EXPECT_NE(message("-1GB").find("from 0 to 1 PiB"), std::string::npos);
+  EXPECT_NE(message("1048577GiB").find("from 0 to 1 PiB"), std::string::npos);
+  EXPECT_NE(message("80  GB").find("unknown unit"), std::string::npos);
+}
+
+TEST(KvSizeSizesTest, FormatGibGb) {
+  EXPECT_EQ(FormatGibGb(16ull << 30), "16.00 GiB (17.18 GB)");
+  EXPECT_EQ(FormatGibGb(80'000'000'000ull), "74.51 GiB (80.00 GB)");
+  EXPECT_EQ(FormatGibGb(0, 3), "0.000 GiB (0.000 GB)");
+}
+
+TEST(KvSizeSizesTest, GpuMemoryUtilization) {
+  EXPECT_EQ(ParseGpuMemoryUtilization("0.9"), 0.9);
+  EXPECT_EQ(ParseGpuMemoryUtilization("1"), 1.0);
+  EXPECT_EQ(ParseGpuMemoryUtilization("0.05"), 0.05);
+  for (const char* bad : {"0", "-0.5", "1.01", "90", "90%", "", "nan", "inf", "0.9x"}) {
+    auto r = ParseGpuMemoryUtilization(bad);
+    ASSERT_FALSE(r.has_value()) << bad;
+    EXPECT_EQ(r.error().message,
+              std::string("needs a fraction in (0, 1], as vLLM's gpu_memory_utilization (default "
+                          "0.9), got '") + bad + "'");
+  }
+}
+
+TEST(KvSizeSizesTest, PlanKvPool) {
+  const uint64_t gib = 1ull << 30;
+  const uint64_t session = 147456ull * 32768;  // Qwen3 8B, 32K tokens: 4.5 GiB
+  // 0.9 x 80 GiB = 72 GiB usable; 16 GiB of weights leave 56 GiB: 12 sessions.
+  const KvPoolPlan p = PlanKvPool(80 * gib, 0.9, 16 * gib, session);
+  EXPECT_EQ(p.usable_bytes, 72 * gib);
+  EXPECT_EQ(p.pool_bytes, 56 * gib);
+  EXPECT_EQ(p.sessions, 12u);
+  EXPECT_TRUE(p.weights_fit);
+  // Utilization 1 is the whole GPU (kv-size's figure before the reserve): 14.
+  EXPECT_EQ(PlanKvPool(80 * gib, 1.0, 16 * gib, session).sessions, 14u);
+  // Weights that fill the usable memory, or more: no pool, 0 sessions, flagged.
+  for (uint64_t weights : {72 * gib, 75 * gib, 90 * gib}) {
+    const KvPoolPlan none = PlanKvPool(80 * gib, 0.9, weights, session);
+    EXPECT_FALSE(none.weights_fit) << weights;
+    EXPECT_EQ(none.pool_bytes, 0u);
+    EXPECT_EQ(none.sessions, 0u);
+  }
+  // A pool smaller than one session fits the weights but no session.
+  const KvPoolPlan tight = PlanKvPool(80 * gib, 0.9, 70 * gib, session);
+  EXPECT_TRUE(tight.weights_fit);
+  EXPECT_EQ(tight.pool_bytes, 2 * gib);
+  EXPECT_EQ(tight.sessions, 0u);
+}
+
 int RunCli(std::vector<std::string> args, std::string* out, std::string* err) {
   args.insert(args.begin(), "kv-size");
   std::vector<char*> argv;

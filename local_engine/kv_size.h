@@ -60,8 +60,10 @@ std::string FormatGibGb(uint64_t bytes, int decimals = 2);
 // `kvgate kv-size`: argv[0] is the command name, then
 //   --model NAME | --gguf PATH | --hf-config PATH   (none: every built-in model)
 //   --dtype bf16|f16|int8|fp8|fp32 (default bf16)   --context N (default: the model's context length)
-//   --gpu-mem-gib G   --weights-gib W (default: the built-in table / the GGUF file size)
-// Prints a table to `out`; errors go to `err` with a non-zero return.
+//   --gpu-mem SIZE (or --gpu-mem-gib G)   --gpu-memory-utilization F (default 0.9)
+//   --weights SIZE (or --weights-gib W; default: the built-in table / the GGUF file size)
+// Prints a table to `out`; warnings (weights that do not fit) and errors go to `err`, errors with
+// a non-zero return.
 int RunKvSizeCommand(int argc, char** argv, std::ostream& out, std::ostream& err);
 int RunKvSizeCommand(int argc, char** argv);  // std::cout / std::cerr
 

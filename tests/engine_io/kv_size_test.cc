@@ -140,7 +140,8 @@ TEST(KvSizeSizesTest, GpuMemoryUtilization) {
     ASSERT_FALSE(r.has_value()) << bad;
     EXPECT_EQ(r.error().message,
               std::string("needs a fraction in (0, 1], as vLLM's gpu_memory_utilization (default "
-                          "0.9), got '") + bad + "'");
+                          "0.9), got '") +
+                  bad + "'");
   }
 }
 
@@ -180,6 +181,7 @@ int RunCli(std::vector<std::string> args, std::string* out, std::string* err) {
   return rc;
 }
 
+// The capacity section: the reserve it applied, weights and pool in GiB and GB, whole sessions.
 TEST(KvSizeCliTest, SingleModelWithCapacity) {
   std::string out, err;
   ASSERT_EQ(RunCli({"--model", "qwen3-8b", "--context", "32768", "--gpu-mem-gib", "80",
@@ -187,12 +189,95 @@ TEST(KvSizeCliTest, SingleModelWithCapacity) {
                    &out, &err),
             0)
       << err;
-  EXPECT_TRUE(err.empty());
+  EXPECT_TRUE(err.empty()) << err;
   EXPECT_NE(out.find("qwen3-8b"), std::string::npos) << out;
   EXPECT_NE(out.find("147456"), std::string::npos) << out;
   EXPECT_NE(out.find("4.500"), std::string::npos) << out;  // GiB per session
-  EXPECT_NE(out.find("16.00"), std::string::npos) << out;
+  EXPECT_NE(out.find("4.832"), std::string::npos) << out;  // GB per session
+  EXPECT_NE(out.find("GPU memory: 80.00 GiB (85.90 GB)\n"
+                     "reserve:    --gpu-memory-utilization 0.9 (the default, as vLLM's)\n"
+                     "usable:     72.00 GiB (77.31 GB) for the weights and the KV pool; 8.00 GiB "
+                     "(8.59 GB) held back\n"),
+            std::string::npos)
+      << out;
+  // weights 16 GiB / 17.18 GB, pool 56 GiB / 60.13 GB, 12 sessions of 4.5 GiB.
+  EXPECT_TRUE(out.ends_with("16.00       17.18        56.00       60.13        12\n")) << out;
+
+  // The same in unit-suffixed sizes; utilization 1 gives kv-size's figure before the reserve.
+  std::string out2;
+  ASSERT_EQ(
+      RunCli({"--model", "qwen3-8b", "--context", "32768", "--gpu-mem", "80GiB", "--weights=16GiB"},
+             &out2, &err),
+      0)
+      << err;
+  EXPECT_EQ(out2, out);
+  ASSERT_EQ(RunCli({"--model", "qwen3-8b", "--context", "32768", "--gpu-mem", "80GiB", "--weights",
+                    "16GiB", "--gpu-memory-utilization", "1"},
+                   &out, &err),
+            0)
+      << err;
+  EXPECT_NE(out.find("reserve:    --gpu-memory-utilization 1\nusable:     80.00 GiB (85.90 GB) "),
+            std::string::npos)
+      << out;
   EXPECT_TRUE(out.ends_with(" 14\n")) << out;
+  ASSERT_EQ(RunCli({"--model", "qwen3-8b", "--gpu-mem", "80GB"}, &out, &err), 0) << err;
+  EXPECT_NE(out.find("GPU memory: 74.51 GiB (80.00 GB)"), std::string::npos) << out;
+}
+
+// Weights that do not fit the usable memory: a plain warning on stderr and 0 sessions, not a
+// negative pool; success, since the figures printed are right.
+TEST(KvSizeCliTest, WeightsThatDoNotFitWarn) {
+  std::string out, err;
+  ASSERT_EQ(
+      RunCli({"--model", "llama-3.3-70b", "--context", "8192", "--gpu-mem", "141GiB"}, &out, &err),
+      0);
+  EXPECT_EQ(err,
+            "kv-size: warning: llama-3.3-70b: the weights, 131.40 GiB (141.09 GB), do not fit in "
+            "the usable memory, 126.90 GiB (136.26 GB) = 0.9 x 141.00 GiB (151.40 GB): no room "
+            "for a KV pool, 0 sessions\n");
+  EXPECT_TRUE(out.ends_with("131.40      141.09         0.00        0.00         0\n")) << out;
+  // A higher utilization leaves 2.55 GiB: one 8K-token session of 2.5 GiB, no warning.
+  ASSERT_EQ(RunCli({"--model", "llama-3.3-70b", "--context", "8192", "--gpu-mem", "141GiB",
+                    "--gpu-memory-utilization", "0.95"},
+                   &out, &err),
+            0);
+  EXPECT_TRUE(err.empty()) << err;
+  EXPECT_TRUE(out.ends_with("         1\n")) << out;
+  // Weights larger than the whole GPU: the same warning, never a wrapped-around pool.
+  ASSERT_EQ(RunCli({"--model", "qwen3-8b", "--gpu-mem", "8GB", "--weights", "20GB"}, &out, &err),
+            0);
+  EXPECT_NE(err.find("warning: qwen3-8b: the weights, 18.63 GiB (20.00 GB), do not fit"),
+            std::string::npos)
+      << err;
+  EXPECT_TRUE(out.ends_with("0.00        0.00         0\n")) << out;
+}
+
+// Sliding windows from an HF config (the shape of Gemma 3 27B's): the window and its layers are
+// shown, the session is counted with them capped, and the output says so.
+TEST(KvSizeCliTest, SlidingWindowModel) {
+  const std::string config =
+      std::string(KVGATE_SOURCE_DIR) + "/tests/engine_io/data/gemma3_27b_config.json";
+  std::string out, err;
+  ASSERT_EQ(RunCli({"--hf-config", config, "--context", "32768", "--gpu-mem", "80GB"}, &out, &err),
+            0)
+      << err;
+  // window 1024 on 52 layers; 507,904 B/token within the window; 3,120,562,176 bytes a session.
+  EXPECT_NE(out.find("1024         52      507904    32768"), std::string::npos) << out;
+  EXPECT_NE(out.find("3.121"), std::string::npos) << out;  // GB per session
+  EXPECT_NE(out.find("sliding windows: a model's swa_layers layers attend to, and cache, only "
+                     "the last\n`window` tokens"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("min(context, window)"), std::string::npos) << out;
+  // An HF config has no weights figure: counted as 0, and said so.
+  EXPECT_NE(err.find("note: gemma3_text: the weights' size is unknown and counted as 0; give "
+                     "--weights SIZE"),
+            std::string::npos)
+      << err;
+  // Models without a window say "-" and print no note.
+  ASSERT_EQ(RunCli({"--model", "qwen3-8b"}, &out, &err), 0) << err;
+  EXPECT_NE(out.find("bf16       -          -"), std::string::npos) << out;
+  EXPECT_EQ(out.find("sliding windows"), std::string::npos) << out;
 }
 
 TEST(KvSizeCliTest, AllBuiltinsByDefault) {
@@ -221,13 +306,20 @@ TEST(KvSizeCliTest, HelpPrintsItsOwnFlags) {
   std::string out, err;
   EXPECT_EQ(RunCli({"--model", "qwen3-8b", "--help"}, &out, &err), 0);
   EXPECT_TRUE(err.empty()) << err;
-  EXPECT_TRUE(out.starts_with("usage: kv-size")) << out;
-  for (const char* flag : {"--model", "--gguf", "--hf-config", "--dtype", "--context",
-                           "--gpu-mem-gib", "--weights-gib"}) {
-    EXPECT_NE(out.find(std::string("  ") + flag), std::string::npos) << flag << "\n" << out;
+  EXPECT_TRUE(out.starts_with("usage: kvgate kv-size")) << out;
+  for (const char* flag : {"--model NAME", "--gguf PATH", "--hf-config PATH", "--dtype T",
+                           "--context N", "--gpu-mem SIZE", "--gpu-memory-utilization F",
+                           "--weights SIZE", "--gpu-mem-gib G", "--weights-gib W"}) {
+    EXPECT_NE(out.find(std::string("\n  ") + flag), std::string::npos) << flag << "\n" << out;
   }
-  EXPECT_NE(out.find("int8 or fp8"), std::string::npos) << out;
+  EXPECT_NE(out.find("bf16 or f16 (2 bytes a value), int8 or fp8"), std::string::npos) << out;
   EXPECT_NE(out.find("2-byte scale per token and KV head"), std::string::npos) << out;
+  EXPECT_NE(out.find("GB (10^9\n                    bytes), GiB (2^30), MB or MiB"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("default 0.9"), std::string::npos) << out;
+  EXPECT_EQ(RunCli({"-h"}, &out, &err), 0);
+  EXPECT_TRUE(out.starts_with("usage: kvgate kv-size")) << out;
 }
 
 TEST(KvSizeCliTest, Errors) {
@@ -252,6 +344,34 @@ TEST(KvSizeCliTest, Errors) {
   EXPECT_NE(err.find("/nonexistent.gguf"), std::string::npos) << err;
   EXPECT_NE(RunCli({"--weights-gib", "3"}, &out, &err), 0);
   EXPECT_TRUE(out.empty());
+}
+
+TEST(KvSizeCliTest, SizeAndUtilizationErrors) {
+  std::string out, err;
+  auto fails = [&](std::vector<std::string> args, std::string_view message) {
+    EXPECT_EQ(RunCli(args, &out, &err), 2) << message;
+    EXPECT_TRUE(err.starts_with("kv-size: " + std::string(message) + "\n")) << err;
+    EXPECT_TRUE(out.empty()) << out;
+  };
+  fails({"--model", "qwen3-8b", "--gpu-mem", "80"},
+        "--gpu-mem needs a unit: GB, GiB, MB or MiB (as in 80GB or 141GiB), got '80'");
+  fails({"--model", "qwen3-8b", "--gpu-mem", "80GB", "--weights", "16"},
+        "--weights needs a unit: GB, GiB, MB or MiB (as in 80GB or 141GiB), got '16'");
+  fails({"--model", "qwen3-8b", "--gpu-mem", "80Gb!"},
+        "--gpu-mem has an unknown unit 'Gb!' in '80Gb!': use GB, GiB, MB or MiB");
+  fails({"--model", "qwen3-8b", "--gpu-mem", "80GB", "--gpu-mem-gib", "80"},
+        "give --gpu-mem or --gpu-mem-gib, not both (they set the same size)");
+  fails({"--model", "qwen3-8b", "--weights-gib", "8", "--weights", "8GiB"},
+        "give --weights-gib or --weights, not both (they set the same size)");
+  for (const char* bad : {"0", "1.5", "90", "-0.1", "0.9.1"}) {
+    fails({"--model", "qwen3-8b", "--gpu-mem", "80GB", "--gpu-memory-utilization", bad},
+          std::string("--gpu-memory-utilization needs a fraction in (0, 1], as vLLM's "
+                      "gpu_memory_utilization (default 0.9), got '") +
+              bad + "'");
+  }
+  fails({"--model", "qwen3-8b", "--gpu-memory-utilization", "0.8"},
+        "--gpu-memory-utilization applies to --gpu-mem; give --gpu-mem SIZE too");
+  fails({"--bogus"}, "unknown flag --bogus");
 }
 
 }  // namespace

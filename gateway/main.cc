@@ -55,9 +55,48 @@ constexpr char kUsage[] =
     "  generate  --model PATH [--chat] --prompt TEXT --max-tokens N [--temperature T] [--seed S]\n"
     "            [--device cpu|cuda] [--cuda-graphs] [--kv-cache-dtype f16|bf16|int8|fp8]\n"
     "            run the built-in engine once and stream the text to stdout\n"
-    "  kv-size   [--model NAME | --gguf PATH | --hf-config PATH] [--context N] [--gpu-mem-gib G]\n"
+    "  kv-size   [--model NAME | --gguf PATH | --hf-config PATH] [--dtype T] [--context N]\n"
+    "            [--gpu-mem SIZE] [--gpu-memory-utilization F] [--weights SIZE]\n"
     "            KV-cache bytes per token and sessions that fit in GPU memory\n"
-    "  version   print the version\n";
+    "  version   print the version\n"
+    "\n"
+    "`kvgate <command> --help` lists that command's own flags.\n";
+
+// Each command's own flags, for `kvgate <command> --help` (generate and kv-size print theirs).
+constexpr char kServeUsage[] =
+    "usage: kvgate serve [--config FILE] [--listen HOST:PORT] [--db PATH]\n"
+    "  run the gateway\n"
+    "  --config FILE       the YAML config (docs/configuration.md); without one: providers from\n"
+    "                      OPENAI_API_KEY / ANTHROPIC_API_KEY / DEEPSEEK_API_KEY /\n"
+    "                      GEMINI_API_KEY / OPENROUTER_API_KEY, and the bundled model on the\n"
+    "                      built-in engine as `smollm2`\n"
+    "  --listen HOST:PORT  where to listen, over the config's server.listen (default\n"
+    "                      127.0.0.1:8080)\n"
+    "  --db PATH           the SQLite file of request records, over the config's storage.sqlite\n"
+    "                      (default ./kvgate.db)\n";
+
+constexpr char kEngineUsage[] =
+    "usage: kvgate engine --model PATH [--port N] [--host H] [--name NAME] [--db PATH]\n"
+    "                     [--device cpu|cuda] [--kv-cache-tokens N] [--gpu-memory-fraction F]\n"
+    "                     [--kv-cache-dtype f16|bf16|int8|fp8]\n"
+    "  the built-in engine alone as an OpenAI-compatible server, for other gateways or a kvgate\n"
+    "  on another host\n"
+    "  --model PATH              the GGUF model (required)\n"
+    "  --port N                  the port (default 8000)\n"
+    "  --host H                  the address to listen on (default 127.0.0.1)\n"
+    "  --name NAME               the model name clients ask for (default smollm2)\n"
+    "  --db PATH                 the SQLite file of request records (default ./kvgate.db)\n"
+    "  --device cpu|cuda         where the model runs (default cpu)\n"
+    "  --kv-cache-tokens N       the KV pool in tokens (default: 16384 on cpu; on cuda the\n"
+    "                            --gpu-memory-fraction share)\n"
+    "  --gpu-memory-fraction F   cuda: the share, in (0, 1], of the GPU memory left after the\n"
+    "                            weights that the KV pool takes (default 0.9)\n"
+    "  --kv-cache-dtype T        the KV cache's element type: f16 (default), bf16, or int8 / fp8\n"
+    "                            (half the memory per token; cpu only)\n";
+
+constexpr char kVersionUsage[] =
+    "usage: kvgate version\n"
+    "  print kvgate's version and which malloc serves it (it takes no flags)\n";
 
 // Which malloc serves this process. The build may link mimalloc (KVGATE_ALLOCATOR); this checks that
 // the dynamic linker really resolved malloc to it, which linking alone does not prove.
@@ -102,7 +141,7 @@ int Engine(int argc, char** argv) {
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
     if (i + 1 >= argc) {
-      std::fprintf(stderr, "kvgate engine: %s needs a value\n%s", arg.c_str(), kUsage);
+      std::fprintf(stderr, "kvgate engine: %s needs a value\n%s", arg.c_str(), kEngineUsage);
       return 2;
     }
     std::string value = argv[++i];
@@ -133,12 +172,12 @@ int Engine(int argc, char** argv) {
       const bool known = std::find(std::begin(kKnown), std::end(kKnown), arg) != std::end(kKnown);
       std::fprintf(stderr, known ? "kvgate engine: bad value for %s: %s\n%s"
                                  : "kvgate engine: unknown option %s (value %s)\n%s",
-                   arg.c_str(), value.c_str(), kUsage);
+                   arg.c_str(), value.c_str(), kEngineUsage);
       return 2;
     }
   }
   if (model_path.empty()) {
-    std::fprintf(stderr, "kvgate engine: --model PATH is required\n%s", kUsage);
+    std::fprintf(stderr, "kvgate engine: --model PATH is required\n%s", kEngineUsage);
     return 2;
   }
   if (auto s = engine::CheckDevice(*engine::ParseDevice(device)); !s) {
@@ -179,12 +218,9 @@ int Serve(int argc, char** argv) {
       listen_override = v;
     } else if (arg == "--db" && (v = value("--db"))) {
       db_override = v;
-    } else if (arg == "-h" || arg == "--help") {
-      std::fputs(kUsage, stdout);
-      return 0;
     } else {
       if (v == nullptr && (arg == "--config" || arg == "--listen" || arg == "--db")) return 2;
-      std::fprintf(stderr, "kvgate serve: unknown option %s\n%s", arg.c_str(), kUsage);
+      std::fprintf(stderr, "kvgate serve: unknown option %s\n%s", arg.c_str(), kServeUsage);
       return 2;
     }
   }
@@ -431,11 +467,17 @@ int main(int argc, char** argv) {
   // their own flags for --help.
   if (command == "generate") return engine::RunGenerateCommand(argc - 1, argv + 1);
   if (command == "kv-size") return engine::RunKvSizeCommand(argc - 1, argv + 1);
-  // `kvgate serve|engine --help` (or -h) anywhere: the usage, on stdout, success. (Their parser
-  // would read it as an option needing a value.)
-  for (int i = 2; i < argc; ++i) {
+  // `kvgate serve|engine|version|help --help` (or -h) anywhere: that command's flags, on stdout,
+  // success. Checked before parsing: engine's parser would read --help as an option needing a
+  // value. An unknown command stays an error, --help or not.
+  const char* own_usage = command == "serve"     ? kServeUsage
+                          : command == "engine"  ? kEngineUsage
+                          : command == "version" ? kVersionUsage
+                          : command == "help"    ? kUsage
+                                                 : nullptr;
+  for (int i = 2; own_usage != nullptr && i < argc; ++i) {
     if (std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h") {
-      std::fputs(kUsage, stdout);
+      std::fputs(own_usage, stdout);
       return 0;
     }
   }

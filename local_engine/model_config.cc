@@ -5,6 +5,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <variant>
 
 namespace kvgate::engine {
 namespace {
@@ -61,7 +62,135 @@ ModelConfig Builtin(std::string name, std::string arch, uint32_t layers, uint32_
   return c;
 }
 
+// Records the window and which layers use it; a pattern with no sliding layer is no window at all,
+// so the rest of kvgate sees one form of "full attention everywhere".
+void SetSliding(ModelConfig& c, uint32_t window, std::vector<bool> layers) {
+  c.sliding_window = window;
+  c.sliding_layers = std::move(layers);
+  if (c.sliding_window == 0 || c.n_sliding_layers() == 0) {
+    c.sliding_window = 0;
+    c.sliding_layers.clear();
+  }
+}
+
+// The period of an architecture's sliding layers when the file does not spell them out (the
+// models' reference implementations hard-code it).
+uint32_t DefaultSlidingPeriod(std::string_view arch) {
+  if (arch == "gemma2") return 2;
+  if (arch.starts_with("gemma3")) return 6;
+  return 0;  // Mistral and the rest: every layer
+}
+
+// HF `layer_types`: one "sliding_attention" or "full_attention" per layer. Any other kind (chunked,
+// linear, ...) is an error: guessing its cache size would make kv-size's figures wrong silently.
+Result<std::vector<bool>> HfLayerTypes(const nlohmann::json& types, uint32_t n_layers) {
+  auto fail = [](const std::string& what) {
+    return MakeError(ErrorCode::kInvalidArgument, "config.json: layer_types" + what);
+  };
+  if (!types.is_array() || types.size() != n_layers) {
+    return fail(" must be a list of num_hidden_layers (" + std::to_string(n_layers) + ") strings");
+  }
+  std::vector<bool> sliding;
+  for (size_t i = 0; i < types.size(); ++i) {
+    const std::string kind = types[i].is_string() ? types[i].get<std::string>() : types[i].dump();
+    if (kind != "sliding_attention" && kind != "full_attention") {
+      return fail("[" + std::to_string(i) + "] is '" + kind +
+                  "'; kv-size knows sliding_attention and full_attention");
+    }
+    sliding.push_back(kind == "sliding_attention");
+  }
+  return sliding;
+}
+
+// The sliding-window fields of an HF config (model_config.h lists the precedence).
+Status ReadHfSlidingWindow(const nlohmann::json& doc, ModelConfig& c) {
+  auto window = JsonU32(doc, "sliding_window");
+  if (!window) return std::unexpected(window.error());
+  const auto use = doc.find("use_sliding_window");
+  const bool use_set = use != doc.end() && use->is_boolean();
+  if (use_set && !use->get<bool>()) return {};  // Qwen: the field is there, the window is not used
+  const auto types = doc.find("layer_types");
+  const bool has_types = types != doc.end() && !types->is_null();
+  if (!window->value_or(0)) {
+    if (has_types) {
+      auto t = HfLayerTypes(*types, c.n_layers);
+      if (!t) return std::unexpected(t.error());
+      if (std::find(t->begin(), t->end(), true) != t->end()) {
+        return MakeError(ErrorCode::kInvalidArgument,
+                         "config.json: layer_types has sliding_attention layers but "
+                         "sliding_window is missing");
+      }
+    }
+    return {};
+  }
+  if (has_types) {
+    auto t = HfLayerTypes(*types, c.n_layers);
+    if (!t) return std::unexpected(t.error());
+    SetSliding(c, **window, std::move(*t));
+    return {};
+  }
+  auto pattern = JsonU32(doc, "sliding_window_pattern");
+  if (!pattern) return std::unexpected(pattern.error());
+  auto max_window_layers = JsonU32(doc, "max_window_layers");
+  if (!max_window_layers) return std::unexpected(max_window_layers.error());
+  std::vector<bool> layers;
+  if (*pattern) {
+    layers = SlidingLayersEvery(c.n_layers, **pattern);
+  } else if (use_set && *max_window_layers) {
+    for (uint32_t i = 0; i < c.n_layers; ++i) layers.push_back(i >= **max_window_layers);
+  } else {
+    layers = SlidingLayersEvery(c.n_layers, DefaultSlidingPeriod(c.architecture));
+  }
+  SetSliding(c, **window, std::move(layers));
+  return {};
+}
+
+// The sliding-window keys of a GGUF (model_config.h). Errors are messages for the caller's
+// "PATH: " prefix.
+Status ReadGgufSlidingWindow(const GgufFile& file, const std::string& prefix, ModelConfig& c) {
+  const std::string window_key = prefix + "attention.sliding_window";
+  const std::string pattern_key = prefix + "attention.sliding_window_pattern";
+  if (file.Find(window_key) == nullptr) return {};
+  const auto window = file.GetInt(window_key);
+  if (!window || *window < 0 || *window > UINT32_MAX) {
+    return MakeError(ErrorCode::kCorruptData, window_key + " is not a 32-bit count");
+  }
+  std::vector<bool> layers;
+  if (const GgufArray* per_layer = file.GetArray(pattern_key)) {
+    if (per_layer->size() != c.n_layers) {
+      return MakeError(ErrorCode::kCorruptData, pattern_key + " needs one entry per layer");
+    }
+    for (const GgufValue& v : *per_layer) {
+      const bool* b = std::get_if<bool>(&v.v);
+      if (b == nullptr) return MakeError(ErrorCode::kCorruptData, pattern_key + " is not bools");
+      layers.push_back(*b);
+    }
+  } else if (const auto period = file.GetInt(pattern_key)) {
+    if (*period < 0 || *period > UINT32_MAX) {
+      return MakeError(ErrorCode::kCorruptData, pattern_key + " is out of range");
+    }
+    layers = SlidingLayersEvery(c.n_layers, static_cast<uint32_t>(*period));
+  } else if (file.Find(pattern_key) != nullptr) {
+    return MakeError(ErrorCode::kCorruptData, pattern_key + " is neither bools nor a period");
+  } else {
+    layers = SlidingLayersEvery(c.n_layers, DefaultSlidingPeriod(c.architecture));
+  }
+  SetSliding(c, static_cast<uint32_t>(*window), std::move(layers));
+  return {};
+}
+
 }  // namespace
+
+uint32_t ModelConfig::n_sliding_layers() const {
+  return static_cast<uint32_t>(std::count(sliding_layers.begin(), sliding_layers.end(), true));
+}
+
+std::vector<bool> SlidingLayersEvery(uint32_t n_layers, uint32_t period) {
+  std::vector<bool> layers(n_layers, true);
+  if (period == 0) return layers;
+  for (uint32_t i = 0; i < n_layers; ++i) layers[i] = (i + 1) % period != 0;
+  return layers;
+}
 
 Status ValidateModelConfig(const ModelConfig& c) {
   auto bad = [](std::string_view what) {
@@ -71,6 +200,12 @@ Status ValidateModelConfig(const ModelConfig& c) {
   if (c.hidden == 0) return bad("hidden size is 0");
   if (c.n_heads == 0) return bad("head count is 0");
   if (c.vocab_size == 0) return bad("vocabulary size is 0");
+  if (c.sliding_window > 0 && c.sliding_layers.size() != c.n_layers) {
+    return bad("sliding_layers needs one entry per layer");
+  }
+  if (c.sliding_window == 0 && c.n_sliding_layers() > 0) {
+    return bad("sliding layers without a window");
+  }
   if (c.uses_mla()) {
     if (c.qk_rope_head_dim == 0) return bad("MLA without qk_rope_head_dim");
     return {};
@@ -139,6 +274,7 @@ Result<ModelConfig> ModelConfigFromGguf(const GgufFile& file) {
   c.rope_freq_base = file.GetFloat(p + "rope.freq_base").value_or(10000.0);
   c.rms_norm_eps = file.GetFloat(p + "attention.layer_norm_rms_epsilon").value_or(1e-5);
   c.tied_embeddings = file.FindTensor("output.weight") == nullptr;
+  if (auto sw = ReadGgufSlidingWindow(file, p, c); !sw) return fail(sw.error().message);
   if (auto st = ValidateModelConfig(c); !st) return fail(st.error().message);
   return c;
 }
@@ -208,6 +344,7 @@ Result<ModelConfig> ModelConfigFromHfJson(std::string_view json_text) {
   if (const auto it = doc.find("tie_word_embeddings"); it != doc.end() && it->is_boolean()) {
     c.tied_embeddings = it->get<bool>();
   }
+  if (auto sw = ReadHfSlidingWindow(doc, c); !sw) return std::unexpected(sw.error());
   if (auto st = ValidateModelConfig(c); !st) {
     return MakeError(ErrorCode::kInvalidArgument, "config.json: " + st.error().message);
   }

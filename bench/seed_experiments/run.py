@@ -56,13 +56,16 @@ def offload_ttft(bench, threads, tokens, reps, tmp):
 
 def kv_size(kvgate, dtype, context, pool_bytes):
     """`kvgate kv-size` for the bundled model: (bytes per token, whole sessions in pool_bytes)."""
+    # Utilization 1: the pool is all of pool_bytes (kv-size's default keeps vLLM's 10% back).
     cmd = [kvgate, "kv-size", "--gguf", MODEL, "--dtype", dtype, "--context", str(context),
-           "--gpu-mem-gib", repr(pool_bytes / 2**30), "--weights-gib", "0"]
+           "--gpu-mem-gib", repr(pool_bytes / 2**30), "--weights-gib", "0",
+           "--gpu-memory-utilization", "1"]
     lines = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.splitlines()
-    # The model name has spaces; the numeric columns are counted from the right:
-    # ... dtype B/token context GiB/session weights_GiB sessions
-    cols = lines[1].split()
-    return int(cols[-5]), int(cols[-1])
+    # The model name has spaces; the numeric columns are counted from the right. Under the first
+    # "model" header: ... B/token context GiB/session GB/session; under the second (capacity):
+    # ... weights_GiB weights_GB kv_pool_GiB kv_pool_GB sessions
+    headers = [i for i, line in enumerate(lines) if line.startswith("model ")]
+    return int(lines[headers[0] + 1].split()[-4]), int(lines[headers[1] + 1].split()[-1])
 
 
 def main():

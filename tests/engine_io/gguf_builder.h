@@ -79,6 +79,12 @@ struct GgufBuilder {
     for (int32_t x : v) w.I32(x);
     return Kv(key, 9, w);
   }
+  GgufBuilder& KvBoolArray(std::string_view key, const std::vector<bool>& v) {
+    ByteWriter w;
+    w.U32(7).U64(v.size());
+    for (bool x : v) w.U8(x ? 1 : 0);
+    return Kv(key, 9, w);
+  }
   // n_bytes is computed by the caller (it is what the file claims, not checked here).
   GgufBuilder& Tensor(std::string name, std::vector<uint64_t> dims, uint32_t type, uint64_t n_bytes,
                       int64_t offset = -1) {

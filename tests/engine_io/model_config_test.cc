@@ -191,6 +191,179 @@ TEST(ModelConfigTest, FromHfConfigFile) {
   EXPECT_EQ(c->n_layers, 80u);
 }
 
+// The geometry of a sliding-window HF config; `extra` adds or overrides fields.
+std::string SlidingJson(std::string_view model_type, int layers, std::string_view extra) {
+  return std::string(R"({"model_type": ")") + std::string(model_type) +
+         R"(", "num_hidden_layers": )" + std::to_string(layers) +
+         R"(, "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "head_dim": 64, "vocab_size": 100, "max_position_embeddings": 8192)" +
+         std::string(extra) + "}";
+}
+
+std::vector<bool> Pattern(std::string_view marks) {  // "s" sliding, "f" full
+  std::vector<bool> v;
+  for (char m : marks) v.push_back(m == 's');
+  return v;
+}
+
+ModelConfig FromJson(const std::string& json) {
+  auto c = ModelConfigFromHfJson(json);
+  EXPECT_TRUE(c.has_value()) << json << "\n" << (c ? "" : c.error().message);
+  return c.value_or(ModelConfig{});
+}
+
+TEST(ModelConfigSlidingTest, LayersEveryPeriod) {
+  EXPECT_EQ(SlidingLayersEvery(4, 0), Pattern("ssss"));            // Mistral: every layer
+  EXPECT_EQ(SlidingLayersEvery(5, 2), Pattern("sfsfs"));           // Gemma 2: local first
+  EXPECT_EQ(SlidingLayersEvery(13, 6), Pattern("sssssfsssssfs"));  // Gemma 3: 5 local, 1 global
+  EXPECT_EQ(SlidingLayersEvery(3, 1), Pattern("fff"));
+}
+
+// Mistral 7B v0.1's config.json fields that size its cache: every layer slides over 4096 tokens.
+TEST(ModelConfigSlidingTest, MistralSlidesEveryLayer) {
+  const ModelConfig c = FromJson(R"({"model_type": "mistral", "num_hidden_layers": 32,
+      "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+      "num_key_value_heads": 8, "vocab_size": 32000, "max_position_embeddings": 32768,
+      "sliding_window": 4096, "rope_theta": 10000.0})");
+  EXPECT_EQ(c.sliding_window, 4096u);
+  EXPECT_EQ(c.n_sliding_layers(), 32u);
+  // Later Mistral configs say "sliding_window": null: full attention.
+  const ModelConfig v3 = FromJson(SlidingJson("mistral", 4, R"(, "sliding_window": null)"));
+  EXPECT_EQ(v3.sliding_window, 0u);
+  EXPECT_TRUE(v3.sliding_layers.empty());
+}
+
+TEST(ModelConfigSlidingTest, GemmaPatterns) {
+  // Gemma 2 (9B: 42 layers) has no pattern field: it alternates, local first.
+  const ModelConfig g2 = FromJson(SlidingJson("gemma2", 42, R"(, "sliding_window": 4096)"));
+  EXPECT_EQ(g2.n_sliding_layers(), 21u);
+  EXPECT_TRUE(g2.sliding_layers[0]);
+  EXPECT_FALSE(g2.sliding_layers[1]);
+  // Gemma 3 (27B: 62 layers), nested in text_config: 5 local then 1 global, by default or by
+  // sliding_window_pattern.
+  const std::string g3 = R"({"model_type": "gemma3", "text_config": )" +
+                         SlidingJson("gemma3_text", 62, R"(, "sliding_window": 1024)") + "}";
+  const ModelConfig c3 = FromJson(g3);
+  EXPECT_EQ(c3.sliding_window, 1024u);
+  EXPECT_EQ(c3.n_sliding_layers(), 52u);  // 62 - 10 global layers (5, 11, ..., 59)
+  EXPECT_FALSE(c3.sliding_layers[5]);
+  EXPECT_TRUE(c3.sliding_layers[61]);
+  const ModelConfig p4 = FromJson(
+      SlidingJson("gemma3_text", 8, R"(, "sliding_window": 512, "sliding_window_pattern": 4)"));
+  EXPECT_EQ(p4.sliding_layers, Pattern("sssfsssf"));
+}
+
+// layer_types is the most precise source: it wins over sliding_window_pattern.
+TEST(ModelConfigSlidingTest, LayerTypesWin) {
+  const ModelConfig c = FromJson(SlidingJson("gemma3_text", 4, R"(, "sliding_window": 512,
+      "sliding_window_pattern": 6, "layer_types": ["sliding_attention", "full_attention",
+      "full_attention", "sliding_attention"])"));
+  EXPECT_EQ(c.sliding_layers, Pattern("sffs"));
+  // All full: no window at all.
+  const ModelConfig full = FromJson(SlidingJson("gpt", 2, R"(, "sliding_window": 128,
+      "layer_types": ["full_attention", "full_attention"])"));
+  EXPECT_EQ(full.sliding_window, 0u);
+}
+
+// Qwen configs carry a sliding_window they do not use (use_sliding_window: false); with it on,
+// layers from max_window_layers on slide.
+TEST(ModelConfigSlidingTest, QwenUseSlidingWindow) {
+  const ModelConfig off = FromJson(SlidingJson(
+      "qwen2", 4,
+      R"(, "sliding_window": 131072, "use_sliding_window": false, "max_window_layers": 2)"));
+  EXPECT_EQ(off.sliding_window, 0u);
+  const ModelConfig on = FromJson(SlidingJson(
+      "qwen2", 4,
+      R"(, "sliding_window": 4096, "use_sliding_window": true, "max_window_layers": 2)"));
+  EXPECT_EQ(on.sliding_layers, Pattern("ffss"));
+}
+
+TEST(ModelConfigSlidingTest, HfErrors) {
+  auto error = [](const std::string& json) {
+    auto c = ModelConfigFromHfJson(json);
+    EXPECT_FALSE(c.has_value()) << json;
+    return c ? std::string() : c.error().message;
+  };
+  EXPECT_NE(error(SlidingJson("x", 2, R"(, "sliding_window": 64,
+                "layer_types": ["full_attention"])"))
+                .find("layer_types must be a list of num_hidden_layers (2) strings"),
+            std::string::npos);
+  EXPECT_NE(error(SlidingJson("x", 2, R"(, "sliding_window": 64,
+                "layer_types": ["full_attention", "chunked_attention"])"))
+                .find("layer_types[1] is 'chunked_attention'"),
+            std::string::npos);
+  EXPECT_NE(error(SlidingJson("x", 1, R"(, "layer_types": ["sliding_attention"])"))
+                .find("sliding_window is missing"),
+            std::string::npos);
+  EXPECT_NE(error(SlidingJson("x", 1, R"(, "sliding_window": -4)")).find("sliding_window must be"),
+            std::string::npos);
+}
+
+Result<ModelConfig> FromGguf(const testing::GgufBuilder& b) {
+  const auto bytes = b.Build();
+  auto f = GgufFile::FromBytes(bytes, "s.gguf");
+  if (!f) return std::unexpected(f.error());
+  return ModelConfigFromGguf(**f);
+}
+
+testing::GgufBuilder SlidingGguf(const std::string& arch, uint32_t layers) {
+  testing::GgufBuilder b;
+  b.KvStr("general.architecture", arch)
+      .KvU32(arch + ".block_count", layers)
+      .KvU32(arch + ".embedding_length", 256)
+      .KvU32(arch + ".attention.head_count", 4)
+      .KvStrArray("tokenizer.ggml.tokens", {"a", "b"});
+  return b;
+}
+
+TEST(ModelConfigSlidingTest, FromGguf) {
+  auto b = SlidingGguf("gemma3", 12);
+  b.KvU32("gemma3.attention.sliding_window", 1024);
+  auto g3 = FromGguf(b);
+  ASSERT_TRUE(g3.has_value()) << g3.error().message;
+  EXPECT_EQ(g3->sliding_window, 1024u);
+  EXPECT_EQ(g3->sliding_layers, Pattern("sssssfsssssf"));
+
+  b = SlidingGguf("gemma2", 4);
+  b.KvU32("gemma2.attention.sliding_window", 4096);
+  EXPECT_EQ(FromGguf(b)->sliding_layers, Pattern("sfsf"));
+
+  b = SlidingGguf("llama", 3);  // a Mistral converted as llama
+  b.KvU32("llama.attention.sliding_window", 4096);
+  EXPECT_EQ(FromGguf(b)->sliding_layers, Pattern("sss"));
+
+  b = SlidingGguf("gemma4", 3);  // a per-layer pattern in the file wins
+  b.KvU32("gemma4.attention.sliding_window", 512)
+      .KvBoolArray("gemma4.attention.sliding_window_pattern", {true, false, true});
+  EXPECT_EQ(FromGguf(b)->sliding_layers, Pattern("sfs"));
+
+  b = SlidingGguf("x", 4);  // or a period
+  b.KvU32("x.attention.sliding_window", 512).KvU32("x.attention.sliding_window_pattern", 2);
+  EXPECT_EQ(FromGguf(b)->sliding_layers, Pattern("sfsf"));
+
+  b = SlidingGguf("x", 4);  // no window key: full attention, whatever the pattern
+  b.KvU32("x.attention.sliding_window_pattern", 2);
+  EXPECT_EQ(FromGguf(b)->sliding_window, 0u);
+
+  b = SlidingGguf("x", 4);
+  b.KvU32("x.attention.sliding_window", 512)
+      .KvBoolArray("x.attention.sliding_window_pattern", {true, false});
+  auto bad = FromGguf(b);
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_EQ(bad.error().message,
+            "s.gguf: x.attention.sliding_window_pattern needs one entry per layer");
+}
+
+TEST(ModelConfigSlidingTest, Validation) {
+  ModelConfig c = *FindBuiltinModelConfig("qwen3-8b");
+  c.sliding_window = 4096;
+  EXPECT_FALSE(ValidateModelConfig(c).has_value());  // no per-layer marks
+  c.sliding_layers = SlidingLayersEvery(c.n_layers, 0);
+  EXPECT_TRUE(ValidateModelConfig(c).has_value());
+  c.sliding_window = 0;
+  EXPECT_FALSE(ValidateModelConfig(c).has_value());  // marks without a window
+}
+
 TEST(ModelConfigTest, BuiltinTableIsValidAndComplete) {
   const auto all = BuiltinModelConfigs();
   std::vector<std::string> names;

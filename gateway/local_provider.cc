@@ -22,6 +22,7 @@
 #include "common/json_text.h"
 #include "common/thread_name.h"
 #include "gateway/engine_metrics.h"
+#include "gateway/local_answer.h"
 #include "gateway/local_response.h"
 #include "gateway/local_tools.h"
 #include "gateway/request_log.h"
@@ -38,16 +39,6 @@ using nlohmann::ordered_json;
 namespace asio = boost::asio;
 
 
-// One event as the coroutine sees it (TokenEvent's text is a view valid only in the callback).
-struct Event {
-  std::string text;
-  bool finished = false;
-  engine::FinishReason reason = engine::FinishReason::kNone;
-  engine::Usage usage;
-  std::string error;
-  std::optional<engine::TokenLogprobs> logprobs;
-};
-
 // Engine thread -> request coroutine. Shared by the callback and the coroutine.
 struct Channel {
   explicit Channel(asio::any_io_executor executor) : executor(executor), wakeup(executor) {
@@ -56,7 +47,7 @@ struct Channel {
   asio::any_io_executor executor;
   asio::steady_timer wakeup;  // used on `executor` only
   std::mutex mu;
-  std::deque<Event> events;   // GUARDED_BY(mu)
+  std::deque<EngineEvent> events;   // GUARDED_BY(mu)
 };
 
 // One engine and the thread that steps it.
@@ -128,6 +119,8 @@ class EngineHost {
                 {"cache_written_blocks", c.blocks.written_blocks},
                 {"evictions", c.blocks.evictions},
                 {"preemptions", c.preemptions},
+                {"forks", c.blocks.forks},
+                {"fork_copies", c.blocks.fork_copies},
                 {"aborted_steps", c.aborted_steps},
                 {"requests_total", requests_total_.load()},
                 {"prompt_tokens_total", prompt_tokens_.load()},
@@ -250,6 +243,20 @@ std::expected<std::shared_ptr<const engine::JsonGrammar>, FieldError> GrammarFro
   return *grammar;
 }
 
+// n (OpenAI's choices): 1 when absent or null; otherwise an integer from 1 to `max` (the engine's
+// bound: every choice is a running sequence).
+std::expected<int32_t, FieldError> ChoicesFrom(const json& body, int32_t max) {
+  auto it = body.find("n");
+  if (it == body.end() || it->is_null()) return 1;
+  if (!it->is_number_integer() || it->get<int64_t>() < 1 || it->get<int64_t>() > max) {
+    return std::unexpected(FieldError{
+        "n", "n must be an integer between 1 and " + std::to_string(max) +
+                 " on this engine (each choice is a running sequence: max_running)",
+        "invalid_request"});
+  }
+  return static_cast<int32_t>(it->get<int64_t>());
+}
+
 // logprobs / top_logprobs (chat) or logprobs: N (completions), taken out of `body` so that the
 // checks for features the engine lacks do not see them: SamplingParams::logprobs (-1: none).
 std::expected<int32_t, FieldError> LogprobsFrom(json& body, bool chat) {
@@ -340,9 +347,6 @@ Result<engine::SamplingParams> SamplingFrom(const json& body) {
   auto seed = integer("seed");
   if (!seed) return std::unexpected(seed.error());
   if (*seed) p.seed = static_cast<uint64_t>(**seed);
-  if (auto n = integer("n"); !n || (*n && **n != 1)) {
-    return MakeError(ErrorCode::kInvalidArgument, "the built-in engine supports only n = 1");
-  }
   if (auto stop = body.find("stop"); stop != body.end() && !stop->is_null()) {
     if (stop->is_string()) {
       p.stop.push_back(stop->get<std::string>());
@@ -526,6 +530,8 @@ asio::awaitable<AttemptResult> LocalEnginesImpl::Attempt(const InferenceCall& ca
   }
   auto logprobs = LogprobsFrom(body, chat);
   if (!logprobs) co_return bad_field(logprobs.error());
+  auto choices = ChoicesFrom(body, host.engine().max_choices());
+  if (!choices) co_return bad_field(choices.error());
   auto sampling = SamplingFrom(body);
   if (!sampling) {
     co_return Refused(400, sampling.error().message, "invalid_request_error", "invalid_request",
@@ -569,14 +575,15 @@ asio::awaitable<AttemptResult> LocalEnginesImpl::Attempt(const InferenceCall& ca
         if (!channel) return;  // the request's coroutine is gone
         {
           std::lock_guard lock(channel->mu);
-          channel->events.push_back(Event{std::string(e.text), e.finished, e.finish_reason,
-                                          e.usage, e.error,
-                                          e.logprobs ? std::optional(*e.logprobs) : std::nullopt});
+          channel->events.push_back(
+              EngineEvent{e.choice, std::string(e.text), e.finished, e.finish_reason, e.usage,
+                          e.error, e.logprobs ? std::optional(*e.logprobs) : std::nullopt});
         }
         asio::post(channel->executor, [weak] {
           if (auto alive = weak.lock()) alive->wakeup.cancel();
         });
-      }};
+      },
+      .n = *choices};
   auto id = host.Add(std::move(request));
   if (!id) {
     co_return Refused(400, id.error().message, "invalid_request_error", "invalid_request",
@@ -610,13 +617,12 @@ asio::awaitable<AttemptResult> LocalEnginesImpl::Attempt(const InferenceCall& ca
   AttemptResult answered;
   answered.answered = true;
   const bool streaming = plan.options.stream;
+  EngineAnswer answer(head, *choices, tools->active(), request_logprobs, host.engine().tokenizer());
   if (streaming) {
     const bool began = co_await client.BeginStream();
     if (!began) co_return answered;  // recorded: the client went away
     if (chat) {
-      // (With tools, as OpenAI: content null until the model writes text.)
-      json role = {{"role", "assistant"}, {"content", tools->active() ? json() : json("")}};
-      const bool wrote = co_await client.Write(Chunk(head, role, nullptr));
+      const bool wrote = co_await client.Write(answer.OpeningChunks());
       if (!wrote) co_return answered;
     }
   }
@@ -633,23 +639,14 @@ asio::awaitable<AttemptResult> LocalEnginesImpl::Attempt(const InferenceCall& ca
     ~StopWatch() { client.WatchClientGone(nullptr); }
   } stop_watch{client};
 
-  std::string text;
-  // Tools: the output is the tool-call object, turned into content and tool_calls deltas.
-  std::optional<ToolCallAssembler> tool_out;
-  if (tools->active()) tool_out.emplace();
-  std::optional<LogprobsBuilder> logprobs_out;
-  if (request_logprobs >= 0) logprobs_out.emplace(chat, host.engine().tokenizer());
-  auto take_logprobs = [&]() -> json { return logprobs_out ? logprobs_out->Take() : json(); };
-  Event last;
-  bool finished = false;
-  while (!finished) {
+  while (!answer.finished()) {
     if (client_left) {
       client.RecordClientLeft(streaming ? "the client closed the connection mid-stream"
                                         : "the client closed the connection before the response "
                                           "was ready");
       co_return answered;  // the guard cancels the engine request
     }
-    std::deque<Event> batch;
+    std::deque<EngineEvent> batch;
     {
       std::lock_guard lock(channel->mu);
       batch.swap(channel->events);
@@ -660,45 +657,24 @@ asio::awaitable<AttemptResult> LocalEnginesImpl::Attempt(const InferenceCall& ca
       continue;
     }
     std::string out;
-    for (Event& e : batch) {
-      guard.seen = e.usage;
-      if (e.logprobs && logprobs_out) logprobs_out->Add(*e.logprobs);
-      if (!e.text.empty()) {
-        log.MarkFirstToken();
-        if (tool_out) {
-          // A token's logprobs go with the first chunk that follows it.
-          for (const json& delta : tool_out->Push(e.text)) {
-            if (streaming) out += Chunk(head, delta, nullptr, take_logprobs());
-          }
-        } else if (streaming) {
-          json delta = chat ? json{{"content", e.text}} : json(e.text);
-          out += Chunk(head, delta, nullptr, take_logprobs());
-        } else {
-          text += e.text;
-        }
-      }
-      if (e.finished) {
-        finished = true;
-        last = std::move(e);
-        break;
-      }
+    for (EngineEvent& e : batch) {
+      if (!e.text.empty()) log.MarkFirstToken();
+      out += answer.Add(std::move(e), streaming);
     }
+    guard.seen = answer.usage();
     if (streaming && !out.empty()) {
       const bool wrote = co_await client.Write(out);
       if (!wrote) co_return answered;  // the guard cancels the engine request
     }
   }
   guard.done = true;
-  host.CountFinished(last.usage);
-  rec.usage = telemetry::NormalizeUsage(telemetry::UsageFlavor::kKvgateEngine,
-                                        UsageJson(last.usage));
-  rec.finish_reason = last.reason == engine::FinishReason::kError ? "error"
-                                                                   : FinishReasonFor(last.reason);
-  if (tool_out && tool_out->has_calls() && rec.finish_reason == "stop") {
-    rec.finish_reason = "tool_calls";
-  }
-  if (last.reason == engine::FinishReason::kError) {
-    std::string message = "the built-in engine failed: " + last.error;
+  const engine::Usage usage = answer.usage();
+  host.CountFinished(usage);
+  rec.usage = telemetry::NormalizeUsage(telemetry::UsageFlavor::kKvgateEngine, UsageJson(usage));
+  rec.finish_reason = answer.FinishReason(0);
+  if (!answer.error().empty()) {
+    rec.finish_reason = "error";
+    std::string message = "the built-in engine failed: " + answer.error();
     if (!streaming) {  // nothing was sent: another target may still answer
       co_return Refused(500, std::move(message), "server_error", "engine_error", Failure::kStatus);
     }
@@ -709,19 +685,14 @@ asio::awaitable<AttemptResult> LocalEnginesImpl::Attempt(const InferenceCall& ca
     co_return answered;
   }
   if (streaming) {
-    std::string tail =
-        Chunk(head, chat ? json::object() : json(""), rec.finish_reason, take_logprobs());
-    if (call.client_wants_usage) tail += UsageChunk(head, last.usage);
+    std::string tail = answer.ClosingChunks();
+    if (call.client_wants_usage) tail += UsageChunk(head, usage);
     tail += "data: [DONE]\n\n";
     client.Checkpoint();  // the tail completes the answer: journal it first
     const bool wrote = co_await client.Write(tail);
     if (wrote) co_await client.EndStream();
   } else {
-    json message = tool_out ? tool_out->Message()
-                   : chat   ? json{{"role", "assistant"}, {"content", text}}
-                            : json(text);
-    co_await client.SendAnswer(
-        FullResponse(head, message, rec.finish_reason, last.usage, take_logprobs()));
+    co_await client.SendAnswer(answer.Whole());
   }
   co_return answered;
 }

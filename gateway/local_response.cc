@@ -27,9 +27,9 @@ json ResponseHead::Base(const char* chat_object) const {
 }
 
 std::string Chunk(const ResponseHead& head, const json& delta_or_text, const json& finish_reason,
-                  const json& logprobs) {
+                  const json& logprobs, int32_t index) {
   json chunk = head.Base("chat.completion.chunk");
-  chunk["choices"] = json::array({{{"index", 0}, {head.chat() ? "delta" : "text", delta_or_text},
+  chunk["choices"] = json::array({{{"index", index}, {head.chat() ? "delta" : "text", delta_or_text},
                                    {"logprobs", logprobs}, {"finish_reason", finish_reason}}});
   return "data: " + JsonText(chunk) + "\n\n";
 }
@@ -41,13 +41,9 @@ std::string UsageChunk(const ResponseHead& head, const engine::Usage& usage) {
   return "data: " + JsonText(chunk) + "\n\n";
 }
 
-std::string FullResponse(const ResponseHead& head, const json& message,
-                         const std::string& finish_reason, const engine::Usage& usage,
-                         const json& logprobs) {
-  json choice = {{"index", 0}, {"logprobs", logprobs}, {"finish_reason", finish_reason}};
-  choice[head.chat() ? "message" : "text"] = message;
+std::string FullResponse(const ResponseHead& head, json choices, const engine::Usage& usage) {
   json answer = head.Base("chat.completion");
-  answer["choices"] = json::array({choice});
+  answer["choices"] = std::move(choices);
   answer["usage"] = UsageJson(usage);
   return JsonText(answer);
 }

@@ -32,15 +32,16 @@ struct ResponseHead {
   nlohmann::json Base(const char* chat_object) const;
 };
 
-// One SSE event: a chat delta (or a completion's text), the finish reason (null until the last),
-// the logprobs of the tokens it carries (null: none).
+// One SSE event of choice `index`: a chat delta (or a completion's text), the finish reason (null
+// until the last), the logprobs of the tokens it carries (null: none).
 std::string Chunk(const ResponseHead& head, const nlohmann::json& delta_or_text,
-                  const nlohmann::json& finish_reason, const nlohmann::json& logprobs = nullptr);
+                  const nlohmann::json& finish_reason, const nlohmann::json& logprobs = nullptr,
+                  int32_t index = 0);
 std::string UsageChunk(const ResponseHead& head, const engine::Usage& usage);
-// The whole answer: `message` is the chat message object, or the completion's text.
-std::string FullResponse(const ResponseHead& head, const nlohmann::json& message,
-                         const std::string& finish_reason, const engine::Usage& usage,
-                         const nlohmann::json& logprobs = nullptr);
+// The whole answer: `choices` are OpenAI's choice objects ({index, message or text, logprobs,
+// finish_reason}).
+std::string FullResponse(const ResponseHead& head, nlohmann::json choices,
+                         const engine::Usage& usage);
 
 // Collects the engine's per-token logprobs into OpenAI's shape: for chat
 // {"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}],

@@ -152,6 +152,35 @@ int BlockManager::Register(std::span<const int32_t> tokens, int full, SequenceBl
   return registered;
 }
 
+bool BlockManager::CanFork(const SequenceBlocks& parent, int num_tokens) const {
+  const bool partial = num_tokens % kBlockSize != 0;
+  return static_cast<int64_t>(parent.block_ids.size()) * kBlockSize >= num_tokens &&
+         (!partial || num_free_ > 0);
+}
+
+BlockCopy BlockManager::Fork(const SequenceBlocks& parent, int num_tokens, SequenceBlocks& child) {
+  assert(child.block_ids.empty() && CanFork(parent, num_tokens));
+  const int full = num_tokens / kBlockSize;
+  child.salt = parent.salt;
+  for (int i = 0; i < full; ++i) {
+    const int32_t id = parent.block_ids[static_cast<size_t>(i)];
+    ++blocks_[static_cast<size_t>(id)].ref_count;
+    child.block_ids.push_back(id);
+  }
+  // hashes holds one entry per registered block (Register's invariant).
+  const int registered = std::min(parent.num_registered_blocks, full);
+  child.hashes.assign(parent.hashes.begin(), parent.hashes.begin() + registered);
+  child.num_registered_blocks = registered;
+  child.num_cached_tokens = parent.num_cached_tokens;
+  ++stats_.forks;
+  if (num_tokens % kBlockSize == 0) return {};
+  const int32_t copy = PopFree();
+  blocks_[static_cast<size_t>(copy)].ref_count = 1;
+  child.block_ids.push_back(copy);
+  ++stats_.fork_copies;
+  return {parent.block_ids[static_cast<size_t>(full)], copy};
+}
+
 void BlockManager::Free(SequenceBlocks& seq) {
   // Tail first: the sequence's last blocks reach the free queue first, so they are evicted
   // before its beginning, which other requests are likelier to share.

@@ -29,6 +29,12 @@ struct SequenceBlocks {
   uint64_t salt = 0;                // cache salt (0 = none): separates tenants' caches
 };
 
+// A block whose K/V the caller must copy (src -> dst) before dst is used; -1s: none.
+struct BlockCopy {
+  int32_t src = -1;
+  int32_t dst = -1;
+};
+
 struct BlockManagerStats {
   int64_t num_blocks = 0;
   int64_t used_blocks = 0;          // refcount > 0
@@ -37,6 +43,8 @@ struct BlockManagerStats {
   uint64_t hit_tokens = 0;          // of those, found in the cache (vLLM's hits)
   uint64_t evictions = 0;           // hashed blocks whose content was dropped for reuse
   uint64_t written_blocks = 0;      // full blocks newly registered in the cache
+  uint64_t forks = 0;               // sequences forked from another's blocks (n > 1)
+  uint64_t fork_copies = 0;         // of those, partial last blocks copied on write
 };
 
 // Told about every hashed block the pool evicts, before the block is handed to its new owner:
@@ -94,6 +102,16 @@ class BlockManager {
   // Registers the sequence's blocks up to `num_tokens` (block aligned) whose K/V was copied in
   // from the offload tier rather than computed: like CommitComputed, but not counted as written.
   void CommitRestored(std::span<const int32_t> tokens, int num_tokens, SequenceBlocks& seq);
+
+  // Forks (n > 1 choices of one prompt): whether a new sequence can share `parent`'s blocks for
+  // its first `num_tokens` tokens now (a free block, when the last of them is partial).
+  bool CanFork(const SequenceBlocks& parent, int num_tokens) const;
+  // Gives `child` (which must hold no blocks) the blocks of `parent`'s first `num_tokens` tokens:
+  // the full ones are shared (refcount + 1, hashes and registration as the parent's), and a
+  // partial last one is copied on write: both sequences will write their next tokens into it, so
+  // the child gets a fresh block from the free queue, whose K/V the caller copies from the
+  // parent's (the returned pair; none when the last block is full). REQUIRES: CanFork.
+  BlockCopy Fork(const SequenceBlocks& parent, int num_tokens, SequenceBlocks& child);
 
   // Releases the sequence's blocks, tail first. Blocks keep their hashes (lazy eviction).
   void Free(SequenceBlocks& seq);

@@ -168,6 +168,10 @@ Result<uint64_t> Engine::AddRequest(EngineRequest request) {
     if (t < 0 || t >= weights_.dims.vocab) return bad("prompt token id out of range: " + std::to_string(t));
   }
   if (auto s = ValidateSamplingParams(request.sampling); !s) return std::unexpected(s.error());
+  if (request.n < 1 || request.n > max_choices()) {
+    return bad("n must be between 1 and " + std::to_string(max_choices()) +
+               " (at most the engine's max_running)");
+  }
   const int64_t n = static_cast<int64_t>(request.prompt.size());
   if (n >= weights_.dims.context_length) {
     return bad("prompt of " + std::to_string(n) + " tokens does not fit the context length " +
@@ -232,6 +236,7 @@ void Engine::Emit(Sequence& s, int32_t token, std::string_view text, FinishReaso
   TokenEvent ev;
   ev.logprobs = logprobs;
   ev.request_id = s.id;
+  ev.choice = s.choice;
   ev.token_id = token;
   ev.text = text;
   ev.finished = reason != FinishReason::kNone;
@@ -249,7 +254,13 @@ void Engine::Finish(Sequence& s, FinishReason reason, std::string error) {
   ev.finish_reason = reason;
   ev.usage = UsageOf(s);
   ev.error = std::move(error);
-  if (s.on_token) s.on_token(ev);
+  // A request that ends before its prompt was computed never forked its other choices: they end
+  // with it, each with its own final event.
+  for (int32_t choice = s.choice; choice <= s.choice + s.forks; ++choice) {
+    ev.choice = choice;
+    if (s.on_token) s.on_token(ev);
+  }
+  s.forks = 0;
   std::lock_guard lock(inbox_mu_);
   --live_requests_;
 }
@@ -392,7 +403,37 @@ Status Engine::RunForward(std::span<const Chunk> chunks, std::unique_lock<std::m
   return forward;
 }
 
-void Engine::Postprocess(std::span<const Chunk> chunks) {
+void Engine::ForkChoices(Sequence& first, std::span<const float> row,
+                         std::unique_lock<std::mutex>& lock) {
+  const int32_t forks = std::exchange(first.forks, 0);
+  const int num_tokens = static_cast<int>(first.num_computed);
+  std::vector<float> logits;
+  for (int32_t index = 1; index <= forks; ++index) {
+    auto fork = std::make_unique<Sequence>(first, index, *tokenizer_);
+    {
+      std::lock_guard inbox(inbox_mu_);
+      ++live_requests_;
+    }
+    bool shared = false;
+    if (blocks_->CanFork(first.blocks, num_tokens)) {
+      const BlockCopy copy = blocks_->Fork(first.blocks, num_tokens, fork->blocks);
+      if (copy.dst >= 0) RunTierIo(lock, {});  // the copy's block may have held an evicted one
+      shared = copy.dst < 0 || runner_->CopyBlock(copy.src, copy.dst).has_value();
+      if (!shared) blocks_->Free(fork->blocks);
+    }
+    if (!shared) {
+      scheduler_->Requeue(std::move(fork));  // admitted later: its full blocks are prefix hits
+      continue;
+    }
+    fork->num_computed = num_tokens;
+    logits.assign(row.begin(), row.end());
+    if (fork->params.logprobs >= 0) fork->raw_logits = logits;
+    Sequence& s = scheduler_->AddRunning(std::move(fork));
+    OnSampled(s, s.sampler.Sample(logits));
+  }
+}
+
+void Engine::Postprocess(std::span<const Chunk> chunks, std::unique_lock<std::mutex>& lock) {
   const int64_t vocab = weights_.dims.vocab;
   for (size_t i = 0; i < chunks.size(); ++i) {
     Sequence& s = *chunks[i].seq;
@@ -407,6 +448,7 @@ void Engine::Postprocess(std::span<const Chunk> chunks) {
     if (s.num_remaining() == 0) {
       std::span<float> row(logits_.data() + i * vocab, vocab);
       if (s.matcher) ConstrainLogits(s, row);
+      if (s.forks > 0) ForkChoices(s, row, lock);
       if (s.params.logprobs >= 0) s.raw_logits.assign(row.begin(), row.end());
       OnSampled(s, s.sampler.Sample(row));
     }
@@ -421,7 +463,7 @@ Status Engine::Step() {
   if (plan.out_of_room) Finish(*plan.out_of_room, FinishReason::kLength);
   if (!plan.chunks.empty()) {
     if (auto forward = RunForward(plan.chunks, lock); forward) {
-      Postprocess(plan.chunks);
+      Postprocess(plan.chunks, lock);
     } else if (forward.error().code == ErrorCode::kCancelled) {
       ++aborted_steps_;  // the next Step finishes the cancelled requests, replans the others
     } else {

@@ -16,6 +16,13 @@
 // its end) and its batch is recomputed without it, so a client that leaves, or a shutdown
 // (CancelAll), never waits for a long prefill chunk to finish.
 //
+// Choices (n > 1): a request's prompt is computed once by its first sequence; in the step that
+// completes it, before anything is sampled, n - 1 more sequences are forked off that share its
+// blocks, and each samples its first token from the same logits. A fork that cannot get a block
+// for the copy of a partial last block (or whose backend cannot copy blocks: cuda) waits as an
+// ordinary sequence instead and recomputes that block, its full blocks still shared through the
+// prefix cache.
+//
 // Prefix caching (BlockManager): at admission a prompt's leading full 16-token blocks that are in
 // the cache are shared instead of computed; full blocks are registered in the cache once their K/V
 // is written; finished sequences return their blocks tail-first, evicted LRU.
@@ -71,6 +78,8 @@ enum class FinishReason {
 };
 std::string_view FinishReasonName(FinishReason r);  // "stop", "length", "cancelled", "error"
 
+// Of one choice: the prompt fields are the request's (the same in every choice: the prompt is
+// computed once), completion_tokens that choice's own.
 struct Usage {
   int32_t prompt_tokens = 0;
   int32_t cached_tokens = 0;       // prompt tokens reused from the prefix cache (first admission)
@@ -108,6 +117,7 @@ struct CacheStats {
 // with stop strings and end-of-generation tokens removed (possibly empty: bytes held back).
 struct TokenEvent {
   uint64_t request_id = 0;
+  int32_t choice = 0;  // 0 to n - 1 (EngineRequest::n); the request ends with n final events
   int32_t token_id = -1;
   std::string_view text;
   bool finished = false;
@@ -123,7 +133,14 @@ struct EngineRequest {
   std::vector<int32_t> prompt;  // token ids (nothing is added)
   SamplingParams sampling;
   std::function<void(const TokenEvent&)> on_token;
+  // Choices (OpenAI's n), 1 to kMaxChoices and at most max_running: the prompt is computed once,
+  // then forked into n sequences that share its KV blocks (the partial last block copied on
+  // write) and are sampled independently. Each choice reports its own events (TokenEvent::choice)
+  // and its own final one.
+  int32_t n = 1;
 };
+
+inline constexpr int32_t kMaxChoices = 128;  // OpenAI's bound on n
 
 struct EngineOptions {
   std::string model_path;
@@ -193,6 +210,8 @@ class Engine {
   const GgufFile& gguf() const { return *file_; }
   std::string_view backend_name() const { return backend_->Name(); }
   KvDtype kv_cache_dtype() const { return options_.kv_cache_dtype; }
+  // The largest EngineRequest::n this engine takes: kMaxChoices, or max_running when lower.
+  int32_t max_choices() const { return std::min(kMaxChoices, options_.max_running); }
   // Bytes of KV cache per token (values and scales): what `kvgate kv-size` prints for this model.
   int64_t kv_bytes_per_token() const { return runner_->KvBytesPerToken(); }
 
@@ -211,7 +230,11 @@ class Engine {
   Status RunForward(std::span<const Chunk> chunks, std::unique_lock<std::mutex>& lock);
   // After a forward pass: the chunks' tokens count as computed, their full blocks go into the
   // prefix cache, and each sequence whose last token was computed samples its next one.
-  void Postprocess(std::span<const Chunk> chunks);
+  void Postprocess(std::span<const Chunk> chunks, std::unique_lock<std::mutex>& lock);
+  // The first choice's prompt is computed and `row` is the masked logits it samples from: forks
+  // its other choices, each sampling its first token from a copy of `row`. `lock` as RunTierIo's
+  // (a copied block's previous content goes to the tier first).
+  void ForkChoices(Sequence& first, std::span<const float> row, std::unique_lock<std::mutex>& lock);
   void Finish(Sequence& s, FinishReason reason, std::string error = {});
 
   // The offload tier (engine_offload.cc).

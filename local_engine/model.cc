@@ -90,6 +90,12 @@ Status ModelRunner::WriteBlock(int32_t block, std::span<const std::byte> in) {
   return backend_.status();
 }
 
+Status ModelRunner::CopyBlock(int32_t src, int32_t dst) {
+  std::vector<std::byte> bytes(static_cast<size_t>(KvBytesPerBlock()));
+  if (auto s = ReadBlock(src, bytes); !s) return s;
+  return WriteBlock(dst, bytes);
+}
+
 Status ModelRunner::EnsureActivations(int64_t t, int64_t rows_out) {
   const LlamaDims& d = weights_.dims;
   auto alloc = [&](DeviceBuffer& b, int64_t floats) -> Status {

@@ -75,6 +75,9 @@ class ModelRunner {
   // the backend cannot copy into its memory (Backend::CopyFromHost).
   Status ReadBlock(int32_t block, std::span<std::byte> out);
   Status WriteBlock(int32_t block, std::span<const std::byte> in);
+  // Copies block `src`'s K and V of every layer into block `dst` (a fork's copy on write), through
+  // host memory: WriteBlock's errors.
+  Status CopyBlock(int32_t src, int32_t dst);
 
  private:
   ModelRunner(const ModelWeights& weights, Backend& backend, KvCacheConfig config,

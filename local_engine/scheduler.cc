@@ -7,8 +7,9 @@ namespace kvgate::engine {
 std::vector<Admission> Scheduler::Admit(
     const std::function<int(const Sequence&)>& tier_blocks_for) {
   std::vector<Admission> admitted;
-  while (num_running() < config_.max_running && !waiting_.empty()) {
+  while (!waiting_.empty()) {
     Sequence& s = *waiting_.front();
+    if (num_running() + 1 + s.forks > config_.max_running) break;
     if (!blocks_.CanAllocate(s.tokens, s.blocks.salt)) break;
     // The tier's blocks need fresh pool blocks like computed ones: CanAllocate already counts them.
     const int tier_blocks = tier_blocks_for ? tier_blocks_for(s) : 0;
@@ -19,6 +20,11 @@ std::vector<Admission> Scheduler::Admit(
     waiting_.pop_front();
   }
   return admitted;
+}
+
+Sequence& Scheduler::AddRunning(std::unique_ptr<Sequence> s) {
+  running_.push_back(std::move(s));
+  return *running_.back();
 }
 
 void Scheduler::PreemptYoungest() {

@@ -5,8 +5,9 @@
 //   - Two queues: waiting (FCFS; preempted sequences go back to its head) and running (admission
 //     order, at most max_running).
 //   - Admission: the head of the waiting queue is admitted once its whole sequence fits in the
-//     pool, prefix-cache hits included (a hit on a free block takes it out of the free pool); the
-//     rest wait behind it, so a long prompt is not starved by short ones.
+//     pool, prefix-cache hits included (a hit on a free block takes it out of the free pool), and
+//     there are running places for it and the choices it will fork (n > 1); the rest wait behind
+//     it, so a long prompt is not starved by short ones.
 //   - Each step's plan: one decode token for every decoding sequence first, then prefill chunks in
 //     admission order until max_batch_tokens (chunked prefill: a long prompt takes several steps
 //     and never stalls the decodes).
@@ -63,6 +64,12 @@ class Scheduler {
   Scheduler(SchedulerConfig config, BlockManager& blocks) : config_(config), blocks_(blocks) {}
 
   void Enqueue(std::unique_ptr<Sequence> s) { waiting_.push_back(std::move(s)); }
+  // A fork (n > 1) that shares its first choice's blocks and has its prompt computed: it joins
+  // the running sequences (admission reserved its place). Returns it.
+  Sequence& AddRunning(std::unique_ptr<Sequence> s);
+  // A fork that could not share blocks: it waits at the head of the queue, as a preempted
+  // sequence does.
+  void Requeue(std::unique_ptr<Sequence> s) { waiting_.push_front(std::move(s)); }
 
   // Admits waiting sequences while they fit (FCFS). `tier_blocks_for` is called for each one
   // just before its allocation (the offload tier pins what it holds for it there, so that the

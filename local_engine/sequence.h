@@ -37,6 +37,10 @@ struct Sequence {
   std::function<void(const TokenEvent&)> on_token;
   int32_t completion = 0;
   bool finished = false;
+  // n > 1 (EngineRequest::n): this sequence's choice index, and on the first choice (0) how many
+  // others it still has to fork once its prompt is computed (Engine::ForkChoices).
+  int32_t choice = 0;
+  int32_t forks = 0;
 
   Sequence(uint64_t id_, EngineRequest&& r, const Tokenizer& tok)
       : id(id_),
@@ -46,8 +50,35 @@ struct Sequence {
         sampler(params, tokens),
         decoder(std::make_unique<StreamingDecoder>(tok, /*render_special=*/false)),
         stop(params.stop),
-        on_token(std::move(r.on_token)) {
+        on_token(std::move(r.on_token)),
+        forks(r.n - 1) {
     if (params.json_grammar) matcher.emplace(params.json_grammar);
+  }
+
+  // Choice `index` of `first`'s request, forked once its prompt is computed: the same prompt,
+  // sampling parameters (a seed becomes seed + index, so that seeded choices differ and still
+  // repeat), callback and prompt usage; no blocks (BlockManager::Fork shares them) and nothing
+  // generated yet.
+  Sequence(const Sequence& first, int32_t index, const Tokenizer& tok)
+      : id(first.id),
+        tokens(first.tokens.begin(), first.tokens.begin() + first.num_prompt),
+        num_prompt(first.num_prompt),
+        admitted_once(true),
+        cached_tokens(first.cached_tokens),
+        cache_write_tokens(first.cache_write_tokens),
+        cached_offload_tokens(first.cached_offload_tokens),
+        params(WithSeedOffset(first.params, index)),
+        sampler(params, tokens),
+        decoder(std::make_unique<StreamingDecoder>(tok, /*render_special=*/false)),
+        stop(params.stop),
+        on_token(first.on_token),
+        choice(index) {
+    if (params.json_grammar) matcher.emplace(params.json_grammar);
+  }
+
+  static SamplingParams WithSeedOffset(SamplingParams p, int32_t index) {
+    if (p.seed) *p.seed += static_cast<uint64_t>(index);
+    return p;
   }
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }

@@ -195,6 +195,60 @@ TEST(BlockManagerTest, DuplicateComputationRegistersOnce) {
   EXPECT_EQ(bm.LookupCachedTokens(Tokens(20, 0)), 16);
 }
 
+// n > 1: a fork shares the full blocks and gets its own copy of the partial last one; the pool
+// takes every block back once both are freed, and the shared blocks stay cached.
+TEST(BlockManagerTest, ForkSharesFullBlocksAndCopiesThePartialOne) {
+  BlockManager bm(6);
+  auto prompt = Tokens(40, 0);  // blocks 0, 1 full; block 2 holds 8 tokens
+  SequenceBlocks first, fork;
+  bm.Allocate(prompt, first);
+  bm.CommitComputed(prompt, 40, first);
+  ASSERT_TRUE(bm.CanFork(first, 40));
+  const BlockCopy copy = bm.Fork(first, 40, fork);
+  ASSERT_EQ(fork.block_ids.size(), 3u);
+  EXPECT_EQ(fork.block_ids[0], first.block_ids[0]);
+  EXPECT_EQ(fork.block_ids[1], first.block_ids[1]);
+  EXPECT_NE(fork.block_ids[2], first.block_ids[2]);
+  EXPECT_EQ(copy.src, first.block_ids[2]);
+  EXPECT_EQ(copy.dst, fork.block_ids[2]);
+  EXPECT_EQ(fork.num_registered_blocks, 2);
+  EXPECT_EQ(fork.hashes, first.hashes);
+  EXPECT_EQ(bm.num_free_blocks(), 2);  // 3 + 1 of 6
+  // The fork's next full block registers on its own chain.
+  auto longer = prompt;
+  for (int32_t t = 0; t < 8; ++t) longer.push_back(900 + t);
+  bm.Grow(fork, 48);
+  EXPECT_EQ(bm.CommitComputed(longer, 48, fork), 16);
+  bm.Free(first);
+  EXPECT_EQ(bm.num_free_blocks(), 3);  // the shared blocks are still the fork's
+  bm.Free(fork);
+  EXPECT_EQ(bm.num_free_blocks(), 6);
+  EXPECT_EQ(bm.LookupCachedTokens(Tokens(41, 0)), 32);
+  EXPECT_EQ(bm.stats().forks, 1u);
+  EXPECT_EQ(bm.stats().fork_copies, 1u);
+}
+
+TEST(BlockManagerTest, ForkAtABlockBoundaryCopiesNothingAndAFullPoolRefusesACopy) {
+  BlockManager bm(3);
+  auto aligned = Tokens(32, 0);
+  SequenceBlocks first, fork;
+  bm.Allocate(aligned, first);
+  bm.CommitComputed(aligned, 32, first);
+  ASSERT_TRUE(bm.CanFork(first, 32));
+  const BlockCopy copy = bm.Fork(first, 32, fork);
+  EXPECT_EQ(copy.dst, -1);
+  EXPECT_EQ(fork.block_ids, first.block_ids);
+  bm.Free(fork);
+  bm.Free(first);
+
+  auto partial = Tokens(40, 100);  // all 3 blocks: no free block for a copy
+  SequenceBlocks whole;
+  bm.Allocate(partial, whole);
+  EXPECT_FALSE(bm.CanFork(whole, 40));
+  EXPECT_TRUE(bm.CanFork(whole, 32));  // its full blocks alone can be shared
+  bm.Free(whole);
+}
+
 // The seed's eviction experiment on the block manager alone: a pool of ~4.4 sessions' worth of
 // tokens, eight ~1,024-token sessions opened one after another. Afterwards the four newest are
 // fully cached, the three oldest are gone, and the one in between kept its beginning, lost its end.

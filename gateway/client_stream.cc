@@ -1,5 +1,8 @@
 #include "gateway/client_stream.h"
 
+#include <algorithm>
+#include <cctype>
+
 #include "common/json_text.h"
 
 namespace kvgate::gateway {
@@ -14,6 +17,28 @@ std::string MessageOf(const providers::ClientError& error) {
     if (auto m = it->find("message"); m != it->end() && m->is_string()) return m->get<std::string>();
   }
   return "";
+}
+
+// The headers an answer carries: `headers` less any x-ratelimit-* header named twice but for its
+// first occurrence (a limited gateway key's own limits are added before any upstream's, and a
+// client must see one value per name).
+std::vector<http::Header> AnswerHeaders(const std::vector<http::Header>& headers) {
+  auto lower = [](std::string name) {
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return name;
+  };
+  std::vector<http::Header> out;
+  std::vector<std::string> rate_names;  // lowercase, of the x-ratelimit-* headers kept
+  out.reserve(headers.size());
+  for (const http::Header& h : headers) {
+    std::string name = lower(h.name);
+    if (name.rfind("x-ratelimit-", 0) == 0) {
+      if (std::find(rate_names.begin(), rate_names.end(), name) != rate_names.end()) continue;
+      rate_names.push_back(std::move(name));
+    }
+    out.push_back(h);
+  }
+  return out;
 }
 
 }  // namespace
@@ -60,7 +85,7 @@ asio::awaitable<void> ClientStream::SendAnswer(std::string body) {
   started_ = true;
   log_.record().http_status = 200;
   log_.Checkpoint();  // the answer is complete once these bytes leave: make the record durable
-  std::vector<http::Header> headers = headers_;  // (built before the co_await: GCC 12)
+  std::vector<http::Header> headers = AnswerHeaders(headers_);  // (before the co_await: GCC 12)
   auto sent = co_await writer_.Send(200, kJson, std::move(body), std::move(headers));
   if (!sent) log_.SetError(200, "client_disconnected", sent.error().message);
 }
@@ -71,13 +96,13 @@ asio::awaitable<void> ClientStream::SendError(const providers::ClientError& erro
       api_ == ClientApi::kAnthropicMessages ? providers::ToAnthropicError(error) : error;
   log_.SetError(answer.status, std::move(status_word), MessageOf(error));
   started_ = true;
-  std::vector<http::Header> headers = headers_;
+  std::vector<http::Header> headers = AnswerHeaders(headers_);
   std::string body = JsonText(answer.body);
   co_await writer_.Send(answer.status, kJson, std::move(body), std::move(headers));
 }
 
 asio::awaitable<bool> ClientStream::BeginStream() {
-  std::vector<http::Header> stream_headers = headers_;
+  std::vector<http::Header> stream_headers = AnswerHeaders(headers_);
   stream_headers.push_back({"cache-control", "no-cache"});
   auto began = co_await writer_.BeginStream(200, "text/event-stream", std::move(stream_headers));
   if (!began) {

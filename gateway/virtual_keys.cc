@@ -14,6 +14,9 @@ namespace {
 using nlohmann::json;
 
 constexpr int64_t kMicrosPerMinute = 60'000'000;
+// Refills add fractions of a token: a level that has refilled to a whole token may read a hair
+// below it.
+constexpr double kLevelSlack = 1e-9;
 // A lifetime budget never resets: its refusals say "ask again in an hour" (the operator may have
 // raised it by then) rather than nothing.
 constexpr int64_t kLifetimeBudgetRetrySeconds = 3600;
@@ -76,8 +79,9 @@ void TokenBucket::Add(double n, int64_t now_us) {
 }
 
 int64_t TokenBucket::MicrosUntil(double n) const {
-  if (level_ >= n || capacity_ <= 0) return 0;
-  return int64_t(std::ceil((n - level_) * kMicrosPerMinute / double(capacity_)));
+  if (level_ + kLevelSlack >= n || capacity_ <= 0) return 0;
+  // (Less a nanosecond: the float error of the refills must not round a whole second up.)
+  return int64_t(std::ceil((n - level_) * kMicrosPerMinute / double(capacity_) - 1e-3));
 }
 
 int64_t BudgetPeriodStart(int64_t now_us, int64_t duration_s) {
@@ -242,14 +246,14 @@ void AppendRateHeaders(const KeyLimits& limits, TokenBucket& requests, TokenBuck
     const double level = requests.Level(now_us);
     out.push_back({"x-ratelimit-limit-requests", std::to_string(limits.rpm)});
     out.push_back({"x-ratelimit-remaining-requests",
-                   std::to_string(std::max<int64_t>(0, int64_t(std::floor(level))))});
+                   std::to_string(std::max<int64_t>(0, int64_t(std::floor(level + kLevelSlack))))});
     out.push_back({"x-ratelimit-reset-requests", ResetText(requests.MicrosUntil(double(limits.rpm)))});
   }
   if (limits.tpm > 0) {
     const double level = tokens.Level(now_us);
     out.push_back({"x-ratelimit-limit-tokens", std::to_string(limits.tpm)});
     out.push_back({"x-ratelimit-remaining-tokens",
-                   std::to_string(std::max<int64_t>(0, int64_t(std::floor(level))))});
+                   std::to_string(std::max<int64_t>(0, int64_t(std::floor(level + kLevelSlack))))});
     out.push_back({"x-ratelimit-reset-tokens", ResetText(tokens.MicrosUntil(double(limits.tpm)))});
   }
 }
@@ -286,12 +290,12 @@ std::expected<KeyAdmission, KeyRefusal> VirtualKeys::Admit(const std::shared_ptr
     refusal.message = who + " already has " + std::to_string(key->in_flight_) +
                       " requests in flight, its max_parallel";
     retry_us = 1'000'000;
-  } else if (limits.rpm > 0 && key->requests_.Level(now) < 1.0) {
+  } else if (limits.rpm > 0 && key->requests_.Level(now) + kLevelSlack < 1.0) {
     refusal.limit = KeyLimit::kRpm;
     refusal.message = who + " is over its limit of " + std::to_string(limits.rpm) +
                       " requests per minute";
     retry_us = key->requests_.MicrosUntil(1.0);
-  } else if (limits.tpm > 0 && key->tokens_.Level(now) < needed_tokens) {
+  } else if (limits.tpm > 0 && key->tokens_.Level(now) + kLevelSlack < needed_tokens) {
     refusal.limit = KeyLimit::kTpm;
     refusal.message = who + " is over its limit of " + std::to_string(limits.tpm) +
                       " tokens per minute (this request reserves " +

@@ -71,6 +71,24 @@ def admin(gw, method: str, path: str, body=None):
                       headers=headers)
 
 
+def settle(gw, *request_ids: str):
+    """Waits until these requests are recorded: a key's spend and tokens are counted as a request
+    is recorded, which is just after its answer went out (the client may be quicker)."""
+    for request_id in request_ids:
+        gw.wait_request(request_id)
+
+
+def wait_idle(gw, name: str, timeout: float = 10.0) -> dict:
+    """The key once none of its requests is in flight (a hold ends just after the record)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        key = key_by_name(gw, name)
+        if key["in_flight"] == 0:
+            return key
+        assert time.monotonic() < deadline, key
+        time.sleep(0.02)
+
+
 def key_by_name(gw, name: str) -> dict:
     st, _, listing = admin(gw, "GET", "/api/keys")
     assert st == 200, listing
@@ -127,6 +145,7 @@ def test_tpm_counts_used_tokens_and_reserves_max_tokens(keyed_kvgate, sim):
             break
         assert hdrs["x-ratelimit-limit-tokens"] == "100"
         used.append(body["usage"]["total_tokens"])
+        settle(gw, hdrs["x-request-id"])
     assert status == 429, body
     assert body["error"]["code"] == "rate_limit_exceeded" and "tokens per minute" in \
         body["error"]["message"]
@@ -137,8 +156,10 @@ def test_tpm_counts_used_tokens_and_reserves_max_tokens(keyed_kvgate, sim):
     assert sum(used) > 100 - 5 - 15, used
     # A request that may produce more than the whole bucket reserves all of it: the first is
     # admitted on a full bucket, the next not until it refills.
-    st, _, body = chat(gw, "sk-big", max_tokens=1000)
+    st, hdrs, body = chat(gw, "sk-big", max_tokens=1000)
     assert st == 200, body
+    settle(gw, hdrs["x-request-id"])
+    wait_idle(gw, "big")
     st, hdrs, body = chat(gw, "sk-big", max_tokens=1000)
     assert st == 429, body
     assert int(hdrs["x-ratelimit-remaining-tokens"]) < 100
@@ -165,10 +186,11 @@ def test_max_parallel_refuses_requests_beyond_those_in_flight(keyed_kvgate, sim)
     for t in threads:
         t.join()
     assert results == [200, 200]
+    wait_idle(gw, "par")
     st, _, _ = chat(gw, "sk-par")  # their slots were given back
     assert st == 200
-    key = key_by_name(gw, "par")
-    assert key["in_flight"] == 0 and key["rate_limited"]["max_parallel"] == 1
+    key = wait_idle(gw, "par")
+    assert key["rate_limited"]["max_parallel"] == 1
 
 
 def test_max_parallel_under_concurrent_load(keyed_kvgate, sim):
@@ -197,8 +219,7 @@ def test_max_parallel_under_concurrent_load(keyed_kvgate, sim):
     assert set(statuses) <= {200, 429} and statuses.count(200) >= 3, statuses
     assert statuses.count(429) >= 1, statuses
     assert peak[0] <= 3
-    key = key_by_name(gw, "load")
-    assert key["in_flight"] == 0
+    key = wait_idle(gw, "load")
     assert key["rate_limited"]["max_parallel"] == statuses.count(429)
 
 
@@ -215,12 +236,14 @@ def test_models_allow_list_is_a_403(keyed_kvgate):
 
 
 def spend_until_refused(gw, key: str, limit: int = 40):
-    """Requests until the key's budget refuses one; returns (successes, the refusal)."""
+    """Requests, each recorded before the next, until the key's budget refuses one; returns
+    (successes, the refusal)."""
     ok = 0
     for _ in range(limit):
         st, hdrs, body = chat(gw, key)
         if st != 200:
             return ok, (st, hdrs, body)
+        settle(gw, hdrs["x-request-id"])
         ok += 1
     raise AssertionError(f"{limit} requests and no refusal")
 
@@ -238,8 +261,9 @@ def test_budget_is_enforced_from_recorded_cost_and_across_a_restart(keyed_kvgate
     assert ok >= 2
     key = key_by_name(gw, "spender")
     assert key["spend_usd"] >= 0.00004 and key["budget_remaining_usd"] == 0
-    # The spend is the recorded cost of the key's requests.
-    gw.wait_request(hdrs["x-request-id"])  # (stored, and with it every earlier one)
+    # The spend is the recorded cost of the key's requests; the last success was the one that
+    # passed the budget.
+    settle(gw, hdrs["x-request-id"])
     st, _, listing = admin(gw, "GET", "/api/requests?limit=100")
     costs = [r["cost_pico_usd"]["total"] for r in listing["requests"] if r["status"] == "ok"]
     assert len(costs) == ok and key["spend_pico_usd"] == sum(costs), (key, costs)
@@ -264,6 +288,7 @@ def test_key_api_create_use_rotate_revoke(keyed_kvgate):
     assert made["limits"]["rpm"] == 50 and made["limits"]["budget_duration_s"] == 30 * 86400
     st, hdrs, _ = chat(gw, secret)
     assert st == 200 and hdrs["x-ratelimit-limit-requests"] == "50"
+    settle(gw, hdrs["x-request-id"])
     assert chat(gw, secret, model="deepseek-chat")[0] == 403
     # Listed, with the config's key, never with a secret.
     st, _, listing = admin(gw, "GET", "/api/keys")
@@ -327,8 +352,10 @@ def test_api_keys_survive_a_restart_and_turn_keys_on(keyed_kvgate, kvgate_proces
 def test_key_metrics_are_exposed_and_promtool_clean(keyed_kvgate):
     kg = keyed_kvgate("[{name: team-a, key: sk-team-a, rpm: 1, max_budget_usd: 10}]")
     gw = kg.gateway()
-    assert chat(gw, "sk-team-a")[0] == 200
+    st, hdrs, _ = chat(gw, "sk-team-a")
+    assert st == 200
     assert chat(gw, "sk-team-a")[0] == 429
+    settle(gw, hdrs["x-request-id"])
     st, _, text = gw.request("GET", "/metrics")
     text = text.decode() if isinstance(text, bytes) else str(text)
     lines = text.splitlines()

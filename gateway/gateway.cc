@@ -240,7 +240,11 @@ Result<std::unique_ptr<Gateway>> Gateway::Create(const GatewayConfig& config, Ga
   // The keys' spend is read back from the requests the store holds: all of them, the crash
   // journal's included.
   if (deps.key_store != nullptr) {
-    if (Status flushed = deps.store->Flush(); !flushed) return std::unexpected(flushed.error());
+    if (Status flushed = deps.store->Flush(); !flushed) {
+      std::fprintf(stderr, "kvgate: warning: telemetry could not be written before the keys' "
+                   "spend was read (%s); budgets may count less than was spent\n",
+                   flushed.error().message.c_str());
+    }
   }
   gateway->keys_ = std::make_shared<VirtualKeys>(*deps.clock, deps.key_store);
   if (Status loaded = gateway->keys_->Load(config.api_keys); !loaded) {

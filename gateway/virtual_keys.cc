@@ -212,6 +212,10 @@ Status VirtualKeys::Load(const std::vector<ApiKeyConfig>& config_keys) {
   }
   std::unique_lock lock(mu_);
   for (auto& key : keys) {
+    if (by_id_.contains(key->id_)) {  // (two secrets whose hashes share 48 bits)
+      return MakeError(ErrorCode::kInvalidArgument,
+                       "two gateway keys have the same id " + key->id_ + "; replace one");
+    }
     any_key_ = true;
     if (!key->revoked_at_us_) by_hash_[key->key_hash_] = key;
     by_id_[key->id_] = std::move(key);
@@ -263,7 +267,6 @@ void AppendRateHeaders(const KeyLimits& limits, TokenBucket& requests, TokenBuck
 std::expected<KeyAdmission, KeyRefusal> VirtualKeys::Admit(const std::shared_ptr<KeyState>& key,
                                                            int64_t reserve_tokens) {
   const KeyLimits& limits = key->limits_;
-  if (!limits.limited()) return KeyAdmission(key, 0, &clock_);
   const int64_t now = clock_.NowUnixMicros();
   std::lock_guard lock(key->mu_);
   key->RollPeriod(now);
@@ -418,16 +421,21 @@ Result<json> VirtualKeys::Create(const json& body, const std::vector<std::string
                               .key_hash = HashApiKey(secret),
                               .limits = stored_limits,
                               .created_at_us = clock_.NowUnixMicros()};
-  std::unique_lock lock(mu_);
-  for (const auto& [_, key] : by_id_) {
-    if (key->name_ == name) {
-      return std::unexpected(Invalid("body.name: a key named \"" + name + "\" exists"));
+  // The database is written outside mu_: requests look keys up under it meanwhile.
+  std::lock_guard admin(admin_mu_);
+  {
+    std::shared_lock lock(mu_);
+    for (const auto& [_, key] : by_id_) {
+      if (key->name_ == name) {
+        return std::unexpected(Invalid("body.name: a key named \"" + name + "\" exists"));
+      }
     }
   }
   if (Status s = store_->Insert(stored); !s) return std::unexpected(s.error());
   auto key = std::make_shared<KeyState>(stored.id, name, false, std::move(*limits),
                                         stored.created_at_us, stored.created_at_us);
   key->key_hash_ = stored.key_hash;
+  std::unique_lock lock(mu_);
   by_hash_[stored.key_hash] = key;
   by_id_[stored.id] = key;
   any_key_ = true;
@@ -436,44 +444,50 @@ Result<json> VirtualKeys::Create(const json& body, const std::vector<std::string
   return out;
 }
 
-Result<json> VirtualKeys::Rotate(const std::string& id) {
-  std::unique_lock lock(mu_);
+Result<std::shared_ptr<KeyState>> VirtualKeys::ChangeableKey(const std::string& id,
+                                                             std::string_view change) const {
+  std::shared_lock lock(mu_);
   auto it = by_id_.find(id);
   if (it == by_id_.end()) return MakeError(ErrorCode::kNotFound, "no key with id " + id);
-  KeyState& key = *it->second;
-  if (key.from_config_) {
+  if (it->second->from_config_) {
     return MakeError(ErrorCode::kPermissionDenied,
-                     "key " + id + " comes from the config file: change it there");
+                     "key " + id + " comes from the config file: " + std::string(change) +
+                         " it there");
   }
-  if (key.revoked_at_us_) return MakeError(ErrorCode::kNotFound, "key " + id + " is revoked");
+  if (it->second->revoked_at_us_) {
+    return MakeError(ErrorCode::kNotFound, "key " + id + " is revoked");
+  }
+  return it->second;
+}
+
+Result<json> VirtualKeys::Rotate(const std::string& id) {
+  std::lock_guard admin(admin_mu_);
+  auto key = ChangeableKey(id, "change");
+  if (!key) return std::unexpected(key.error());
   const std::string secret = NewKeySecret();
   const std::string hash = HashApiKey(secret);
   const int64_t now = clock_.NowUnixMicros();
   if (Status s = store_->Rotate(id, hash, now); !s) return std::unexpected(s.error());
-  by_hash_.erase(key.key_hash_);
-  key.key_hash_ = hash;
-  key.rotated_at_us_ = now;
-  by_hash_[hash] = it->second;
-  json out = Describe(key);
+  std::unique_lock lock(mu_);
+  by_hash_.erase((*key)->key_hash_);
+  (*key)->key_hash_ = hash;
+  (*key)->rotated_at_us_ = now;
+  by_hash_[hash] = *key;
+  json out = Describe(**key);
   out["key"] = secret;
   return out;
 }
 
 Result<json> VirtualKeys::Revoke(const std::string& id) {
-  std::unique_lock lock(mu_);
-  auto it = by_id_.find(id);
-  if (it == by_id_.end()) return MakeError(ErrorCode::kNotFound, "no key with id " + id);
-  KeyState& key = *it->second;
-  if (key.from_config_) {
-    return MakeError(ErrorCode::kPermissionDenied,
-                     "key " + id + " comes from the config file: remove it there");
-  }
-  if (key.revoked_at_us_) return MakeError(ErrorCode::kNotFound, "key " + id + " is revoked");
+  std::lock_guard admin(admin_mu_);
+  auto key = ChangeableKey(id, "remove");
+  if (!key) return std::unexpected(key.error());
   const int64_t now = clock_.NowUnixMicros();
   if (Status s = store_->Revoke(id, now); !s) return std::unexpected(s.error());
-  by_hash_.erase(key.key_hash_);
-  key.revoked_at_us_ = now;
-  return Describe(key);
+  std::unique_lock lock(mu_);
+  by_hash_.erase((*key)->key_hash_);
+  (*key)->revoked_at_us_ = now;
+  return Describe(**key);
 }
 
 std::optional<double> VirtualKeys::BudgetFraction(const std::string& id) const {

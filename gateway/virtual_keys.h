@@ -94,7 +94,7 @@ class KeyState {
   int64_t period_start_us_ = 0;         // GUARDED_BY(mu_)
   int64_t spend_pico_ = 0;              // GUARDED_BY(mu_)
   std::array<uint64_t, 4> refused_{};   // GUARDED_BY(mu_), by KeyLimit
-  // Mutable key facts (rotation, revocation): guarded by the owning VirtualKeys' lock.
+  // Mutable key facts (rotation, revocation): guarded by the owning VirtualKeys' mu_.
   std::optional<int64_t> rotated_at_us_, revoked_at_us_;
   std::string key_hash_;
 };
@@ -167,11 +167,17 @@ class VirtualKeys {
 
  private:
   std::shared_ptr<KeyState> FindById(const std::string& id) const;
+  // A key the admin API may rotate or revoke: made through it, not revoked.
+  Result<std::shared_ptr<KeyState>> ChangeableKey(const std::string& id,
+                                                  std::string_view change) const;
   nlohmann::json Describe(KeyState& key) const;  // REQUIRES: mu_ held (shared)
   Status Seed(KeyState& key);
 
   const Clock& clock_;
   telemetry::KeyStore* const store_;
+  // Serializes the admin API's changes (each a database write, then the maps), so that the
+  // database and the maps see them in the same order. Never taken on the request path.
+  std::mutex admin_mu_;
   mutable std::shared_mutex mu_;
   std::unordered_map<std::string, std::shared_ptr<KeyState>> by_hash_;  // GUARDED_BY(mu_): active
   std::map<std::string, std::shared_ptr<KeyState>> by_id_;  // GUARDED_BY(mu_): all, revoked too

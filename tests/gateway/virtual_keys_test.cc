@@ -2,9 +2,14 @@
 // refusals, reconciliation of reserved tokens, and the counters under concurrent threads.
 #include "gateway/virtual_keys.h"
 
+#include "telemetry/store.h"
+
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <atomic>
+#include <filesystem>
 #include <thread>
 
 namespace kvgate::gateway {
@@ -211,6 +216,12 @@ TEST(VirtualKeysTest, KeysAndTheirAllowLists) {
   EXPECT_EQ(plain->id(), "key_" + HashApiKey("sk-plain").substr(0, 12));  // as before: records match
   EXPECT_TRUE(plain->AllowsModel("anything"));
   EXPECT_TRUE(keys.RateLimitHeaders(*plain).empty());
+  {
+    auto hold = keys.Admit(plain, 0);  // a key without limits is never refused, still counted
+    ASSERT_TRUE(hold);
+    EXPECT_EQ((*keys.Get(plain->id()))["in_flight"], 1);
+  }
+  EXPECT_EQ((*keys.Get(plain->id()))["in_flight"], 0);
   auto narrow = keys.Find(HashApiKey("sk-n"));
   ASSERT_NE(narrow, nullptr);
   EXPECT_TRUE(narrow->AllowsModel("kvgate-router"));
@@ -227,6 +238,86 @@ TEST(VirtualKeysTest, KeysAndTheirAllowLists) {
   EXPECT_NE(metrics.find("kvgate_key_rate_limited_total{key=\"narrow\",limit=\"rpm\"} 0\n"),
             std::string::npos);
   EXPECT_EQ(metrics.find("kvgate_key_budget_remaining_usd{"), std::string::npos);  // no budgets
+}
+
+// Keys made through the API and spend, on a real database: what a restarted gateway reads back.
+TEST(VirtualKeysTest, StoredKeysAndSpendSurviveARestart) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("kvgate_keys_test_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "kvgate.db").string();
+  FakeClock clock(1'767'225'600'000'000 + 10 * 86'400'000'000LL + 5);  // day 10 of 2026, 00:00
+  auto store = telemetry::TelemetryStore::Open(path, clock);
+  ASSERT_TRUE(store) << store.error().message;
+  auto key_store = telemetry::KeyStore::Open(path);
+  ASSERT_TRUE(key_store) << key_store.error().message;
+  const std::vector<std::string> models = {"sonnet"};
+  std::string id, secret;
+  {
+    VirtualKeys keys(clock, key_store->get());
+    ASSERT_TRUE(keys.Load({}));
+    EXPECT_FALSE(keys.required());
+    auto made = keys.Create(nlohmann::json{{"name", "daily"}, {"max_budget_usd", 1},
+                                           {"budget_duration", "1d"}, {"models", {"sonnet"}}},
+                            models);
+    ASSERT_TRUE(made) << made.error().message;
+    EXPECT_TRUE(keys.required());
+    id = (*made)["id"];
+    secret = (*made)["key"];
+    EXPECT_NE(keys.Find(HashApiKey(secret)), nullptr);
+    EXPECT_EQ(keys.Create(nlohmann::json{{"name", "daily"}}, models).error().code,
+              ErrorCode::kInvalidArgument);
+    EXPECT_EQ(keys.Create(nlohmann::json{{"name", "x"}, {"models", {"opus"}}}, models)
+                  .error().code,
+              ErrorCode::kInvalidArgument);
+  }
+  // Requests of that key: yesterday's (another period), and two of today's.
+  auto request = [&](const std::string& rid, int64_t at_us, int64_t cost) {
+    telemetry::RequestRecord r = Finished(id, at_us, cost, 1, 1);
+    r.request_id = rid;
+    r.endpoint = "chat.completions";
+    r.model = "sonnet";
+    r.status = "ok";
+    r.http_status = 200;
+    (*store)->Record(std::move(r));
+  };
+  request("req_old", clock.NowUnixMicros() - 3'600'000'000LL, 5 * kDollar);
+  request("req_a", clock.NowUnixMicros(), kDollar / 4);
+  request("req_b", clock.NowUnixMicros() + 1, kDollar / 2);
+  ASSERT_TRUE((*store)->Flush());
+  VirtualKeys restarted(clock, key_store->get());
+  ASSERT_TRUE(restarted.Load({}));
+  auto key = restarted.Find(HashApiKey(secret));
+  ASSERT_NE(key, nullptr);
+  EXPECT_EQ(key->id(), id);
+  EXPECT_TRUE(key->AllowsModel("sonnet"));
+  EXPECT_FALSE(key->AllowsModel("mini"));
+  EXPECT_EQ((*restarted.Get(id))["spend_pico_usd"], 3 * kDollar / 4);  // today's only
+  EXPECT_EQ(restarted.BudgetFraction(id), 0.75);
+  // Rotation keeps the id and the spend; the old secret is gone.
+  auto rotated = restarted.Rotate(id);
+  ASSERT_TRUE(rotated);
+  EXPECT_EQ((*rotated)["id"], id);
+  EXPECT_EQ((*rotated)["spend_pico_usd"], 3 * kDollar / 4);
+  EXPECT_EQ(restarted.Find(HashApiKey(secret)), nullptr);
+  const std::string new_secret = (*rotated)["key"];
+  EXPECT_NE(restarted.Find(HashApiKey(new_secret)), nullptr);
+  // Revocation: not found by its secret, still listed, not revoked twice.
+  ASSERT_TRUE(restarted.Revoke(id));
+  EXPECT_EQ(restarted.Find(HashApiKey(new_secret)), nullptr);
+  EXPECT_EQ(restarted.Revoke(id).error().code, ErrorCode::kNotFound);
+  EXPECT_EQ(restarted.Rotate(id).error().code, ErrorCode::kNotFound);
+  VirtualKeys again(clock, key_store->get());
+  ASSERT_TRUE(again.Load({}));
+  EXPECT_TRUE(again.required());  // a revoked last key keeps keys on
+  EXPECT_EQ(again.Find(HashApiKey(new_secret)), nullptr);
+  EXPECT_EQ((*again.Get(id))["revoked"], true);
+  // A config key may not take the name of a stored one.
+  auto clash = again.Load({{.name = "daily", .key_hash = HashApiKey("sk-c")}});
+  EXPECT_FALSE(clash);
+  (*store)->Close();
+  std::filesystem::remove_all(dir);
 }
 
 TEST(VirtualKeysTest, SecretsAreLongAndRandom) {

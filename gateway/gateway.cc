@@ -564,10 +564,13 @@ std::optional<json> Gateway::ModelJson(std::string_view name) const {
   return std::nullopt;
 }
 
-std::string Gateway::ModelsJson() const {
+std::string Gateway::ModelsJson(const KeyState* key) const {
   std::vector<std::string> names;
   for (const router::Target& t : deps_.router->targets()) names.push_back(t.name);
   for (const router::RouterConfig& r : deps_.router->routers()) names.push_back(r.name);
+  if (key != nullptr) {  // a key with a model allow-list sees only those models
+    std::erase_if(names, [key](const std::string& name) { return !key->AllowsModel(name); });
+  }
   std::sort(names.begin(), names.end());
   json data = json::array();
   for (const std::string& name : names) data.push_back(*ModelJson(name));
@@ -576,18 +579,20 @@ std::string Gateway::ModelsJson() const {
 
 asio::awaitable<void> Gateway::HandleModels(const http::Request& request,
                                             http::ResponseWriter& writer) {
-  if (Result<std::string> key = Authenticate(request); !key) {
+  Result<std::shared_ptr<KeyState>> key = AuthenticateKey(request);
+  if (!key) {
     co_await writer.Send(401, kJson,
                          ErrorJson(key.error().message, "invalid_request_error", "invalid_api_key"));
     co_return;
   }
   if (request.path == "/v1/models") {
-    co_await writer.Send(200, kJson, ModelsJson());
+    co_await writer.Send(200, kJson, ModelsJson(key->get()));
     co_return;
   }
   // GET /v1/models/{model}: one model, as OpenAI's "retrieve model" answers.
   const std::string name = http::PercentDecode(std::string_view(request.path).substr(11));
   std::optional<json> model = ModelJson(name);
+  if (*key && !(*key)->AllowsModel(name)) model.reset();
   if (!model) {
     std::string body = JsonText(
         providers::MakeOpenAIError(404, "The model '" + name + "' does not exist",

@@ -115,7 +115,8 @@ class Gateway {
                                             http::ResponseWriter& writer);
   // The model entry of a target or router (its name), nullopt for an unknown name.
   std::optional<nlohmann::json> ModelJson(std::string_view name) const;
-  std::string ModelsJson() const;
+  // Every model and router, or those `key` may use.
+  std::string ModelsJson(const KeyState* key = nullptr) const;
   // The gateway key check (server.api_keys): the key's id for telemetry ("" when no keys are
   // configured), or kUnauthenticated with the message for the client.
   Result<std::string> Authenticate(const http::Request& request) const;

@@ -224,7 +224,7 @@ def test_max_parallel_under_concurrent_load(keyed_kvgate, sim):
 
 
 def test_models_allow_list_is_a_403(keyed_kvgate):
-    kg = keyed_kvgate("[{name: narrow, key: sk-narrow, models: [gpt-4o-mini]}]")
+    kg = keyed_kvgate("[{name: narrow, key: sk-narrow, models: [gpt-4o-mini]}, sk-wide]")
     gw = kg.gateway()
     assert chat(gw, "sk-narrow")[0] == 200
     st, _, body = chat(gw, "sk-narrow", model="deepseek-chat")
@@ -233,6 +233,13 @@ def test_models_allow_list_is_a_403(keyed_kvgate):
     with pytest.raises(openai.PermissionDeniedError):
         gw.client(api_key="sk-narrow").chat.completions.create(
             model="claude-sonnet-4-5", messages=[{"role": "user", "content": "hi"}])
+    # It sees only its models; a key without a list sees all.
+    listed = [m.id for m in gw.client(api_key="sk-narrow").models.list()]
+    assert listed == ["gpt-4o-mini"]
+    st, _, _ = gw.request("GET", "/v1/models/deepseek-chat",
+                          headers={"Authorization": "Bearer sk-narrow"})
+    assert st == 404
+    assert len(gw.client(api_key="sk-wide").models.list().data) == 3
 
 
 def spend_until_refused(gw, key: str, limit: int = 40):

@@ -218,7 +218,8 @@ ALTER TABLE requests ADD COLUMN cache_helper TEXT NOT NULL DEFAULT '';
 // Version 11, gateway keys made through /api/keys (the API surface's range): one row per key,
 // its secret only as a SHA-256 hash, its limits as the fields POST /api/keys takes; revoked keys
 // stay (revoked_at_us set) so that their id keeps naming their requests. The index serves the
-// spend a restarted gateway reads per key (the sum of cost_total since its budget period began).
+// spend a restarted gateway reads per key (the sum of cost_total since its budget period began)
+// from the index alone: a key's lifetime spend is summed over all its rows at every start.
 constexpr std::string_view kApiKeys = R"sql(
 CREATE TABLE api_keys (
   id            TEXT    PRIMARY KEY,
@@ -229,7 +230,7 @@ CREATE TABLE api_keys (
   rotated_at_us INTEGER,
   revoked_at_us INTEGER
 );
-CREATE INDEX requests_by_api_key ON requests (api_key_id, created_at_us);
+CREATE INDEX requests_by_api_key ON requests (api_key_id, created_at_us, cost_total);
 )sql";
 
 constexpr std::array<Migration, 7> kCoreMigrations = {{

@@ -121,6 +121,15 @@ def test_rpm_refuses_the_sixth_request_in_a_minute_with_openai_headers(keyed_kvg
     st, hdrs, _ = chat(gw, GATEWAY_KEY)
     assert st == 200
     assert not any(h in hdrs for h in HEADER_NAMES)
+    # An Anthropic Messages client (x-api-key) gets the same refusal in Anthropic's shape.
+    st, hdrs, body = gw.request(
+        "POST", "/v1/messages",
+        body=json.dumps({"model": "claude-sonnet-4-5", "max_tokens": 8,
+                         "messages": [{"role": "user", "content": "hi"}]}),
+        headers={"x-api-key": "sk-team-a", "anthropic-version": "2023-06-01",
+                 "Content-Type": "application/json"})
+    assert st == 429 and body["type"] == "error", body
+    assert body["error"]["type"] == "rate_limit_error" and int(hdrs["retry-after"]) >= 1
     # The SDK sees OpenAI's RateLimitError.
     with pytest.raises(openai.RateLimitError):
         gw.client(api_key="sk-team-a").chat.completions.create(
@@ -128,7 +137,7 @@ def test_rpm_refuses_the_sixth_request_in_a_minute_with_openai_headers(keyed_kvg
     # The refusal is recorded: 429, with the key's id.
     key = key_by_name(gw, "team-a")
     assert key["source"] == "config" and key["limits"]["rpm"] == 5
-    assert key["rate_limited"]["rpm"] == 2
+    assert key["rate_limited"]["rpm"] == 3
     record = gw.wait_request(hdrs_id := chat(gw, "sk-team-a")[1]["x-request-id"])
     assert record["http_status"] == 429 and record["api_key_id"] == key["id"], (hdrs_id, record)
     assert record["attempts"] == []  # refused before any upstream call

@@ -242,24 +242,27 @@ std::shared_ptr<KeyState> VirtualKeys::FindById(const std::string& id) const {
 
 namespace {
 
-// The x-ratelimit-* headers of a key, from its buckets as they stand. REQUIRES: key.mu_ held and
-// the buckets' Level() read at now.
+// The six x-ratelimit-* headers of a key, from its buckets as they stand: OpenAI's names, all of
+// them on every answer of a limited key (clients look for the set), a dimension the key does not
+// limit reading "unlimited". REQUIRES: the key's mu_ held.
 void AppendRateHeaders(const KeyLimits& limits, TokenBucket& requests, TokenBucket& tokens,
                        int64_t now_us, std::vector<http::Header>& out) {
-  if (limits.rpm > 0) {
-    const double level = requests.Level(now_us);
-    out.push_back({"x-ratelimit-limit-requests", std::to_string(limits.rpm)});
-    out.push_back({"x-ratelimit-remaining-requests",
+  auto dimension = [&](const char* what, int64_t limit, TokenBucket& bucket) {
+    const std::string prefix = "x-ratelimit-";
+    if (limit <= 0) {
+      out.push_back({prefix + "limit-" + what, "unlimited"});
+      out.push_back({prefix + "remaining-" + what, "unlimited"});
+      out.push_back({prefix + "reset-" + what, "0s"});
+      return;
+    }
+    const double level = bucket.Level(now_us);
+    out.push_back({prefix + "limit-" + what, std::to_string(limit)});
+    out.push_back({prefix + "remaining-" + what,
                    std::to_string(std::max<int64_t>(0, int64_t(std::floor(level + kLevelSlack))))});
-    out.push_back({"x-ratelimit-reset-requests", ResetText(requests.MicrosUntil(double(limits.rpm)))});
-  }
-  if (limits.tpm > 0) {
-    const double level = tokens.Level(now_us);
-    out.push_back({"x-ratelimit-limit-tokens", std::to_string(limits.tpm)});
-    out.push_back({"x-ratelimit-remaining-tokens",
-                   std::to_string(std::max<int64_t>(0, int64_t(std::floor(level + kLevelSlack))))});
-    out.push_back({"x-ratelimit-reset-tokens", ResetText(tokens.MicrosUntil(double(limits.tpm)))});
-  }
+    out.push_back({prefix + "reset-" + what, ResetText(bucket.MicrosUntil(double(limit)))});
+  };
+  dimension("requests", limits.rpm, requests);
+  dimension("tokens", limits.tpm, tokens);
 }
 
 }  // namespace
@@ -322,7 +325,7 @@ std::expected<KeyAdmission, KeyRefusal> VirtualKeys::Admit(const std::shared_ptr
 
 std::vector<http::Header> VirtualKeys::RateLimitHeaders(KeyState& key) {
   std::vector<http::Header> headers;
-  if (key.limits_.rpm <= 0 && key.limits_.tpm <= 0) return headers;
+  if (!key.limits_.limited()) return headers;
   std::lock_guard lock(key.mu_);
   AppendRateHeaders(key.limits_, key.requests_, key.tokens_, clock_.NowUnixMicros(), headers);
   return headers;

@@ -145,7 +145,8 @@ class VirtualKeys {
   // the answer for a refused request (counted in the key's refusals).
   std::expected<KeyAdmission, KeyRefusal> Admit(const std::shared_ptr<KeyState>& key,
                                                 int64_t reserve_tokens);
-  // The x-ratelimit-* headers of an admitted request's answer (none for a key without rpm/tpm).
+  // The x-ratelimit-* headers of an admitted request's answer (all six for a key with any limit,
+  // "unlimited" for a dimension it does not limit; none for a key without limits).
   std::vector<http::Header> RateLimitHeaders(KeyState& key);
 
   // A finished request (Recorder listener): its cost joins its key's spend, its tokens are

@@ -117,6 +117,9 @@ def test_rpm_refuses_the_sixth_request_in_a_minute_with_openai_headers(keyed_kvg
     assert hdrs["x-ratelimit-limit-requests"] == "5"
     assert hdrs["x-ratelimit-remaining-requests"] == "0"
     assert hdrs["x-ratelimit-reset-requests"]
+    # The tokens trio comes too, for a dimension this key does not limit.
+    assert hdrs["x-ratelimit-limit-tokens"] == hdrs["x-ratelimit-remaining-tokens"] == "unlimited"
+    assert hdrs["x-ratelimit-reset-tokens"] == "0s"
     # A key without limits is not limited, and its answers carry no x-ratelimit-* headers.
     st, hdrs, _ = chat(gw, GATEWAY_KEY)
     assert st == 200
@@ -192,6 +195,7 @@ def test_max_parallel_refuses_requests_beyond_those_in_flight(keyed_kvgate, sim)
     assert body["error"]["type"] == "rate_limit_error"
     assert "max_parallel" in body["error"]["message"]
     assert hdrs["retry-after"] == "1"
+    assert all(h in hdrs for h in HEADER_NAMES), hdrs
     for t in threads:
         t.join()
     assert results == [200, 200]
@@ -274,6 +278,7 @@ def test_budget_is_enforced_from_recorded_cost_and_across_a_restart(keyed_kvgate
     assert body["error"]["type"] == "insufficient_quota"
     assert body["error"]["code"] == "budget_exceeded"
     assert int(hdrs["retry-after"]) > 0
+    assert all(h in hdrs for h in HEADER_NAMES), hdrs
     assert ok >= 2
     key = key_by_name(gw, "spender")
     assert key["spend_usd"] >= 0.00004 and key["budget_remaining_usd"] == 0

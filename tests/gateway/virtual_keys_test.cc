@@ -86,7 +86,9 @@ TEST(VirtualKeysTest, RpmRefusesTheSixthRequestAndRefills) {
     auto headers = k.keys.RateLimitHeaders(*k.key);
     EXPECT_EQ(HeaderOf(headers, "x-ratelimit-limit-requests"), "5");
     EXPECT_EQ(HeaderOf(headers, "x-ratelimit-remaining-requests"), std::to_string(4 - i));
-    EXPECT_EQ(HeaderOf(headers, "x-ratelimit-limit-tokens"), "<absent>");  // no tpm
+    EXPECT_EQ(HeaderOf(headers, "x-ratelimit-limit-tokens"), "unlimited");  // no tpm
+    EXPECT_EQ(HeaderOf(headers, "x-ratelimit-remaining-tokens"), "unlimited");
+    EXPECT_EQ(HeaderOf(headers, "x-ratelimit-reset-tokens"), "0s");
   }
   auto refused = k.keys.Admit(k.key, 0);
   ASSERT_FALSE(refused);
@@ -149,6 +151,8 @@ TEST(VirtualKeysTest, MaxParallelCountsHoldsUntilTheyEnd) {
   ASSERT_FALSE(c);
   EXPECT_EQ(c.error().limit, KeyLimit::kParallel);
   EXPECT_EQ(HeaderOf(c.error().headers, "retry-after"), "1");
+  EXPECT_EQ(HeaderOf(c.error().headers, "x-ratelimit-limit-requests"), "unlimited");
+  EXPECT_EQ(c.error().headers.size(), 7u);  // Retry-After and the six, whatever refused it
   a.reset();
   EXPECT_TRUE(k.keys.Admit(k.key, 0));  // (and given back at once)
   KeyAdmission moved = std::move(*b);  // a moved hold is released once, by its new owner

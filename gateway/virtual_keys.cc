@@ -46,15 +46,24 @@ int64_t TokensOf(const telemetry::Usage& u) {
   return std::max<int64_t>(0, total);
 }
 
-json LimitsJson(const KeyLimits& l) {
-  json j = json::object();
+// A period in the form budget_duration takes: the largest whole unit ("30d", "90m").
+std::string DurationText(int64_t seconds) {
+  for (auto [unit, n] : {std::pair{'d', 86400}, {'h', 3600}, {'m', 60}}) {
+    if (seconds % n == 0) return std::to_string(seconds / n) + unit;
+  }
+  return std::to_string(seconds) + "s";
+}
+
+// The limit fields as POST /api/keys and the config take them (null: no limit).
+void AddLimits(const KeyLimits& l, json& j) {
   j["models"] = l.models;
   j["max_budget_usd"] = l.max_budget_pico ? json(Usd(*l.max_budget_pico)) : json(nullptr);
+  j["budget_duration"] =
+      l.budget_duration_s > 0 ? json(DurationText(l.budget_duration_s)) : json(nullptr);
   j["budget_duration_s"] = l.budget_duration_s > 0 ? json(l.budget_duration_s) : json(nullptr);
   j["rpm"] = l.rpm > 0 ? json(l.rpm) : json(nullptr);
   j["tpm"] = l.tpm > 0 ? json(l.tpm) : json(nullptr);
   j["max_parallel"] = l.max_parallel > 0 ? json(l.max_parallel) : json(nullptr);
-  return j;
 }
 
 Error Invalid(std::string message) { return Error{ErrorCode::kInvalidArgument, std::move(message)}; }
@@ -348,8 +357,8 @@ json VirtualKeys::Describe(KeyState& key) const {
   const int64_t now = clock_.NowUnixMicros();
   json j = {{"id", key.id_},
             {"name", key.name_.empty() ? json(nullptr) : json(key.name_)},
-            {"source", key.from_config_ ? "config" : "api"},
-            {"limits", LimitsJson(key.limits_)}};
+            {"source", key.from_config_ ? "config" : "api"}};
+  AddLimits(key.limits_, j);
   j["created_at"] = key.from_config_ ? json(nullptr)
                                      : json(telemetry::FormatRfc3339Micros(key.created_at_us_));
   j["rotated_at"] = key.rotated_at_us_ ? json(telemetry::FormatRfc3339Micros(*key.rotated_at_us_))
@@ -383,7 +392,7 @@ Result<json> VirtualKeys::List() const {
   std::shared_lock lock(mu_);
   json keys = json::array();
   for (const auto& [_, key] : by_id_) keys.push_back(Describe(*key));
-  return json{{"object", "list"}, {"data", std::move(keys)}};
+  return json{{"keys", std::move(keys)}};
 }
 
 Result<json> VirtualKeys::Get(const std::string& id) const {

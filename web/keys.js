@@ -13,8 +13,8 @@ export async function mount(view) {
 }
 
 async function load(state) {
-  const keys = await api('/api/keys');
-  render(state, keys.data);
+  const listing = await api('/api/keys');
+  render(state, listing.keys);
 }
 
 function limitsText(l) {
@@ -27,17 +27,9 @@ function limitsText(l) {
 }
 
 function budgetText(k) {
-  const l = k.limits;
-  if (l.max_budget_usd === null || l.max_budget_usd === undefined) return '—';
-  const every = l.budget_duration_s ? ` per ${durationText(l.budget_duration_s)}` : ' lifetime';
-  return `${fmtUsd(k.budget_remaining_usd)} left of ${fmtUsd(l.max_budget_usd)}${every}`;
-}
-
-function durationText(s) {
-  for (const [unit, n] of [['d', 86400], ['h', 3600], ['m', 60]]) {
-    if (s % n === 0) return `${s / n}${unit}`;
-  }
-  return `${s}s`;
+  if (k.max_budget_usd === null || k.max_budget_usd === undefined) return '—';
+  const every = k.budget_duration ? ` per ${k.budget_duration}` : ' lifetime';
+  return `${fmtUsd(k.budget_remaining_usd)} left of ${fmtUsd(k.max_budget_usd)}${every}`;
 }
 
 function refusedText(r) {
@@ -60,7 +52,7 @@ function render(state, keys) {
     h('thead', {}, h('tr', {}, ['Name', 'Id', 'From', 'Limits', 'Spend', 'Budget', 'In flight', 'Refused', 'Created', ''].map((c) => h('th', {}, c)))),
     h('tbody', {}, keys.map((k) => h('tr', { dataset: { keyId: k.id }, class: k.revoked ? 'muted' : '' },
       h('td', {}, k.name || '—'), h('td', { class: 'small' }, k.id), h('td', {}, k.source),
-      h('td', {}, limitsText(k.limits)), h('td', { class: 'num spend' }, fmtUsd(k.spend_usd)),
+      h('td', {}, limitsText(k)), h('td', { class: 'num spend' }, fmtUsd(k.spend_usd)),
       h('td', { class: 'budget' }, budgetText(k)), h('td', { class: 'num' }, fmtInt(k.in_flight)),
       h('td', {}, refusedText(k.rate_limited)),
       h('td', { class: 'nowrap' }, k.created_at ? fmtTime(k.created_at) : '—'),

@@ -92,7 +92,7 @@ def wait_idle(gw, name: str, timeout: float = 10.0) -> dict:
 def key_by_name(gw, name: str) -> dict:
     st, _, listing = admin(gw, "GET", "/api/keys")
     assert st == 200, listing
-    found = [k for k in listing["data"] if k["name"] == name]
+    found = [k for k in listing["keys"] if k["name"] == name]
     assert len(found) == 1, listing
     return found[0]
 
@@ -139,7 +139,7 @@ def test_rpm_refuses_the_sixth_request_in_a_minute_with_openai_headers(keyed_kvg
             model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}])
     # The refusal is recorded: 429, with the key's id.
     key = key_by_name(gw, "team-a")
-    assert key["source"] == "config" and key["limits"]["rpm"] == 5
+    assert key["source"] == "config" and key["rpm"] == 5 and key["tpm"] is None
     assert key["rate_limited"]["rpm"] == 3
     record = gw.wait_request(hdrs_id := chat(gw, "sk-team-a")[1]["x-request-id"])
     assert record["http_status"] == 429 and record["api_key_id"] == key["id"], (hdrs_id, record)
@@ -306,7 +306,8 @@ def test_key_api_create_use_rotate_revoke(keyed_kvgate):
     assert st == 201, made
     secret = made["key"]
     assert secret.startswith("sk-kvgate-") and made["source"] == "api"
-    assert made["limits"]["rpm"] == 50 and made["limits"]["budget_duration_s"] == 30 * 86400
+    assert made["rpm"] == 50 and made["budget_duration"] == "30d" and made["max_budget_usd"] == 5
+    assert made["models"] == ["gpt-4o-mini"] and made["budget_duration_s"] == 30 * 86400
     st, hdrs, _ = chat(gw, secret)
     assert st == 200 and hdrs["x-ratelimit-limit-requests"] == "50"
     settle(gw, hdrs["x-request-id"])
@@ -315,7 +316,7 @@ def test_key_api_create_use_rotate_revoke(keyed_kvgate):
     st, _, listing = admin(gw, "GET", "/api/keys")
     text = json.dumps(listing)
     assert secret not in text and "sk-cfg" not in text
-    by_name = {k["name"]: k for k in listing["data"]}
+    by_name = {k["name"]: k for k in listing["keys"]}
     assert by_name["cfg"]["source"] == "config" and by_name["made"]["id"] == made["id"]
     assert by_name["made"]["budget_remaining_usd"] <= 5
     st, _, one = admin(gw, "GET", f"/api/keys/{made['id']}")

@@ -461,7 +461,7 @@ def test_monitors_create_edit_and_test_a_channel(browser, kvgate, recorded):
 def test_keys_page_lists_makes_shows_the_secret_once_and_revokes(browser, kvgate, recorded):
     signed_in(browser, kvgate)
     goto(browser, kvgate, "/keys", "#keys tbody tr")
-    listed = api(kvgate, "/api/keys")["data"]
+    listed = api(kvgate, "/api/keys")["keys"]
     config_key = [k for k in listed if k["source"] == "config"][0]
     row = browser.find_element(By.CSS_SELECTOR, f"#keys tr[data-key-id='{config_key['id']}']")
     assert "config" in row.text and not row.find_elements(By.CLASS_NAME, "revoke")
@@ -476,12 +476,12 @@ def test_keys_page_lists_makes_shows_the_secret_once_and_revokes(browser, kvgate
     wait(browser, lambda d: d.find_elements(By.ID, "key-secret"), what="the new key's secret")
     secret = browser.find_element(By.CSS_SELECTOR, "#key-secret code").text
     assert secret.startswith("sk-kvgate-")
-    made = [k for k in api(kvgate, "/api/keys")["data"] if k["name"] == "dash-team"]
+    made = [k for k in api(kvgate, "/api/keys")["keys"] if k["name"] == "dash-team"]
     assert len(made) == 1, made
     made = made[0]
-    assert made["limits"]["models"] == ["gpt-4o-mini", "deepseek-chat"]
-    assert made["limits"]["max_budget_usd"] == 2.5 and made["limits"]["rpm"] == 60
-    assert made["limits"]["budget_duration_s"] == 86400
+    assert made["models"] == ["gpt-4o-mini", "deepseek-chat"]
+    assert made["max_budget_usd"] == 2.5 and made["rpm"] == 60
+    assert made["budget_duration"] == "1d"
     row = browser.find_element(By.CSS_SELECTOR, f"#keys tr[data-key-id='{made['id']}']")
     assert "60 rpm" in row.text and "$2.50 left of $2.50 per 1d" in row.text, row.text
     # Shown once: a reload lists the key without it.

@@ -415,15 +415,19 @@ Result<json> VirtualKeys::Create(const json& body, const std::vector<std::string
                                      "router"));
     }
   }
-  auto name_it = body.find("name");
-  if (name_it == body.end() || !name_it->is_string() || name_it->get<std::string>().empty()) {
-    return std::unexpected(Invalid("body.name is required (a non-empty string)"));
-  }
-  const std::string name = name_it->get<std::string>();
-  if (name.size() > 64 || !std::all_of(name.begin(), name.end(), [](char c) {
-        return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
-      })) {
-    return std::unexpected(Invalid("body.name must be 1-64 letters, digits, '-', '_' or '.'"));
+  std::string name;  // optional, as in the config: a key without one is shown by its id
+  if (auto it = body.find("name"); it != body.end() && !it->is_null()) {
+    const bool plain = it->is_string() && !it->get<std::string>().empty() &&
+                       it->get<std::string>().size() <= 64 &&
+                       std::all_of(it->get_ref<const std::string&>().begin(),
+                                   it->get_ref<const std::string&>().end(), [](char c) {
+                                     return std::isalnum(static_cast<unsigned char>(c)) ||
+                                            c == '-' || c == '_' || c == '.';
+                                   });
+    if (!plain) {
+      return std::unexpected(Invalid("body.name must be 1-64 letters, digits, '-', '_' or '.'"));
+    }
+    name = it->get<std::string>();
   }
   json stored_limits = body;
   stored_limits.erase("name");
@@ -438,7 +442,7 @@ Result<json> VirtualKeys::Create(const json& body, const std::vector<std::string
   {
     std::shared_lock lock(mu_);
     for (const auto& [_, key] : by_id_) {
-      if (key->name_ == name) {
+      if (!name.empty() && key->name_ == name) {
         return std::unexpected(Invalid("body.name: a key named \"" + name + "\" exists"));
       }
     }

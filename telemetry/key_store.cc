@@ -42,7 +42,7 @@ Result<std::vector<StoredKey>> KeyStore::List() const {
 
 Status KeyStore::Insert(const StoredKey& key) {
   std::lock_guard lock(mu_);
-  {
+  if (!key.name.empty()) {
     auto taken = db_->Prepare("SELECT 1 FROM api_keys WHERE name = ? OR key_hash = ?");
     if (!taken) return std::unexpected(taken.error());
     (*taken)->BindText(1, key.name);
@@ -57,7 +57,11 @@ Status KeyStore::Insert(const StoredKey& key) {
       "INSERT INTO api_keys (id, name, key_hash, limits, created_at_us) VALUES (?, ?, ?, ?, ?)");
   if (!stmt) return std::unexpected(stmt.error());
   (*stmt)->BindText(1, key.id);
-  (*stmt)->BindText(2, key.name);
+  if (key.name.empty()) {
+    (*stmt)->BindNull(2);
+  } else {
+    (*stmt)->BindText(2, key.name);
+  }
   (*stmt)->BindText(3, key.key_hash);
   (*stmt)->BindText(4, key.limits.dump());
   (*stmt)->BindInt(5, key.created_at_us);

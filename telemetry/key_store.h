@@ -26,7 +26,7 @@ class Db;
 
 struct StoredKey {
   std::string id;        // "key_..." (what requests.api_key_id holds)
-  std::string name;      // unique
+  std::string name;      // unique; "" for none (stored as NULL)
   std::string key_hash;  // SHA-256 hex of the current secret
   nlohmann::json limits = nlohmann::json::object();  // the limit fields as POST /api/keys took them
   int64_t created_at_us = 0;
@@ -42,7 +42,7 @@ class KeyStore {
 
   // Every key, revoked ones too, oldest first.
   Result<std::vector<StoredKey>> List() const;
-  // kInvalidArgument when the name (or the hash) is taken.
+  // kInvalidArgument when the name is taken.
   Status Insert(const StoredKey& key);
   // Replaces the secret's hash of a key that is not revoked; kNotFound otherwise.
   Status Rotate(std::string_view id, std::string_view new_hash, int64_t at_us);

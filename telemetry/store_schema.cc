@@ -216,14 +216,14 @@ ALTER TABLE requests ADD COLUMN cache_helper TEXT NOT NULL DEFAULT '';
 )sql";
 
 // Version 11, gateway keys made through /api/keys (the API surface's range): one row per key,
-// its secret only as a SHA-256 hash, its limits as the fields POST /api/keys takes; revoked keys
+// its name (NULL: none; names are unique), its secret only as a SHA-256 hash, its limits as the fields POST /api/keys takes; revoked keys
 // stay (revoked_at_us set) so that their id keeps naming their requests. The index serves the
 // spend a restarted gateway reads per key (the sum of cost_total since its budget period began)
 // from the index alone: a key's lifetime spend is summed over all its rows at every start.
 constexpr std::string_view kApiKeys = R"sql(
 CREATE TABLE api_keys (
   id            TEXT    PRIMARY KEY,
-  name          TEXT    NOT NULL UNIQUE,
+  name          TEXT    UNIQUE,
   key_hash      TEXT    NOT NULL UNIQUE,
   limits        TEXT    NOT NULL,
   created_at_us INTEGER NOT NULL,

@@ -83,7 +83,7 @@ function create(state) {
     if (f.budget_duration.value.trim()) body.budget_duration = f.budget_duration.value.trim();
     try {
       const made = await api('/api/keys', { method: 'POST', body });
-      state.secret = { name: made.name, key: made.key };
+      state.secret = { name: made.name || made.id, key: made.key };
       await load(state);
     } catch (e) {
       error.hidden = false;
@@ -104,7 +104,7 @@ function create(state) {
 async function rotate(state, k) {
   if (!window.confirm(`Rotate ${k.name}? Its current secret stops working at once.`)) return;
   const made = await api(`/api/keys/${encodeURIComponent(k.id)}/rotate`, { method: 'POST' });
-  state.secret = { name: made.name, key: made.key };
+  state.secret = { name: made.name || made.id, key: made.key };
   await load(state);
 }
 

@@ -341,12 +341,17 @@ def test_key_api_create_use_rotate_revoke(keyed_kvgate):
     assert key_by_name(gw, "made")["revoked"] is True
     # Bad input: a 400 naming the field; unknown ids 404; the admin token is required.
     for bad, field in (({"name": "x", "rpm": -1}, "body.rpm"), ({"name": "y", "models": ["zz"]},
-                       "body.models"), ({"rpm": 5}, "body.name"),
+                       "body.models"), ({"name": "a b"}, "body.name"),
                        ({"name": "z", "budget_duration": "1d"}, "budget_duration"),
                        ({"name": "w", "key": "sk-chosen"}, "unknown key"),
                        ({"name": "made"}, "exists")):
         st, _, body = admin(gw, "POST", "/api/keys", bad)
         assert st == 400 and field in body["error"]["message"], (bad, body)
+    # Every field is optional, the name too: such a key is shown by its id.
+    st, _, unnamed = admin(gw, "POST", "/api/keys", {"rpm": 5})
+    assert st == 201 and unnamed["name"] is None and unnamed["rpm"] == 5, unnamed
+    assert admin(gw, "POST", "/api/keys", {})[0] == 201
+    assert chat(gw, unnamed["key"])[0] == 200
     assert admin(gw, "GET", "/api/keys/key_nope")[0] == 404
     assert gw.request("GET", "/api/keys")[0] == 401
     assert admin(gw, "PUT", "/api/keys")[0] == 405

@@ -19,22 +19,26 @@ std::string MessageOf(const providers::ClientError& error) {
   return "";
 }
 
+bool EqualNoCase(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
 // The headers an answer carries: `headers` less any x-ratelimit-* header named twice but for its
 // first occurrence (a limited gateway key's own limits are added before any upstream's, and a
 // client must see one value per name).
 std::vector<http::Header> AnswerHeaders(const std::vector<http::Header>& headers) {
-  auto lower = [](std::string name) {
-    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return name;
-  };
+  constexpr std::string_view kRate = "x-ratelimit-";
   std::vector<http::Header> out;
-  std::vector<std::string> rate_names;  // lowercase, of the x-ratelimit-* headers kept
   out.reserve(headers.size());
   for (const http::Header& h : headers) {
-    std::string name = lower(h.name);
-    if (name.rfind("x-ratelimit-", 0) == 0) {
-      if (std::find(rate_names.begin(), rate_names.end(), name) != rate_names.end()) continue;
-      rate_names.push_back(std::move(name));
+    const std::string_view name = h.name;
+    if (name.size() > kRate.size() && EqualNoCase(name.substr(0, kRate.size()), kRate) &&
+        std::any_of(out.begin(), out.end(),
+                    [name](const http::Header& kept) { return EqualNoCase(kept.name, name); })) {
+      continue;
     }
     out.push_back(h);
   }

@@ -287,7 +287,8 @@ std::expected<KeyAdmission, KeyRefusal> VirtualKeys::Admit(const std::shared_ptr
   // A reservation larger than the whole bucket could never be admitted: it waits for a full one.
   const double reserve = double(std::clamp<int64_t>(reserve_tokens, 0, limits.tpm));
   const double needed_tokens = std::max(1.0, reserve);
-  const std::string who = "key " + key->label();
+  // (Messages are built only for refusals: admission allocates nothing but the hold.)
+  auto who = [&key] { return "key " + key->label(); };
   if (limits.max_budget_pico && key->spend_pico_ >= *limits.max_budget_pico) {
     refusal.limit = KeyLimit::kBudget;
     refusal.type = "insufficient_quota";
@@ -295,24 +296,24 @@ std::expected<KeyAdmission, KeyRefusal> VirtualKeys::Admit(const std::shared_ptr
     char spent[64];
     std::snprintf(spent, sizeof spent, "%.6f of its %.6f USD", Usd(key->spend_pico_),
                   Usd(*limits.max_budget_pico));
-    refusal.message = who + " has spent " + spent + " budget" +
+    refusal.message = who() + " has spent " + spent + " budget" +
                       (limits.budget_duration_s > 0 ? " for this period" : "");
     retry_us = limits.budget_duration_s > 0
                    ? key->period_start_us_ + limits.budget_duration_s * 1'000'000 - now
                    : kLifetimeBudgetRetrySeconds * 1'000'000;
   } else if (limits.max_parallel > 0 && key->in_flight_ >= limits.max_parallel) {
     refusal.limit = KeyLimit::kParallel;
-    refusal.message = who + " already has " + std::to_string(key->in_flight_) +
+    refusal.message = who() + " already has " + std::to_string(key->in_flight_) +
                       " requests in flight, its max_parallel";
     retry_us = 1'000'000;
   } else if (limits.rpm > 0 && key->requests_.Level(now) + kLevelSlack < 1.0) {
     refusal.limit = KeyLimit::kRpm;
-    refusal.message = who + " is over its limit of " + std::to_string(limits.rpm) +
+    refusal.message = who() + " is over its limit of " + std::to_string(limits.rpm) +
                       " requests per minute";
     retry_us = key->requests_.MicrosUntil(1.0);
   } else if (limits.tpm > 0 && key->tokens_.Level(now) + kLevelSlack < needed_tokens) {
     refusal.limit = KeyLimit::kTpm;
-    refusal.message = who + " is over its limit of " + std::to_string(limits.tpm) +
+    refusal.message = who() + " is over its limit of " + std::to_string(limits.tpm) +
                       " tokens per minute (this request reserves " +
                       std::to_string(int64_t(needed_tokens)) + ")";
     retry_us = key->tokens_.MicrosUntil(needed_tokens);

@@ -8,6 +8,7 @@ as long as each test's burst of requests takes less than that; nothing waits on 
 
 from __future__ import annotations
 
+import http.client
 import json
 import shutil
 import subprocess
@@ -144,6 +145,42 @@ def test_rpm_refuses_the_sixth_request_in_a_minute_with_openai_headers(keyed_kvg
     record = gw.wait_request(hdrs_id := chat(gw, "sk-team-a")[1]["x-request-id"])
     assert record["http_status"] == 429 and record["api_key_id"] == key["id"], (hdrs_id, record)
     assert record["attempts"] == []  # refused before any upstream call
+
+
+def test_a_limited_keys_headers_replace_the_upstreams(keyed_kvgate, sim):
+    kg = keyed_kvgate("[{name: team-a, key: sk-team-a, rpm: 5}, sk-gw-test]")
+    gw = kg.gateway()
+    answer = {"id": "chatcmpl-up", "object": "chat.completion", "created": 0,
+              "model": "gpt-4o-mini",
+              "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"},
+                           "finish_reason": "stop"}],
+              "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}}
+    upstream = {"x-ratelimit-limit-requests": "10000", "X-RateLimit-Remaining-Tokens": "123"}
+    sim.client.add_faults({"provider": "openai", "status": 200, "body": answer,
+                           "headers": upstream, "count": 2})
+
+    def answer_headers(key):
+        conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=20)
+        try:
+            body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
+            conn.request("POST", CHAT, body=json.dumps(body),
+                         headers={"Authorization": f"Bearer {key}",
+                                  "Content-Type": "application/json"})
+            resp = conn.getresponse()
+            resp.read()
+            assert resp.status == 200
+            return [(k.lower(), v) for k, v in resp.getheaders() if k.lower().startswith("x-ratel")]
+        finally:
+            conn.close()
+
+    mine = answer_headers("sk-team-a")
+    assert sorted(k for k, _ in mine) == sorted(HEADER_NAMES), mine  # each once
+    assert ("x-ratelimit-limit-requests", "5") in mine
+    assert ("x-ratelimit-remaining-tokens", "unlimited") in mine
+    # A key without limits gets the upstream's as they came.
+    theirs = answer_headers(GATEWAY_KEY)
+    assert sorted(theirs) == [("x-ratelimit-limit-requests", "10000"),
+                              ("x-ratelimit-remaining-tokens", "123")], theirs
 
 
 def test_tpm_counts_used_tokens_and_reserves_max_tokens(keyed_kvgate, sim):

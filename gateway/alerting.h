@@ -30,6 +30,10 @@ class Alerting {
   ~Alerting();
 
   void Submit(const telemetry::RequestRecord& record) { engine_->Submit(record); }
+  // Where monitors of metric `budget` read a key's spent fraction (AlertEngine::SetBudgetSource).
+  void SetBudgetSource(telemetry::alerts::AlertEngine::BudgetSource source) {
+    engine_->SetBudgetSource(std::move(source));
+  }
   void Stop() { engine_->Stop(); }
 
   // The admin API. Each returns the JSON body of a 2xx answer, or an error whose code maps to

@@ -1,5 +1,8 @@
 #include "gateway/client_stream.h"
 
+#include <algorithm>
+#include <cctype>
+
 #include "common/json_text.h"
 
 namespace kvgate::gateway {
@@ -14,6 +17,32 @@ std::string MessageOf(const providers::ClientError& error) {
     if (auto m = it->find("message"); m != it->end() && m->is_string()) return m->get<std::string>();
   }
   return "";
+}
+
+bool EqualNoCase(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+// The headers an answer carries: `headers` less any x-ratelimit-* header named twice but for its
+// first occurrence (a limited gateway key's own limits are added before any upstream's, and a
+// client must see one value per name).
+std::vector<http::Header> AnswerHeaders(const std::vector<http::Header>& headers) {
+  constexpr std::string_view kRate = "x-ratelimit-";
+  std::vector<http::Header> out;
+  out.reserve(headers.size());
+  for (const http::Header& h : headers) {
+    const std::string_view name = h.name;
+    if (name.size() > kRate.size() && EqualNoCase(name.substr(0, kRate.size()), kRate) &&
+        std::any_of(out.begin(), out.end(),
+                    [name](const http::Header& kept) { return EqualNoCase(kept.name, name); })) {
+      continue;
+    }
+    out.push_back(h);
+  }
+  return out;
 }
 
 }  // namespace
@@ -60,7 +89,7 @@ asio::awaitable<void> ClientStream::SendAnswer(std::string body) {
   started_ = true;
   log_.record().http_status = 200;
   log_.Checkpoint();  // the answer is complete once these bytes leave: make the record durable
-  std::vector<http::Header> headers = headers_;  // (built before the co_await: GCC 12)
+  std::vector<http::Header> headers = AnswerHeaders(headers_);  // (before the co_await: GCC 12)
   auto sent = co_await writer_.Send(200, kJson, std::move(body), std::move(headers));
   if (!sent) log_.SetError(200, "client_disconnected", sent.error().message);
 }
@@ -71,13 +100,13 @@ asio::awaitable<void> ClientStream::SendError(const providers::ClientError& erro
       api_ == ClientApi::kAnthropicMessages ? providers::ToAnthropicError(error) : error;
   log_.SetError(answer.status, std::move(status_word), MessageOf(error));
   started_ = true;
-  std::vector<http::Header> headers = headers_;
+  std::vector<http::Header> headers = AnswerHeaders(headers_);
   std::string body = JsonText(answer.body);
   co_await writer_.Send(answer.status, kJson, std::move(body), std::move(headers));
 }
 
 asio::awaitable<bool> ClientStream::BeginStream() {
-  std::vector<http::Header> stream_headers = headers_;
+  std::vector<http::Header> stream_headers = AnswerHeaders(headers_);
   stream_headers.push_back({"cache-control", "no-cache"});
   auto began = co_await writer_.BeginStream(200, "text/event-stream", std::move(stream_headers));
   if (!began) {

@@ -181,16 +181,10 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
     if (!drain) return std::unexpected(drain.error());
     config.drain_timeout = *drain;
     if (auto keys = it->find("api_keys"); keys != it->end() && !keys->is_null()) {
-      if (!keys->is_array()) {
-        return MakeError(ErrorCode::kInvalidArgument, "server.api_keys must be a list");
-      }
-      for (const auto& key : *keys) {
-        if (!key.is_string() || key.get<std::string>().empty()) {
-          return MakeError(ErrorCode::kInvalidArgument,
-                           "server.api_keys entries must be non-empty strings");
-        }
-        config.api_key_hashes.push_back(HashApiKey(key.get<std::string>()));
-      }
+      auto parsed = ParseApiKeys(*keys);
+      if (!parsed) return std::unexpected(parsed.error());
+      config.api_keys = std::move(*parsed);
+      for (const ApiKeyConfig& key : config.api_keys) config.api_key_hashes.push_back(key.key_hash);
     }
   }
   if (auto it = root.find("storage"); it != root.end() && !it->is_null()) {
@@ -608,6 +602,18 @@ Status ValidateConfig(const GatewayConfig& config) {
   }
   std::vector<std::string> model_names;
   for (const auto& m : config.models) model_names.push_back(m.name);
+  // A key's allow-list names what clients send: configured models and routers.
+  std::set<std::string> client_names(model_names.begin(), model_names.end());
+  for (const auto& r : config.routing.routers) client_names.insert(r.name);
+  for (size_t i = 0; i < config.api_keys.size(); ++i) {
+    const auto& allowed = config.api_keys[i].limits.models;
+    for (size_t j = 0; j < allowed.size(); ++j) {
+      if (client_names.contains(allowed[j])) continue;
+      return MakeError(ErrorCode::kInvalidArgument,
+                       "server.api_keys[" + std::to_string(i) + "].models[" + std::to_string(j) +
+                           "]: \"" + allowed[j] + "\" is not a configured model or router");
+    }
+  }
   return router::CheckTargets(config.routing, model_names);
 }
 

@@ -6,8 +6,10 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -71,6 +73,25 @@ struct ModelConfig {
   std::optional<bool> supports_responses, supports_embeddings;
 };
 
+// The limits of one gateway key (server.api_keys objects, keys made through /api/keys). Zero
+// means "no limit" for the counts; no max_budget means no budget.
+struct KeyLimits {
+  std::vector<std::string> models;        // client-facing model or router names; empty: any
+  std::optional<int64_t> max_budget_pico;  // pico-USD per budget period (lifetime without one)
+  int64_t budget_duration_s = 0;          // 0: the budget never resets
+  int64_t rpm = 0, tpm = 0, max_parallel = 0;
+  bool limited() const {
+    return max_budget_pico.has_value() || rpm > 0 || tpm > 0 || max_parallel > 0;
+  }
+};
+
+// One entry of server.api_keys: a bare string (no name, no limits) or an object.
+struct ApiKeyConfig {
+  std::string name;      // "" for a bare string key
+  std::string key_hash;  // HashApiKey(key): the secret itself is not kept
+  KeyLimits limits;
+};
+
 struct GatewayConfig {
   // server
   std::string listen_host = "127.0.0.1";
@@ -78,6 +99,7 @@ struct GatewayConfig {
   int threads = 0;                        // 0 = one per core
   std::string admin_token;                // empty: /api/* is open (only safe on loopback)
   std::vector<std::string> api_key_hashes;  // SHA-256 hex of gateway keys; empty: keys off
+  std::vector<ApiKeyConfig> api_keys;       // the same keys in order, with names and limits
   size_t body_limit = 8 * 1024 * 1024;
   std::chrono::milliseconds upstream_timeout{600'000};   // request sent -> response headers
   std::chrono::milliseconds upstream_connect_timeout{10'000};
@@ -133,6 +155,17 @@ GatewayConfig DefaultConfig(const EnvLookup& env, const std::string& bundled_mod
 // Validates cross references (models -> providers, router targets -> models, unique names, known
 // types, URLs).
 Status ValidateConfig(const GatewayConfig& config);
+
+// The limit fields of a key object (models, max_budget_usd, budget_duration, rpm, tpm,
+// max_parallel; config_keys.cc), the form POST /api/keys takes too. `known_extra` are further
+// keys the caller reads itself (name, key); any other key is an error. Errors name
+// "<path>.<field>".
+Result<KeyLimits> ParseKeyLimits(const nlohmann::json& object, const std::string& path,
+                                 std::initializer_list<std::string_view> known_extra);
+// server.api_keys: strings and objects ({name?, key, limits...}), errors naming the entry.
+Result<std::vector<ApiKeyConfig>> ParseApiKeys(const nlohmann::json& list);
+// "45s", "30m", "1h", "30d" -> seconds; kInvalidArgument otherwise.
+Result<int64_t> ParseBudgetDuration(const nlohmann::json& value, const std::string& path);
 
 // SHA-256 hex of a gateway API key, the form stored in memory and logged as key id prefix.
 std::string HashApiKey(std::string_view key);

@@ -14,7 +14,9 @@
 #include "gateway/local_provider.h"
 #include "gateway/targets.h"
 #include "gateway/request_log.h"
+#include "gateway/run_blocking.h"
 #include "gateway/tracked_writer.h"
+#include "gateway/virtual_keys.h"
 #include "gateway/web_assets.h"
 
 namespace kvgate::gateway {
@@ -222,26 +224,6 @@ Result<OverviewRange> OverviewRangeFrom(const http::Request& request, int64_t no
   return OverviewRange{until - span_s * 1'000'000, until, bucket_s};
 }
 
-// Runs `fn` (blocking: a SQLite query) on `pool` and resumes the awaiting coroutine on its own
-// executor with the result. Callers pass lambdas that capture only references to locals of the
-// suspended coroutine: GCC 12 destroys non-trivially-destructible temporaries of a co_await
-// expression twice (strings captured by value crashed here).
-template <class Fn>
-auto RunBlocking(asio::thread_pool& pool, Fn fn) {
-  return asio::async_initiate<const asio::use_awaitable_t<>&, void(Result<json>)>(
-      [&pool](auto handler, Fn work) {
-        asio::post(pool, [handler = std::move(handler), work = std::move(work)]() mutable {
-          Result<json> result = work();
-          auto executor = asio::get_associated_executor(handler);
-          asio::dispatch(executor, [handler = std::move(handler),
-                                    result = std::move(result)]() mutable {
-            std::move(handler)(std::move(result));
-          });
-        });
-      },
-      asio::use_awaitable, std::move(fn));
-}
-
 }  // namespace
 
 Result<std::unique_ptr<Gateway>> Gateway::Create(const GatewayConfig& config, GatewayDeps deps) {
@@ -254,6 +236,29 @@ Result<std::unique_ptr<Gateway>> Gateway::Create(const GatewayConfig& config, Ga
       return MakeError(ErrorCode::kInvalidArgument,
                        "model " + t.name + " names unknown provider " + t.provider);
     }
+  }
+  // The keys' spend is read back from the requests the store holds: all of them, the crash
+  // journal's included.
+  if (deps.key_store != nullptr) {
+    if (Status flushed = deps.store->Flush(); !flushed) {
+      std::fprintf(stderr, "kvgate: warning: telemetry could not be written before the keys' "
+                   "spend was read (%s); budgets may count less than was spent\n",
+                   flushed.error().message.c_str());
+    }
+  }
+  gateway->keys_ = std::make_shared<VirtualKeys>(*deps.clock, deps.key_store);
+  if (Status loaded = gateway->keys_->Load(config.api_keys); !loaded) {
+    return std::unexpected(loaded.error());
+  }
+  deps.recorder->AddListener([keys = gateway->keys_](const telemetry::RequestRecord& record) {
+    keys->OnRecord(record);
+  });
+  deps.metrics->registry().AddSection(
+      [keys = gateway->keys_](std::string& out) { keys->ExposeMetrics(out); });
+  if (deps.alerting != nullptr) {
+    deps.alerting->SetBudgetSource([keys = gateway->keys_](const std::string& api_key_id) {
+      return keys->BudgetFraction(api_key_id);
+    });
   }
   Gateway* g = gateway.get();
   gateway->remote_ = NewRemoteUpstream([g](size_t worker) -> upstream::Client& {
@@ -414,7 +419,13 @@ asio::awaitable<std::string> Gateway::ThreadOfResponse(const std::string& respon
 }
 
 Result<std::string> Gateway::Authenticate(const http::Request& request) const {
-  if (config_.api_key_hashes.empty()) return std::string();
+  Result<std::shared_ptr<KeyState>> key = AuthenticateKey(request);
+  if (!key) return std::unexpected(key.error());
+  return *key ? (*key)->id() : std::string();
+}
+
+Result<std::shared_ptr<KeyState>> Gateway::AuthenticateKey(const http::Request& request) const {
+  if (!keys_->required()) return std::shared_ptr<KeyState>();
   std::string_view key = BearerToken(request.header("authorization"));
   if (key.empty()) key = request.header("x-api-key");
   if (key.empty()) {
@@ -422,13 +433,11 @@ Result<std::string> Gateway::Authenticate(const http::Request& request) const {
                      "Missing API key: send it as Authorization: Bearer <key> (or x-api-key: "
                      "<key>)");
   }
-  std::string hash = HashApiKey(key);
-  bool ok = false;
-  for (const auto& h : config_.api_key_hashes) {
-    ok |= h.size() == hash.size() && CRYPTO_memcmp(h.data(), hash.data(), h.size()) == 0;
-  }
-  if (!ok) return MakeError(ErrorCode::kUnauthenticated, "Incorrect API key provided");
-  return "key_" + hash.substr(0, 12);
+  // Found by the SHA-256 of what was sent: how long the lookup takes says nothing about any
+  // key's secret (that would take a preimage).
+  std::shared_ptr<KeyState> found = keys_->Find(HashApiKey(key));
+  if (!found) return MakeError(ErrorCode::kUnauthenticated, "Incorrect API key provided");
+  return found;
 }
 
 asio::awaitable<void> Gateway::HandleAlertsApi(http::Request& request,
@@ -555,10 +564,13 @@ std::optional<json> Gateway::ModelJson(std::string_view name) const {
   return std::nullopt;
 }
 
-std::string Gateway::ModelsJson() const {
+std::string Gateway::ModelsJson(const KeyState* key) const {
   std::vector<std::string> names;
   for (const router::Target& t : deps_.router->targets()) names.push_back(t.name);
   for (const router::RouterConfig& r : deps_.router->routers()) names.push_back(r.name);
+  if (key != nullptr) {  // a key with a model allow-list sees only those models
+    std::erase_if(names, [key](const std::string& name) { return !key->AllowsModel(name); });
+  }
   std::sort(names.begin(), names.end());
   json data = json::array();
   for (const std::string& name : names) data.push_back(*ModelJson(name));
@@ -567,18 +579,20 @@ std::string Gateway::ModelsJson() const {
 
 asio::awaitable<void> Gateway::HandleModels(const http::Request& request,
                                             http::ResponseWriter& writer) {
-  if (Result<std::string> key = Authenticate(request); !key) {
+  Result<std::shared_ptr<KeyState>> key = AuthenticateKey(request);
+  if (!key) {
     co_await writer.Send(401, kJson,
                          ErrorJson(key.error().message, "invalid_request_error", "invalid_api_key"));
     co_return;
   }
   if (request.path == "/v1/models") {
-    co_await writer.Send(200, kJson, ModelsJson());
+    co_await writer.Send(200, kJson, ModelsJson(key->get()));
     co_return;
   }
   // GET /v1/models/{model}: one model, as OpenAI's "retrieve model" answers.
   const std::string name = http::PercentDecode(std::string_view(request.path).substr(11));
   std::optional<json> model = ModelJson(name);
+  if (*key && !(*key)->AllowsModel(name)) model.reset();
   if (!model) {
     std::string body = JsonText(
         providers::MakeOpenAIError(404, "The model '" + name + "' does not exist",
@@ -619,6 +633,20 @@ asio::awaitable<void> Gateway::HandleReadApi(http::Request& request, http::Respo
     }
   }
   const std::string& path = request.path;
+  if (path == "/api/keys" || path.rfind("/api/keys/", 0) == 0) {
+    ApiAnswer answer = co_await HandleKeysApi(request);
+    if (!answer.allow.empty()) {
+      co_await SendMethodNotAllowed(writer, request, std::move(answer.allow));
+    } else if (!answer.result) {
+      const int status = StatusFor(answer.result.error().code);
+      co_await writer.Send(status, kJson,
+                           ErrorJson(answer.result.error().message, ErrorTypeFor(status),
+                                     std::string(ErrorCodeName(answer.result.error().code))));
+    } else {
+      co_await writer.Send(answer.ok_status, kJson, JsonText(*answer.result));
+    }
+    co_return;
+  }
   if (path.rfind("/api/monitors", 0) == 0 || path.rfind("/api/alerts", 0) == 0 ||
       path.rfind("/api/channels", 0) == 0) {
     co_await HandleAlertsApi(request, writer);

@@ -20,7 +20,9 @@
 #include "gateway/response_threads.h"
 #include "gateway/upstream.h"
 #include "gateway/upstream/client.h"
+#include "gateway/virtual_keys.h"
 #include "router/router.h"
+#include "telemetry/key_store.h"
 #include "telemetry/metrics.h"
 #include "telemetry/store.h"
 
@@ -47,6 +49,9 @@ struct GatewayDeps {
   // optional: answers for every remote target instead of the HTTP client (tests of the attempt
   // loop); must outlive the gateway.
   Upstream* remote = nullptr;
+  // optional: where keys made through /api/keys are kept (without it the config's keys are all
+  // there is, and their spend starts at zero on every start).
+  telemetry::KeyStore* key_store = nullptr;
 };
 
 class Gateway {
@@ -110,10 +115,25 @@ class Gateway {
                                             http::ResponseWriter& writer);
   // The model entry of a target or router (its name), nullopt for an unknown name.
   std::optional<nlohmann::json> ModelJson(std::string_view name) const;
-  std::string ModelsJson() const;
+  // Every model and router, or those `key` may use.
+  std::string ModelsJson(const KeyState* key = nullptr) const;
   // The gateway key check (server.api_keys): the key's id for telemetry ("" when no keys are
   // configured), or kUnauthenticated with the message for the client.
   Result<std::string> Authenticate(const http::Request& request) const;
+  // The same check, giving the key itself (null when keys are off).
+  Result<std::shared_ptr<KeyState>> AuthenticateKey(const http::Request& request) const;
+  // The model allow-list and the limits of `key` for a request of `model` (keys_api.cc): the
+  // hold to keep while it runs, or the refusal (403, 429) already answered and recorded.
+  boost::asio::awaitable<std::optional<KeyAdmission>> AdmitKey(
+      const std::shared_ptr<KeyState>& key, const std::string& model,
+      const raw_json::Object& body, ClientStream& client);
+  // /api/keys and /api/keys/{id}[/rotate] (keys_api.cc); answers like HandleAlertsApi's.
+  struct ApiAnswer {
+    Result<nlohmann::json> result = nlohmann::json();
+    int ok_status = 200;
+    std::string allow;  // set when the path exists but not with this method
+  };
+  boost::asio::awaitable<ApiAnswer> HandleKeysApi(const http::Request& request);
   Result<nlohmann::json> EngineLookup(const http::Request& request) const;
   upstream::Client& ClientFor(size_t worker_index) { return *clients_[worker_index]; }
   // The upstream that serves `target`'s provider (the engines for local, else remote_).
@@ -131,6 +151,9 @@ class Gateway {
   boost::asio::thread_pool blocking_pool_{2};
   // Responses API response id -> thread (internally locked).
   ResponseThreads response_threads_;
+  // The gateway keys and their limits (internally locked); shared with the recorder listener and
+  // the metrics section that read it, which may outlive this object.
+  std::shared_ptr<VirtualKeys> keys_;
 };
 
 }  // namespace kvgate::gateway

@@ -26,6 +26,7 @@
 #include "local_engine/cli_generate.h"
 #include "local_engine/device.h"
 #include "local_engine/kv_size.h"
+#include "telemetry/key_store.h"
 #include "telemetry/metrics.h"
 #include "telemetry/store.h"
 
@@ -329,6 +330,13 @@ int RunGateway(gateway::GatewayConfig config) {
                  store.error().message.c_str());
     return 1;
   }
+  // Keys made through /api/keys live in the same database (its api_keys table).
+  auto key_store = telemetry::KeyStore::Open(config.sqlite_path);
+  if (!key_store) {
+    std::fprintf(stderr, "kvgate: key store %s: %s\n", config.sqlite_path.c_str(),
+                 key_store.error().message.c_str());
+    return 1;
+  }
   telemetry::MetricsRegistry registry;
   auto metrics = telemetry::GatewayMetrics::Create(registry);
   if (!metrics) {
@@ -378,7 +386,8 @@ int RunGateway(gateway::GatewayConfig config) {
                             .clock = &clock,
                             .router = router->get(),
                             .engines = engines.get(),
-                            .alerting = alerting->get()};
+                            .alerting = alerting->get(),
+                            .key_store = key_store->get()};
   auto gw = gateway::Gateway::Create(config, deps);
   if (!gw) {
     std::fprintf(stderr, "kvgate: %s\n", gw.error().message.c_str());

@@ -218,13 +218,15 @@ asio::awaitable<void> Gateway::ServeInference(http::Request& request,
                       messages_api ? ClientApi::kAnthropicMessages : ClientApi::kOpenAI);
 
   // Authentication (gateway keys are optional).
-  if (Result<std::string> key = Authenticate(request); !key) {
-    co_await client.SendError(providers::MakeOpenAIError(401, key.error().message,
+  std::shared_ptr<KeyState> key;
+  if (Result<std::shared_ptr<KeyState>> found = AuthenticateKey(request); !found) {
+    co_await client.SendError(providers::MakeOpenAIError(401, found.error().message,
                                                          "invalid_request_error", "invalid_api_key"),
                               "error");
     co_return;
   } else {
-    rec.api_key_id = std::move(*key);
+    key = std::move(*found);
+    if (key) rec.api_key_id = key->id();
   }
 
   // A compressed body would read as malformed JSON; say what is wrong instead (RFC 9110 15.5.16).
@@ -392,6 +394,10 @@ asio::awaitable<void> Gateway::ServeInference(http::Request& request,
         "error");
     co_return;
   }
+  // The key's model allow-list and limits, last: a request refused for its own faults above
+  // costs its key nothing. The hold is given back when the request is over.
+  std::optional<KeyAdmission> admission = co_await AdmitKey(key, rec.model, body, client);
+  if (!admission) co_return;
   InferenceCall call{.endpoint = endpoint,
                      .body = body,
                      .stream = rec.stream,

@@ -215,12 +215,31 @@ constexpr std::string_view kCacheHelpers = R"sql(
 ALTER TABLE requests ADD COLUMN cache_helper TEXT NOT NULL DEFAULT '';
 )sql";
 
-constexpr std::array<Migration, 6> kCoreMigrations = {{
+// Version 11, gateway keys made through /api/keys (the API surface's range): one row per key,
+// its name (NULL: none; names are unique), its secret only as a SHA-256 hash, its limits as the fields POST /api/keys takes; revoked keys
+// stay (revoked_at_us set) so that their id keeps naming their requests. The index serves the
+// spend a restarted gateway reads per key (the sum of cost_total since its budget period began)
+// from the index alone: a key's lifetime spend is summed over all its rows at every start.
+constexpr std::string_view kApiKeys = R"sql(
+CREATE TABLE api_keys (
+  id            TEXT    PRIMARY KEY,
+  name          TEXT    UNIQUE,
+  key_hash      TEXT    NOT NULL UNIQUE,
+  limits        TEXT    NOT NULL,
+  created_at_us INTEGER NOT NULL,
+  rotated_at_us INTEGER,
+  revoked_at_us INTEGER
+);
+CREATE INDEX requests_by_api_key ON requests (api_key_id, created_at_us, cost_total);
+)sql";
+
+constexpr std::array<Migration, 7> kCoreMigrations = {{
     {1, "requests_and_threads", kRequestsAndThreads},
     {2, "thread_last_prompt", kThreadLastPrompt},
     {3, "routing", kRouting},
     {4, "dashboard", kDashboard},
     {10, "cache_helpers", kCacheHelpers},
+    {11, "api_keys", kApiKeys},
     {20, "engine_offload", kEngineOffload},
 }};
 

@@ -15,6 +15,7 @@ import * as thread from './thread.js';
 import * as requests from './requests.js';
 import * as monitors from './monitors.js';
 import * as engine from './engine.js';
+import * as keys from './keys.js';
 
 const POLL_MS = 2000;
 const view = document.getElementById('view');
@@ -34,7 +35,7 @@ function route() {
   const parts = pathPart.split('/').filter(Boolean).map(decodeURIComponent);
   const params = Object.fromEntries(new URLSearchParams(queryPart || ''));
   if (parts[0] === 'threads' && parts.length > 1) return { name: 'thread', page: thread, id: parts.slice(1).join('/'), params };
-  const pages = { threads, requests, monitors, engine };
+  const pages = { threads, requests, monitors, engine, keys };
   if (pages[parts[0]]) return { name: parts[0], page: pages[parts[0]], params };
   return { name: 'overview', page: overview, params };
 }

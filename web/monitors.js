@@ -3,7 +3,7 @@
 import { api } from './api.js';
 import { clear, fmtTime, h } from './format.js';
 
-const METRICS = ['cost', 'latency_p95', 'ttft_p95', 'error_rate', 'cache_hit_rate', 'cache_drop'];
+const METRICS = ['cost', 'latency_p95', 'ttft_p95', 'error_rate', 'cache_hit_rate', 'cache_drop', 'budget'];
 const SCOPES = ['global', 'model', 'provider', 'thread', 'api_key'];
 
 export async function mount(view) {

@@ -121,6 +121,11 @@ bool AlertEngine::Submit(const RequestRecord& r) {
   return true;
 }
 
+void AlertEngine::SetBudgetSource(BudgetSource source) {
+  std::lock_guard lock(mu_);
+  budget_source_ = std::move(source);
+}
+
 void AlertEngine::SetRules(std::vector<AlertRule> rules) {
   {
     std::lock_guard lock(mu_);
@@ -240,6 +245,15 @@ void AlertEngine::Evaluate(MonitorState& m, int64_t now_us) {
           int64_t drops = 0;
           for (const Sample& s : k.samples) drops += s.cache_drop ? 1 : 0;
           value = double(drops);
+          break;
+        }
+        case Metric::kBudget: {
+          BudgetSource source;
+          {
+            std::lock_guard lock(mu_);
+            source = budget_source_;
+          }
+          if (source) value = source(key);
           break;
         }
       }

@@ -21,6 +21,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -67,6 +68,10 @@ class AlertEngine {
   // Replaces the monitor set (thread safe; applied at the next RunOnce). Windows and incident state
   // are kept for monitors whose definition did not change.
   void SetRules(std::vector<AlertRule> rules);
+  // Where the `budget` metric is read: the fraction of an api key id's budget spent, nullopt
+  // for a key without one. Called on the engine thread; must be thread safe. Null: no values.
+  using BudgetSource = std::function<std::optional<double>(const std::string& api_key_id)>;
+  void SetBudgetSource(BudgetSource source);
   // Raises a "test" event for one channel and queues its delivery; returns the event id.
   // kNotFound when no such channel. Thread safe.
   Result<std::string> TestFire(const std::string& channel_name);
@@ -135,6 +140,7 @@ class AlertEngine {
   std::optional<std::vector<AlertRule>> new_rules_;           // GUARDED_BY(mu_)
   std::vector<std::pair<AlertEvent, DeliveryRecord>> inbox_;  // GUARDED_BY(mu_): test fires
   uint64_t dropped_ = 0;                                      // GUARDED_BY(mu_)
+  BudgetSource budget_source_;                                // GUARDED_BY(mu_)
   size_t pending_count_ = 0;  // GUARDED_BY(mu_): mirror of pending_.size()
   bool stop_ = false;         // GUARDED_BY(mu_)
 

@@ -11,13 +11,14 @@
 namespace kvgate::telemetry::alerts {
 namespace {
 
-constexpr std::array<std::pair<Metric, std::string_view>, 6> kMetrics = {{
+constexpr std::array<std::pair<Metric, std::string_view>, 7> kMetrics = {{
     {Metric::kCost, "cost"},
     {Metric::kLatencyP95, "latency_p95"},
     {Metric::kTtftP95, "ttft_p95"},
     {Metric::kErrorRate, "error_rate"},
     {Metric::kCacheHitRate, "cache_hit_rate"},
     {Metric::kCacheDrop, "cache_drop"},
+    {Metric::kBudget, "budget"},
 }};
 constexpr std::array<std::pair<Scope, std::string_view>, 5> kScopes = {{
     {Scope::kGlobal, "global"},
@@ -166,6 +167,10 @@ Result<AlertRule> ParseRule(const nlohmann::json& j) {
   auto condition = Lookup(kConditions, j["condition"], "monitor.condition");
   if (!condition) return std::unexpected(condition.error());
   rule.condition = *condition;
+  if (rule.metric == Metric::kBudget && rule.scope != Scope::kApiKey) {
+    return std::unexpected(Invalid("monitor.scope: metric budget is per gateway key, so its "
+                                   "scope must be api_key"));
+  }
   auto t = j.find("threshold");
   if (t == j.end() || !t->is_number() || !std::isfinite(t->get<double>())) {
     return std::unexpected(Invalid("monitor.threshold: required, a finite number"));

@@ -22,7 +22,11 @@ namespace kvgate::telemetry::alerts {
 //   error_rate      fraction of requests whose status is not "ok"/"client_disconnected"
 //   cache_hit_rate  cache-read tokens / input tokens, over requests whose input is fully known
 //   cache_drop      number of turns the thread tracker diagnosed a cache drop for
-enum class Metric { kCost, kLatencyP95, kTtftP95, kErrorRate, kCacheHitRate, kCacheDrop };
+//   budget          (scope api_key only) the fraction of the key's budget spent in its current
+//                   budget period, 0.8 = 80 %, read from the gateway's key limits when evaluated
+//                   (keys without a budget give no value); the window only says which keys were
+//                   active
+enum class Metric { kCost, kLatencyP95, kTtftP95, kErrorRate, kCacheHitRate, kCacheDrop, kBudget };
 enum class Scope { kGlobal, kModel, kProvider, kThread, kApiKey };
 enum class Condition { kAbove, kBelow };
 

@@ -3,6 +3,8 @@
 #include "telemetry/alerts/engine.h"
 
 #include <gtest/gtest.h>
+
+#include <map>
 #include <sqlite3.h>
 
 #include "telemetry/alerts/monitors.h"
@@ -246,6 +248,38 @@ TEST_F(EngineTest, CacheDropCountsDiagnosedTurnsPerThread) {
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0]["scope_key"], "thr_a");
   EXPECT_EQ(got[0]["value"], 2.0);
+}
+
+TEST_F(EngineTest, BudgetReadsTheKeysSpentFractionPerApiKey) {
+  std::map<std::string, double> spent = {{"key_a", 0.5}};  // key_b has no budget
+  engine_->SetBudgetSource([&spent](const std::string& id) -> std::optional<double> {
+    auto it = spent.find(id);
+    if (it == spent.end()) return std::nullopt;
+    return it->second;
+  });
+  engine_->SetRules({Rule(R"({"name":"b80","metric":"budget","scope":"api_key",
+      "condition":"above","threshold":0.8})")});
+  RequestRecord a = Record();
+  a.api_key_id = "key_a";
+  RequestRecord b = Record();
+  b.api_key_id = "key_b";
+  engine_->Submit(a);
+  engine_->Submit(b);
+  engine_->RunOnce();
+  EXPECT_TRUE(Received().empty());  // 50 %, and no value for key_b
+  spent["key_a"] = 0.85;
+  engine_->Submit(a);
+  engine_->RunOnce();
+  auto got = Received();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0]["metric"], "budget");
+  EXPECT_EQ(got[0]["scope_key"], "key_a");
+  EXPECT_NEAR(got[0]["value"].get<double>(), 0.85, 1e-12);
+  // A budget is per key: any other scope is refused.
+  auto global = ParseRule(json::parse(R"({"name":"g","metric":"budget","condition":"above",
+      "threshold":0.8})"));
+  ASSERT_FALSE(global);
+  EXPECT_NE(global.error().message.find("monitor.scope"), std::string::npos);
 }
 
 TEST_F(EngineTest, DisabledAndReplacedRules) {

@@ -35,17 +35,18 @@ QUERY_PARAMS = {
 ROUTES = ["/", "/healthz", "/metrics", "/v1/models", "/v1/chat/completions", "/v1/completions",
           "/api/access", "/api/threads", "/api/requests", "/api/overview", "/api/live",
           "/api/routes", "/api/engine", "/api/engine/lookup", "/api/monitors", "/api/alerts",
-          "/api/channels", "/api/channels/hook/test", "/v1/responses", "/v1/embeddings",
+          "/api/channels", "/api/channels/hook/test", "/api/keys", "/v1/responses", "/v1/embeddings",
           "/v1/messages", "/api/nowhere",
           "/assets/app.js", "/%ff", "//api//threads", "/api/../metrics"]
 ID_ROUTES = ["/v1/models/{}", "/api/threads/{}", "/api/requests/{}", "/api/monitors/{}",
-             "/api/channels/{}/test", "/assets/{}"]
+             "/api/channels/{}/test", "/api/keys/{}", "/api/keys/{}/rotate", "/assets/{}"]
 METHODS = [b"GET", b"HEAD", b"POST", b"PUT", b"DELETE", b"PATCH", b"OPTIONS", b"BREW"]
 POST_ROUTES = [(b"POST", b"/v1/chat/completions"), (b"POST", b"/v1/completions"),
                (b"POST", b"/v1/responses"), (b"POST", b"/v1/embeddings"),
                (b"POST", b"/v1/messages"),
                (b"POST", b"/api/engine/lookup"), (b"POST", b"/api/monitors"),
-               (b"PUT", b"/api/monitors/1"), (b"POST", b"/api/channels/hook/test")]
+               (b"PUT", b"/api/monitors/1"), (b"POST", b"/api/channels/hook/test"),
+               (b"POST", b"/api/keys")]
 MESSAGES = [{"role": "user", "content": "hi"}]
 
 

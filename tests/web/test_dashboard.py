@@ -458,6 +458,47 @@ def test_monitors_create_edit_and_test_a_channel(browser, kvgate, recorded):
     assert_clean_console(browser)
 
 
+def test_keys_page_lists_makes_shows_the_secret_once_and_revokes(browser, kvgate, recorded):
+    signed_in(browser, kvgate)
+    goto(browser, kvgate, "/keys", "#keys tbody tr")
+    listed = api(kvgate, "/api/keys")["keys"]
+    config_key = [k for k in listed if k["source"] == "config"][0]
+    row = browser.find_element(By.CSS_SELECTOR, f"#keys tr[data-key-id='{config_key['id']}']")
+    assert "config" in row.text and not row.find_elements(By.CLASS_NAME, "revoke")
+    browser.find_element(By.ID, "new-key").click()
+    form = browser.find_element(By.ID, "key-form")
+    form.find_element(By.NAME, "name").send_keys("dash-team")
+    form.find_element(By.NAME, "models").send_keys("gpt-4o-mini, deepseek-chat")
+    form.find_element(By.NAME, "max_budget_usd").send_keys("2.5")
+    form.find_element(By.NAME, "budget_duration").send_keys("1d")
+    form.find_element(By.NAME, "rpm").send_keys("60")
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait(browser, lambda d: d.find_elements(By.ID, "key-secret"), what="the new key's secret")
+    secret = browser.find_element(By.CSS_SELECTOR, "#key-secret code").text
+    assert secret.startswith("sk-kvgate-")
+    made = [k for k in api(kvgate, "/api/keys")["keys"] if k["name"] == "dash-team"]
+    assert len(made) == 1, made
+    made = made[0]
+    assert made["models"] == ["gpt-4o-mini", "deepseek-chat"]
+    assert made["max_budget_usd"] == 2.5 and made["rpm"] == 60
+    assert made["budget_duration"] == "1d"
+    row = browser.find_element(By.CSS_SELECTOR, f"#keys tr[data-key-id='{made['id']}']")
+    assert "60 rpm" in row.text and "$2.50 left of $2.50 per 1d" in row.text, row.text
+    # Shown once: a reload lists the key without it.
+    goto(browser, kvgate, "/keys", "#keys tbody tr")
+    assert secret not in browser.find_element(By.TAG_NAME, "body").text
+    st, _, _ = kvgate.gateway().request("GET", "/v1/models", headers={"Authorization": f"Bearer {secret}"})
+    assert st == 200
+    row = browser.find_element(By.CSS_SELECTOR, f"#keys tr[data-key-id='{made['id']}']")
+    row.find_element(By.CLASS_NAME, "revoke").click()
+    browser.switch_to.alert.accept()
+    wait(browser, lambda d: "revoked" in d.find_element(
+        By.CSS_SELECTOR, f"#keys tr[data-key-id='{made['id']}']").text, what="revoked key")
+    st, _, _ = kvgate.gateway().request("GET", "/v1/models", headers={"Authorization": f"Bearer {secret}"})
+    assert st == 401
+    assert_clean_console(browser)
+
+
 def test_engine_page_and_the_prompt_lookup(browser, kvgate, recorded):
     signed_in(browser, kvgate)
     goto(browser, kvgate, "/engine", ".card.engine")
@@ -543,7 +584,8 @@ def test_router_decision_and_attempts_are_shown_when_present(browser, kvgate, re
 
 
 PAGES = [("/", "#kpi-requests"), ("/threads", "#threads tbody tr"), ("/threads/dash-diag", ".thread-page[data-render-ms]"),
-         ("/requests", "#requests tbody tr"), ("/monitors", "#new-monitor"), ("/engine", ".card.engine")]
+         ("/requests", "#requests tbody tr"), ("/monitors", "#new-monitor"), ("/engine", ".card.engine"),
+         ("/keys", "#keys tbody tr")]
 
 
 @pytest.mark.parametrize("width", [1280, 390])

@@ -1,0 +1,60 @@
+// Gateway keys made through the admin API (/api/keys), kept in the telemetry database's api_keys
+// table (migration 11, which TelemetryStore::Open applies), and the per-key spend a restarted
+// gateway reads back from the requests table. Secrets are never stored: only their SHA-256 hash.
+//
+// Thread safety: every method may be called from any thread (one connection behind a lock; the
+// callers are the admin API and startup, never the request path).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+
+namespace kvgate::telemetry {
+
+namespace internal {
+class Db;
+}
+
+struct StoredKey {
+  std::string id;        // "key_..." (what requests.api_key_id holds)
+  std::string name;      // unique; "" for none (stored as NULL)
+  std::string key_hash;  // SHA-256 hex of the current secret
+  nlohmann::json limits = nlohmann::json::object();  // the limit fields as POST /api/keys took them
+  int64_t created_at_us = 0;
+  std::optional<int64_t> rotated_at_us, revoked_at_us;
+};
+
+class KeyStore {
+ public:
+  // Opens the database at `path`, whose schema TelemetryStore::Open has brought up to date.
+  // Errors: kUnavailable when it cannot be opened.
+  static Result<std::unique_ptr<KeyStore>> Open(const std::string& path);
+  ~KeyStore();
+
+  // Every key, revoked ones too, oldest first.
+  Result<std::vector<StoredKey>> List() const;
+  // kInvalidArgument when the name is taken.
+  Status Insert(const StoredKey& key);
+  // Replaces the secret's hash of a key that is not revoked; kNotFound otherwise.
+  Status Rotate(std::string_view id, std::string_view new_hash, int64_t at_us);
+  // Marks the key revoked; kNotFound when there is no such key or it is already revoked.
+  Status Revoke(std::string_view id, int64_t at_us);
+  // The recorded cost (pico-USD) of the requests of `api_key_id` created at or after `since_us`.
+  Result<int64_t> SpendSince(std::string_view api_key_id, int64_t since_us) const;
+
+ private:
+  explicit KeyStore(std::unique_ptr<internal::Db> db);
+  mutable std::mutex mu_;
+  std::unique_ptr<internal::Db> db_;  // GUARDED_BY(mu_)
+};
+
+}  // namespace kvgate::telemetry

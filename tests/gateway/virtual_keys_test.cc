@@ -1,0 +1,372 @@
+// The key limiter with an injected clock: token buckets, budget periods, admission and its
+// refusals, reconciliation of reserved tokens, and the counters under concurrent threads.
+#include "gateway/virtual_keys.h"
+
+#include "telemetry/store.h"
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <thread>
+
+namespace kvgate::gateway {
+namespace {
+
+constexpr int64_t kDollar = 1'000'000'000'000;  // pico-USD
+
+std::string HeaderOf(const std::vector<http::Header>& headers, std::string_view name) {
+  for (const auto& h : headers) {
+    if (h.name == name) return h.value;
+  }
+  return "<absent>";
+}
+
+telemetry::RequestRecord Finished(const std::string& key_id, int64_t created_at_us,
+                                  int64_t cost_pico, int64_t input_tokens, int64_t output_tokens) {
+  telemetry::RequestRecord r;
+  r.api_key_id = key_id;
+  r.created_at_us = created_at_us;
+  r.cost.total = cost_pico;
+  r.cost.priced = true;
+  r.usage.cache_read = 0;
+  r.usage.cache_write_5m = 0;
+  r.usage.cache_write_1h = 0;
+  r.usage.cache_write_no_ttl = 0;
+  r.usage.uncached = input_tokens;
+  r.usage.output = output_tokens;
+  return r;
+}
+
+struct Keys {
+  explicit Keys(KeyLimits limits) : keys(clock, nullptr) {
+    ApiKeyConfig c{.name = "team-a", .key_hash = HashApiKey("sk-a"), .limits = std::move(limits)};
+    EXPECT_TRUE(keys.Load({c}));
+    key = keys.Find(HashApiKey("sk-a"));
+    EXPECT_NE(key, nullptr);
+  }
+  FakeClock clock{1'767'225'600'000'000 + 3'600'000'000};  // 2026-01-01T01:00:00Z
+  VirtualKeys keys;
+  std::shared_ptr<KeyState> key;
+};
+
+TEST(TokenBucketTest, RefillsContinuouslyUpToItsCapacity) {
+  TokenBucket bucket(60, 0);  // one a second
+  EXPECT_DOUBLE_EQ(bucket.Level(0), 60);
+  bucket.Add(-60, 0);
+  EXPECT_DOUBLE_EQ(bucket.Level(0), 0);
+  EXPECT_EQ(bucket.MicrosUntil(1), 1'000'000);
+  EXPECT_DOUBLE_EQ(bucket.Level(500'000), 0.5);
+  EXPECT_DOUBLE_EQ(bucket.Level(10'000'000), 10);
+  EXPECT_DOUBLE_EQ(bucket.Level(600'000'000), 60);  // never above the capacity
+  bucket.Add(-100, 600'000'000);                    // a debt: charged after the fact
+  EXPECT_DOUBLE_EQ(bucket.Level(600'000'000), -40);
+  EXPECT_EQ(bucket.MicrosUntil(1), 41'000'000);
+  bucket.Add(1000, 600'000'000);
+  EXPECT_DOUBLE_EQ(bucket.Level(600'000'000), 60);
+}
+
+TEST(BudgetPeriodTest, PeriodsCountFromTheEpoch) {
+  const int64_t day = 86'400'000'000;
+  EXPECT_EQ(BudgetPeriodStart(5 * day + 123, 86400), 5 * day);
+  EXPECT_EQ(BudgetPeriodStart(5 * day, 86400), 5 * day);
+  EXPECT_EQ(BudgetPeriodStart(5 * day - 1, 86400), 4 * day);
+  EXPECT_EQ(BudgetPeriodStart(95 * day, 30 * 86400), 90 * day);
+  EXPECT_EQ(BudgetPeriodStart(95 * day, 0), 0);  // a lifetime budget
+}
+
+TEST(VirtualKeysTest, RpmRefusesTheSixthRequestAndRefills) {
+  Keys k(KeyLimits{.rpm = 5});
+  std::vector<KeyAdmission> held;
+  for (int i = 0; i < 5; ++i) {
+    auto admitted = k.keys.Admit(k.key, 0);
+    ASSERT_TRUE(admitted) << i;
+    auto headers = k.keys.RateLimitHeaders(*k.key);
+    EXPECT_EQ(HeaderOf(headers, "x-ratelimit-limit-requests"), "5");
+    EXPECT_EQ(HeaderOf(headers, "x-ratelimit-remaining-requests"), std::to_string(4 - i));
+    EXPECT_EQ(HeaderOf(headers, "x-ratelimit-limit-tokens"), "unlimited");  // no tpm
+    EXPECT_EQ(HeaderOf(headers, "x-ratelimit-remaining-tokens"), "unlimited");
+    EXPECT_EQ(HeaderOf(headers, "x-ratelimit-reset-tokens"), "0s");
+  }
+  auto refused = k.keys.Admit(k.key, 0);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().status, 429);
+  EXPECT_EQ(refused.error().limit, KeyLimit::kRpm);
+  EXPECT_EQ(refused.error().type, "rate_limit_error");
+  EXPECT_EQ(refused.error().code, "rate_limit_exceeded");
+  EXPECT_EQ(HeaderOf(refused.error().headers, "retry-after"), "12");  // 60 s / 5
+  EXPECT_EQ(HeaderOf(refused.error().headers, "x-ratelimit-remaining-requests"), "0");
+  EXPECT_EQ(HeaderOf(refused.error().headers, "x-ratelimit-reset-requests"), "1m0s");
+  k.clock.AdvanceSeconds(11);
+  EXPECT_FALSE(k.keys.Admit(k.key, 0));
+  EXPECT_EQ(HeaderOf(k.keys.Admit(k.key, 0).error().headers, "retry-after"), "1");
+  k.clock.AdvanceSeconds(1);
+  EXPECT_TRUE(k.keys.Admit(k.key, 0));  // one more after 12 s
+  EXPECT_FALSE(k.keys.Admit(k.key, 0));
+  auto listed = k.keys.Get(k.key->id());
+  ASSERT_TRUE(listed);
+  EXPECT_EQ((*listed)["rate_limited"]["rpm"], 4);
+}
+
+TEST(VirtualKeysTest, TpmReservesMaxTokensAndChargesTheRealUsage) {
+  Keys k(KeyLimits{.tpm = 1000});
+  const int64_t t0 = k.clock.NowUnixMicros();
+  {
+    auto admitted = k.keys.Admit(k.key, 400);
+    ASSERT_TRUE(admitted);
+    EXPECT_EQ(HeaderOf(k.keys.RateLimitHeaders(*k.key), "x-ratelimit-remaining-tokens"), "600");
+    // Two more reservations of 400 do not fit in 600 at once.
+    auto second = k.keys.Admit(k.key, 400);
+    ASSERT_TRUE(second);
+    auto third = k.keys.Admit(k.key, 400);
+    ASSERT_FALSE(third);
+    EXPECT_EQ(third.error().limit, KeyLimit::kTpm);
+    // 1000 tokens/min = one per 60 ms; 200 are missing: 12 s.
+    EXPECT_EQ(HeaderOf(third.error().headers, "retry-after"), "12");
+    // The first finishes having used 100 tokens: its 400 come back, 100 are charged.
+    k.keys.OnRecord(Finished(k.key->id(), t0, 0, 60, 40));
+  }  // (both holds end here: the second also gives back its 400)
+  k.keys.OnRecord(Finished(k.key->id(), t0, 0, 50, 0));
+  EXPECT_EQ(HeaderOf(k.keys.RateLimitHeaders(*k.key), "x-ratelimit-remaining-tokens"), "850");
+  // A reservation above the whole bucket waits for a full one.
+  auto huge = k.keys.Admit(k.key, 1'000'000);
+  ASSERT_FALSE(huge);
+  EXPECT_EQ(HeaderOf(huge.error().headers, "retry-after"), "9");  // 150 tokens at 1000/min
+  k.clock.AdvanceSeconds(9);
+  EXPECT_TRUE(k.keys.Admit(k.key, 1'000'000));
+  // Usage over what was reserved leaves a debt that refuses even a request reserving nothing.
+  k.keys.OnRecord(Finished(k.key->id(), t0, 0, 5000, 0));
+  EXPECT_FALSE(k.keys.Admit(k.key, 0));
+  EXPECT_EQ(HeaderOf(k.keys.RateLimitHeaders(*k.key), "x-ratelimit-remaining-tokens"), "0");
+}
+
+TEST(VirtualKeysTest, MaxParallelCountsHoldsUntilTheyEnd) {
+  Keys k(KeyLimits{.max_parallel = 2});
+  std::optional<KeyAdmission> a{*k.keys.Admit(k.key, 0)};
+  auto b = k.keys.Admit(k.key, 0);
+  ASSERT_TRUE(b);
+  auto c = k.keys.Admit(k.key, 0);
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.error().limit, KeyLimit::kParallel);
+  EXPECT_EQ(HeaderOf(c.error().headers, "retry-after"), "1");
+  EXPECT_EQ(HeaderOf(c.error().headers, "x-ratelimit-limit-requests"), "unlimited");
+  EXPECT_EQ(c.error().headers.size(), 7u);  // Retry-After and the six, whatever refused it
+  a.reset();
+  EXPECT_TRUE(k.keys.Admit(k.key, 0));  // (and given back at once)
+  KeyAdmission moved = std::move(*b);  // a moved hold is released once, by its new owner
+  b->Release();                        // (the moved-from one holds nothing)
+  EXPECT_EQ((*k.keys.Get(k.key->id()))["in_flight"], 1);
+  {
+    auto second = k.keys.Admit(k.key, 0);
+    ASSERT_TRUE(second);
+    EXPECT_FALSE(k.keys.Admit(k.key, 0));
+  }
+  moved.Release();
+  moved.Release();
+  EXPECT_EQ((*k.keys.Get(k.key->id()))["in_flight"], 0);
+}
+
+TEST(VirtualKeysTest, BudgetCountsRecordedCostAndResetsEachPeriod) {
+  Keys k(KeyLimits{.max_budget_pico = 2 * kDollar, .budget_duration_s = 3600});
+  const int64_t now = k.clock.NowUnixMicros();  // 01:00:00, a period start
+  EXPECT_TRUE(k.keys.Admit(k.key, 0));
+  k.keys.OnRecord(Finished(k.key->id(), now, kDollar, 0, 0));
+  EXPECT_EQ(k.keys.BudgetFraction(k.key->id()), 0.5);
+  EXPECT_TRUE(k.keys.Admit(k.key, 0));
+  k.keys.OnRecord(Finished(k.key->id(), now + 1, kDollar + 1, 0, 0));
+  auto refused = k.keys.Admit(k.key, 0);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().limit, KeyLimit::kBudget);
+  EXPECT_EQ(refused.error().type, "insufficient_quota");
+  EXPECT_EQ(refused.error().code, "budget_exceeded");
+  EXPECT_EQ(HeaderOf(refused.error().headers, "retry-after"), "3600");  // the period's end
+  auto described = *k.keys.Get(k.key->id());
+  EXPECT_EQ(described["spend_pico_usd"], 2 * kDollar + 1);
+  EXPECT_EQ(described["budget_remaining_usd"], 0.0);
+  // A request of the last period that finishes after it ended is not this period's.
+  k.clock.AdvanceSeconds(3600);
+  k.keys.OnRecord(Finished(k.key->id(), now + 2, kDollar, 0, 0));
+  EXPECT_EQ(k.keys.BudgetFraction(k.key->id()), 0.0);
+  EXPECT_TRUE(k.keys.Admit(k.key, 0));
+  // Other keys' records and records with no key change nothing.
+  k.keys.OnRecord(Finished("key_other", k.clock.NowUnixMicros(), kDollar, 0, 0));
+  k.keys.OnRecord(Finished("", k.clock.NowUnixMicros(), kDollar, 0, 0));
+  EXPECT_EQ(k.keys.BudgetFraction(k.key->id()), 0.0);
+}
+
+TEST(VirtualKeysTest, ALifetimeBudgetNeverResets) {
+  Keys k(KeyLimits{.max_budget_pico = kDollar});
+  k.keys.OnRecord(Finished(k.key->id(), k.clock.NowUnixMicros(), kDollar, 0, 0));
+  auto refused = k.keys.Admit(k.key, 0);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(HeaderOf(refused.error().headers, "retry-after"), "3600");
+  k.clock.AdvanceSeconds(400 * 86400);
+  EXPECT_FALSE(k.keys.Admit(k.key, 0));
+  EXPECT_EQ(k.keys.BudgetFraction(k.key->id()), 1.0);
+}
+
+TEST(VirtualKeysTest, KeysAndTheirAllowLists) {
+  FakeClock clock;
+  VirtualKeys keys(clock, nullptr);
+  EXPECT_FALSE(keys.required());
+  ASSERT_TRUE(keys.Load({{.name = "", .key_hash = HashApiKey("sk-plain")},
+                         {.name = "narrow", .key_hash = HashApiKey("sk-n"),
+                          .limits = {.models = {"sonnet", "kvgate-router"}}}}));
+  EXPECT_TRUE(keys.required());
+  auto plain = keys.Find(HashApiKey("sk-plain"));
+  ASSERT_NE(plain, nullptr);
+  EXPECT_EQ(plain->id(), "key_" + HashApiKey("sk-plain").substr(0, 12));  // as before: records match
+  EXPECT_TRUE(plain->AllowsModel("anything"));
+  EXPECT_TRUE(keys.RateLimitHeaders(*plain).empty());
+  {
+    auto hold = keys.Admit(plain, 0);  // a key without limits is never refused, still counted
+    ASSERT_TRUE(hold);
+    EXPECT_EQ((*keys.Get(plain->id()))["in_flight"], 1);
+  }
+  EXPECT_EQ((*keys.Get(plain->id()))["in_flight"], 0);
+  auto narrow = keys.Find(HashApiKey("sk-n"));
+  ASSERT_NE(narrow, nullptr);
+  EXPECT_TRUE(narrow->AllowsModel("kvgate-router"));
+  EXPECT_FALSE(narrow->AllowsModel("opus"));
+  EXPECT_EQ(keys.Find(HashApiKey("sk-wrong")), nullptr);
+  // Without a store keys cannot be made, and config keys cannot be changed.
+  EXPECT_EQ(keys.Create(nlohmann::json{{"name", "x"}}, {}).error().code, ErrorCode::kUnavailable);
+  EXPECT_EQ(keys.Revoke(narrow->id()).error().code, ErrorCode::kPermissionDenied);
+  EXPECT_EQ(keys.Rotate(narrow->id()).error().code, ErrorCode::kPermissionDenied);
+  EXPECT_EQ(keys.Get("key_nope").error().code, ErrorCode::kNotFound);
+  std::string metrics;
+  keys.ExposeMetrics(metrics);
+  EXPECT_NE(metrics.find("kvgate_key_spend_usd{key=\"narrow\"} 0\n"), std::string::npos);
+  EXPECT_NE(metrics.find("kvgate_key_rate_limited_total{key=\"narrow\",limit=\"rpm\"} 0\n"),
+            std::string::npos);
+  EXPECT_EQ(metrics.find("kvgate_key_budget_remaining_usd{"), std::string::npos);  // no budgets
+}
+
+// Keys made through the API and spend, on a real database: what a restarted gateway reads back.
+TEST(VirtualKeysTest, StoredKeysAndSpendSurviveARestart) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("kvgate_keys_test_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "kvgate.db").string();
+  FakeClock clock(1'767'225'600'000'000 + 10 * 86'400'000'000LL + 5);  // day 10 of 2026, 00:00
+  auto store = telemetry::TelemetryStore::Open(path, clock);
+  ASSERT_TRUE(store) << store.error().message;
+  auto key_store = telemetry::KeyStore::Open(path);
+  ASSERT_TRUE(key_store) << key_store.error().message;
+  const std::vector<std::string> models = {"sonnet"};
+  std::string id, secret;
+  {
+    VirtualKeys keys(clock, key_store->get());
+    ASSERT_TRUE(keys.Load({}));
+    EXPECT_FALSE(keys.required());
+    auto made = keys.Create(nlohmann::json{{"name", "daily"}, {"max_budget_usd", 1},
+                                           {"budget_duration", "1d"}, {"models", {"sonnet"}}},
+                            models);
+    ASSERT_TRUE(made) << made.error().message;
+    EXPECT_TRUE(keys.required());
+    id = (*made)["id"];
+    secret = (*made)["key"];
+    EXPECT_NE(keys.Find(HashApiKey(secret)), nullptr);
+    EXPECT_EQ(keys.Create(nlohmann::json{{"name", "daily"}}, models).error().code,
+              ErrorCode::kInvalidArgument);
+    EXPECT_EQ(keys.Create(nlohmann::json{{"name", "x"}, {"models", {"opus"}}}, models)
+                  .error().code,
+              ErrorCode::kInvalidArgument);
+  }
+  // Requests of that key: yesterday's (another period), and two of today's.
+  auto request = [&](const std::string& rid, int64_t at_us, int64_t cost) {
+    telemetry::RequestRecord r = Finished(id, at_us, cost, 1, 1);
+    r.request_id = rid;
+    r.endpoint = "chat.completions";
+    r.model = "sonnet";
+    r.status = "ok";
+    r.http_status = 200;
+    (*store)->Record(std::move(r));
+  };
+  request("req_old", clock.NowUnixMicros() - 3'600'000'000LL, 5 * kDollar);
+  request("req_a", clock.NowUnixMicros(), kDollar / 4);
+  request("req_b", clock.NowUnixMicros() + 1, kDollar / 2);
+  ASSERT_TRUE((*store)->Flush());
+  VirtualKeys restarted(clock, key_store->get());
+  ASSERT_TRUE(restarted.Load({}));
+  auto key = restarted.Find(HashApiKey(secret));
+  ASSERT_NE(key, nullptr);
+  EXPECT_EQ(key->id(), id);
+  EXPECT_TRUE(key->AllowsModel("sonnet"));
+  EXPECT_FALSE(key->AllowsModel("mini"));
+  EXPECT_EQ((*restarted.Get(id))["spend_pico_usd"], 3 * kDollar / 4);  // today's only
+  EXPECT_EQ(restarted.BudgetFraction(id), 0.75);
+  // Rotation keeps the id and the spend; the old secret is gone.
+  auto rotated = restarted.Rotate(id);
+  ASSERT_TRUE(rotated);
+  EXPECT_EQ((*rotated)["id"], id);
+  EXPECT_EQ((*rotated)["spend_pico_usd"], 3 * kDollar / 4);
+  EXPECT_EQ(restarted.Find(HashApiKey(secret)), nullptr);
+  const std::string new_secret = (*rotated)["key"];
+  EXPECT_NE(restarted.Find(HashApiKey(new_secret)), nullptr);
+  // Revocation: not found by its secret, still listed, not revoked twice.
+  ASSERT_TRUE(restarted.Revoke(id));
+  EXPECT_EQ(restarted.Find(HashApiKey(new_secret)), nullptr);
+  EXPECT_EQ(restarted.Revoke(id).error().code, ErrorCode::kNotFound);
+  EXPECT_EQ(restarted.Rotate(id).error().code, ErrorCode::kNotFound);
+  VirtualKeys again(clock, key_store->get());
+  ASSERT_TRUE(again.Load({}));
+  EXPECT_TRUE(again.required());  // a revoked last key keeps keys on
+  EXPECT_EQ(again.Find(HashApiKey(new_secret)), nullptr);
+  EXPECT_EQ((*again.Get(id))["revoked"], true);
+  // A config key may not take the name of a stored one.
+  auto clash = again.Load({{.name = "daily", .key_hash = HashApiKey("sk-c")}});
+  EXPECT_FALSE(clash);
+  (*store)->Close();
+  std::filesystem::remove_all(dir);
+}
+
+TEST(VirtualKeysTest, SecretsAreLongAndRandom) {
+  const std::string a = NewKeySecret(), b = NewKeySecret();
+  EXPECT_EQ(a.rfind("sk-kvgate-", 0), 0u);
+  EXPECT_EQ(a.size(), 10u + 48u);
+  EXPECT_NE(a, b);
+}
+
+// Threads admitting, finishing and recording at once: no hold is lost or counted twice, and
+// the limits hold exactly (each admission is decided under the key's lock).
+TEST(VirtualKeysTest, ConcurrentAdmissionsKeepExactCounts) {
+  Keys k(KeyLimits{.max_budget_pico = 1000 * kDollar, .rpm = 400, .max_parallel = 3});
+  constexpr int kThreads = 8, kEach = 200;
+  std::atomic<int> admitted{0}, in_flight{0}, peak{0};
+  std::atomic<int> refused_parallel{0}, refused_rpm{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < kEach; ++i) {
+        auto hold = k.keys.Admit(k.key, 0);
+        if (!hold) {
+          (hold.error().limit == KeyLimit::kParallel ? refused_parallel : refused_rpm)++;
+          continue;
+        }
+        const int now = ++in_flight;
+        int seen = peak.load();
+        while (now > seen && !peak.compare_exchange_weak(seen, now)) {}
+        ++admitted;
+        k.keys.OnRecord(Finished(k.key->id(), k.clock.NowUnixMicros(), kDollar / 1000, 1, 1));
+        --in_flight;
+        hold->Release();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(admitted + refused_parallel + refused_rpm, kThreads * kEach);
+  EXPECT_EQ(admitted.load(), 400);  // the clock does not move: exactly the bucket
+  EXPECT_LE(peak.load(), 3);
+  auto described = *k.keys.Get(k.key->id());
+  EXPECT_EQ(described["in_flight"], 0);
+  EXPECT_EQ(described["spend_pico_usd"], int64_t(400) * (kDollar / 1000));
+  EXPECT_EQ(described["rate_limited"]["rpm"], refused_rpm.load());
+  EXPECT_EQ(described["rate_limited"]["max_parallel"], refused_parallel.load());
+}
+
+}  // namespace
+}  // namespace kvgate::gateway

@@ -215,12 +215,20 @@ constexpr std::string_view kCacheHelpers = R"sql(
 ALTER TABLE requests ADD COLUMN cache_helper TEXT NOT NULL DEFAULT '';
 )sql";
 
-constexpr std::array<Migration, 6> kCoreMigrations = {{
+// Version 12, provider-reported cache diagnostics: requests.provider_cache_miss_reason, what the
+// provider said of its own cache miss (RequestRecord::provider_cache_miss_reason), '' when it
+// said nothing. (11 is the virtual keys'.)
+constexpr std::string_view kProviderDiagnostics = R"sql(
+ALTER TABLE requests ADD COLUMN provider_cache_miss_reason TEXT NOT NULL DEFAULT '';
+)sql";
+
+constexpr std::array<Migration, 7> kCoreMigrations = {{
     {1, "requests_and_threads", kRequestsAndThreads},
     {2, "thread_last_prompt", kThreadLastPrompt},
     {3, "routing", kRouting},
     {4, "dashboard", kDashboard},
     {10, "cache_helpers", kCacheHelpers},
+    {12, "provider_cache_diagnostics", kProviderDiagnostics},
     {20, "engine_offload", kEngineOffload},
 }};
 

@@ -58,6 +58,10 @@ struct ProviderConfig {
   // ("" = off) is 5m for `true`.
   bool prompt_cache_key_thread = false;
   std::string anthropic_auto_cache_ttl;
+  // `anthropic_cache_diagnostics: true` (type anthropic): each request of a thread names the
+  // thread's previous message on this provider (`diagnostics: {previous_message_id}`), so that
+  // Anthropic reports why its cache missed; stored beside kvgate's own diagnosis.
+  bool anthropic_cache_diagnostics = false;
 };
 
 struct ModelConfig {

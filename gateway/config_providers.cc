@@ -31,7 +31,8 @@ Status ParseOffload(const json& offload, const std::string& path, ProviderConfig
   return {};
 }
 
-// `prompt_cache_key: thread` and `anthropic_auto_cache: true | false | 5m | 1h | {ttl: ...}`.
+// `prompt_cache_key: thread`, `anthropic_cache_diagnostics: true | false` and
+// `anthropic_auto_cache: true | false | 5m | 1h | {ttl: ...}`.
 Status ParseCacheHelpers(const json& p, const std::string& path, ProviderConfig& pc) {
   if (auto it = p.find("prompt_cache_key"); it != p.end() && !it->is_null()) {
     if (it->is_boolean() && !it->get<bool>()) {
@@ -42,6 +43,13 @@ Status ParseCacheHelpers(const json& p, const std::string& path, ProviderConfig&
       return MakeError(ErrorCode::kInvalidArgument,
                        path + ".prompt_cache_key must be thread (or false: off)");
     }
+  }
+  if (auto d = p.find("anthropic_cache_diagnostics"); d != p.end() && !d->is_null()) {
+    if (!d->is_boolean()) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       path + ".anthropic_cache_diagnostics must be true or false");
+    }
+    pc.anthropic_cache_diagnostics = d->get<bool>();
   }
   auto it = p.find("anthropic_auto_cache");
   if (it == p.end() || it->is_null()) return {};
@@ -107,7 +115,7 @@ Result<ProviderConfig> ParseProvider(const json& p, const std::string& path) {
                            "device", "kv_cache_tokens", "kv_cache_dtype", "threads",
                            "gpu_memory_fraction", "cuda_graphs", "offload",
                            "max_output_tokens_default", "prompt_cache_key",
-                           "anthropic_auto_cache"});
+                           "anthropic_auto_cache", "anthropic_cache_diagnostics"});
       !s) {
     return std::unexpected(s.error());
   }
@@ -180,6 +188,10 @@ Status ValidateProvider(const ProviderConfig& p, const std::string& where) {
   if (!p.anthropic_auto_cache_ttl.empty() && p.type != "anthropic") {
     return MakeError(ErrorCode::kInvalidArgument,
                      where + ".anthropic_auto_cache is only for type anthropic");
+  }
+  if (p.anthropic_cache_diagnostics && p.type != "anthropic") {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     where + ".anthropic_cache_diagnostics is only for type anthropic");
   }
   static const std::set<std::string> kTypes = {"openai",   "anthropic",  "deepseek",
                                                "vllm",     "sglang",     "llamacpp",

@@ -157,13 +157,25 @@ std::optional<AttemptResult> TranslateForChat(const InferenceCall& call, provide
 // The provider's cache helpers for a request of `thread_id`. The prompt_cache_key is a hash of
 // the thread id, not the id itself: fixed in length, and nothing of the client's naming leaves
 // for OpenAI.
+// With anthropic_cache_diagnostics, the previous message id is that of the thread's latest turn
+// on this same provider (an id of another provider's, or of another organisation's, is one
+// Anthropic cannot find).
 providers::CacheHelpers CacheHelpersFor(const ProviderConnection& connection,
-                                        const std::string& thread_id) {
+                                        const std::string& thread_id, const Recorder& recorder) {
   providers::CacheHelpers helpers;
   if (connection.prompt_cache_key_thread && !thread_id.empty()) {
     helpers.prompt_cache_key = "kvgate-" + HashApiKey(thread_id).substr(0, 32);
   }
   helpers.anthropic_auto_cache_ttl = connection.anthropic_auto_cache_ttl;
+  if (connection.anthropic_cache_diagnostics && !thread_id.empty()) {
+    const telemetry::ThreadView view = recorder.View(thread_id);
+    for (const telemetry::TurnSummary& turn : view.by_target) {  // most recent first
+      if (turn.provider == connection.name && !turn.response_id.empty()) {
+        helpers.anthropic_previous_message_id = turn.response_id;
+        break;
+      }
+    }
+  }
   return helpers;
 }
 
@@ -481,7 +493,7 @@ asio::awaitable<void> Gateway::RunAttempts(const InferenceCall& call,
                          : connection.api_keys[static_cast<size_t>(key) % connection.api_keys.size()],
           .stream = call.stream,
           .client_wants_usage = call.client_wants_usage};
-      plan.options.cache_helpers = CacheHelpersFor(connection, rec.thread_id);
+      plan.options.cache_helpers = CacheHelpersFor(connection, rec.thread_id, *deps_.recorder);
       plan.options.anthropic_version = call.anthropic_version;
       plan.options.anthropic_beta = call.anthropic_beta;
       // Anthropic Messages to a target that speaks OpenAI chat: the request is translated here,

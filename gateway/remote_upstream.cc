@@ -208,6 +208,7 @@ asio::awaitable<AttemptResult> RemoteUpstream::Buffered(const InferenceCall& cal
   CopyUpstreamHeaders(*response, client.headers());
   rec.usage = std::move(translated->usage);
   rec.finish_reason = translated->finish_reason;
+  rec.provider_cache_miss_reason = translated->provider_cache_miss_reason;
   rec.response_id = providers::ResponseIdOf(translated->body);
   if (!rec.response_id.empty() && call.on_response_id) call.on_response_id(rec);
   answered.outcome.latency_us = Micros(started_ns);
@@ -261,6 +262,7 @@ asio::awaitable<AttemptResult> RemoteUpstream::Streamed(const InferenceCall& cal
   auto record_stream = [&] {
     rec.usage = translator->usage();
     rec.finish_reason = std::string(translator->finish_reason());
+    rec.provider_cache_miss_reason = std::string(translator->provider_cache_miss_reason());
     log.Commit();
   };
   upstream::BodySink sink = [&](std::string_view bytes) -> asio::awaitable<upstream::SinkVerdict> {
@@ -280,6 +282,7 @@ asio::awaitable<AttemptResult> RemoteUpstream::Streamed(const InferenceCall& cal
     if (translator->completed()) {  // these bytes complete the answer: journal it first
       rec.usage = translator->usage();
       rec.finish_reason = std::string(translator->finish_reason());
+      rec.provider_cache_miss_reason = std::string(translator->provider_cache_miss_reason());
       client.Checkpoint();
     }
     if (!piece.bytes.empty()) {
@@ -338,6 +341,7 @@ asio::awaitable<AttemptResult> RemoteUpstream::Streamed(const InferenceCall& cal
         if (auto whole = providers::TranslateResponse(connection.type, error_body, plan.options)) {
           rec.usage = std::move(whole->usage);
           rec.finish_reason = whole->finish_reason;
+          rec.provider_cache_miss_reason = whole->provider_cache_miss_reason;
         }
         error = providers::MakeOpenAIError(
             502, "upstream " + connection.name + " answered a streaming request with a JSON "

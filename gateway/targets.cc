@@ -96,6 +96,7 @@ Result<std::map<std::string, ProviderConnection>> BuildConnections(const Gateway
     c.api_keys = p.api_keys;
     c.prompt_cache_key_thread = p.prompt_cache_key_thread;
     c.anthropic_auto_cache_ttl = p.anthropic_auto_cache_ttl;
+    c.anthropic_cache_diagnostics = p.anthropic_cache_diagnostics;
     if (c.api_keys.empty() && !p.api_key.empty()) c.api_keys.push_back(p.api_key);
     out.emplace(p.name, std::move(c));
   }

@@ -34,6 +34,8 @@ struct ProviderConnection {
   // anthropic_auto_cache's TTL ("" off).
   bool prompt_cache_key_thread = false;
   std::string anthropic_auto_cache_ttl;
+  // anthropic_cache_diagnostics: ask Anthropic why a thread's cache missed (CacheHelpers).
+  bool anthropic_cache_diagnostics = false;
 };
 
 // The client's request, the same for every attempt.

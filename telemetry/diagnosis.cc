@@ -71,6 +71,10 @@ void AddElement(PromptFingerprint& fp, FingerprintElement::Kind kind, int messag
   FingerprintElement e;
   e.kind = kind;
   e.message_index = message_index;
+  if (kind == FingerprintElement::Kind::kMessage && value.is_object()) {
+    const std::optional<raw_json::Value> role = raw_json::Find(value, "role");
+    e.system_role = role && (role->text == "\"system\"" || role->text == "\"developer\"");
+  }
   e.length = text.size();
   e.chunks.reserve((text.size() + kFingerprintChunkBytes - 1) / kFingerprintChunkBytes);
   for (size_t off = 0; off < text.size(); off += kFingerprintChunkBytes) {
@@ -202,6 +206,7 @@ std::string ToJsonText(const PromptFingerprint& fp) {
     if (e.kind == FingerprintElement::Kind::kMessage) {
       out += R"(,"i":)";
       out += std::to_string(e.message_index);
+      if (e.system_role) out += R"(,"s":1)";
     }
     out += R"(,"h":")";
     out += Hex16(e.prefix_hash);
@@ -246,6 +251,7 @@ Result<PromptFingerprint> FromJson(const nlohmann::json& json) {
       const auto i = j.find("i");
       if (i == j.end() || !i->is_number_integer()) return bad("message element lacks i");
       e.message_index = i->get<int>();
+      e.system_role = j.value("s", 0) == 1;
     } else {
       return bad("unknown kind '" + kind + "'");
     }
@@ -286,6 +292,7 @@ PrefixComparison ComparePrefixes(const PromptFingerprint& previous,
   const FingerprintElement& ce = c[i];
   out.diverged_kind = ce.kind;
   out.diverged_message_index = ce.message_index;
+  out.diverged_system_role = ce.system_role;
   if (pe.kind != ce.kind) return out;  // a different element altogether: offset 0
   size_t k = 0;
   while (k < pe.chunks.size() && k < ce.chunks.size() && pe.chunks[k] == ce.chunks[k]) ++k;
@@ -305,6 +312,7 @@ nlohmann::json Diagnosis::ToJson() const {
                       {"cached", cached},
                       {"idle_seconds", idle_seconds}};
   if (message_index) j["message_index"] = *message_index;
+  if (system_message) j["system_message"] = true;
   if (element) j["element"] = *element;
   if (char_offset) j["char_offset"] = *char_offset;
   if (lost_tokens) j["lost_tokens"] = *lost_tokens;
@@ -321,6 +329,28 @@ int64_t Diagnosis::MissedTokens() const {
   return std::max<int64_t>(0, expected_cached - cached);
 }
 
+std::optional<bool> ProviderDiagnosisAgrees(const nlohmann::json& kvgate_diagnosis,
+                                            std::string_view provider_reason) {
+  const std::string cause =
+      kvgate_diagnosis.is_object() ? kvgate_diagnosis.value("cause", std::string()) : std::string();
+  const std::string element =
+      kvgate_diagnosis.is_object() ? kvgate_diagnosis.value("element", std::string()) : std::string();
+  const bool structural = cause == "prompt_changed" || cause == "model_switch" ||
+                          cause == "routed_away";
+  // A system or developer message of a chat body is the provider's system prompt.
+  const bool system_message = kvgate_diagnosis.is_object() &&
+                              kvgate_diagnosis.value("system_message", false);
+  const std::string changed =
+      element == "message" && system_message ? std::string("system") : element;
+  if (provider_reason == "none") return !structural;
+  if (provider_reason == "model_changed") return cause == "model_switch" || cause == "routed_away";
+  for (auto [reason, part] : {std::pair{"system_changed", "system"}, {"tools_changed", "tools"},
+                              {"messages_changed", "message"}}) {
+    if (provider_reason == reason) return cause == "prompt_changed" && changed == part;
+  }
+  return std::nullopt;
+}
+
 TurnSummary TurnSummary::Of(const RequestRecord& r,
                             std::shared_ptr<const PromptFingerprint> fingerprint) {
   TurnSummary t;
@@ -329,6 +359,7 @@ TurnSummary TurnSummary::Of(const RequestRecord& r,
   t.provider = r.provider;
   t.key = r.key_index;
   t.system_fingerprint = r.system_fingerprint;
+  t.response_id = r.response_id;
   t.created_at_us = r.created_at_us;
   t.fingerprint = std::move(fingerprint);
   t.cache_read = r.usage.cache_read;
@@ -392,6 +423,7 @@ std::string ChangedElement(const PrefixComparison& cmp, Diagnosis& d) {
   d.char_offset = cmp.diverged_char_offset;
   if (*cmp.diverged_kind == FingerprintElement::Kind::kMessage) {
     d.message_index = cmp.diverged_message_index;
+    d.system_message = cmp.diverged_system_role;
     return "message " + std::to_string(cmp.diverged_message_index);
   }
   return "the " + *d.element;

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -38,6 +39,9 @@ struct FingerprintElement {
   uint64_t prefix_hash = 0;      // rolling hash of this element and every element before it
   uint64_t length = 0;           // bytes of this element's minified JSON
   std::vector<uint32_t> chunks;  // hash of each 64-byte chunk of the minified JSON
+  // kMessage: its role is system or developer (what a provider with a top-level system prompt,
+  // Anthropic, receives as its system).
+  bool system_role = false;
   bool operator==(const FingerprintElement&) const = default;
 };
 
@@ -74,6 +78,7 @@ struct PrefixComparison {
   // When !previous_intact: the first differing element of the current prompt (if it has one).
   std::optional<FingerprintElement::Kind> diverged_kind;
   int diverged_message_index = -1;
+  bool diverged_system_role = false;  // that message's role is system / developer
   uint64_t diverged_char_offset = 0;  // chunk-aligned byte offset inside that element
 };
 PrefixComparison ComparePrefixes(const PromptFingerprint& previous,
@@ -104,6 +109,7 @@ struct Diagnosis {
   int64_t cached = 0;           // tokens this turn read from the cache
   double idle_seconds = 0;      // since the previous turn of the thread arrived
   std::optional<int> message_index;     // prompt_changed on a message
+  bool system_message = false;          // ...whose role is system or developer
   std::optional<std::string> element;   // prompt_changed: "tools" | "system" | "message"
   std::optional<uint64_t> char_offset;  // prompt_changed: chunk-aligned offset, see above
   std::optional<int64_t> lost_tokens;   // prompt_changed: cached tokens the change cost
@@ -127,6 +133,7 @@ struct TurnSummary {
   std::string provider;
   int key = 0;           // which of the provider's API keys served it
   std::string system_fingerprint;  // the serving backend's instance (engine restarts change it)
+  std::string response_id;  // the provider's id of its answer (Anthropic's msg_...), "" unknown
   int64_t created_at_us = 0;
   std::shared_ptr<const PromptFingerprint> fingerprint;  // never null in a summary
   std::optional<int64_t> cache_read;
@@ -187,6 +194,18 @@ struct TurnContext {
 // turn's last message, which cost reads the previous turn had cached).
 std::optional<Diagnosis> DiagnoseTurn(const TurnSummary& previous, const TurnSummary& current,
                                       const CacheRules& rules, const TurnContext& context = {});
+
+// Whether a provider's own cache-miss reason (RequestRecord::provider_cache_miss_reason:
+// Anthropic's model_changed, system_changed, tools_changed, messages_changed, or "none") agrees
+// with kvgate's diagnosis of the same turn (Diagnosis::ToJson, null: the cache read what it
+// should). The provider compares request structure only, so a kvgate cause it cannot see
+// (expired, partial_eviction, below_minimum, engine_restarted) agrees with "none"; a structural
+// cause agrees with the matching reason only (model_switch and routed_away with model_changed,
+// prompt_changed at the system, the tools or a message with system_changed, tools_changed,
+// messages_changed). nullopt when they cannot be compared: no reason, or one that says the
+// provider did not compare (previous_message_not_found, unavailable, anything unknown).
+std::optional<bool> ProviderDiagnosisAgrees(const nlohmann::json& kvgate_diagnosis,
+                                            std::string_view provider_reason);
 
 // A thread as the router sees it before a turn: its last turn, the last turn each target it used
 // served (the caches those targets may still hold for it), and how its turns go.

@@ -1,4 +1,5 @@
 #include "telemetry/metrics.h"
+#include "telemetry/diagnosis.h"
 
 #include <charconv>
 #include <cmath>
@@ -412,6 +413,13 @@ Result<std::unique_ptr<GatewayMetrics>> GatewayMetrics::Create(MetricsRegistry& 
                                     {"channel", "outcome"});
   if (!alerts) return std::unexpected(alerts.error());
   m->alert_deliveries_ = *alerts;
+  auto diagnoses = registry.AddCounter(
+      "kvgate_provider_cache_diagnoses_total",
+      "Turns whose provider reported why its cache missed (reason none: it did not), and whether "
+      "that agrees with kvgate's own diagnosis (agrees, disagrees, not_comparable).",
+      {"provider", "reason", "agreement"});
+  if (!diagnoses) return std::unexpected(diagnoses.error());
+  m->provider_diagnoses_ = *diagnoses;
   return m;
 }
 
@@ -495,6 +503,15 @@ void GatewayMetrics::Observe(const RequestRecord& r) {
   if (upstream_failed) {
     const std::string code = r.upstream_status != 0 ? std::to_string(r.upstream_status) : r.status;
     upstream_errors_->WithLabels({r.provider, code})->Inc();
+  }
+  // The reason is a vetted token of the provider's small vocabulary (or "unrecognized").
+  if (!r.provider_cache_miss_reason.empty()) {
+    const std::optional<bool> agrees =
+        ProviderDiagnosisAgrees(r.cache_diagnosis, r.provider_cache_miss_reason);
+    provider_diagnoses_
+        ->WithLabels({r.provider, r.provider_cache_miss_reason,
+                      !agrees ? "not_comparable" : *agrees ? "agrees" : "disagrees"})
+        ->Inc();
   }
 }
 

@@ -187,6 +187,10 @@ class GatewayMetrics {
   //   kvgate_upstream_errors_total{provider,code}  when status is upstream_error/timeout or the
   //                                                 upstream answered >= 400; code is the upstream
   //                                                 HTTP status, or the status word if none
+  //   kvgate_provider_cache_diagnoses_total{provider,reason,agreement}  turns whose provider
+  //                                                 reported its own cache-miss reason (reason
+  //                                                 "none": no miss); agreement with kvgate's
+  //                                                 diagnosis: agrees | disagrees | not_comparable
   void Observe(const RequestRecord& record);
   // kvgate_alert_deliveries_total{channel,outcome}; outcome e.g. "delivered", "failed", "retry".
   void ObserveAlertDelivery(std::string_view channel, std::string_view outcome);
@@ -236,6 +240,7 @@ class GatewayMetrics {
   GaugeFamily* hit_ratio_ = nullptr;
   CounterFamily* upstream_errors_ = nullptr;
   CounterFamily* alert_deliveries_ = nullptr;
+  CounterFamily* provider_diagnoses_ = nullptr;
 
   std::shared_mutex pairs_mu_;  // guards the map's shape, not the series
   std::map<std::pair<std::string, std::string>, std::unique_ptr<PairSeries>, PairLess>

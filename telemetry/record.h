@@ -61,6 +61,10 @@ struct RequestRecord {
   // The cache helper that changed the request sent upstream ("prompt_cache_key",
   // "anthropic_auto_cache"; providers::CacheHelpers), "" when none acted.
   std::string cache_helper;
+  // What the provider reported of its own cache miss (Anthropic's cache diagnostics,
+  // providers::Translated::provider_cache_miss_reason): its reason, "none" for no miss, "" when
+  // it reported nothing. kvgate's own cache_diagnosis stays the primary explanation.
+  std::string provider_cache_miss_reason;
   struct RouteFacts {
     std::string router;
     std::string reason;

@@ -41,8 +41,9 @@ static_assert(sizeof(Cost) == 64, "a Cost field was added: journal it in record_
 // list serves both directions, so the writer and the reader cannot disagree on it. Binary, not
 // JSON: this runs on every request, and writing the JSON line cost ~20,000 instructions, ten
 // times these copies.
-// Version 2 appended cache_helper; entries of version 1 (an older kvgate's journal) still decode.
-constexpr char kEntryVersion = 2;
+// Version 2 appended cache_helper, version 3 provider_cache_miss_reason; entries of older versions
+// (an older kvgate's journal) still decode.
+constexpr char kEntryVersion = 3;
 
 class EntryWriter {
  public:
@@ -171,6 +172,7 @@ void VisitFields(Io& io, Record& r, char version) {
   io.Str(r.route);
   io.Json(r.attempts);
   if (version >= 2) io.Str(r.cache_helper);
+  if (version >= 3) io.Str(r.provider_cache_miss_reason);
 }
 
 }  // namespace

@@ -34,7 +34,8 @@ constexpr std::string_view kTurnColumns =
     "usage_clamped, usage_raw, cost_cache_read, cost_cache_write, cost_uncached, cost_output, "
     "cost_total, cost_saved, cost_complete, cost_priced, error, upstream_request_id, finish_reason, "
     "cache_diagnosis, seq, response_id, cache_write_no_ttl, cost_missed, target, key_index, "
-    "system_fingerprint, route, attempts, cache_read_offload, cache_helper";
+    "system_fingerprint, route, attempts, cache_read_offload, cache_helper, "
+    "provider_cache_miss_reason";
 enum Col {
   kRequestId, kThreadId, kCreatedAt, kEndpoint, kModel, kProvider, kProviderType, kUpstreamModel,
   kApiKeyId, kStream, kStatus, kHttpStatus, kUpstreamStatus, kLatency, kTtft, kCacheRead,
@@ -42,12 +43,13 @@ enum Col {
   kCostCacheRead, kCostCacheWrite, kCostUncached, kCostOutput, kCostTotal, kCostSaved, kCostComplete,
   kCostPriced, kError, kUpstreamRequestId, kFinishReason, kDiagnosis, kSeq, kResponseId,
   kCacheWriteNoTtl, kCostMissed, kTarget, kKeyIndex, kSystemFingerprint, kRoute, kAttempts,
-  kCacheReadOffload, kCacheHelper, kTurnColumnCount
+  kCacheReadOffload, kCacheHelper, kProviderCacheMissReason, kTurnColumnCount
 };
 
 enum class Detail { kTurn, kListed, kFull };
 
 json OptInt(std::optional<int64_t> v) { return v.has_value() ? json(*v) : json(nullptr); }
+json OptBool(std::optional<bool> v) { return v.has_value() ? json(*v) : json(nullptr); }
 
 // A thread's total of one token kind: the sum of the turns that reported it; unknown (null) when
 // none did, since unknown is not zero.
@@ -129,6 +131,16 @@ json TurnJson(const internal::Stmt& s, Detail detail) {
   // The cache helper that changed the request (docs/configuration.md), null when none did.
   const std::string helper = s.Text(kCacheHelper);
   turn["cache_helper"] = helper.empty() ? json(nullptr) : json(helper);
+  // The provider's own account of its cache (Anthropic's cache diagnostics) beside kvgate's,
+  // and whether the two agree (null where they cannot be compared); null when it gave none.
+  const std::string provider_reason = s.Text(kProviderCacheMissReason);
+  turn["provider_cache_diagnosis"] =
+      provider_reason.empty()
+          ? json(nullptr)
+          : json{{"cache_miss_reason", provider_reason == "none" ? json(nullptr)
+                                                                 : json(provider_reason)},
+                 {"agrees_with_kvgate", OptBool(ProviderDiagnosisAgrees(turn["cache_diagnosis"],
+                                                                        provider_reason))}};
   if (detail == Detail::kListed || detail == Detail::kFull) {
     turn["thread_id"] = s.Text(kThreadId);
     turn["endpoint"] = s.Text(kEndpoint);
@@ -664,6 +676,7 @@ Result<std::vector<RequestRecord>> SqliteTelemetryStore::LatestThreadTurns(int64
       r.usage.reasoning = s.OptInt(kReasoning);
       r.usage.reported_input = s.OptInt(kReportedInput);
       r.usage.cache_read_offload = s.OptInt(kCacheReadOffload);
+      r.response_id = s.Text(kResponseId);
       r.prompt_fingerprint = std::make_shared<const PromptFingerprint>(std::move(*fingerprint));
       turns.push_back(std::move(r));
     }

@@ -233,13 +233,21 @@ CREATE TABLE api_keys (
 CREATE INDEX requests_by_api_key ON requests (api_key_id, created_at_us, cost_total);
 )sql";
 
-constexpr std::array<Migration, 7> kCoreMigrations = {{
+// Version 12, provider-reported cache diagnostics: requests.provider_cache_miss_reason, what the
+// provider said of its own cache miss (RequestRecord::provider_cache_miss_reason), '' when it
+// said nothing. (11 is the virtual keys'.)
+constexpr std::string_view kProviderDiagnostics = R"sql(
+ALTER TABLE requests ADD COLUMN provider_cache_miss_reason TEXT NOT NULL DEFAULT '';
+)sql";
+
+constexpr std::array<Migration, 8> kCoreMigrations = {{
     {1, "requests_and_threads", kRequestsAndThreads},
     {2, "thread_last_prompt", kThreadLastPrompt},
     {3, "routing", kRouting},
     {4, "dashboard", kDashboard},
     {10, "cache_helpers", kCacheHelpers},
     {11, "api_keys", kApiKeys},
+    {12, "provider_cache_diagnostics", kProviderDiagnostics},
     {20, "engine_offload", kEngineOffload},
 }};
 

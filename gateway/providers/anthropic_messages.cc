@@ -43,8 +43,10 @@ class MessagesStream final : public SseStreamTranslator {
     } else if (type == "message_start") {
       std::optional<raw_json::Value> message = raw_json::Find(*parsed, "message");
       if (message) MergeUsageOf(*message);
+      if (message) NoteCacheMissReason(*message);
     } else if (type == "message_delta") {
       MergeUsageOf(*parsed);
+      NoteCacheMissReason(*parsed);
       if (std::optional<raw_json::Value> delta = raw_json::Find(*parsed, "delta")) {
         std::optional<raw_json::Value> stop = raw_json::Find(*delta, "stop_reason");
         if (stop && stop->is_string())
@@ -59,6 +61,12 @@ class MessagesStream final : public SseStreamTranslator {
       upstream_error_ = message;
       client_error_ = std::move(message);
       failed_ = true;
+    }
+  }
+
+  void NoteCacheMissReason(raw_json::Value holder) {
+    if (std::string reason = CacheMissReasonOf(holder); !reason.empty()) {
+      cache_miss_reason_ = std::move(reason);
     }
   }
 
@@ -139,6 +147,7 @@ Result<Translated> TranslateMessagesResponse(std::string_view upstream_body) {
   if (std::optional<raw_json::Value> stop = raw_json::Find(*message, "stop_reason")) {
     out.finish_reason = AnthropicFinishReason(ParseJson(stop->text));
   }
+  out.provider_cache_miss_reason = CacheMissReasonOf(*message);
   return out;
 }
 

@@ -100,6 +100,7 @@ Result<Translated> TranslateAnthropicResponse(std::string_view upstream_body,
   }
 
   Translated out;
+  out.provider_cache_miss_reason = CacheMissReasonOf(message);
   const json* stop_reason = Member(message, "stop_reason");
   out.finish_reason = AnthropicFinishReason(stop_reason != nullptr ? *stop_reason : json());
   const json* usage = Member(message, "usage");

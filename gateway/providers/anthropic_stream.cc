@@ -37,6 +37,12 @@ class AnthropicStream final : public SseStreamTranslator {
   }
 
  private:
+  void NoteCacheMissReason(const json& holder) {
+    if (std::string reason = CacheMissReasonOf(holder); !reason.empty()) {
+      cache_miss_reason_ = std::move(reason);
+    }
+  }
+
   // `data: {"id":...,"object":"chat.completion.chunk","created":...,"model":...,"choices":[` —
   // built once per message so content deltas cost one string escape, not a JSON document.
   void BuildChunkPrefix(const std::string& id, const std::string& model) {
@@ -88,6 +94,7 @@ class AnthropicStream final : public SseStreamTranslator {
       BuildChunkPrefix(std::string(StringMember(*message, "id")),
                        std::string(StringMember(*message, "model")));
       if (const json* usage = Member(*message, "usage")) UpdateUsage(*usage);
+      NoteCacheMissReason(*message);
       EmitChunk(out.bytes, R"({"role":"assistant","content":""})");
     } else if (type == "content_block_start") {
       const json* block = Member(data, "content_block");
@@ -132,6 +139,7 @@ class AnthropicStream final : public SseStreamTranslator {
       EmitToolDelta(out, it->second.tool_index, std::move(call));
     } else if (type == "message_delta") {
       if (const json* usage = Member(data, "usage")) UpdateUsage(*usage);
+      NoteCacheMissReason(data);
       const json* delta = Member(data, "delta");
       const json* stop_reason = delta != nullptr ? Member(*delta, "stop_reason") : nullptr;
       std::string reason = AnthropicFinishReason(stop_reason != nullptr ? *stop_reason : json());

@@ -62,6 +62,14 @@ bool OnlyComments(std::string_view raw);
 std::optional<std::string> ErrorMessageOf(const json& object);
 
 // Anthropic helpers shared by the response and stream translators.
+// The `diagnostics.cache_miss_reason` of a Message (or of an event carrying one): the reason,
+// "none" for a diagnostics object without one (null: no miss), "" without diagnostics.
+std::string CacheMissReasonOf(raw_json::Value message);
+std::string CacheMissReasonOf(const json& message);
+// `body` (an Anthropic Messages request) with `diagnostics: {previous_message_id: id}` added as
+// its last member, every other byte kept; nullopt when it already has a `diagnostics` member or
+// is not an object.
+std::optional<std::string> AddCacheDiagnostics(std::string_view body, std::string_view id);
 // stop_reason -> OpenAI finish_reason ("" for null / absent).
 std::string AnthropicFinishReason(const json& stop_reason);
 // Anthropic usage -> the OpenAI `usage` object the client sees (absent counts as 0 here; the

@@ -234,13 +234,22 @@ constexpr size_t kMinSetAsideTextBytes = 64;
 
 namespace {
 
-// An Anthropic request with the anthropic_auto_cache helper applied, when it is on.
+// An Anthropic request with the helpers that are on: anthropic_auto_cache's breakpoints, and the
+// cache diagnostics' previous message id (after the prompt: it changes no cached byte).
 Result<UpstreamCall> WithAutoCache(Result<UpstreamCall> call, const CallOptions& options) {
+  if (!call) return call;
   const std::string& ttl = options.cache_helpers.anthropic_auto_cache_ttl;
-  if (!call || ttl.empty()) return call;
-  if (std::optional<std::string> marked = internal::AddAutoCacheBreakpoints(call->body, ttl)) {
-    call->body = std::move(*marked);
-    call->cache_helper = "anthropic_auto_cache";
+  if (!ttl.empty()) {
+    if (std::optional<std::string> marked = internal::AddAutoCacheBreakpoints(call->body, ttl)) {
+      call->body = std::move(*marked);
+      call->cache_helper = "anthropic_auto_cache";
+    }
+  }
+  const std::string& previous = options.cache_helpers.anthropic_previous_message_id;
+  if (!previous.empty()) {
+    if (std::optional<std::string> asked = internal::AddCacheDiagnostics(call->body, previous)) {
+      call->body = std::move(*asked);
+    }
   }
   return call;
 }

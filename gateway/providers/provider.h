@@ -93,6 +93,10 @@ struct CacheHelpers {
   // cache_control at all, a breakpoint of this TTL ("5m" or "1h") at the end of the system
   // prompt and at the last cacheable block of the last message. "" off.
   std::string anthropic_auto_cache_ttl;
+  // Anthropic (both ways): the thread's previous message id on this provider, sent as
+  // `diagnostics: {previous_message_id}` when the request has no `diagnostics` of its own, so
+  // that the response says why its cache missed (ProviderCacheMissReason). "" off.
+  std::string anthropic_previous_message_id;
 };
 
 struct CallOptions {
@@ -188,6 +192,11 @@ struct Translated {
   telemetry::Usage usage;  // normalized; all-unknown when the upstream sent no usage
   std::string
       finish_reason;  // OpenAI vocabulary: stop, length, tool_calls, content_filter; "" if none
+  // What the provider said of its own cache, when it reports it (Anthropic's `diagnostics`):
+  // its cache_miss_reason ("model_changed", "system_changed", "tools_changed",
+  // "messages_changed", "previous_message_not_found", "unavailable", ...), "none" when the
+  // diagnostics object reports no miss; "" without diagnostics.
+  std::string provider_cache_miss_reason;
 };
 
 // A 2xx non-streaming upstream body -> the client's body and the normalized usage.
@@ -287,6 +296,8 @@ class StreamTranslator {
   virtual const telemetry::Usage& usage() const = 0;
   // OpenAI vocabulary; "" until the upstream gives one.
   virtual std::string_view finish_reason() const = 0;
+  // Translated::provider_cache_miss_reason, from the stream's events; "" until one reports it.
+  virtual std::string_view provider_cache_miss_reason() const = 0;
   // The upstream's terminal event was seen ([DONE] / message_stop / response.completed or
   // response.incomplete; response.failed is an upstream error).
   virtual bool completed() const = 0;

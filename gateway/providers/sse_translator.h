@@ -21,6 +21,7 @@ class SseStreamTranslator : public StreamTranslator {
 
   const telemetry::Usage& usage() const final { return usage_; }
   std::string_view finish_reason() const final { return finish_reason_; }
+  std::string_view provider_cache_miss_reason() const final { return cache_miss_reason_; }
   bool completed() const final { return completed_; }
   std::optional<std::string> upstream_error() const final { return upstream_error_; }
   std::optional<std::string> client_error() const final { return client_error_; }
@@ -61,6 +62,7 @@ class SseStreamTranslator : public StreamTranslator {
 
   telemetry::Usage usage_;
   std::string finish_reason_;
+  std::string cache_miss_reason_;  // set by the Anthropic translators (CacheMissReasonOf)
   bool completed_ = false;
   bool failed_ = false;
   std::optional<std::string> upstream_error_;

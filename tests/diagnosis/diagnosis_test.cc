@@ -631,5 +631,48 @@ TEST(ThreadTrackerTest, ConcurrentThreadsAreSafe) {
   EXPECT_EQ(tracker.Size(), 40u);
 }
 
+// The provider's own reason against kvgate's diagnosis: structure the provider can see must
+// match; causes it cannot see (expiry, eviction) agree with its "none"; a reason that says it did
+// not compare is not counted either way.
+TEST(ProviderDiagnosisTest, AgreesOnlyWhereBothCanSee) {
+  const nlohmann::json none = nullptr;
+  const nlohmann::json expired = {{"cause", "expired"}};
+  const nlohmann::json switched = {{"cause", "model_switch"}};
+  const nlohmann::json tools = {{"cause", "prompt_changed"}, {"element", "tools"}};
+  const nlohmann::json system_msg = {{"cause", "prompt_changed"}, {"element", "message"},
+                                     {"message_index", 0}, {"system_message", true}};
+  const nlohmann::json user_msg = {{"cause", "prompt_changed"}, {"element", "message"},
+                                   {"message_index", 3}};
+  EXPECT_EQ(ProviderDiagnosisAgrees(none, "none"), true);
+  EXPECT_EQ(ProviderDiagnosisAgrees(expired, "none"), true);
+  EXPECT_EQ(ProviderDiagnosisAgrees(tools, "none"), false);
+  EXPECT_EQ(ProviderDiagnosisAgrees(switched, "model_changed"), true);
+  EXPECT_EQ(ProviderDiagnosisAgrees(expired, "model_changed"), false);
+  EXPECT_EQ(ProviderDiagnosisAgrees(tools, "tools_changed"), true);
+  EXPECT_EQ(ProviderDiagnosisAgrees(tools, "system_changed"), false);
+  EXPECT_EQ(ProviderDiagnosisAgrees(system_msg, "system_changed"), true);
+  EXPECT_EQ(ProviderDiagnosisAgrees(system_msg, "messages_changed"), false);
+  EXPECT_EQ(ProviderDiagnosisAgrees(user_msg, "messages_changed"), true);
+  EXPECT_EQ(ProviderDiagnosisAgrees(none, "messages_changed"), false);
+  for (const char* unknown : {"previous_message_not_found", "unavailable", "unrecognized", ""}) {
+    EXPECT_EQ(ProviderDiagnosisAgrees(tools, unknown), std::nullopt) << unknown;
+  }
+}
+
+// A chat body's system and developer messages are marked in the fingerprint, and the mark
+// survives the stored form, so a restarted gateway still says which message changed.
+TEST(ProviderDiagnosisTest, SystemMessagesAreMarkedInTheFingerprint) {
+  const PromptFingerprint fp = Fingerprint(json::parse(
+      R"({"messages":[{"role":"system","content":"a"},{"role":"developer","content":"b"},)"
+      R"({"role":"user","content":"c"}]})"));
+  ASSERT_EQ(fp.elements.size(), 3u);
+  EXPECT_TRUE(fp.elements[0].system_role);
+  EXPECT_TRUE(fp.elements[1].system_role);
+  EXPECT_FALSE(fp.elements[2].system_role);
+  auto back = FromJson(nlohmann::json::parse(ToJsonText(fp)));
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(*back, fp);
+}
+
 }  // namespace
 }  // namespace kvgate::telemetry

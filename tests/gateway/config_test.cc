@@ -351,6 +351,12 @@ providers:
        "providers[0].anthropic_auto_cache: unknown key \"at\" (known: ttl)"},
       {"providers: [{name: o, type: openai, base_url: 'https://x', anthropic_auto_cache: true}]",
        "providers[0].anthropic_auto_cache is only for type anthropic"},
+      {"providers: [{name: a, type: anthropic, base_url: 'https://x',"
+       " anthropic_cache_diagnostics: yes please}]",
+       "providers[0].anthropic_cache_diagnostics must be true or false"},
+      {"providers: [{name: o, type: openai, base_url: 'https://x',"
+       " anthropic_cache_diagnostics: true}]",
+       "providers[0].anthropic_cache_diagnostics is only for type anthropic"},
   };
   for (const auto& [yaml, expect] : cases) {
     auto bad = ParseConfig(yaml, env, "test.yaml");

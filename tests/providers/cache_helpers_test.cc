@@ -149,3 +149,73 @@ TEST(AnthropicAutoCacheTest, TheChatTranslationToo) {
 
 }  // namespace
 }  // namespace kvgate::providers
+
+namespace kvgate::providers {
+namespace {
+
+CallOptions Diagnostics(Endpoint endpoint) {
+  CallOptions o;
+  o.endpoint = endpoint;
+  o.upstream_model = "claude-sonnet-4-5";
+  o.cache_helpers.anthropic_previous_message_id = "msg_prev";
+  return o;
+}
+
+// anthropic_cache_diagnostics: the previous message id goes after everything else, on the
+// pass-through without touching a byte of the client's, and on the chat translation.
+TEST(AnthropicCacheDiagnosticsTest, ThePreviousMessageIsNamedAfterThePrompt) {
+  const std::string body =
+      R"({"model":"sonnet", "max_tokens":8,"messages":[{"role":"user","content":"hi"}]  })";
+  auto call = Build(ProviderType::kAnthropic, body, Diagnostics(Endpoint::kMessages));
+  ASSERT_TRUE(call) << call.error().message;
+  const std::string tail = R"(,"diagnostics":{"previous_message_id":"msg_prev"}})";
+  ASSERT_GE(call->body.size(), tail.size());
+  EXPECT_EQ(call->body.substr(call->body.size() - tail.size()), tail);
+  EXPECT_NE(call->body.find(R"("max_tokens":8,"messages":[{"role":"user","content":"hi"}])"),
+            std::string::npos);
+  EXPECT_EQ(call->cache_helper, "");  // it changes nothing the cache sees
+
+  auto chat = Build(ProviderType::kAnthropic,
+                    R"({"model":"sonnet","messages":[{"role":"user","content":"hi"}]})",
+                    Diagnostics(Endpoint::kChatCompletions));
+  ASSERT_TRUE(chat) << chat.error().message;
+  EXPECT_EQ(json::parse(chat->body)["diagnostics"], json({{"previous_message_id", "msg_prev"}}));
+
+  // The client's own diagnostics are kept as they are.
+  const std::string own =
+      R"({"model":"sonnet","max_tokens":8,"messages":[],"diagnostics":{"previous_message_id":"x"}})";
+  auto kept = Build(ProviderType::kAnthropic, own, Diagnostics(Endpoint::kMessages));
+  ASSERT_TRUE(kept);
+  EXPECT_EQ(json::parse(kept->body)["diagnostics"]["previous_message_id"], "x");
+}
+
+TEST(AnthropicCacheDiagnosticsTest, TheProvidersReasonIsReadWholeAndStreamed) {
+  CallOptions o;
+  o.endpoint = Endpoint::kChatCompletions;
+  for (auto [diagnostics, want] :
+       {std::pair{R"(,"diagnostics":{"cache_miss_reason":"tools_changed"})", "tools_changed"},
+        {R"(,"diagnostics":{"cache_miss_reason":null})", "none"},
+        {R"(,"diagnostics":{"cache_miss_reason":"Bad Label\n"})", "unrecognized"},
+        {"", ""}}) {
+    const std::string message =
+        std::string(R"({"id":"msg_1","type":"message","role":"assistant","model":"m",)"
+                    R"("content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn",)"
+                    R"("usage":{"input_tokens":3,"output_tokens":1})") +
+        diagnostics + "}";
+    for (Endpoint e : {Endpoint::kChatCompletions, Endpoint::kMessages}) {
+      o.endpoint = e;
+      auto whole = TranslateResponse(ProviderType::kAnthropic, message, o);
+      ASSERT_TRUE(whole) << whole.error().message;
+      EXPECT_EQ(whole->provider_cache_miss_reason, want) << message;
+      o.stream = true;
+      auto stream = NewStreamTranslator(ProviderType::kAnthropic, o);
+      stream->Feed("event: message_start\ndata: {\"type\":\"message_start\",\"message\":" +
+                   message + "}\n\n");
+      EXPECT_EQ(stream->provider_cache_miss_reason(), want) << message;
+      o.stream = false;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvgate::providers

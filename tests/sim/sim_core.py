@@ -48,7 +48,7 @@ DEEPSEEK_CHAT_FIELDS = {
 ANTHROPIC_FIELDS = {
     "model", "messages", "max_tokens", "system", "stream", "stop_sequences", "temperature", "top_p",
     "top_k", "tools", "tool_choice", "metadata", "thinking", "service_tier", "container",
-    "mcp_servers",
+    "mcp_servers", "diagnostics",
 }
 OPENAI_ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
 
@@ -286,6 +286,9 @@ class SimState:
         self.faults: list[dict] = []
         # Responses API: stored response id -> its conversation's tokens (input and output so far)
         self.responses: dict[str, list[str]] = {}
+        # Anthropic cache diagnostics: message id -> the structure of the request that produced it
+        # (model, system, tools, messages as JSON texts), the last 10,000.
+        self.anthropic_messages: dict[str, dict] = {}
 
     def now(self) -> float:
         return time.time() + self.clock_offset

@@ -4,6 +4,7 @@ see provider_sim.py for the wire formats and caching rules."""
 
 from __future__ import annotations
 
+import json
 import uuid
 
 from sim_core import (ANTHROPIC_FIELDS, ANTHROPIC_MAX_BREAKPOINTS, ANTHROPIC_TTLS,
@@ -213,8 +214,50 @@ def validate_anthropic(body: dict):
                                    f"cache_control may be provided. Found {n_bp}.")
 
 
+def anthropic_structure(body: dict) -> dict:
+    """What Anthropic's cache diagnostics compare: the model, then system, tools and messages
+    (cache_control left out: a breakpoint moved is not a change of content)."""
+    def plain(v):
+        if isinstance(v, dict):
+            return {k: plain(x) for k, x in v.items() if k != "cache_control"}
+        if isinstance(v, list):
+            return [plain(x) for x in v]
+        return v
+    system = body.get("system")
+    if isinstance(system, str):
+        system = [{"type": "text", "text": system}]
+    return {"model": body["model"], "system": json.dumps(plain(system or []), sort_keys=True),
+            "tools": json.dumps(plain(body.get("tools") or []), sort_keys=True),
+            "messages": [json.dumps(plain(m), sort_keys=True) for m in body["messages"]]}
+
+
+def anthropic_cache_miss_reason(state: SimState, body: dict, read: int) -> dict | None:
+    """The `diagnostics` object of a request that asked for one (`diagnostics.previous_message_id`):
+    the first of model, system, tools, messages that differs from the previous message's request,
+    null when none did and the cache was read, "unavailable" when nothing differs but nothing was
+    read either (expired or evicted: the API compares structure only, it cannot tell which)."""
+    asked = body.get("diagnostics")
+    if not isinstance(asked, dict) or not isinstance(asked.get("previous_message_id"), str):
+        return None
+    prev = state.anthropic_messages.get(asked["previous_message_id"])
+    if prev is None:
+        return {"cache_miss_reason": "previous_message_not_found"}
+    cur = anthropic_structure(body)
+    for part, reason in (("model", "model_changed"), ("system", "system_changed"),
+                         ("tools", "tools_changed")):
+        if cur[part] != prev[part]:
+            return {"cache_miss_reason": reason}
+    if cur["messages"][:len(prev["messages"])] != prev["messages"]:
+        return {"cache_miss_reason": "messages_changed"}
+    return {"cache_miss_reason": None if read > 0 else "unavailable"}
+
+
 def handle_anthropic(state: SimState, body: dict, path: str) -> Reply:
     validate_anthropic(body)
+    asked = body.get("diagnostics")
+    if asked is not None and (not isinstance(asked, dict) or set(asked) != {"previous_message_id"}
+                              or not isinstance(asked["previous_message_id"], str)):
+        raise anthropic_error(400, "diagnostics.previous_message_id: Field required")
     model = body["model"]
     stream = body.get("stream") is True
     n_out = int(state.config["output_tokens"])
@@ -234,6 +277,12 @@ def handle_anthropic(state: SimState, body: dict, path: str) -> Reply:
         "service_tier": "standard",
     }
     rid = "msg_" + uuid.uuid4().hex[:24]
+    with state.lock:
+        diagnostics = anthropic_cache_miss_reason(state, body, read)
+        state.anthropic_messages[rid] = anthropic_structure(body)
+        while len(state.anthropic_messages) > 10000:
+            state.anthropic_messages.pop(next(iter(state.anthropic_messages)))
+    extra = {} if diagnostics is None else {"diagnostics": diagnostics}
     stop = "max_tokens" if capped else "end_turn"
     headers = {"request-id": "req_" + uuid.uuid4().hex[:24],
                "anthropic-organization-id": "sim-org"}
@@ -243,12 +292,13 @@ def handle_anthropic(state: SimState, body: dict, path: str) -> Reply:
         return Reply(200, {
             "id": rid, "type": "message", "role": "assistant", "model": model,
             "content": [{"type": "text", "text": " ".join(text_words)}],
-            "stop_reason": stop, "stop_sequence": None, "usage": usage},
+            "stop_reason": stop, "stop_sequence": None, "usage": usage, **extra},
             headers=headers, response_id=rid), entry
     start_usage = dict(usage, output_tokens=1)
     events = [sse({"type": "message_start", "message": {
         "id": rid, "type": "message", "role": "assistant", "model": model, "content": [],
-        "stop_reason": None, "stop_sequence": None, "usage": start_usage}}, "message_start"),
+        "stop_reason": None, "stop_sequence": None, "usage": start_usage, **extra}},
+        "message_start"),
         sse({"type": "content_block_start", "index": 0,
              "content_block": {"type": "text", "text": ""}}, "content_block_start"),
         sse({"type": "ping"}, "ping")]

@@ -54,18 +54,29 @@ RequestRecord Full() {
   r.route = R"({"candidates":[{"target":"sonnet"}],"router":"r"})";  // (as JsonText writes it)
   r.attempts = json::array({{{"target", "sonnet"}, {"status", "ok"}}});
   r.cache_helper = "anthropic_auto_cache";
+  r.provider_cache_miss_reason = "system_changed";
   return r;
 }
 
-// A journal an older kvgate left (entry version 1, before cache_helper) still replays.
-TEST(JournalTest, AVersion1EntryStillDecodes) {
+// Journals an older kvgate left still replay: entry version 1 (before cache_helper) and 2 (before
+// provider_cache_miss_reason).
+TEST(JournalTest, OlderEntryVersionsStillDecode) {
   RequestRecord r = Full();
+  r.provider_cache_miss_reason.clear();
+  std::string v2 = EncodeJournalEntry(r);
+  ASSERT_EQ(v2.front(), 3);
+  v2.front() = 2;
+  v2.resize(v2.size() - 4);  // version 3's last field: an empty string's length
+  Result<RequestRecord> back = DecodeJournalEntry(v2);
+  ASSERT_TRUE(back.has_value()) << back.error().message;
+  EXPECT_EQ(back->cache_helper, "anthropic_auto_cache");
+  EXPECT_EQ(back->provider_cache_miss_reason, "");
+
   r.cache_helper.clear();
-  std::string entry = EncodeJournalEntry(r);
-  ASSERT_EQ(entry.front(), 2);
-  entry.front() = 1;
-  entry.resize(entry.size() - 4);  // version 2's last field: an empty string's length
-  Result<RequestRecord> back = DecodeJournalEntry(entry);
+  std::string v1 = EncodeJournalEntry(r);
+  v1.front() = 1;
+  v1.resize(v1.size() - 8);  // the two empty strings of versions 2 and 3
+  back = DecodeJournalEntry(v1);
   ASSERT_TRUE(back.has_value()) << back.error().message;
   EXPECT_EQ(back->request_id, r.request_id);
   EXPECT_EQ(back->cache_helper, "");

@@ -117,7 +117,8 @@ TEST(TelemetryStoreTest, ThreadShapeAndValues) {
                                             "latency_ms", "ttft_ms", "usage", "cost_usd", "cost_pico_usd",
                                             "cost_complete", "error", "http_status", "cache_diagnosis",
                                             "usage_clamped", "response_id", "target", "route", "attempts",
-                                            "cache_read_by_tier", "cache_helper"}));
+                                            "cache_read_by_tier", "cache_helper",
+                                            "provider_cache_diagnosis"}));
   EXPECT_TRUE(a["cache_helper"].is_null()) << "no helper acted";
   // Without a router: served by the model it named, no decision, no attempts recorded.
   EXPECT_EQ(a["target"], "gpt-4o-mini");

@@ -303,6 +303,10 @@ def test_anthropic_target_serves_responses_by_translation(rgw, sim, stream):
     written = u.get("cache_creation_input_tokens") or 0
     assert first.usage.input_tokens == u["input_tokens"] + read + written
     assert first.usage.output_tokens == u["output_tokens"]
+    rec = rgw.wait_request(first.id)  # the record answers to the response's own id
+    assert rec["response_id"] == first.id and rec["provider"] == "claude", rec
+    assert rec["endpoint"] == "responses" and rec["stream"] is stream, rec
+    assert rec["usage"]["output"] == u["output_tokens"] and rec["usage"]["cache_read"] == read
     second = client.responses.create(input="and then?", previous_response_id=first.id, **kw)
     assert second.output_text
     messages = sim.client.requests()[-1]["body"]["messages"]

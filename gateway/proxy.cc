@@ -347,7 +347,14 @@ asio::awaitable<void> Gateway::ServeInference(http::Request& request,
       log.set_fingerprint(std::move(fingerprint));  // hashed once, for the diagnosis too
       thread = deps_.recorder->View(rec.thread_id);
     }
-    ProbeEngines(body, facts);
+    if (!responses) {
+      ProbeEngines(body, facts);
+    } else if (std::optional<std::string> chat = ChatBodyForProbe(body, response_threads_)) {
+      // The engines serve a Responses request as the chat request it becomes: ask about that.
+      if (Result<raw_json::Value> tree = raw_json::Parse(*chat)) {
+        ProbeEngines(raw_json::Object(*tree), facts);
+      }
+    }
   } else if (auto t = router.FindTarget(rec.model); t && router.targets()[*t].keys > 1 &&
                                                     !rec.thread_id.empty()) {
     thread = deps_.recorder->View(rec.thread_id);  // the key this thread used last

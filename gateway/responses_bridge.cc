@@ -33,6 +33,20 @@ bool TranslatesResponses(providers::ProviderType type) {
   return type == providers::ProviderType::kLocal || type == providers::ProviderType::kAnthropic;
 }
 
+std::optional<std::string> ChatBodyForProbe(const raw_json::Object& responses_body,
+                                            ResponseThreads& threads) {
+  std::optional<std::string> history;
+  if (std::optional<raw_json::Value> previous = responses_body.Find("previous_response_id");
+      previous && !previous->is_null()) {
+    history = threads.FindConversation(raw_json::DecodeString(*previous).value_or(""));
+    if (!history) return std::nullopt;
+  }
+  providers::ResponsesChat chat =
+      providers::ResponsesToChat(responses_body.value().text, history ? &*history : nullptr);
+  if (chat.error) return std::nullopt;
+  return std::move(chat.chat_body);
+}
+
 std::optional<AttemptResult> TranslateResponsesForChat(const InferenceCall& call,
                                                        ResponseThreads& threads,
                                                        std::string& chat_text,

@@ -28,4 +28,10 @@ std::optional<AttemptResult> TranslateResponsesForChat(const InferenceCall& call
                                                        InferenceCall& chat_call,
                                                        ClientStream& client);
 
+// The chat request body a Responses request becomes (its stored conversation included), for
+// asking the engines what of its prompt they hold before routing; nullopt when it cannot be
+// translated (the attempt then answers the 400).
+std::optional<std::string> ChatBodyForProbe(const raw_json::Object& responses_body,
+                                            ResponseThreads& threads);
+
 }  // namespace kvgate::gateway

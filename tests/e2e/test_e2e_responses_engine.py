@@ -273,3 +273,50 @@ def test_responses_through_kvgate_engine(kvgate_bin, tmp_path, bundled_model):
             proc.kill()
         time.sleep(0.1)
         log.close()
+
+
+def test_prefix_affinity_routes_a_responses_turn_to_the_replica_with_its_prefix(
+        kvgate_bin, tmp_path, kvgate_process_class, bundled_model):
+    """A router asks the engines about the chat prompt a Responses request becomes: a new
+    conversation with known instructions goes to the replica that holds them."""
+    class Replicas(kvgate_process_class):
+        def _write_config(self):
+            self.config_path.write_text(f"""\
+server:   {{listen: 127.0.0.1:0, admin_token: {ADMIN_TOKEN}, api_keys: [{GATEWAY_KEY}]}}
+storage:  {{sqlite: {self.db_path}}}
+providers:
+  - {{name: r1, type: local, model_path: {bundled_model}, kv_cache_tokens: 4096, threads: 1}}
+  - {{name: r2, type: local, model_path: {bundled_model}, kv_cache_tokens: 4096, threads: 1}}
+models:
+  - {{name: smol-1, provider: r1}}
+  - {{name: smol-2, provider: r2}}
+routers:
+  - {{name: smol, affinity: prefix, targets: [{{model: smol-1}}, {{model: smol-2}}]}}
+""")
+
+    kg = Replicas(kvgate_bin, tmp_path / "replicas", sim_port=0, name="replicas").start(timeout=90)
+    try:
+        gw = kg.gateway()
+        pinned = gw.client(timeout=120, default_headers={"x-kvgate-route-target": "smol-2"})
+        pinned.responses.create(model="smol", instructions=INSTRUCTIONS, input="Hi",
+                                max_output_tokens=4, temperature=0)
+        raw = gw.client(timeout=120).responses.with_raw_response.create(
+            model="smol", instructions=INSTRUCTIONS, input="Hello?", max_output_tokens=4,
+            temperature=0)
+        r = raw.parse()
+        assert r.usage.input_tokens_details.cached_tokens > 100
+        rec = gw.wait_request(raw.headers["x-request-id"])
+        assert rec["target"] == "smol-2", rec["route"]
+        assert rec["route"]["reason_code"] == "prefix_hit", rec["route"]
+        # A turn continuing it is asked about with its stored conversation: the same replica.
+        raw = gw.client(timeout=120).responses.with_raw_response.create(
+            model="smol", instructions=INSTRUCTIONS, input="And then?", previous_response_id=r.id,
+            max_output_tokens=4, temperature=0)
+        rec = gw.wait_request(raw.headers["x-request-id"])
+        assert rec["target"] == "smol-2", rec["route"]
+        # (The cache is in 16-token blocks: the whole blocks of the turn it continues.)
+        assert raw.parse().usage.input_tokens_details.cached_tokens >= \
+            (r.usage.input_tokens // 16) * 16 > 0
+    finally:
+        if kg.alive:
+            assert kg.terminate() == 0, kg.stderr_tail()

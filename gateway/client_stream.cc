@@ -53,6 +53,17 @@ ClientStream::ClientStream(http::ResponseWriter& writer, RequestLog& log, Client
 void ClientStream::TranslateChatAnswers(bool translate) {
   translate_ = translate;
   answer_stream_ = translate ? providers::NewMessagesAnswerStream() : nullptr;
+  responses_echo_.reset();
+  responses_stream_ = nullptr;
+  on_responses_answer_ = nullptr;
+}
+
+void ClientStream::TranslateChatToResponses(
+    std::string echo, std::function<void(const providers::ResponsesOutcome&)> on_answer) {
+  TranslateChatAnswers(false);
+  responses_stream_ = providers::NewResponsesAnswerStream(echo);
+  responses_echo_ = std::move(echo);
+  on_responses_answer_ = std::move(on_answer);
 }
 
 ClientStream::~ClientStream() {
@@ -85,6 +96,19 @@ asio::awaitable<void> ClientStream::SendAnswer(std::string body) {
     }
     body = std::move(*message);
     log_.record().response_id = providers::ResponseIdOf(body);
+  } else if (responses_echo_) {
+    providers::ResponsesOutcome outcome;
+    Result<std::string> response = providers::ChatToResponse(body, *responses_echo_, &outcome);
+    if (!response) {
+      std::string why = "kvgate cannot translate the upstream's answer: " + response.error().message;
+      co_await SendError(providers::MakeOpenAIError(502, std::move(why), "upstream_error",
+                                                    "bad_upstream_response"),
+                         "upstream_error");
+      co_return;
+    }
+    body = std::move(*response);
+    log_.record().response_id = outcome.response_id;
+    if (on_responses_answer_) on_responses_answer_(outcome);
   }
   started_ = true;
   log_.record().http_status = 200;
@@ -131,6 +155,17 @@ asio::awaitable<bool> ClientStream::Write(std::string_view bytes) {
     }
     if (translated.empty()) co_return true;
     bytes = translated;
+  } else if (responses_stream_) {
+    translated = responses_stream_->Feed(bytes);
+    if (!responses_stream_->response_id().empty()) {
+      log_.record().response_id = responses_stream_->response_id();
+    }
+    if (responses_stream_->outcome() && on_responses_answer_) {
+      on_responses_answer_(*responses_stream_->outcome());
+      on_responses_answer_ = nullptr;  // once
+    }
+    if (translated.empty()) co_return true;
+    bytes = translated;
   }
   auto wrote = co_await writer_.WriteChunk(bytes);
   if (!wrote) {
@@ -141,6 +176,15 @@ asio::awaitable<bool> ClientStream::Write(std::string_view bytes) {
 }
 
 asio::awaitable<bool> ClientStream::EndStream() {
+  if (responses_stream_) {
+    if (std::string tail = responses_stream_->Finish(); !tail.empty()) {
+      auto wrote = co_await writer_.WriteChunk(tail);
+      if (!wrote) {
+        RecordClientLeft("the client closed the connection mid-stream");
+        co_return false;
+      }
+    }
+  }
   if (answer_stream_) {
     // A chat stream that stopped short of [DONE] (the upstream's own error event was already
     // translated): Anthropic's error event, so the SDK raises rather than return half a message.

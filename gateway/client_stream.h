@@ -9,6 +9,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "gateway/http/server.h"
 #include "gateway/providers/messages.h"
 #include "gateway/providers/provider.h"
+#include "gateway/providers/responses_translate.h"
 #include "gateway/request_log.h"
 
 namespace kvgate::gateway {
@@ -48,7 +50,14 @@ class ClientStream {
   // per attempt): the answers that follow are chat answers, translated here into Anthropic's
   // (SendAnswer: a Message; Write / EndStream: Anthropic's events), and the record's response
   // id becomes the Message's. False: answers go out as the upstream sent them.
+  // False also ends a Responses translation.
   void TranslateChatAnswers(bool translate);
+  // For a Responses API client served by a chat upstream (the built-in engine, Anthropic): the
+  // answers that follow are chat answers, translated here into a `response` object or the
+  // Responses events (`echo`: ResponsesChat::echo), and the record's response id becomes the
+  // response's. `on_answer` runs once a translated answer is complete (the conversation store).
+  void TranslateChatToResponses(std::string echo,
+                                std::function<void(const providers::ResponsesOutcome&)> on_answer);
 
   // Journals the record before the bytes that complete a stream are written (RequestLog::
   // Checkpoint); SendAnswer does it itself.
@@ -83,6 +92,10 @@ class ClientStream {
   const ClientApi api_;
   std::unique_ptr<providers::MessagesAnswerStream> answer_stream_;  // null: no translation
   bool translate_ = false;
+  // The Responses translation (responses_stream_ only while streaming).
+  std::optional<std::string> responses_echo_;
+  std::unique_ptr<providers::ResponsesAnswerStream> responses_stream_;
+  std::function<void(const providers::ResponsesOutcome&)> on_responses_answer_;
   std::vector<http::Header> headers_;
   bool started_ = false;
   bool streaming_ = false;

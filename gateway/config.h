@@ -72,7 +72,8 @@ struct ModelConfig {
   int64_t context_window = 0;  // tokens; 0: the catalog's (or the engine's), else unknown
   // What the model can do, where it differs from its provider type's defaults (routers send a
   // request only where it can be served). responses / embeddings: whether its provider serves
-  // POST /v1/responses / /v1/embeddings (never for anthropic and local providers).
+  // POST /v1/responses / /v1/embeddings (embeddings never for anthropic and local providers,
+  // which serve the Responses API by translation).
   std::optional<bool> supports_tools, supports_images, supports_response_format;
   std::optional<bool> supports_responses, supports_embeddings;
 };

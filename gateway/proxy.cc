@@ -19,6 +19,7 @@
 #include "gateway/local_provider.h"
 #include "gateway/providers/messages.h"
 #include "gateway/request_log.h"
+#include "gateway/responses_bridge.h"
 #include "gateway/tracked_writer.h"
 
 namespace kvgate::gateway {
@@ -360,7 +361,14 @@ asio::awaitable<void> Gateway::ServeInference(http::Request& request,
       log.set_fingerprint(std::move(fingerprint));  // hashed once, for the diagnosis too
       thread = deps_.recorder->View(rec.thread_id);
     }
-    ProbeEngines(body, facts);
+    if (!responses) {
+      ProbeEngines(body, facts);
+    } else if (std::optional<std::string> chat = ChatBodyForProbe(body, response_threads_)) {
+      // The engines serve a Responses request as the chat request it becomes: ask about that.
+      if (Result<raw_json::Value> tree = raw_json::Parse(*chat)) {
+        ProbeEngines(raw_json::Object(*tree), facts);
+      }
+    }
   } else if (auto t = router.FindTarget(rec.model); t && router.targets()[*t].keys > 1 &&
                                                     !rec.thread_id.empty()) {
     thread = deps_.recorder->View(rec.thread_id);  // the key this thread used last
@@ -498,14 +506,23 @@ asio::awaitable<void> Gateway::RunAttempts(const InferenceCall& call,
       plan.options.anthropic_beta = call.anthropic_beta;
       // Anthropic Messages to a target that speaks OpenAI chat: the request is translated here,
       // the answer by the ClientStream.
-      const bool translate = call.endpoint == providers::Endpoint::kMessages &&
-                             connection.type != providers::ProviderType::kAnthropic;
-      client.TranslateChatAnswers(translate);
+      // The Responses API to a target that speaks only chat: the same, responses_bridge.h.
+      const bool translate_messages = call.endpoint == providers::Endpoint::kMessages &&
+                                      connection.type != providers::ProviderType::kAnthropic;
+      const bool translate_responses = call.endpoint == providers::Endpoint::kResponses &&
+                                       TranslatesResponses(connection.type);
+      const bool translate = translate_messages || translate_responses;
+      client.TranslateChatAnswers(translate_messages);
       std::string chat_text;  // the translated body (chat_call.body's bytes)
       InferenceCall chat_call;
       std::optional<AttemptResult> untranslatable;
-      if (translate) {
+      if (translate_messages) {
         untranslatable = TranslateForChat(call, connection.type, chat_text, chat_call);
+      } else if (translate_responses) {
+        untranslatable =
+            TranslateResponsesForChat(call, response_threads_, chat_text, chat_call, client);
+      }
+      if (translate) {
         plan.options.endpoint = chat_call.endpoint;
         plan.options.client_wants_usage = chat_call.client_wants_usage;
       }
@@ -586,7 +603,8 @@ std::optional<providers::ClientError> Gateway::RefuseEndpoint(
   }
   std::string message = "model " + Utf8Snippet(model) + " cannot serve " + path + ": " + which +
                         ". kvgate passes " + path + " through to OpenAI-compatible providers "
-                        "only; use /v1/chat/completions, or a model of such a provider";
+                        "(translating it for the built-in engine and Anthropic); use "
+                        "/v1/chat/completions, or a model of such a provider";
   return providers::MakeOpenAIError(400, std::move(message), "invalid_request_error",
                                     "unsupported_endpoint", "model");
 }

@@ -21,3 +21,40 @@ std::optional<std::string> ResponseThreads::Find(std::string_view response_id) c
 }
 
 }  // namespace kvgate::gateway
+
+namespace kvgate::gateway {
+
+void ResponseThreads::RememberConversation(const std::string& response_id,
+                                           std::string conversation) {
+  if (response_id.empty() || max_conversations_ == 0) return;
+  if (conversation.size() + response_id.size() > max_conversation_bytes_) return;
+  std::lock_guard lock(mu_);
+  if (auto it = conversations_.find(response_id); it != conversations_.end()) {
+    conversation_bytes_ -= it->second->id.size() + it->second->messages.size();
+    lru_.erase(it->second);
+    conversations_.erase(it);
+  }
+  conversation_bytes_ += response_id.size() + conversation.size();
+  lru_.push_front({response_id, std::move(conversation)});
+  conversations_[response_id] = lru_.begin();
+  DropOldConversations();
+}
+
+std::optional<std::string> ResponseThreads::FindConversation(std::string_view response_id) {
+  std::lock_guard lock(mu_);
+  auto it = conversations_.find(std::string(response_id));
+  if (it == conversations_.end()) return std::nullopt;
+  lru_.splice(lru_.begin(), lru_, it->second);
+  return it->second->messages;
+}
+
+void ResponseThreads::DropOldConversations() {
+  while (!lru_.empty() && (lru_.size() > max_conversations_ ||
+                           conversation_bytes_ > max_conversation_bytes_)) {
+    conversation_bytes_ -= lru_.back().id.size() + lru_.back().messages.size();
+    conversations_.erase(lru_.back().id);
+    lru_.pop_back();
+  }
+}
+
+}  // namespace kvgate::gateway

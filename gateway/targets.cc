@@ -53,7 +53,11 @@ Result<std::vector<router::Target>> BuildTargets(const GatewayConfig& config,
     } else if (p.type == "deepseek") {
       t.capabilities.images = false;
     }
-    t.capabilities.responses = pass_through && p.type != "deepseek" && p.type != "gemini-openai";
+    // Local and Anthropic targets serve the Responses API by translation to chat
+    // (gateway/responses_bridge.h); they may still turn it off (supports.responses: false).
+    const bool translated = p.type == "local" || p.type == "anthropic";
+    t.capabilities.responses =
+        translated || (pass_through && p.type != "deepseek" && p.type != "gemini-openai");
     t.capabilities.embeddings = pass_through && p.type != "deepseek";
     if (m.supports_tools) t.capabilities.tools = *m.supports_tools;
     if (m.supports_images) t.capabilities.images = *m.supports_images;
@@ -62,7 +66,7 @@ Result<std::vector<router::Target>> BuildTargets(const GatewayConfig& config,
          {std::tuple{m.supports_responses, &t.capabilities.responses, "responses"},
           {m.supports_embeddings, &t.capabilities.embeddings, "embeddings"}}) {
       if (!wanted) continue;
-      if (*wanted && !pass_through) {
+      if (*wanted && !pass_through && !(slot == &t.capabilities.responses && translated)) {
         return MakeError(ErrorCode::kInvalidArgument,
                          "model " + m.name + ": supports." + what + " cannot be true on a " +
                              p.type + " provider (kvgate passes that API through unchanged, and " +

@@ -1,8 +1,9 @@
 """The OpenAI Responses API and embeddings through kvgate with the official OpenAI SDK
 (`responses.create`, `responses.stream`, `stream=True`, `embeddings.create`), against the
 simulator: every turn's recorded usage and cost equal, token for token and to the pico-dollar,
-what the simulator reported; turns chained by previous_response_id form one thread; targets that
-cannot serve these endpoints (Anthropic, the built-in engine) get a 400 that names them."""
+what the simulator reported; turns chained by previous_response_id form one thread; an Anthropic
+target serves the Responses API by translation (test_e2e_responses_engine.py covers the built-in
+engine); targets that cannot serve these endpoints get a 400 that names them."""
 
 from __future__ import annotations
 
@@ -49,6 +50,7 @@ models:
 routers:
   - {{name: mixed, strategy: fallback, targets: [{{model: claude-sonnet-4-5}}, {{model: gpt-4o-mini}}]}}
   - {{name: claude-only, strategy: fallback, targets: [{{model: claude-sonnet-4-5}}]}}
+  - {{name: chat-first, strategy: fallback, targets: [{{model: chat-only}}, {{model: gpt-4o-mini}}]}}
 """)
 
     kg = ResponsesKvgate(kvgate_bin, tmp_path_factory.mktemp("responses"), sim.port,
@@ -245,9 +247,6 @@ def test_diagnosis_on_whole_prompts_names_the_changed_instructions(rgw, sim):
 
 
 @pytest.mark.parametrize("model,named", [
-    ("claude-sonnet-4-5", "of type anthropic"),
-    ("smollm2", "of type local"),
-    ("claude-only", "of type anthropic"),
     ("chat-only", "supports.responses: false"),
 ])
 def test_responses_on_a_target_that_cannot_serve_it_is_a_400(rgw, sim, model, named):
@@ -271,12 +270,47 @@ def test_responses_on_a_target_that_cannot_serve_it_is_a_400(rgw, sim, model, na
 
 
 def test_router_skips_a_target_without_the_responses_api(rgw, sim):
-    raw = rgw.client().responses.with_raw_response.create(model="mixed", input="hi")
+    raw = rgw.client().responses.with_raw_response.create(model="chat-first", input="hi")
     resp = raw.parse()
     assert resp.output_text
     rec = rgw.wait_request(raw.headers["x-request-id"])
     assert rec["target"] == "gpt-4o-mini" and rec["status"] == "ok"
     assert rec["route"] is not None
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_anthropic_target_serves_responses_by_translation(rgw, sim, stream):
+    """Responses -> chat -> the Anthropic adapter: the simulator gets a Messages request, the
+    client a Responses answer whose usage is the simulator's (in OpenAI's terms), and the next
+    turn continues it by previous_response_id from kvgate's own store."""
+    client = rgw.client()
+    kw = {"model": "claude-sonnet-4-5", "instructions": "Be brief.", "max_output_tokens": 64}
+    if stream:
+        events = list(client.responses.create(input="hi", stream=True, **kw))
+        assert events[0].type == "response.created", events[0]
+        first = events[-1].response
+        assert events[-1].type == "response.completed", events[-1]
+        assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == \
+            first.output_text
+    else:
+        first = client.responses.create(input="hi", **kw)
+    assert first.output_text and first.id.startswith("resp_")
+    sent = sim.client.requests()[-1]
+    assert sent["path"] == "/anthropic/v1/messages", sent["path"]
+    entry = sim.client.usage_log()[-1]
+    u = entry["usage"]
+    read = u.get("cache_read_input_tokens") or 0
+    written = u.get("cache_creation_input_tokens") or 0
+    assert first.usage.input_tokens == u["input_tokens"] + read + written
+    assert first.usage.output_tokens == u["output_tokens"]
+    rec = rgw.wait_request(first.id)  # the record answers to the response's own id
+    assert rec["response_id"] == first.id and rec["provider"] == "claude", rec
+    assert rec["endpoint"] == "responses" and rec["stream"] is stream, rec
+    assert rec["usage"]["output"] == u["output_tokens"] and rec["usage"]["cache_read"] == read
+    second = client.responses.create(input="and then?", previous_response_id=first.id, **kw)
+    assert second.output_text
+    messages = sim.client.requests()[-1]["body"]["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "user"], messages
 
 
 @pytest.mark.parametrize("model", ["text-embedding-3-small", "text-embedding-3-large"])

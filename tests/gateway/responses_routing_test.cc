@@ -34,6 +34,7 @@ models:
   - {name: e, provider: an}
   - {name: f, provider: vl, supports: {responses: false, embeddings: false}}
   - {name: g, provider: ds, supports: {responses: true}}
+  - {name: h, provider: an, supports: {responses: false}}
 )");
   ASSERT_TRUE(targets.has_value()) << targets.error().message;
   std::vector<std::pair<bool, bool>> got;
@@ -41,19 +42,48 @@ models:
     got.emplace_back(t.capabilities.responses, t.capabilities.embeddings);
   }
   EXPECT_EQ(got, (std::vector<std::pair<bool, bool>>{
-                     {true, true}, {true, true}, {false, false}, {false, true}, {false, false},
-                     {false, false}, {true, false}}));
+                     {true, true}, {true, true}, {false, false}, {false, true},
+                     // Anthropic: the Responses API by translation to chat; it can be turned off.
+                     {true, false}, {false, false}, {true, false}, {false, false}}));
 }
 
-TEST(ResponsesCapabilitiesTest, AnthropicCannotBeTurnedOn) {
+TEST(ResponsesCapabilitiesTest, AnthropicEmbeddingsCannotBeTurnedOnButResponsesCan) {
   auto targets = TargetsOf(std::string(kProviders) + R"(
+models:
+  - {name: e, provider: an, supports: {embeddings: true}}
+)");
+  ASSERT_FALSE(targets.has_value());
+  EXPECT_NE(targets.error().message.find("supports.embeddings"), std::string::npos)
+      << targets.error().message;
+  EXPECT_NE(targets.error().message.find("anthropic"), std::string::npos);
+  auto on = TargetsOf(std::string(kProviders) + R"(
 models:
   - {name: e, provider: an, supports: {responses: true}}
 )");
-  ASSERT_FALSE(targets.has_value());
-  EXPECT_NE(targets.error().message.find("supports.responses"), std::string::npos)
-      << targets.error().message;
-  EXPECT_NE(targets.error().message.find("anthropic"), std::string::npos);
+  ASSERT_TRUE(on.has_value()) << on.error().message;
+  EXPECT_TRUE((*on)[0].capabilities.responses);
+}
+
+TEST(ResponseConversationsTest, KeepsTheMostRecentlyUsedWithinCountAndBytes) {
+  ResponseThreads threads(10, /*conversations=*/2, /*conversation_bytes=*/64);
+  threads.RememberConversation("resp_1", "[1]");
+  threads.RememberConversation("resp_2", "[2]");
+  EXPECT_EQ(threads.FindConversation("resp_1"), "[1]");  // now the most recent
+  threads.RememberConversation("resp_3", "[3]");         // drops resp_2, the least recent
+  EXPECT_EQ(threads.FindConversation("resp_2"), std::nullopt);
+  EXPECT_EQ(threads.FindConversation("resp_1"), "[1]");
+  EXPECT_EQ(threads.FindConversation("resp_3"), "[3]");
+  // Bytes: one that alone exceeds the limit is not kept; a big one pushes older ones out.
+  threads.RememberConversation("resp_big", std::string(100, 'x'));
+  EXPECT_EQ(threads.FindConversation("resp_big"), std::nullopt);
+  threads.RememberConversation("resp_4", std::string(50, 'y'));
+  EXPECT_EQ(threads.FindConversation("resp_4"), std::string(50, 'y'));
+  EXPECT_EQ(threads.FindConversation("resp_1"), std::nullopt);
+  EXPECT_EQ(threads.FindConversation("resp_3"), std::nullopt);
+  // An id remembered again replaces its conversation.
+  threads.RememberConversation("resp_4", "[4]");
+  EXPECT_EQ(threads.FindConversation("resp_4"), "[4]");
+  EXPECT_EQ(threads.FindConversation(""), std::nullopt);
 }
 
 TEST(ResponsesCapabilitiesTest, UnknownSupportsKeyIsAnError) {

@@ -104,23 +104,10 @@ class AnswerStream final : public ResponsesAnswerStream {
   explicit AnswerStream(std::string echo) : echo_(ojson::parse(echo, nullptr, false)) {}
 
   std::string Feed(std::string_view chat_sse) override {
-    std::string out;
-    if (done_) return out;
-    try {
-      parser_.Append(chat_sse);
-      while (!done_) {
-        auto next = parser_.Next();
-        if (!next) {
-          Fail(out, "malformed stream: " + next.error().message);
-          break;
-        }
-        if (!next->has_value()) break;
-        Handle(**next, out);
-      }
-    } catch (const std::exception& e) {
-      if (!done_) Fail(out, std::string("internal error translating the stream: ") + e.what());
-    }
-    return out;
+    return TranslateSseEvents(
+        parser_, done_, chat_sse,
+        [this](const SseEvent& event, std::string& out) { Handle(event, out); },
+        [this](std::string& out, std::string message) { Fail(out, std::move(message)); });
   }
 
   std::string Finish() override {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <exception>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -73,5 +74,31 @@ class SseParser {
   size_t data_size_ = 0;
   std::string data_joined_;  // used once data_lines_ >= 2
 };
+
+// The loop of a translator from an OpenAI chat stream into another API's events (Anthropic
+// Messages, the Responses API): parses `bytes` and hands each event to `handle(event, out)` until
+// `done` is set, turning a parse failure or an exception into `fail(out, message)`. Returns what
+// was written to `out`.
+template <class Handle, class Fail>
+std::string TranslateSseEvents(SseParser& parser, const bool& done, std::string_view bytes,
+                               Handle&& handle, Fail&& fail) {
+  std::string out;
+  if (done) return out;
+  try {
+    parser.Append(bytes);
+    while (!done) {
+      auto next = parser.Next();
+      if (!next) {
+        fail(out, "malformed stream: " + next.error().message);
+        break;
+      }
+      if (!next->has_value()) break;
+      handle(**next, out);
+    }
+  } catch (const std::exception& e) {
+    if (!done) fail(out, std::string("internal error translating the stream: ") + e.what());
+  }
+  return out;
+}
 
 }  // namespace kvgate::providers

@@ -3,8 +3,12 @@ expected telemetry (normalized usage and exact cost) derived from the simulator'
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
+import re
+import subprocess
+import threading
 import select
 import socket
 import time
@@ -189,3 +193,40 @@ def sdk_usage_expected(kind: str, n: dict) -> dict:
     prompt = n["cache_read"] + n["cache_write_5m"] + n["cache_write_1h"] + n["uncached"]
     return {"prompt_tokens": prompt, "completion_tokens": n["output"],
             "total_tokens": prompt + n["output"], "cached_tokens": n["cache_read"]}
+
+
+@contextlib.contextmanager
+def kvgate_engine(kvgate_bin, tmp_path, model_path, *extra_args: str):
+    """`kvgate engine` on the model, on a port it picks (read from its stderr, which is kept in
+    tmp_path/engine.stderr.log): yields an OpenAI client for it, and stops it afterwards."""
+    log = open(tmp_path / "engine.stderr.log", "wb")
+    proc = subprocess.Popen([str(kvgate_bin), "engine", "--model", str(model_path), "--port", "0",
+                             "--kv-cache-tokens", "4096", "--db", str(tmp_path / "e.db"),
+                             *extra_args],
+                            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.PIPE)
+    port = []
+    found = threading.Event()
+
+    def pump():
+        for line in iter(proc.stderr.readline, b""):
+            log.write(line)
+            log.flush()
+            m = re.search(rb"listening on http://127\.0\.0\.1:(\d+)", line)
+            if m and not port:
+                port.append(int(m.group(1)))
+                found.set()
+        found.set()
+
+    threading.Thread(target=pump, daemon=True).start()
+    try:
+        assert found.wait(60) and port, (tmp_path / "engine.stderr.log").read_text()
+        yield openai.OpenAI(base_url=f"http://127.0.0.1:{port[0]}/v1", api_key="none",
+                            timeout=300, max_retries=0)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=40)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        time.sleep(0.1)
+        log.close()

@@ -6,13 +6,11 @@ logprobs and top_logprobs streaming and not, the legacy completions logprobs, no
 seed, system_fingerprint, and `n` still refused."""
 import json
 import math
-import re
-import subprocess
-import threading
-import time
 
 import openai
 import pytest
+
+from gwctl import kvgate_engine
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "The current weather in a city",
@@ -280,28 +278,7 @@ def test_no_max_tokens_runs_past_256_to_the_configured_default(kvgate_bin, tmp_p
 
 def test_tool_calls_through_kvgate_engine(kvgate_bin, tmp_path, bundled_model):
     """`kvgate engine` serves the same provider: tools work there too."""
-    log = open(tmp_path / "engine.stderr.log", "wb")
-    proc = subprocess.Popen([kvgate_bin, "engine", "--model", str(bundled_model), "--port", "0",
-                             "--kv-cache-tokens", "4096", "--db", str(tmp_path / "e.db")],
-                            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.PIPE)
-    port = []
-    found = threading.Event()
-
-    def pump():
-        for line in iter(proc.stderr.readline, b""):
-            log.write(line)
-            log.flush()
-            m = re.search(rb"listening on http://127\.0\.0\.1:(\d+)", line)
-            if m and not port:
-                port.append(int(m.group(1)))
-                found.set()
-        found.set()
-
-    threading.Thread(target=pump, daemon=True).start()
-    try:
-        assert found.wait(60) and port, (tmp_path / "engine.stderr.log").read_text()
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port[0]}/v1", api_key="none",
-                               timeout=300)
+    with kvgate_engine(kvgate_bin, tmp_path, bundled_model) as client:
         # (Greedy, this model fills the 4 parallel calls allowed by default: one is enough.)
         r = client.chat.completions.create(model="smollm2", messages=ask("Lima"), tools=[WEATHER],
                                            tool_choice="required", parallel_tool_calls=False,
@@ -309,11 +286,3 @@ def test_tool_calls_through_kvgate_engine(kvgate_bin, tmp_path, bundled_model):
         assert r.choices[0].finish_reason == "tool_calls"
         assert len(r.choices[0].message.tool_calls) == 1
         check_weather_args(r.choices[0].message.tool_calls[0].function.arguments)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=40)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        time.sleep(0.1)
-        log.close()

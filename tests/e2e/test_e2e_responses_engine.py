@@ -7,15 +7,11 @@ the 400s for an unknown previous_response_id and for fields the engine cannot ho
 from __future__ import annotations
 
 import json
-import re
-import subprocess
-import threading
-import time
 
 import openai
 import pytest
 
-from gwctl import ADMIN_TOKEN, GATEWAY_KEY
+from gwctl import ADMIN_TOKEN, GATEWAY_KEY, kvgate_engine
 
 INSTRUCTIONS = ("You are a patient assistant for a bicycle repair shop. Answer briefly. " * 12).strip()
 WEATHER = {"type": "function", "name": "get_weather", "description": "The current weather in a city",
@@ -231,28 +227,7 @@ def test_text_format_json_schema_is_valid_json(egw):
 
 def test_responses_through_kvgate_engine(kvgate_bin, tmp_path, bundled_model):
     """`kvgate engine` serves the same translation, whole, streamed and continued."""
-    log = open(tmp_path / "engine.stderr.log", "wb")
-    proc = subprocess.Popen([kvgate_bin, "engine", "--model", str(bundled_model), "--port", "0",
-                             "--kv-cache-tokens", "4096", "--db", str(tmp_path / "e.db")],
-                            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.PIPE)
-    port = []
-    found = threading.Event()
-
-    def pump():
-        for line in iter(proc.stderr.readline, b""):
-            log.write(line)
-            log.flush()
-            m = re.search(rb"listening on http://127\.0\.0\.1:(\d+)", line)
-            if m and not port:
-                port.append(int(m.group(1)))
-                found.set()
-        found.set()
-
-    threading.Thread(target=pump, daemon=True).start()
-    try:
-        assert found.wait(60) and port, (tmp_path / "engine.stderr.log").read_text()
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port[0]}/v1", api_key="none",
-                               timeout=120, max_retries=0)
+    with kvgate_engine(kvgate_bin, tmp_path, bundled_model) as client:
         first = client.responses.create(model="smollm2", instructions=INSTRUCTIONS,
                                         input="Name a tool.", max_output_tokens=6, temperature=0)
         assert first.output_text and first.usage.output_tokens >= 1
@@ -265,14 +240,6 @@ def test_responses_through_kvgate_engine(kvgate_bin, tmp_path, bundled_model):
         assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == \
             final.output_text
         assert final.usage.input_tokens_details.cached_tokens > 0
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=40)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        time.sleep(0.1)
-        log.close()
 
 
 def test_prefix_affinity_routes_a_responses_turn_to_the_replica_with_its_prefix(

@@ -75,6 +75,7 @@ Result<std::vector<router::Target>> BuildTargets(const GatewayConfig& config,
       *slot = *wanted;
     }
     t.keys = std::max<int>(1, static_cast<int>(p.api_keys.size()));
+    t.auto_cache_ttl = p.anthropic_auto_cache_ttl;
     targets.push_back(std::move(t));
   }
   return targets;

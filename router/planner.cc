@@ -24,6 +24,19 @@ double WriteShare(const telemetry::TurnSummary* last) {
   return std::clamp(double(*last->cache_write) / double(fresh), 0.0, 1.0);
 }
 
+// How a turn's request reaches a breakpoint cache: with the client's markers, with the ones the
+// provider's anthropic_auto_cache adds to a request without any (the end of the system prompt and
+// of the last message: every new token is written, at the helper's TTL), or with none.
+struct Breakpoints {
+  bool any = false;
+  bool by_helper = false;
+  static Breakpoints Of(const Target& target, bool client_marked) {
+    if (client_marked) return {.any = true};
+    if (!target.auto_cache_ttl.empty()) return {.any = true, .by_helper = true};
+    return {};
+  }
+};
+
 }  // namespace
 
 int64_t CostPico(const Target& target, const TurnEstimate& t) {
@@ -44,9 +57,15 @@ TurnEstimate EstimateTurn(const Target& target, const TurnInputs& in,
   t.output = std::max<int64_t>(0, in.expected_output);
   const int64_t rest = t.prompt_tokens - t.cached;
   const telemetry::CacheRules& rules = target.cache_rules;
-  if (!rules.automatic && breakpoints && t.prompt_tokens >= rules.min_tokens) {
-    t.writes = static_cast<int64_t>(std::llround(double(rest) * WriteShare(last_on_target)));
-    t.long_ttl = last_on_target != nullptr && last_on_target->wrote_1h;
+  const Breakpoints marks = Breakpoints::Of(target, breakpoints);
+  if (!rules.automatic && marks.any && t.prompt_tokens >= rules.min_tokens) {
+    if (marks.by_helper) {
+      t.writes = rest;
+      t.long_ttl = target.auto_cache_ttl == "1h";
+    } else {
+      t.writes = static_cast<int64_t>(std::llround(double(rest) * WriteShare(last_on_target)));
+      t.long_ttl = last_on_target != nullptr && last_on_target->wrote_1h;
+    }
   }
   t.uncached = rest - t.writes;
   t.priced = target.price.has_value();
@@ -57,6 +76,7 @@ TurnEstimate EstimateTurn(const Target& target, const TurnInputs& in,
 int64_t FutureCostPico(const Target& target, const TurnEstimate& now, int turns,
                        const telemetry::ThreadView& thread, bool breakpoints) {
   const telemetry::CacheRules& rules = target.cache_rules;
+  const bool marked = Breakpoints::Of(target, breakpoints).any;
   // A thread without a history yet grows by about its answer and a question like it per turn.
   const double growth = thread.turns >= 2 ? std::max(0.0, thread.mean_growth_tokens)
                                           : 2.0 * double(now.output);
@@ -73,7 +93,7 @@ int64_t FutureCostPico(const Target& target, const TurnEstimate& now, int turns,
     t.long_ttl = now.long_ttl;
     t.cached = std::min(cached, prompt);
     const int64_t rest = prompt - t.cached;
-    if (!rules.automatic && breakpoints && prompt >= rules.min_tokens) t.writes = rest;
+    if (!rules.automatic && marked && prompt >= rules.min_tokens) t.writes = rest;
     t.uncached = rest - t.writes;
     t.cost_pico = CostPico(target, t);
     return t;
@@ -81,7 +101,7 @@ int64_t FutureCostPico(const Target& target, const TurnEstimate& now, int turns,
   double total = 0;
   int64_t prompt = now.prompt_tokens;
   for (int k = 1; k <= turns; ++k) {
-    const int64_t left = rules.automatic ? Cacheable(prompt, rules) : (breakpoints ? prompt : 0);
+    const int64_t left = rules.automatic ? Cacheable(prompt, rules) : (marked ? prompt : 0);
     prompt += static_cast<int64_t>(std::llround(growth));
     const int64_t warm = turn_cost(prompt, left).cost_pico;
     const int64_t cold = turn_cost(prompt, 0).cost_pico;

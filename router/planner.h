@@ -37,7 +37,8 @@ struct TurnInputs {
 // Splits a turn's prompt into cached / written / uncached tokens on `target` and prices it.
 // `last_on_target` (the thread's last turn there, may be null) tells how much of a breakpoint
 // cache's new input the client marks for writing; `breakpoints`: the request carries
-// cache_control markers (without them a breakpoint cache writes nothing).
+// cache_control markers (without them a breakpoint cache writes nothing, unless the target's
+// provider adds its own: Target::auto_cache_ttl).
 TurnEstimate EstimateTurn(const Target& target, const TurnInputs& inputs,
                           const telemetry::TurnSummary* last_on_target, bool breakpoints);
 

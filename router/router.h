@@ -56,6 +56,10 @@ struct Target {
   int64_t context_window = 0;  // tokens; 0 = unknown (every prompt fits)
   Capabilities capabilities;
   int keys = 1;                // API keys of its provider (1 when it has one or none)
+  // The provider's anthropic_auto_cache TTL ("5m" | "1h"; "" off): kvgate marks breakpoints on a
+  // request that carries none, so such a turn writes its new input to the cache as a client's
+  // breakpoints at the end of the conversation would.
+  std::string auto_cache_ttl;
 };
 
 // The caching rules of a provider type for a model, from the catalog ("local" -> kvgate's engine,

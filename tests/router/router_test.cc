@@ -184,6 +184,45 @@ TEST_F(PlannerTest, AFirstTurnGoesToTheCheapestOverTheHorizon) {
   EXPECT_GT(*d.candidates[0].cost_pico, 0);
 }
 
+// An Anthropic-style target caches only marked prefixes. A client that marks none gets nothing
+// cached there, unless the provider's anthropic_auto_cache marks them: then each turn writes its
+// new input (at the helper's TTL) and the next reads it, and the planner must price it so.
+TEST_F(PlannerTest, AnthropicAutoCacheIsPricedAsTheBreakpointsItAdds) {
+  telemetry::CacheRules breakpoint_rules = {.min_tokens = 1024, .granularity = 1, .ttl_seconds = 300,
+                                            .automatic = false};
+  // Per 1M tokens: input 1.00, cached 0.10, 5m writes 1.25, 1h writes 2.00.
+  auto anthropic = [&](std::string ttl) {
+    Target t = MakeTarget("a", Rates(1'000'000, 100'000, 1'000'000, 1'250'000), breakpoint_rules);
+    t.provider_type = "anthropic";
+    t.auto_cache_ttl = ttl;
+    return t;
+  };
+  // a: Anthropic's rules; b caches by itself but reads at half price.
+  const Target b = MakeTarget("b", Rates(1'000'000, 500'000, 1'000'000));
+  std::map<std::string, int64_t> first_turn;
+  std::map<std::string, std::string> chosen;
+  for (std::string ttl : {"", "5m", "1h"}) {
+    Make(kCostRouter(8), {anthropic(ttl), b});
+    RouteDecision d = Route(1);
+    ASSERT_GE(d.eligible, 2u);
+    chosen[ttl] = First(d);
+    for (const auto& c : d.candidates) {
+      if (router_->targets()[c.target].name != "a") continue;
+      ASSERT_TRUE(c.cost_pico.has_value());
+      first_turn[ttl] = *c.cost_pico;
+      EXPECT_EQ(c.cached_tokens.value_or(0), 0);
+    }
+  }
+  // This turn: nothing marked is read at input price; the helper writes it all, 1.25x or 2x.
+  const int64_t d5 = first_turn["5m"] - first_turn[""], d1 = first_turn["1h"] - first_turn[""];
+  EXPECT_GT(d5, 0);
+  EXPECT_EQ(d1, 4 * d5);  // (2.00 - 1.00) / (1.25 - 1.00)
+  // Over eight turns: unmarked, a never caches and b's half-price reads win; with the helper,
+  // a's reads at a tenth win.
+  EXPECT_EQ(chosen[""], "b");
+  EXPECT_EQ(chosen["5m"], "a");
+}
+
 TEST(RouterTest, EligibilityByContextWindowToolsAndWhenRules) {
   FakeClock clock(kT0);
   Target small = MakeTarget("small", Rates(100, 10, 100), Automatic(), 1000);

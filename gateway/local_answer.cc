@@ -46,6 +46,7 @@ std::string EngineAnswer::Add(EngineEvent e, bool streaming) {
   if (e.finished) {
     c.finished = true;
     c.reason = e.reason;
+    c.stop_string = std::move(e.stop_string);
     ++finished_;
     if (e.reason == engine::FinishReason::kError && error_.empty()) {
       error_ = e.error.empty() ? "unknown error" : e.error;
@@ -74,12 +75,17 @@ std::string EngineAnswer::FinishReason(int32_t choice) const {
   return reason;
 }
 
+json EngineAnswer::StopReason(int32_t choice) const {
+  const std::string& stop = choices_.at(static_cast<size_t>(choice)).stop_string;
+  return stop.empty() ? json(nullptr) : json(stop);
+}
+
 std::string EngineAnswer::ClosingChunks() {
   std::string out;
   for (size_t i = 0; i < choices_.size(); ++i) {
     const auto index = static_cast<int32_t>(i);
     out += Chunk(head_, head_.chat() ? json::object() : json(""), FinishReason(index),
-                 choices_[i].TakeLogprobs(), index);
+                 choices_[i].TakeLogprobs(), index, StopReason(index));
   }
   return out;
 }
@@ -93,7 +99,7 @@ std::string EngineAnswer::Whole() {
                    : head_.chat()    ? json{{"role", "assistant"}, {"content", c.text}}
                                      : json(c.text);
     json choice = {{"index", index}, {"logprobs", c.TakeLogprobs()},
-                   {"finish_reason", FinishReason(index)}};
+                   {"finish_reason", FinishReason(index)}, {"stop_reason", StopReason(index)}};
     choice[head_.chat() ? "message" : "text"] = std::move(message);
     choices.push_back(std::move(choice));
   }

@@ -28,6 +28,7 @@ struct EngineEvent {
   engine::Usage usage;
   std::string error;
   std::optional<engine::TokenLogprobs> logprobs;
+  std::string stop_string;  // TokenEvent::stop_string
 };
 
 class EngineAnswer {
@@ -50,6 +51,8 @@ class EngineAnswer {
   engine::Usage usage() const;
   // A choice's finish reason ("stop", "length", "tool_calls"); choice 0's is the request's.
   std::string FinishReason(int32_t choice) const;
+  // vLLM's stop_reason: the stop string that ended a choice, null when something else did.
+  nlohmann::json StopReason(int32_t choice) const;
   // The engine's error when a choice failed (the request then failed as a whole); "" otherwise.
   const std::string& error() const { return error_; }
 
@@ -65,6 +68,7 @@ class EngineAnswer {
     std::optional<LogprobsBuilder> logprobs_out;
     engine::Usage usage;
     engine::FinishReason reason = engine::FinishReason::kNone;
+    std::string stop_string;  // the stop string that ended it, "" for none
     bool finished = false;
     nlohmann::json TakeLogprobs() { return logprobs_out ? logprobs_out->Take() : nullptr; }
   };

@@ -577,7 +577,8 @@ asio::awaitable<AttemptResult> LocalEnginesImpl::Attempt(const InferenceCall& ca
           std::lock_guard lock(channel->mu);
           channel->events.push_back(
               EngineEvent{e.choice, std::string(e.text), e.finished, e.finish_reason, e.usage,
-                          e.error, e.logprobs ? std::optional(*e.logprobs) : std::nullopt});
+                          e.error, e.logprobs ? std::optional(*e.logprobs) : std::nullopt,
+                          std::string(e.stop_string)});
         }
         asio::post(channel->executor, [weak] {
           if (auto alive = weak.lock()) alive->wakeup.cancel();

@@ -27,10 +27,12 @@ json ResponseHead::Base(const char* chat_object) const {
 }
 
 std::string Chunk(const ResponseHead& head, const json& delta_or_text, const json& finish_reason,
-                  const json& logprobs, int32_t index) {
+                  const json& logprobs, int32_t index, const std::optional<json>& stop_reason) {
   json chunk = head.Base("chat.completion.chunk");
-  chunk["choices"] = json::array({{{"index", index}, {head.chat() ? "delta" : "text", delta_or_text},
-                                   {"logprobs", logprobs}, {"finish_reason", finish_reason}}});
+  json choice = {{"index", index}, {head.chat() ? "delta" : "text", delta_or_text},
+                 {"logprobs", logprobs}, {"finish_reason", finish_reason}};
+  if (stop_reason) choice["stop_reason"] = *stop_reason;
+  chunk["choices"] = json::array({std::move(choice)});
   return "data: " + JsonText(chunk) + "\n\n";
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -33,10 +34,11 @@ struct ResponseHead {
 };
 
 // One SSE event of choice `index`: a chat delta (or a completion's text), the finish reason (null
-// until the last), the logprobs of the tokens it carries (null: none).
+// until the last), the logprobs of the tokens it carries (null: none), and on the last one
+// vLLM's stop_reason (the stop string that ended the choice, or null; absent before the last).
 std::string Chunk(const ResponseHead& head, const nlohmann::json& delta_or_text,
                   const nlohmann::json& finish_reason, const nlohmann::json& logprobs = nullptr,
-                  int32_t index = 0);
+                  int32_t index = 0, const std::optional<nlohmann::json>& stop_reason = {});
 std::string UsageChunk(const ResponseHead& head, const engine::Usage& usage);
 // The whole answer: `choices` are OpenAI's choice objects ({index, message or text, logprobs,
 // finish_reason}).

@@ -242,6 +242,7 @@ void Engine::Emit(Sequence& s, int32_t token, std::string_view text, FinishReaso
   ev.finished = reason != FinishReason::kNone;
   ev.finish_reason = reason;
   ev.usage = UsageOf(s);
+  if (reason == FinishReason::kStop) ev.stop_string = s.stop.matched();
   if (s.on_token) s.on_token(ev);
 }
 

@@ -124,6 +124,8 @@ struct TokenEvent {
   FinishReason finish_reason = FinishReason::kNone;
   Usage usage;        // so far; final when finished
   std::string error;  // when finish_reason == kError
+  // The stop string that ended the output (finish_reason kStop); "" when another stop did.
+  std::string_view stop_string;
   // With SamplingParams::logprobs >= 0: token_id's log probability and the likeliest tokens at
   // its step (sampler.h); null otherwise, and for end-of-generation tokens (not part of the text).
   const TokenLogprobs* logprobs = nullptr;

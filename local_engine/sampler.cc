@@ -172,8 +172,15 @@ StopMatcher::Output StopMatcher::Push(std::string_view piece) {
     return out;
   }
   pending_.append(piece);
+  // The stop that starts first wins (the first listed of those starting there).
   size_t first = std::string::npos;
-  for (const auto& s : stops_) first = std::min(first, pending_.find(s));
+  for (size_t i = 0; i < stops_.size(); ++i) {
+    const size_t at = pending_.find(stops_[i]);
+    if (at < first) {
+      first = at;
+      matched_ = i;
+    }
+  }
   if (first != std::string::npos) {
     out.text = pending_.substr(0, first);
     out.stopped = stopped_ = true;
@@ -193,6 +200,10 @@ StopMatcher::Output StopMatcher::Push(std::string_view piece) {
   out.text = pending_.substr(0, pending_.size() - hold);
   pending_.erase(0, pending_.size() - hold);
   return out;
+}
+
+std::string_view StopMatcher::matched() const {
+  return stopped_ ? std::string_view(stops_[matched_]) : std::string_view();
 }
 
 std::string StopMatcher::Flush() {

@@ -100,11 +100,15 @@ class StopMatcher {
   Output Push(std::string_view piece);
   // End of stream without a stop: everything held back.
   std::string Flush();
+  // The stop string that was found ("" before one is): Anthropic's stop_sequence, vLLM's
+  // stop_reason.
+  std::string_view matched() const;
 
  private:
   std::vector<std::string> stops_;  // non-empty strings only
   std::string pending_;
   bool stopped_ = false;
+  size_t matched_ = 0;  // index into stops_, valid once stopped_
 };
 
 }  // namespace kvgate::engine

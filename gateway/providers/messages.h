@@ -63,10 +63,11 @@ Result<std::string> MessagesToChat(const raw_json::Object& messages_body,
 
 // A chat.completion (the answer to MessagesToChat's request) -> the Anthropic Message for the
 // client: {"id": "msg_...", "type": "message", "role": "assistant", "model", "content": [text
-// block, tool_use blocks], "stop_reason", "stop_sequence": null, "usage": {"input_tokens",
+// block, tool_use blocks], "stop_reason", "stop_sequence", "usage": {"input_tokens",
 // "cache_creation_input_tokens", "cache_read_input_tokens", "output_tokens"}}. finish_reason
-// stop -> end_turn, length -> max_tokens, tool_calls / function_call -> tool_use, content_filter
-// -> refusal. Usage: cache_read = prompt_tokens_details.cached_tokens, cache_creation =
+// stop -> end_turn, or stop_sequence with the string when the choice names it in a string
+// `stop_reason` (vLLM and kvgate's engine do; OpenAI does not), length -> max_tokens, tool_calls /
+// function_call -> tool_use, content_filter -> refusal. Usage: cache_read = prompt_tokens_details.cached_tokens, cache_creation =
 // prompt_tokens_details.cache_write_tokens, input_tokens = prompt_tokens minus both (Anthropic's
 // input_tokens excludes the cached ones). The id is "msg_" + the chat id without its chatcmpl
 // prefix. Errors: kCorruptData when the body is not a chat.completion.

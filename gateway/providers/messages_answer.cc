@@ -25,23 +25,42 @@ int64_t CountOf(std::optional<raw_json::Value> object, std::string_view key) {
   return std::max<int64_t>(0, std::atoll(std::string(v->text).c_str()));
 }
 
-// OpenAI finish_reason -> Anthropic stop_reason ("" for none).
-std::string StopReasonFor(std::string_view finish_reason) {
-  if (finish_reason.empty()) return "";
-  if (finish_reason == "length") return "max_tokens";
-  if (finish_reason == "tool_calls" || finish_reason == "function_call") return "tool_use";
-  if (finish_reason == "content_filter") return "refusal";
-  return "end_turn";
+// Anthropic's stop_reason and stop_sequence for an OpenAI choice ("" for none).
+struct Stop {
+  std::string reason;
+  std::string sequence;  // with reason "stop_sequence": the stop string that ended the answer
+};
+
+// An OpenAI choice's finish_reason, in Anthropic's terms. OpenAI does not say which stop string
+// ended an answer; vLLM and kvgate's engine do, as a string `stop_reason` (an integer there is a
+// stop token id, Anthropic's end_turn).
+Stop StopOf(raw_json::Value choice) {
+  const std::string finish_reason = Decoded(raw_json::Find(choice, "finish_reason"));
+  if (finish_reason.empty()) return {};
+  if (finish_reason == "length") return {"max_tokens", ""};
+  if (finish_reason == "tool_calls" || finish_reason == "function_call") return {"tool_use", ""};
+  if (finish_reason == "content_filter") return {"refusal", ""};
+  if (std::optional<raw_json::Value> matched = raw_json::Find(choice, "stop_reason");
+      finish_reason == "stop" && matched && matched->is_string()) {
+    std::string sequence = Decoded(matched);
+    if (!sequence.empty()) return {"stop_sequence", std::move(sequence)};
+  }
+  return {"end_turn", ""};
 }
 
-void WriteStopReason(JsonWriter& w, const std::string& stop_reason) {
+void WriteStopReason(JsonWriter& w, const Stop& stop) {
   w.Key("stop_reason");
-  if (stop_reason.empty()) {
+  if (stop.reason.empty()) {
     w.Null();
   } else {
-    w.String(stop_reason);
+    w.String(stop.reason);
   }
-  w.Key("stop_sequence").Null();
+  w.Key("stop_sequence");
+  if (stop.sequence.empty()) {
+    w.Null();
+  } else {
+    w.String(stop.sequence);
+  }
 }
 
 // The counts of an OpenAI usage object, in Anthropic's terms.
@@ -148,7 +167,7 @@ class AnswerStream final : public MessagesAnswerStream {
       CloseBlock(out);
       JsonWriter delta;
       delta.BeginObject().Key("type").String("message_delta").Key("delta").BeginObject();
-      WriteStopReason(delta, stop_reason_.empty() ? std::string("end_turn") : stop_reason_);
+      WriteStopReason(delta, stop_.reason.empty() ? Stop{"end_turn", ""} : stop_);
       delta.EndObject().Key("usage");
       counts_.Write(delta);
       delta.EndObject();
@@ -180,11 +199,7 @@ class AnswerStream final : public MessagesAnswerStream {
     std::optional<raw_json::Value> choices = raw_json::Find(*chunk, "choices");
     if (!choices) return;
     raw_json::ForEachElement(*choices, [&](raw_json::Value choice) {
-      if (std::optional<std::string> reason = raw_json::DecodeString(
-              raw_json::Find(choice, "finish_reason").value_or(raw_json::Value{}));
-          reason && !reason->empty()) {
-        stop_reason_ = StopReasonFor(*reason);
-      }
+      if (Stop stop = StopOf(choice); !stop.reason.empty()) stop_ = std::move(stop);
       std::optional<raw_json::Value> delta = raw_json::Find(choice, "delta");
       if (!delta) return;
       if (std::optional<raw_json::Value> text = raw_json::Find(*delta, "content");
@@ -227,7 +242,7 @@ class AnswerStream final : public MessagesAnswerStream {
     w.BeginObject().Key("type").String("message_start").Key("message").BeginObject();
     w.Key("id").String(message_id_).Key("type").String("message").Key("role").String("assistant");
     w.Key("model").String(model).Key("content").BeginArray().EndArray();
-    WriteStopReason(w, "");
+    WriteStopReason(w, Stop{});
     w.Key("usage");
     Counts{}.Write(w);
     w.EndObject().EndObject();
@@ -277,7 +292,7 @@ class AnswerStream final : public MessagesAnswerStream {
   bool open_tool_ = false;
   int64_t next_index_ = 0;
   std::map<int64_t, int64_t> tool_blocks_;  // OpenAI tool call index -> content block index
-  std::string stop_reason_;
+  Stop stop_;
   Counts counts_;
 };
 
@@ -326,7 +341,7 @@ Result<std::string> ChatToMessage(std::string_view chat_completion) {
   w.Key("type").String("message").Key("role").String("assistant");
   w.Key("model").String(Decoded(raw_json::Find(*chat, "model")));
   w.Key("content").Raw(content.Take());
-  WriteStopReason(w, StopReasonFor(Decoded(raw_json::Find(choice, "finish_reason"))));
+  WriteStopReason(w, StopOf(choice));
   w.Key("usage");
   Counts::Of(usage.value_or(raw_json::Value{})).Write(w);
   w.EndObject();

@@ -31,6 +31,7 @@ struct Collected {
   bool finished = false;
   int finished_events = 0;
   FinishReason reason = FinishReason::kNone;
+  std::string stop_string;  // the final event's
   Usage usage;
 };
 
@@ -50,7 +51,10 @@ class EngineTest : public ::testing::Test {
       EXPECT_FALSE(c.finished) << "event after the final one";
       if (ev.token_id >= 0) c.tokens.push_back(ev.token_id);
       c.text += ev.text;
-      if (ev.finished) c.finished = true, ++c.finished_events, c.reason = ev.finish_reason;
+      if (ev.finished) {
+        c.finished = true, ++c.finished_events, c.reason = ev.finish_reason;
+        c.stop_string = ev.stop_string;
+      }
       c.usage = ev.usage;
     }});
     EXPECT_TRUE(id.has_value());
@@ -159,6 +163,7 @@ TEST_F(EngineTest, StopStringEndsTheStreamBeforeIt) {
   EXPECT_EQ(got.reason, FinishReason::kStop);
   EXPECT_EQ(got.text, full.substr(0, full.find(stop)));
   EXPECT_LT(got.tokens.size(), 32u);
+  EXPECT_EQ(got.stop_string, stop);  // which stop string it was
 }
 
 TEST_F(EngineTest, CancelEndsTheRequest) {

@@ -164,19 +164,23 @@ TEST(StopMatcherTest, HoldsBackPartialMatchesAndStopsBeforeTheStopString) {
   auto d = m.Push("P and after");
   EXPECT_TRUE(d.stopped);
   EXPECT_EQ(d.text, "");
+  EXPECT_EQ(m.matched(), "STOP");
   EXPECT_TRUE(m.Push("more").stopped);
   EXPECT_EQ(m.Flush(), "");
 }
 
 TEST(StopMatcherTest, EarliestStopWinsAndFlushReleasesHeldText) {
   StopMatcher m({"bc", "ab"});
+  EXPECT_EQ(m.matched(), "");
   auto o = m.Push("xxabc");
   EXPECT_TRUE(o.stopped);
   EXPECT_EQ(o.text, "xx");
+  EXPECT_EQ(m.matched(), "ab");  // listed second, found first
   StopMatcher n({"###"});
   EXPECT_EQ(n.Push("text #").text, "text ");
   EXPECT_EQ(n.Push("#").text, "");
   EXPECT_EQ(n.Flush(), "##");
+  EXPECT_EQ(n.matched(), "");
   StopMatcher none({});
   EXPECT_EQ(none.Push("anything").text, "anything");
 }

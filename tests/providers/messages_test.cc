@@ -310,6 +310,48 @@ TEST(ChatToMessageTest, StopReasonsAndEngineCacheWrites) {
   EXPECT_FALSE(ChatToMessage(R"({"object":"list"})").has_value());
 }
 
+// vLLM and kvgate's engine name the stop string that ended a choice (a string stop_reason):
+// Anthropic's client then gets stop_reason "stop_sequence" and the string. A token id there
+// (vLLM's integer) or OpenAI's silence is an end_turn.
+TEST(ChatToMessageTest, NamedStopStringIsAStopSequence) {
+  auto with = [](const char* stop_reason) {
+    return std::string(R"({"id":"chatcmpl-1","model":"m","choices":[{"index":0,"message":)"
+                       R"({"role":"assistant","content":"1, 2"},"finish_reason":"stop","stop_reason":)") +
+           stop_reason + R"(}],"usage":{"prompt_tokens":5,"completion_tokens":3}})";
+  };
+  auto named = ChatToMessage(with(R"("END")"));
+  ASSERT_TRUE(named.has_value());
+  EXPECT_NE(named->find(R"("stop_reason":"stop_sequence","stop_sequence":"END")"),
+            std::string::npos)
+      << *named;
+  for (const char* other : {"null", "128001", R"("")"}) {
+    auto message = ChatToMessage(with(other));
+    ASSERT_TRUE(message.has_value());
+    EXPECT_NE(message->find(R"("stop_reason":"end_turn","stop_sequence":null)"), std::string::npos)
+        << other << ": " << *message;
+  }
+}
+
+TEST(MessagesAnswerStreamTest, NamedStopStringEndsTheStreamAsAStopSequence) {
+  auto t = NewMessagesAnswerStream();
+  std::string bytes = t->Feed(
+      R"(data: {"id":"chatcmpl-1","model":"m","choices":[{"index":0,"delta":)"
+      R"({"content":"1, 2"},"finish_reason":null}]})" "\n\n"
+      R"(data: {"id":"chatcmpl-1","model":"m","choices":[{"index":0,"delta":{},)"
+      R"("finish_reason":"stop","stop_reason":"\n\n"}]})" "\n\n"
+      R"(data: {"id":"chatcmpl-1","model":"m","choices":[],"usage":)"
+      R"({"prompt_tokens":5,"completion_tokens":3}})" "\n\n"
+      "data: [DONE]\n\n");
+  const std::string head = "event: message_delta\ndata: ";
+  const size_t at = bytes.find(head);
+  ASSERT_NE(at, std::string::npos) << bytes;
+  const size_t start = at + head.size();
+  const nlohmann::json delta =
+      nlohmann::json::parse(bytes.substr(start, bytes.find('\n', start) - start));
+  EXPECT_EQ(delta["delta"]["stop_reason"], "stop_sequence");
+  EXPECT_EQ(delta["delta"]["stop_sequence"], "\n\n");
+}
+
 TEST(MessagesAnswerStreamTest, GoldenEventSequence) {
   const std::string chat = ReadGolden("chat_stream_for_messages.sse");
   const std::string expected = ReadGolden("messages_from_chat_stream.expected.sse");

@@ -18,6 +18,7 @@
 #include "gateway/tracked_writer.h"
 #include "gateway/virtual_keys.h"
 #include "gateway/web_assets.h"
+#include "telemetry/request_filters.h"
 
 namespace kvgate::gateway {
 namespace {
@@ -198,6 +199,30 @@ Result<telemetry::RequestQuery> RequestQueryFrom(const http::Request& request) {
   if (!until) return std::unexpected(until.error());
   query.until_us = *until;
   return query;
+}
+
+// GET /api/requests: the store's filters, and provider_diagnosis=reported|agrees|disagrees (the
+// requests whose provider reported on its cache; of those, the ones whose account agrees or
+// disagrees with kvgate's diagnosis).
+struct RequestListing {
+  telemetry::RequestQuery query;
+  std::optional<bool> agrees;  // agrees | disagrees
+};
+Result<RequestListing> RequestListingFrom(const http::Request& request) {
+  auto query = RequestQueryFrom(request);
+  if (!query) return std::unexpected(query.error());
+  RequestListing listing{.query = std::move(*query)};
+  const std::string diagnosis = request.query_param("provider_diagnosis");
+  if (diagnosis == "agrees" || diagnosis == "disagrees") {
+    listing.agrees = diagnosis == "agrees";
+  } else if (diagnosis == "reported") {
+    listing.query.provider_diagnosed = true;
+  } else if (!diagnosis.empty()) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "provider_diagnosis must be one of reported, agrees, disagrees; got \"" +
+                         Utf8Snippet(diagnosis) + "\"");
+  }
+  return listing;
 }
 
 // GET /api/overview: window=1h|24h|7d (default 24h), ending now, in buckets of 1 min, 15 min and
@@ -696,12 +721,15 @@ asio::awaitable<void> Gateway::HandleReadApi(http::Request& request, http::Respo
     std::string id = http::PercentDecode(std::string_view(path).substr(13));
     result = co_await run([&store, &id] { return store.GetThread(id); });
   } else if (path == "/api/requests") {
-    auto query = RequestQueryFrom(request);
-    if (!query) {
-      result = std::unexpected(query.error());
+    auto listing = RequestListingFrom(request);
+    if (!listing) {
+      result = std::unexpected(listing.error());
     } else {
-      const telemetry::RequestQuery& q = *query;
-      result = co_await run([&store, &q] { return store.ListRequests(q); });
+      const RequestListing& l = *listing;
+      result = co_await run([&store, &l] {
+        return l.agrees ? telemetry::ListRequestsByAgreement(store, l.query, *l.agrees)
+                        : store.ListRequests(l.query);
+      });
     }
   } else if (path.rfind("/api/requests/", 0) == 0) {
     std::string id = http::PercentDecode(std::string_view(path).substr(14));

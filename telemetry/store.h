@@ -89,6 +89,8 @@ struct RequestQuery {
   std::string status;
   std::optional<int64_t> since_us;  // created at or after (unix micros)
   std::optional<int64_t> until_us;  // created at or before
+  // Only requests whose provider reported on its own cache (provider_cache_diagnosis non-null).
+  bool provider_diagnosed = false;
   int limit = 100;                  // clamped to [1, 1000]
   std::string cursor;               // "next_cursor" of the previous page; "" = newest first
 };

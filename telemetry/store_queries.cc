@@ -547,6 +547,7 @@ std::string RequestListSql(const RequestQuery& query, bool has_cursor) {
   if (!query.status.empty()) sql += " AND status = ?4";
   if (query.since_us.has_value()) sql += " AND created_at_us >= ?5";
   if (query.until_us.has_value()) sql += " AND created_at_us <= ?9";
+  if (query.provider_diagnosed) sql += " AND provider_cache_miss_reason <> ''";
   if (has_cursor) sql += " AND (created_at_us, seq) < (?6, ?7)";
   sql += " ORDER BY created_at_us DESC, seq DESC LIMIT ?8";
   return sql;

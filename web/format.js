@@ -119,6 +119,16 @@ const seconds = (s) => `${fmtInt(Math.round(s))} s`;
 
 // Why a turn's cache reads fell off, in one sentence (the turn gives context the diagnosis
 // leaves out: its model, its input size).
+// A provider's account of its own cache miss (a turn's provider_cache_diagnosis, from Anthropic's
+// cache diagnostics) and whether it agrees with kvgate's diagnosis.
+export function providerDiagnosisText(pd) {
+  if (!pd) return '';
+  const reason = pd.cache_miss_reason ? pd.cache_miss_reason.replace(/_/g, ' ') : 'no miss';
+  const verdict = pd.agrees_with_kvgate === true ? 'agrees with kvgate'
+    : pd.agrees_with_kvgate === false ? 'disagrees with kvgate' : 'not comparable with kvgate';
+  return `${reason} — ${verdict}`;
+}
+
 export function causeText(d, turn = {}) {
   if (!d) return '';
   const idle = typeof d.idle_seconds === 'number' ? d.idle_seconds : null;

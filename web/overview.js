@@ -1,10 +1,12 @@
 // The overview: requests, cost, what the cache saved and what its misses cost, and the hit rate
 // over the last hour, day or week, by model and provider; and the threads that lost the most
-// money to cache misses in that window.
+// money to cache misses in that window; and, where a provider reports on its own cache misses
+// (Anthropic's cache diagnostics), how often its account agrees with kvgate's.
 import { api, query } from './api.js';
-import { chart, clear, fmtInt, fmtPct, fmtUsd, h } from './format.js';
+import { causeText, chart, clear, fmtInt, fmtPct, fmtTime, fmtUsd, h } from './format.js';
 
 const WINDOWS = ['1h', '24h', '7d'];
+const DIAGNOSED = 200;  // the latest provider-diagnosed turns the agreement card counts
 const PALETTE = ['#4c7fd6', '#2f9e6e', '#e3a72f', '#c0392b', '#8e5bd0', '#17a2b8', '#d2691e', '#7f8c8d'];
 
 export async function mount(view, route) {
@@ -21,11 +23,38 @@ function sinceOf(windowName) {
 }
 
 async function load(root, state) {
-  const [ov, top] = await Promise.all([
+  const since = sinceOf(state.window);
+  const [ov, top, diagnosed] = await Promise.all([
     api(`/api/overview${query({ window: state.window })}`),
-    api(`/api/threads${query({ sort: 'missed_cost', since: sinceOf(state.window), limit: 10 })}`),
+    api(`/api/threads${query({ sort: 'missed_cost', since, limit: 10 })}`),
+    api(`/api/requests${query({ provider_diagnosis: 'reported', since, limit: DIAGNOSED })}`),
   ]);
   render(root, state, ov, top.threads.filter((t) => t.missed_pico_usd > 0));
+  if (diagnosed.requests.length) root.append(agreementCard(state, diagnosed.requests));
+}
+
+// The provider's diagnoses against kvgate's: counts over the latest ones, and the latest
+// disagreements side by side (a link to all of them on the Requests page).
+function agreementCard(state, turns) {
+  const count = (v) => turns.filter((t) => t.provider_cache_diagnosis.agrees_with_kvgate === v).length;
+  const off = turns.filter((t) => t.provider_cache_diagnosis.agrees_with_kvgate === false).slice(0, 10);
+  const latest = turns.length === DIAGNOSED ? `the latest ${DIAGNOSED}` : `${fmtInt(turns.length)}`;
+  return h('div', { class: 'card', id: 'provider-agreement' },
+    h('h2', {}, "Provider's cache diagnosis against kvgate's"),
+    h('p', {}, `Of ${latest} turns a provider diagnosed in the last ${state.window}: `,
+      h('strong', { id: 'agree-count' }, fmtInt(count(true))), ' agree, ',
+      h('strong', { id: 'disagree-count' }, fmtInt(count(false))), ' disagree, ',
+      fmtInt(count(null)), ' cannot be compared. ',
+      h('a', { href: `#/requests?provider_diagnosis=disagrees&since=${encodeURIComponent(sinceOf(state.window))}` }, 'All disagreements')),
+    off.length ? h('div', { class: 'scroll' }, h('table', { id: 'disagreements' },
+      h('thead', {}, h('tr', {}, ['Time', 'Thread', 'Model', 'kvgate', 'Provider'].map((c) => h('th', {}, c)))),
+      h('tbody', {}, off.map((t) => h('tr', { dataset: { requestId: t.request_id } },
+        h('td', { class: 'nowrap' }, fmtTime(t.created_at)),
+        h('td', { class: 'id' }, t.thread_id ? h('a', { href: `#/threads/${encodeURIComponent(t.thread_id)}` }, t.thread_id) : '—'),
+        h('td', {}, t.model || '—'),
+        h('td', {}, t.cache_diagnosis ? causeText(t.cache_diagnosis, t) : 'no miss'),
+        h('td', {}, t.provider_cache_diagnosis.cache_miss_reason ? t.provider_cache_diagnosis.cache_miss_reason.replace(/_/g, ' ') : 'no miss'))))))
+      : null);
 }
 
 function render(root, state, ov, lossy) {

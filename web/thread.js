@@ -3,7 +3,7 @@
 // record (raw usage JSON, the router's decision and attempts when present) one click away.
 import { api } from './api.js';
 import { COST_PARTS, KINDS, causeText, chart, clear, fmtClock, fmtInt, fmtMs, fmtPct, fmtTime, fmtUsd, h,
-  hitRate, statusClass } from './format.js';
+  hitRate, providerDiagnosisText, statusClass } from './format.js';
 
 export async function mount(view, route) {
   const id = route.id;
@@ -133,7 +133,15 @@ function turnRow(root, state, t, i) {
   ...KINDS.map((k) => h('td', { class: 'num', dataset: { kind: k.key } }, fmtInt(t.usage[k.key]))),
   h('td', { class: 'num' }, fmtUsd(t.cost_usd.total)),
   h('td', { class: 'num' }, fmtPct(hitRate(t.usage))),
-  h('td', { class: 'cause' }, t.cache_diagnosis ? causeText(t.cache_diagnosis, t) : ''));
+  h('td', { class: 'cause' }, t.cache_diagnosis ? causeText(t.cache_diagnosis, t) : '', disagreement(t)));
+}
+
+// The provider's own diagnosis, where it differs from kvgate's.
+function disagreement(t) {
+  const pd = t.provider_cache_diagnosis;
+  if (!pd || pd.agrees_with_kvgate !== false) return null;
+  return h('span', { class: 'badge warn provider-disagrees', title: providerDiagnosisText(pd) },
+    `provider: ${pd.cache_miss_reason ? pd.cache_miss_reason.replace(/_/g, ' ') : 'no miss'}`);
 }
 
 function openTurn(root, state, i) {
@@ -187,6 +195,7 @@ export function recordDetail(rec) {
   if (tiers) facts.push(['Cache read', `${fmtInt(tiers.pool)} from the pool, ${fmtInt(tiers.disk)} from disk`]);
   if (rec.error) facts.push(['Error', rec.error]);
   if (rec.cache_diagnosis) facts.push(['Cache diagnosis', `${causeText(rec.cache_diagnosis, rec)} — ${rec.cache_diagnosis.detail || ''}`]);
+  if (rec.provider_cache_diagnosis) facts.push(["Provider's diagnosis", providerDiagnosisText(rec.provider_cache_diagnosis)]);
   const parts = [h('dl', { class: 'facts' }, facts.map(([k, v]) => [h('dt', {}, k), h('dd', {}, v)]))];
   if (rec.route) parts.push(routeView(rec.route));
   if (Array.isArray(rec.attempts) && rec.attempts.length) parts.push(attemptsView(rec.attempts));

@@ -124,3 +124,60 @@ def test_the_clients_own_diagnostics_are_kept_and_other_providers_get_none(dgw, 
                                        messages=[{"role": "user", "content": "hi"}],
                                        extra_headers={"X-Thread-Id": f"t-plain-{tag}"})
         assert "diagnostics" not in last_sent(sim)
+
+
+def test_disagreements_are_listed_by_the_read_api(dgw, sim):
+    """A client that names another conversation's message makes the provider compare with that
+    one: it reports system_changed while kvgate, comparing with the thread's own last turn,
+    sees the cache read as expected. The read API lists that turn among the disagreements."""
+    tag = uuid.uuid4().hex[:6]
+    headers = {"x-api-key": GATEWAY_KEY, "content-type": "application/json",
+               "anthropic-version": "2023-06-01"}
+
+    def send(thread: str, system: str, diagnostics: dict | None = None) -> dict:
+        body = {"model": "sonnet-diag", "max_tokens": 8, "system": system,
+                "messages": [{"role": "user", "content": "hello"}]}
+        if diagnostics:
+            body["diagnostics"] = diagnostics
+        st, h, answer = dgw.request("POST", "/v1/messages", body=json.dumps(body).encode(),
+                                    headers={**headers, "x-thread-id": thread})
+        assert st == 200, answer
+        return dgw.wait_request(h["x-request-id"])
+
+    other = send(f"t-other-{tag}", words(f"{tag}a", 1200))
+    system = words(f"{tag}b", 1200)
+    send(f"t-mine-{tag}", system)
+    off = send(f"t-mine-{tag}", system, {"previous_message_id": other["response_id"]})
+    assert off["usage"]["cache_read"] > 0 and off["cache_diagnosis"] is None
+    assert off["provider_cache_diagnosis"] == {"cache_miss_reason": "system_changed",
+                                               "agrees_with_kvgate": False}
+
+    def listed(diagnosis: str, **extra) -> list[str]:
+        q = "&".join(f"{k}={v}" for k, v in {"provider_diagnosis": diagnosis, **extra}.items())
+        st, _, page = dgw.request("GET", f"/api/requests?{q}",
+                                  headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+        assert st == 200, page
+        for r in page["requests"]:
+            assert r["provider_cache_diagnosis"] is not None
+        return [r["request_id"] for r in page["requests"]]
+
+    assert off["request_id"] in listed("disagrees")
+    assert off["request_id"] in listed("reported")
+    assert off["request_id"] not in listed("agrees")
+    # Paged one at a time, the disagreements still come out whole and in order.
+    st, _, whole = dgw.request("GET", "/api/requests?provider_diagnosis=disagrees&limit=1000",
+                               headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    seen, cursor = [], ""
+    for _ in range(50):
+        st, _, page = dgw.request(
+            "GET", f"/api/requests?provider_diagnosis=disagrees&limit=1&cursor={cursor}",
+            headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+        assert st == 200 and len(page["requests"]) <= 1
+        seen += [r["request_id"] for r in page["requests"]]
+        if not page["next_cursor"]:
+            break
+        cursor = page["next_cursor"]
+    assert seen == [r["request_id"] for r in whole["requests"]]
+    st, _, bad = dgw.request("GET", "/api/requests?provider_diagnosis=maybe",
+                             headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    assert st == 400 and "provider_diagnosis" in bad["error"]["message"], bad

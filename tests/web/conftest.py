@@ -53,11 +53,14 @@ storage:  {{sqlite: {self.db_path}}}
 providers:
   - {{name: openai, type: openai, base_url: {sim}/openai/v1, api_key: "${{SIM_OPENAI_KEY}}"}}
   - {{name: claude, type: anthropic, base_url: {sim}/anthropic, api_key: sk-ant-test}}
+  - {{name: claude-diag, type: anthropic, base_url: {sim}/anthropic, api_key: sk-ant-test,
+     anthropic_auto_cache: true, anthropic_cache_diagnostics: true}}
   - {{name: ds, type: deepseek, base_url: {sim}/deepseek/v1, api_key: sk-ds-test}}
   - {{name: local, type: local, model_path: {BUNDLED_MODEL}, kv_cache_tokens: 4096, threads: 2}}
 models:
   - {{name: gpt-4o-mini, provider: openai, upstream_model: gpt-4o-mini}}
   - {{name: claude-sonnet-4-5, provider: claude, upstream_model: claude-sonnet-4-5}}
+  - {{name: claude-diag, provider: claude-diag, upstream_model: claude-sonnet-4-5}}
   - {{name: deepseek-chat, provider: ds, upstream_model: deepseek-chat}}
   - {{name: smollm2, provider: local}}
 pricing:

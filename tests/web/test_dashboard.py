@@ -20,7 +20,7 @@ from selenium.common.exceptions import StaleElementReferenceException, TimeoutEx
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from gwctl import ADMIN_TOKEN
+from gwctl import ADMIN_TOKEN, GATEWAY_KEY
 
 REPO = Path(__file__).resolve().parent.parent.parent
 KINDS = ["cache_read", "cache_write_5m", "cache_write_1h", "cache_write_no_ttl", "uncached", "output"]
@@ -581,6 +581,54 @@ def test_router_decision_and_attempts_are_shown_when_present(browser, kvgate, re
         assert_clean_console(browser)
     finally:
         browser.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": script["identifier"]})
+
+
+def test_provider_diagnoses_that_disagree_with_kvgate_are_shown(browser, kvgate, recorded):
+    """A Messages client that names another conversation's message makes Anthropic compare with
+    that one (system_changed) while kvgate sees its thread's cache read as expected: the
+    overview counts and lists the disagreement, the Requests page filters on it, the thread marks
+    the turn and its record shows both diagnoses."""
+    gw = kvgate.gateway()
+    headers = {"x-api-key": GATEWAY_KEY, "content-type": "application/json",
+               "anthropic-version": "2023-06-01"}
+
+    def send(thread, system, diagnostics=None):
+        body = {"model": "claude-diag", "max_tokens": 4, "system": system,
+                "messages": [{"role": "user", "content": "hello"}]}
+        if diagnostics:
+            body["diagnostics"] = diagnostics
+        st, h, answer = gw.request("POST", "/v1/messages", body=json.dumps(body).encode(),
+                                   headers={**headers, "x-thread-id": thread})
+        assert st == 200, answer
+        return gw.wait_request(h["x-request-id"])
+
+    other = send("dash-pd-other", words(40, 1200))
+    send("dash-pd", words(41, 1200))
+    off = send("dash-pd", words(41, 1200), {"previous_message_id": other["response_id"]})
+    assert off["provider_cache_diagnosis"] == {"cache_miss_reason": "system_changed",
+                                               "agrees_with_kvgate": False}, off
+    signed_in(browser, kvgate)
+    goto(browser, kvgate, "/", "#provider-agreement")
+    reported = api(kvgate, "/api/requests?provider_diagnosis=reported&limit=200")["requests"]
+    disagree = [r for r in reported if r["provider_cache_diagnosis"]["agrees_with_kvgate"] is False]
+    assert browser.find_element(By.ID, "disagree-count").text == fmt_int(len(disagree))
+    row = browser.find_element(By.CSS_SELECTOR, f"#disagreements tr[data-request-id='{off['request_id']}']")
+    assert "system changed" in row.text and "dash-pd" in row.text
+    browser.find_element(By.LINK_TEXT, "All disagreements").click()
+    rows_css = "#requests tbody tr"
+    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, f"{rows_css}[data-request-id='{off['request_id']}']"),
+         what="the disagreements filter")
+    assert "provider_diagnosis=disagrees" in browser.current_url
+    badges = browser.find_elements(By.CSS_SELECTOR, f"{rows_css} .provider-diagnosis")
+    assert badges and len(badges) == len(browser.find_elements(By.CSS_SELECTOR, rows_css))
+    assert all(b.get_attribute("data-agrees") == "false" and "≠ kvgate" in b.text for b in badges)
+    open_thread(browser, kvgate, "dash-pd")
+    last = browser.find_element(By.ID, "turn-2")
+    assert last.find_element(By.CLASS_NAME, "provider-disagrees").text == "provider: system changed"
+    last.click()
+    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, ".turn-detail dl.facts"), what="turn detail")
+    assert "system changed — disagrees with kvgate" in browser.find_element(By.CSS_SELECTOR, ".turn-detail").text
+    assert_clean_console(browser)
 
 
 PAGES = [("/", "#kpi-requests"), ("/threads", "#threads tbody tr"), ("/threads/dash-diag", ".thread-page[data-render-ms]"),

@@ -366,6 +366,12 @@ asio::awaitable<void> Gateway::HandleOther(http::Request& request, http::Respons
     co_await HandleReadApi(request, writer);
   } else if (IsWebPath(path)) {
     co_await SendWebAsset(request, writer);
+  } else if (path == "/v1/messages/count_tokens") {
+    if (request.method == "POST") {
+      co_await HandleCountTokens(request, writer);
+    } else {
+      co_await SendMethodNotAllowed(writer, request, "POST");
+    }
   } else if (path == "/v1/chat/completions" || path == "/v1/completions" ||
              path == "/v1/responses" || path == "/v1/embeddings" || path == "/v1/messages") {
     co_await SendMethodNotAllowed(writer, request, "POST");

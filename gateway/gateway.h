@@ -3,6 +3,7 @@
 // from main (which outlive it). Handle() is the server's request handler.
 #pragma once
 
+#include <expected>
 #include <functional>
 #include <memory>
 #include <string>
@@ -108,6 +109,20 @@ class Gateway {
   // Every route but inference.
   boost::asio::awaitable<void> HandleOther(http::Request& request, http::ResponseWriter& writer);
   boost::asio::awaitable<void> HandleReadApi(http::Request& request, http::ResponseWriter& writer);
+  // POST /v1/messages/count_tokens (count_tokens.cc): counted by the serving model's own
+  // tokenizer (Anthropic's, or the built-in engine's), not recorded.
+  boost::asio::awaitable<void> HandleCountTokens(http::Request& request,
+                                                 http::ResponseWriter& writer);
+  struct CountTarget {
+    const router::Target* target = nullptr;
+    raw_json::Value body;  // the request's JSON object (its bytes are the request's)
+  };
+  std::expected<CountTarget, providers::ClientError> CountTokensTarget(
+      const http::Request& request) const;
+  std::expected<std::string, providers::ClientError> CountWithEngine(
+      const router::Target& target, const raw_json::Object& body) const;
+  providers::ClientError UpstreamCountRefusal(const Result<upstream::Response>& response,
+                                              const ProviderConnection& connection) const;
   boost::asio::awaitable<void> HandleAlertsApi(http::Request& request,
                                                http::ResponseWriter& writer);
   // GET /v1/models and /v1/models/{model}.

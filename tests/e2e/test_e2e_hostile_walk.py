@@ -36,14 +36,14 @@ ROUTES = ["/", "/healthz", "/metrics", "/v1/models", "/v1/chat/completions", "/v
           "/api/access", "/api/threads", "/api/requests", "/api/overview", "/api/live",
           "/api/routes", "/api/engine", "/api/engine/lookup", "/api/monitors", "/api/alerts",
           "/api/channels", "/api/channels/hook/test", "/api/keys", "/v1/responses", "/v1/embeddings",
-          "/v1/messages", "/api/nowhere",
+          "/v1/messages", "/v1/messages/count_tokens", "/api/nowhere",
           "/assets/app.js", "/%ff", "//api//threads", "/api/../metrics"]
 ID_ROUTES = ["/v1/models/{}", "/api/threads/{}", "/api/requests/{}", "/api/monitors/{}",
              "/api/channels/{}/test", "/api/keys/{}", "/api/keys/{}/rotate", "/assets/{}"]
 METHODS = [b"GET", b"HEAD", b"POST", b"PUT", b"DELETE", b"PATCH", b"OPTIONS", b"BREW"]
 POST_ROUTES = [(b"POST", b"/v1/chat/completions"), (b"POST", b"/v1/completions"),
                (b"POST", b"/v1/responses"), (b"POST", b"/v1/embeddings"),
-               (b"POST", b"/v1/messages"),
+               (b"POST", b"/v1/messages"), (b"POST", b"/v1/messages/count_tokens"),
                (b"POST", b"/api/engine/lookup"), (b"POST", b"/api/monitors"),
                (b"PUT", b"/api/monitors/1"), (b"POST", b"/api/channels/hook/test"),
                (b"POST", b"/api/keys")]
@@ -242,6 +242,7 @@ def test_no_route_answers_500_to_hostile_input(walk_gw):
     for header in hostile_headers:
         for method, route, body in ((b"POST", b"/v1/chat/completions", chat),
                                     (b"POST", b"/v1/messages", chat),
+                                    (b"POST", b"/v1/messages/count_tokens", chat),
                                     (b"POST", b"/api/engine/lookup",
                                      b'{"model":"smollm2","prompt":"hi"}'),
                                     (b"GET", b"/api/threads", b""),

@@ -300,6 +300,32 @@ def test_built_in_engine_short_answer(mgw):
     assert final.usage.output_tokens > 0 and final.stop_reason in ("end_turn", "max_tokens")
 
 
+def test_engine_names_the_stop_sequence_that_ended_the_answer(mgw):
+    """The engine knows which stop string ended an answer: the Messages client gets
+    stop_reason "stop_sequence" and the string, streaming and not, as from Anthropic."""
+    client = sdk(mgw)
+    ask = dict(model="smollm2", max_tokens=24, extra_body={"temperature": 0},
+               messages=[{"role": "user", "content": "Count from one to ten in words."}])
+    free = client.messages.create(**ask)
+    text = free.content[0].text
+    # A stop string from inside the greedy answer (the same prompt gives the same tokens).
+    words = text.split()
+    assert len(words) >= 3, text
+    stop = words[2]
+    expected = text[:text.find(stop)]
+    stopped = client.messages.create(**ask, stop_sequences=["never-said-zz", stop])
+    assert stopped.stop_reason == "stop_sequence", stopped
+    assert stopped.stop_sequence == stop
+    assert (stopped.content[0].text if stopped.content else "") == expected
+    with client.messages.stream(**ask, stop_sequences=[stop]) as stream:
+        streamed = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert streamed == expected
+    assert final.stop_reason == "stop_sequence" and final.stop_sequence == stop
+    # Without a stop string it is an end_turn or max_tokens, with no sequence.
+    assert free.stop_reason in ("end_turn", "max_tokens") and free.stop_sequence is None
+
+
 def test_engine_tools_answer_or_anthropic_400(mgw):
     """The engine may not serve tools (yet): if it refuses them, the SDK gets its 400 in
     Anthropic's shape."""
@@ -405,3 +431,56 @@ def test_router_falls_back_from_the_pass_through_to_the_translation(mgw, sim):
             assert targets[-1] == "gpt-4o-mini", rec["attempts"]
         assert rec["target"] == "gpt-4o-mini" and rec["status"] == "ok"
         assert rec["response_id"] == message.id and rec["usage"]["output"] == 8
+
+
+def test_count_tokens_by_the_serving_models_tokenizer(mgw, sim):
+    """POST /v1/messages/count_tokens (the SDK's messages.count_tokens): Anthropic models count
+    at Anthropic (the client's bytes, model spliced), the engine counts its own prompt, both equal
+    to the prompt tokens a Message of the same request reports; nothing is recorded."""
+    captured = Captured()
+    client = sdk(mgw, captured)
+    tag = uuid.uuid4().hex[:6]
+    prompt = dict(system=long_text(f"{tag}s", 300), tools=TOOLS,
+                  messages=[{"role": "user", "content": "What is the weather in Paris?"}])
+    st, _, before = mgw.request("GET", "/api/requests?limit=1000",
+                                headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    assert st == 200
+
+    counted = client.messages.count_tokens(model="sonnet", **prompt)
+    sent = last_sim_request(sim, "/v1/messages/count_tokens")
+    assert sent["body_sha256"] == hashlib.sha256(
+        with_model(captured.bodies[-1], "claude-sonnet-4-5")).hexdigest()
+    assert sent["headers"]["x-api-key"] == "sk-ant-test"
+    message = client.messages.create(model="sonnet", max_tokens=8, **prompt)
+    u = message.usage
+    assert counted.input_tokens == u.input_tokens + u.cache_read_input_tokens + \
+        u.cache_creation_input_tokens > 300
+
+    engine_prompt = {"messages": [{"role": "user", "content": "Name a colour."}],
+                     "system": "You are terse."}
+    engine_count = client.messages.count_tokens(model="smollm2", **engine_prompt)
+    answer = client.messages.create(model="smollm2", max_tokens=4, **engine_prompt)
+    a = answer.usage
+    assert engine_count.input_tokens == a.input_tokens + a.cache_read_input_tokens + \
+        a.cache_creation_input_tokens > 0
+    # A router counts with its first target that can (sonnet-first, at Anthropic).
+    assert client.messages.count_tokens(model="mixed", **prompt).input_tokens == counted.input_tokens
+
+    with pytest.raises(anthropic.BadRequestError) as e:
+        client.messages.count_tokens(model="gpt-4o-mini", **engine_prompt)
+    assert "count_tokens" in str(e.value) and "openai" in str(e.value)
+    with pytest.raises(anthropic.NotFoundError):
+        client.messages.count_tokens(model="no-such-model", **engine_prompt)
+    with pytest.raises(anthropic.AuthenticationError):
+        sdk(mgw, api_key="sk-wrong").messages.count_tokens(model="sonnet", **engine_prompt)
+    # Anthropic's own refusal reaches the client in its shape.
+    with pytest.raises(anthropic.BadRequestError) as e:
+        client.messages.count_tokens(model="sonnet", messages=[])
+    assert "messages" in str(e.value)
+
+    # Counting is not a turn: the log holds the two Messages requests only.
+    st, _, after = mgw.request("GET", "/api/requests?limit=1000",
+                               headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    new = [r for r in after["requests"]
+           if r["request_id"] not in {b["request_id"] for b in before["requests"]}]
+    assert sorted(r["endpoint"] for r in new) == ["messages", "messages"], new

@@ -17,6 +17,7 @@ Endpoints (all on 127.0.0.1)
   POST /openai/v1/responses (Responses API; stored responses continue by previous_response_id)
   POST /openai/v1/embeddings (encoding_format float or base64; 8 dimensions unless `dimensions`)
   POST /anthropic/v1/messages
+  POST /anthropic/v1/messages/count_tokens
   POST /deepseek/v1/chat/completions, GET /deepseek/v1/models
 Control (no auth):
   POST /_sim/clock {"advance_seconds": N}    move simulated time forward (GET shows it)
@@ -134,8 +135,8 @@ from urllib.parse import parse_qs, urlsplit
 
 from sim_core import (MAX_LOG, Reply, SimError, SimState, anthropic_error, openai_error,
     provider_error)
-from sim_handlers import (handle_anthropic, handle_openai_completions, handle_openai_style_chat,
-    models_list, provider_of)
+from sim_handlers import (handle_anthropic, handle_anthropic_count_tokens,
+    handle_openai_completions, handle_openai_style_chat, models_list, provider_of)
 from sim_responses import fail_response, handle_openai_embeddings, handle_openai_responses
 
 # What "sse_noise" inserts: blocks that dispatch no event (WHATWG SSE: an empty data buffer, or no
@@ -435,6 +436,8 @@ class SimHandler(BaseHTTPRequestHandler):
             "/deepseek/chat/completions": lambda b: handle_openai_style_chat(
                 self.state, "deepseek", b, path),
             "/anthropic/v1/messages": lambda b: handle_anthropic(self.state, b, path),
+            "/anthropic/v1/messages/count_tokens": lambda b: handle_anthropic_count_tokens(
+                self.state, b, path),
         }
         fn = routes.get(path)
         if fn is None or method != "POST":

@@ -252,6 +252,21 @@ def anthropic_cache_miss_reason(state: SimState, body: dict, read: int) -> dict 
     return {"cache_miss_reason": None if read > 0 else "unavailable"}
 
 
+# POST /v1/messages/count_tokens: the fields a Message's prompt has (no max_tokens, stream,
+# sampling or metadata), answered {"input_tokens"}: every prompt token, as a Message's usage
+# splits them into input_tokens, cache_read_input_tokens and cache_creation_input_tokens.
+ANTHROPIC_COUNT_FIELDS = {"model", "messages", "system", "tools", "tool_choice", "thinking",
+                          "mcp_servers"}
+
+
+def handle_anthropic_count_tokens(state: SimState, body: dict, path: str):
+    check_fields(body, ANTHROPIC_COUNT_FIELDS, "anthropic")
+    validate_anthropic({**body, "max_tokens": 1})  # the checks of the fields both share
+    tokens, _, _ = flatten_anthropic(body)
+    return Reply(200, {"input_tokens": len(tokens)},
+                 headers={"request-id": "req_" + uuid.uuid4().hex[:24]}), None
+
+
 def handle_anthropic(state: SimState, body: dict, path: str) -> Reply:
     validate_anthropic(body)
     asked = body.get("diagnostics")

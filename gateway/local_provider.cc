@@ -729,7 +729,7 @@ Result<std::unique_ptr<LocalEngines>> LocalEngines::Start(const GatewayConfig& c
     options.threads = p.threads > 0 ? p.threads
                                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     if (p.kv_cache_tokens > 0) {
-      const int64_t blocks = (p.kv_cache_tokens + 15) / 16;
+      const int64_t blocks = (p.kv_cache_tokens + engine::kBlockSize - 1) / engine::kBlockSize;
       if (blocks > std::numeric_limits<int32_t>::max()) {
         return MakeError(ErrorCode::kInvalidArgument,
                          "provider " + p.name + ": kv_cache_tokens " +

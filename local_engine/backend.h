@@ -21,6 +21,7 @@
 #include <string_view>
 
 #include "common/error.h"
+#include "local_engine/block_size.h"
 #include "local_engine/gguf.h"
 #include "local_engine/kv_dtype.h"
 
@@ -37,7 +38,7 @@ struct BatchMetadata {
   std::span<const int32_t> context_lens;  // [S] cached prefix + this chunk
   std::span<const int32_t> block_tables;  // [S, max_blocks_per_seq] physical block ids, -1 padded
   int32_t max_blocks_per_seq = 0;
-  int32_t block_size = 16;
+  int32_t block_size = kBlockSize;
 
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
   int64_t num_seqs() const { return static_cast<int64_t>(context_lens.size()); }

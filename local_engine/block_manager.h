@@ -16,9 +16,9 @@
 #include <unordered_map>
 #include <vector>
 
-namespace kvgate::engine {
+#include "local_engine/block_size.h"
 
-inline constexpr int kBlockSize = 16;
+namespace kvgate::engine {
 
 // The blocks of one sequence. Owned by the sequence; changed only through BlockManager.
 struct SequenceBlocks {

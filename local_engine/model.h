@@ -21,7 +21,7 @@ namespace kvgate::engine {
 
 struct KvCacheConfig {
   int32_t num_blocks = 256;  // 16-token blocks shared by all sequences
-  int32_t block_size = 16;
+  int32_t block_size = kBlockSize;
   KvDtype dtype = KvDtype::kFp16;  // one of f16, bf16, int8, fp8 (the backend must serve it)
 };
 

@@ -6,9 +6,9 @@ trim_blocks and lstrip_blocks). The C++ test renders the same conversations nati
 Templates: SmolLM2's, read from the bundled GGUF; an abridged Qwen2.5-style ChatML template (its
 default-system and tools branches); Meta-Llama-3-Instruct's template.
 
-jinja2 is not a project dependency; use a throwaway venv (.venv-llama, ignored by git):
-  python3 -m venv .venv-llama && .venv-llama/bin/pip install jinja2 gguf
-  .venv-llama/bin/python scripts/gen_chat_template_vectors.py
+jinja2 is not a project dependency; scripts/setup_llama_reference.sh installs it (with gguf) into
+.venv-llama (ignored by git):
+  $(bash scripts/setup_llama_reference.sh | tail -n 1) scripts/gen_chat_template_vectors.py
 """
 import json
 import os

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Generates tests/local_engine/data/greedy_refs.json: llama.cpp's greedy continuations.
 
-    .venv-llama/bin/python scripts/gen_greedy_refs.py [MODEL] [OUT]   (llama-cpp-python in a throwaway venv)
+    $(bash scripts/setup_llama_reference.sh | tail -n 1) scripts/gen_greedy_refs.py [MODEL] [OUT]
 
 For each prompt, the prompt token ids (llama.cpp's own tokenizer; chat prompts through ChatML with
 SmolLM2's default system message) and the first N greedy tokens (argmax of the last logits row after

@@ -4,8 +4,7 @@ reference tokenizer (llama.cpp through llama-cpp-python, vocab only) gives for t
 SmolLM2 GGUF. The C++ tokenizer test replays them.
 
 The reference is NOT a project dependency; install it in a throwaway venv:
-  python3 -m venv .venv-llama && .venv-llama/bin/pip install llama-cpp-python
-  .venv-llama/bin/python scripts/gen_tokenizer_vectors.py [--model PATH] [--out PATH]
+  $(bash scripts/setup_llama_reference.sh | tail -n 1) scripts/gen_tokenizer_vectors.py [--model PATH] [--out PATH]
 
 Texts avoid unassigned code points (where llama.cpp's hand-written splitter and the GPT-2-style
 pre-tokenizer regex the C++ tokenizer follows disagree) and the control bytes SmolLM2's vocabulary has no symbol for.

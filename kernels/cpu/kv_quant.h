@@ -34,7 +34,7 @@ inline constexpr size_t KvScaleBytes(KvFormat f) { return KvFormatHasScales(f) ?
 // The geometry of one layer's K or V cache.
 struct KvLayout {
   KvFormat format = KvFormat::kF16;
-  int64_t block_size = 16;
+  int64_t block_size = 0;  // tokens per block (the engine's kBlockSize)
   int64_t kv_heads = 0;  // Hkv
   int64_t head_dim = 0;  // Dh
 };

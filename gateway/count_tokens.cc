@@ -107,21 +107,9 @@ std::expected<Gateway::CountTarget, providers::ClientError> Gateway::CountTokens
 
 std::expected<std::string, providers::ClientError> Gateway::CountWithEngine(
     const router::Target& target, const raw_json::Object& body) const {
-  // The prompt the engine would compute for this Messages request, counted as it would be. A
-  // count has no max_tokens, which the translation requires: any value gives the same prompt.
-  json with_limit = json::parse(body.value().text, nullptr, false);
-  if (!with_limit.is_object()) {
-    return std::unexpected(Refusal(400, "The request body must be a JSON object",
-                                   "invalid_request_error", "invalid_json"));
-  }
-  if (!with_limit.contains("max_tokens")) with_limit["max_tokens"] = 1;
-  const std::string limited = JsonText(with_limit);
-  Result<raw_json::Value> reparsed = raw_json::Parse(limited);
-  if (!reparsed) {
-    return std::unexpected(
-        Refusal(400, reparsed.error().message, "invalid_request_error", "invalid_json"));
-  }
-  Result<std::string> chat = providers::MessagesToChat(raw_json::Object(*reparsed));
+  // The prompt the engine would compute for this Messages request, counted as it would be (a
+  // count carries no max_tokens).
+  Result<std::string> chat = providers::MessagesToChat(body, {.prompt_only = true});
   if (!chat) {
     return std::unexpected(
         Refusal(400, chat.error().message, "invalid_request_error", "invalid_request"));

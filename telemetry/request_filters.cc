@@ -7,7 +7,7 @@ namespace kvgate::telemetry {
 using nlohmann::json;
 
 Result<json> ListRequestsByAgreement(const TelemetryStore& store, RequestQuery query, bool agrees) {
-  const int limit = query.limit <= 0 ? 100 : std::min(query.limit, 1000);
+  const int limit = query.limit <= 0 ? 100 : std::min(query.limit, kRequestLimitMax);
   query.provider_diagnosed = true;
   json kept = json::array();
   json next = nullptr;

@@ -81,6 +81,8 @@ struct ThreadQuery {
 // otherwise.
 Result<ThreadQuery::Sort> ParseThreadSort(std::string_view name);
 
+inline constexpr int kRequestLimitMax = 1000;  // ListRequests' largest page
+
 // Filters for ListRequests (all exact matches; "" = any).
 struct RequestQuery {
   std::string thread_id;
@@ -91,7 +93,7 @@ struct RequestQuery {
   std::optional<int64_t> until_us;  // created at or before
   // Only requests whose provider reported on its own cache (provider_cache_diagnosis non-null).
   bool provider_diagnosed = false;
-  int limit = 100;                  // clamped to [1, 1000]
+  int limit = 100;                  // clamped to [1, kRequestLimitMax]
   std::string cursor;               // "next_cursor" of the previous page; "" = newest first
 };
 

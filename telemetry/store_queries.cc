@@ -22,7 +22,6 @@ using nlohmann::json;
 
 constexpr int kThreadLimitDefault = 50;
 constexpr int kThreadLimitMax = 500;
-constexpr int kRequestLimitMax = 1000;
 // See ListThreads: the most threads of a `since` window that are read and sorted rather than
 // found by walking the order's index (sorting 20k rows takes about 15 ms).
 constexpr int64_t kSortAfterFilterMax = 20'000;

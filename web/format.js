@@ -121,9 +121,13 @@ const seconds = (s) => `${fmtInt(Math.round(s))} s`;
 // leaves out: its model, its input size).
 // A provider's account of its own cache miss (a turn's provider_cache_diagnosis, from Anthropic's
 // cache diagnostics) and whether it agrees with kvgate's diagnosis.
+export function providerReason(pd) {
+  return pd && pd.cache_miss_reason ? pd.cache_miss_reason.replace(/_/g, ' ') : 'no miss';
+}
+
 export function providerDiagnosisText(pd) {
   if (!pd) return '';
-  const reason = pd.cache_miss_reason ? pd.cache_miss_reason.replace(/_/g, ' ') : 'no miss';
+  const reason = providerReason(pd);
   const verdict = pd.agrees_with_kvgate === true ? 'agrees with kvgate'
     : pd.agrees_with_kvgate === false ? 'disagrees with kvgate' : 'not comparable with kvgate';
   return `${reason} — ${verdict}`;

@@ -3,7 +3,7 @@
 // money to cache misses in that window; and, where a provider reports on its own cache misses
 // (Anthropic's cache diagnostics), how often its account agrees with kvgate's.
 import { api, query } from './api.js';
-import { causeText, chart, clear, fmtInt, fmtPct, fmtTime, fmtUsd, h } from './format.js';
+import { causeText, chart, clear, fmtInt, fmtPct, fmtTime, fmtUsd, h, providerReason } from './format.js';
 
 const WINDOWS = ['1h', '24h', '7d'];
 const DIAGNOSED = 200;  // the latest provider-diagnosed turns the agreement card counts
@@ -53,7 +53,7 @@ function agreementCard(state, turns) {
         h('td', { class: 'id' }, t.thread_id ? h('a', { href: `#/threads/${encodeURIComponent(t.thread_id)}` }, t.thread_id) : '—'),
         h('td', {}, t.model || '—'),
         h('td', {}, t.cache_diagnosis ? causeText(t.cache_diagnosis, t) : 'no miss'),
-        h('td', {}, t.provider_cache_diagnosis.cache_miss_reason ? t.provider_cache_diagnosis.cache_miss_reason.replace(/_/g, ' ') : 'no miss'))))))
+        h('td', {}, providerReason(t.provider_cache_diagnosis)))))))
       : null);
 }
 

@@ -2,7 +2,7 @@
 // provider's own cache diagnosis against kvgate's) and each request's full record. More rows come
 // through the server's cursor.
 import { api, query } from './api.js';
-import { clear, fmtInt, fmtMs, fmtTime, fmtUsd, h, providerDiagnosisText, statusClass } from './format.js';
+import { clear, fmtInt, fmtMs, fmtTime, fmtUsd, h, providerDiagnosisText, providerReason, statusClass } from './format.js';
 import { recordDetail } from './thread.js';
 
 const STATUSES = ['', 'ok', 'error', 'upstream_error', 'timeout', 'client_disconnected', 'shutdown'];
@@ -108,7 +108,7 @@ function providerBadge(pd) {
   if (!pd) return null;
   const off = pd.agrees_with_kvgate === false;
   return h('div', {}, h('span', { class: `badge${off ? ' warn' : ''} provider-diagnosis`, title: providerDiagnosisText(pd),
-    dataset: { agrees: String(pd.agrees_with_kvgate) } }, `provider: ${pd.cache_miss_reason ? pd.cache_miss_reason.replace(/_/g, ' ') : 'no miss'}${off ? ' ≠ kvgate' : ''}`));
+    dataset: { agrees: String(pd.agrees_with_kvgate) } }, `provider: ${providerReason(pd)}${off ? ' ≠ kvgate' : ''}`));
 }
 
 function sumInput(u) {

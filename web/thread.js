@@ -3,7 +3,7 @@
 // record (raw usage JSON, the router's decision and attempts when present) one click away.
 import { api } from './api.js';
 import { COST_PARTS, KINDS, causeText, chart, clear, fmtClock, fmtInt, fmtMs, fmtPct, fmtTime, fmtUsd, h,
-  hitRate, providerDiagnosisText, statusClass } from './format.js';
+  hitRate, providerDiagnosisText, providerReason, statusClass } from './format.js';
 
 export async function mount(view, route) {
   const id = route.id;
@@ -141,7 +141,7 @@ function disagreement(t) {
   const pd = t.provider_cache_diagnosis;
   if (!pd || pd.agrees_with_kvgate !== false) return null;
   return h('span', { class: 'badge warn provider-disagrees', title: providerDiagnosisText(pd) },
-    `provider: ${pd.cache_miss_reason ? pd.cache_miss_reason.replace(/_/g, ' ') : 'no miss'}`);
+    `provider: ${providerReason(pd)}`);
 }
 
 function openTurn(root, state, i) {

@@ -36,6 +36,8 @@ struct MessagesToChatOptions {
   // Whether `top_k` may be sent (OpenAI itself rejects it; vLLM, SGLang, llama.cpp and the
   // built-in engine take it).
   bool top_k = true;
+  // The prompt only (a count_tokens body): max_tokens is not required, and sent when present.
+  bool prompt_only = false;
 };
 
 // An Anthropic Messages request -> the OpenAI chat request for the same conversation, as JSON

@@ -278,7 +278,9 @@ Result<std::string> Translate(const raw_json::Object& body, const MessagesToChat
   std::optional<raw_json::Value> messages = body.Find("messages");
   if (!messages || !messages->is_array()) return Invalid("messages: an array is required");
   std::optional<raw_json::Value> max_tokens = body.Find("max_tokens");
-  if (!IsPositiveInteger(max_tokens)) return Invalid("max_tokens: a positive integer is required");
+  if (!IsPositiveInteger(max_tokens) && !(options.prompt_only && !max_tokens)) {
+    return Invalid("max_tokens: a positive integer is required");
+  }
   JsonWriter w;
   w.BeginObject();
   if (std::optional<raw_json::Value> model = body.Find("model")) w.Key("model").Raw(model->text);
@@ -305,7 +307,7 @@ Result<std::string> Translate(const raw_json::Object& body, const MessagesToChat
     if (!s) return std::unexpected(s.error());
   }
   w.EndArray();
-  w.Key("max_tokens").Raw(max_tokens->text);
+  if (max_tokens) w.Key("max_tokens").Raw(max_tokens->text);
   if (std::optional<raw_json::Value> stop = body.Find("stop_sequences"); stop && !stop->is_null()) {
     bool strings = stop->is_array();
     raw_json::ForEachElement(*stop, [&](raw_json::Value s) { strings = strings && s.is_string(); });

@@ -256,6 +256,21 @@ TEST(MessagesToChatTest, StringSystemToolChoiceAndToolResultBlocks) {
       R"("tool_choice":{"type":"function","function":{"name":"f"}}})");
 }
 
+// A count_tokens body has no max_tokens: with prompt_only it translates all the same (and an
+// invalid one is still refused).
+TEST(MessagesToChatTest, PromptOnlyNeedsNoMaxTokens) {
+  auto body = raw_json::Parse(R"({"model":"m","system":"be brief","messages":[{"role":"user","content":"hi"}]})");
+  ASSERT_TRUE(body.has_value());
+  EXPECT_FALSE(MessagesToChat(raw_json::Object(*body)).has_value());
+  auto chat = MessagesToChat(raw_json::Object(*body), {.prompt_only = true});
+  ASSERT_TRUE(chat.has_value()) << chat.error().ToString();
+  EXPECT_EQ(*chat, R"({"model":"m","messages":[{"role":"system","content":"be brief"},)"
+                   R"({"role":"user","content":"hi"}]})");
+  auto bad = raw_json::Parse(R"({"model":"m","max_tokens":0,"messages":[]})");
+  ASSERT_TRUE(bad.has_value());
+  EXPECT_FALSE(MessagesToChat(raw_json::Object(*bad), {.prompt_only = true}).has_value());
+}
+
 TEST(MessagesToChatTest, WhatChatCannotCarryIsA400) {
   const char* bodies[] = {
       R"({"model":"m","messages":[]})",                   // no max_tokens

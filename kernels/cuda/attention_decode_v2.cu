@@ -34,7 +34,7 @@ namespace {
 template <typename CacheT, int D>
 struct DecodeV2Layout {
   static constexpr int kChunkBytes = 8 * static_cast<int>(sizeof(CacheT));
-  static constexpr int kIters = D / 16;
+  static constexpr int kIters = decode_v2::DecodeV2Iters(D);
   static constexpr uint32_t kItStride = 32 * kChunkBytes;           // next iteration, same lane
   static constexpr uint32_t kKvStride = kIters * kItStride;         // K -> V of one stage
   static constexpr uint32_t kStageStride = 2 * kKvStride;           // next stage, same warp

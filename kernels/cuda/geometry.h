@@ -6,7 +6,7 @@
 // heads, Hkv key/value heads, G = Hq / Hkv query heads per kv head, D head dim, NB blocks in the KV
 // pool, B = 16 tokens per KV block, H hidden size, F FFN size.
 //
-// KV cache layout (per layer, K and V separate): [NB][B][Hkv][D], i.e. slot = block * 16 + offset,
+// KV cache layout (per layer, K and V separate): [NB][B][Hkv][D], i.e. slot = block * B + offset,
 // row [Hkv][D] per slot — the CPU backend's [P slots][Hkv][Dh] layout. Elements are bf16, or FP8
 // E4M3 with one float scale per (block, kv head): scales [NB][Hkv].
 #pragma once
@@ -20,7 +20,7 @@
 
 namespace kvgate::cuda {
 
-inline constexpr int kBlockTokens = 16;    // B
+inline constexpr int kBlockTokens = 16;    // B (the engine's kBlockSize; CudaBackend asserts they agree)
 inline constexpr int kAttnThreads = 128;   // 4 warps per attention CTA
 inline constexpr int kAttnWarps = 4;
 inline constexpr int kPrefillQTile = 64;   // query rows per prefill CTA (16 per warp)
@@ -153,7 +153,7 @@ constexpr size_t PrefillV2SmemBytes(int head_dim, int cache_elem_bytes, bool cac
 size_t SplitWorkspaceFloats(size_t rows, int num_q_heads, int splits, int head_dim);
 
 // Slot of every token at positions [start_pos, start_pos + n) of a sequence whose KV blocks, in
-// order, are `blocks` (block i holds positions [16 i, 16 i + 16)). Appends n slots to `slots`.
+// order, are `blocks` (block i holds positions [B i, B i + B)). Appends n slots to `slots`.
 // Errors: a position past the blocks given, or a block id outside [0, num_pool_blocks).
 CudaStatus AppendSlotMapping(std::span<const int32_t> blocks, int64_t start_pos, int64_t n,
                              int32_t num_pool_blocks, std::vector<int32_t>* slots);
@@ -167,9 +167,9 @@ CudaStatus BuildBlockTable(std::span<const std::vector<int32_t>> seq_blocks, int
 // cache writer gives each segment to one CTA, which owns the block's scale while it rescales.
 struct CacheSegment {
   int32_t block = 0;         // physical block id
-  int32_t first_offset = 0;  // slot offset (0..15) of the first token in the block
+  int32_t first_offset = 0;  // slot offset (0..B-1) of the first token in the block
   int32_t token_begin = 0;   // index of the first token in the batch
-  int32_t count = 0;         // tokens in the segment (1..16)
+  int32_t count = 0;         // tokens in the segment (1..B)
 };
 
 // Segments of `slots` [T] (negative = skip the token). Errors: two segments writing one block (a

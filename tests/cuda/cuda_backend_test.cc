@@ -1,7 +1,7 @@
 // CudaBackend (engine Backend interface). Without a GPU only the creation errors are checked; with
 // one, attention (decode and prefill paths, f16 cache) and the Q8_0 matmul are compared with the
 // CPU references.
-#include "kernels/cuda/cuda_backend.h"
+#include "local_engine/cuda_backend.h"
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>

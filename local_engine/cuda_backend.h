@@ -38,7 +38,8 @@ class CudaBackend : public engine::Backend {
 Result<std::unique_ptr<CudaBackend>> MakeCudaBackend(const CudaBackendOptions& options = {});
 
 // KV pool size in tokens that fits in `fraction` (0, 1] of the device's currently free memory, at
-// `kv_bytes_per_token` (2 x layers x Hkv x Dh x bytes per value), rounded down to 16-token blocks.
+// `kv_bytes_per_token` (2 x layers x Hkv x Dh x bytes per value), rounded down to whole KV blocks
+// (engine::kBlockSize tokens).
 Result<int64_t> KvCacheTokensForMemoryFraction(double fraction, int64_t kv_bytes_per_token, int device = 0);
 
 }  // namespace kvgate::cuda

@@ -1,4 +1,4 @@
-#include "kernels/cuda/cuda_backend.h"
+#include "local_engine/cuda_backend.h"
 
 #include <cuda_runtime_api.h>
 
@@ -14,9 +14,13 @@
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/status.h"
 #include "kernels/cuda/step_staging.h"
+#include "local_engine/block_manager.h"
 
 namespace kvgate::cuda {
 namespace {
+
+// The kernels' KV block (geometry.h, B) is the engine's: one block table serves both.
+static_assert(engine::kBlockSize == kBlockTokens, "kernels/cuda and the engine disagree on the KV block size");
 
 CudaStatus CudaCall(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return CudaStatus::Ok();
@@ -320,8 +324,8 @@ void CudaBackendImpl::Attention(const float* q, const engine::KvCacheLayer& cach
   const int64_t t = batch.num_tokens(), s = batch.num_seqs();
   const int h = static_cast<int>(shape.heads), hkv = static_cast<int>(shape.kv_heads),
             d = static_cast<int>(shape.head_dim);
-  if (batch.block_size != kBlockTokens) {
-    Check(CudaStatus::Invalid("cuda backend: KV block size must be 16"));
+  if (batch.block_size != engine::kBlockSize) {
+    Check(CudaStatus::Invalid("cuda backend: the batch's KV block size is not engine::kBlockSize"));
     return;
   }
   if (cache.num_blocks <= 0) {
@@ -529,7 +533,7 @@ Result<int64_t> KvCacheTokensForMemoryFraction(double fraction, int64_t kv_bytes
   if (Status s = ToStatus(CudaCall(cudaMemGetInfo(&free_bytes, &total), "cudaMemGetInfo")); !s)
     return std::unexpected(s.error());
   const auto tokens = static_cast<int64_t>(static_cast<double>(free_bytes) * fraction) / kv_bytes_per_token;
-  return tokens / kBlockTokens * kBlockTokens;
+  return tokens / engine::kBlockSize * engine::kBlockSize;
 }
 
 }  // namespace kvgate::cuda

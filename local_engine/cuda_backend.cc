@@ -101,8 +101,9 @@ struct ActiveStep {
 
 class CudaBackendImpl final : public CudaBackend {
  public:
-  CudaBackendImpl(int device, cudaStream_t stream, int num_sms, std::unique_ptr<GemmBf16> gemm)
-      : device_(device), stream_(stream), num_sms_(num_sms), gemm_(std::move(gemm)) {}
+  CudaBackendImpl(const CudaBackendOptions& options, cudaStream_t stream, int num_sms, std::unique_ptr<GemmBf16> gemm)
+      : options_(options), stream_(stream), num_sms_(num_sms), gemm_(std::move(gemm)),
+        prefill_tile_tokens_(PrefillTileTokens(options.prefill_variant, 1)) {}
   ~CudaBackendImpl() override {
     if (capturing_) {
       cudaGraph_t g = nullptr;
@@ -230,9 +231,18 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
  private:
+  // Keeps the first error. During a capture a failure is not yet an error: the capture is given up
+  // (the remaining ops no-op), the key falls back to eager (StepGraphCache::Failed) and the step's
+  // eager rerun meets the failure again if it is real.
   bool Check(const CudaStatus& s) {
-    if (!s.ok() && error_.ok()) error_ = s;
-    return s.ok();
+    if (s.ok()) return true;
+    if (capturing_) {
+      capture_failed_ = abandoned_ = true;
+      cudaGetLastError();
+    } else if (error_.ok()) {
+      error_ = s;
+    }
+    return false;
   }
   std::unexpected<Error> ToStatusError() const { return std::unexpected(status().error()); }
   // Ops do nothing after an error, and for the rest of a capture the backend abandoned.
@@ -296,7 +306,7 @@ class CudaBackendImpl final : public CudaBackend {
     return dst;
   }
 
-  int device_;
+  const CudaBackendOptions options_;
   cudaStream_t stream_;
   int num_sms_;
   std::unique_ptr<GemmBf16> gemm_;
@@ -309,10 +319,12 @@ class CudaBackendImpl final : public CudaBackend {
   PinnedHost staging_;
   cudaEvent_t staged_event_ = nullptr;
   std::vector<int32_t> step_tiles_;
+  int step_tile_tokens_ = 0;     // the tile size step_tiles_ were built with
+  int prefill_tile_tokens_ = 0;  // the tile size of the last prefill (v2's depends on G)
   ActiveStep step_;
   StepGraphCache<engine::StepKey> graphs_;
   uint64_t graphs_generation_ = 0;  // StepKey::activations the cached graphs were recorded at
-  bool capturing_ = false, abandoned_ = false;
+  bool capturing_ = false, abandoned_ = false, capture_failed_ = false;
   std::vector<engine::DeviceBuffer> uploaded_;                   // weights copied by UploadWeights
   std::map<const void*, engine::DeviceBuffer> dequantized_;      // quantized data -> bf16 copy
 };
@@ -335,9 +347,14 @@ void CudaBackendImpl::Attention(const float* q, const engine::KvCacheLayer& cach
   const bool decode = t == s;  // every sequence has at least one token (ValidateBatch)
   int max_ctx = 0;
   for (int32_t c : batch.context_lens) max_ctx = std::max(max_ctx, c);
+  // Prefill tiles are the variant's size (v2: 128 / G tokens). BeginStep staged tiles of the size
+  // the last prefill used; a step whose size differs uploads its own (never in a capture: only
+  // decode steps are recorded).
+  const int tile_tokens = PrefillTileTokens(options_.prefill_variant, hkv > 0 ? h / hkv : 0);
+  if (!decode) prefill_tile_tokens_ = tile_tokens;
   const int32_t *tables, *ctx, *qs, *dtiles;
   size_t num_tiles = 0;
-  if (InStep(batch)) {
+  if (InStep(batch) && (decode || step_tile_tokens_ == tile_tokens)) {
     tables = step_.at<int32_t>(kStepBlockTables);
     ctx = step_.at<int32_t>(kStepContextLens);
     qs = step_.at<int32_t>(kStepQueryStart);
@@ -345,8 +362,9 @@ void CudaBackendImpl::Attention(const float* q, const engine::KvCacheLayer& cach
     num_tiles = step_tiles_.size() / 2;
     max_ctx = std::max(max_ctx, step_.geometry_context);
   } else {
+    if (InStep(batch)) max_ctx = std::max(max_ctx, step_.geometry_context);
     std::vector<int32_t> tiles;
-    if (!decode && !Check(BuildPrefillTiles(QueryLengths(batch.query_start), &tiles))) return;
+    if (!decode && !Check(BuildPrefillTiles(QueryLengths(batch.query_start), tile_tokens, &tiles))) return;
     // Metadata layout in meta_: tables | context_lens | query_start | tiles, each 256-byte aligned.
     auto align = [](size_t x) { return (x + 255) / 256 * 256; };
     const size_t o_ctx = align(batch.block_tables.size_bytes());
@@ -360,18 +378,26 @@ void CudaBackendImpl::Attention(const float* q, const engine::KvCacheLayer& cach
     num_tiles = tiles.size() / 2;
   }
   if (!tables || !ctx || !qs || !dtiles) return;
+  // The tiles must be the ones this launch's geometry expects: a count built for another tile size
+  // would leave rows unwritten (v2 given v1's tiles) or run rows twice.
+  if (!decode && static_cast<int64_t>(num_tiles) != PrefillTileCount(QueryLengths(batch.query_start), tile_tokens)) {
+    Check(CudaStatus::Invalid("cuda backend: prefill tiles do not match the variant's tile size"));
+    return;
+  }
   const PagedKv kv{cache.k, cache.v, nullptr, nullptr, cache.num_blocks, hkv, d, KvDtype::kF16};
   const size_t qo = static_cast<size_t>(t) * h * d * 2;
   size_t ws_floats = 0;
   DecodeGeometry dg;
   PrefillGeometry pg;
   if (decode) {
-    if (!Check(ChooseDecodeGeometry({static_cast<int>(s), h, hkv, d, max_ctx}, num_sms_, &dg))) return;
+    DecodeShape shape_d{static_cast<int>(s), h, hkv, d, max_ctx};
+    shape_d.variant = options_.decode_variant;
+    if (!Check(ChooseDecodeGeometry(shape_d, num_sms_, &dg))) return;
     ws_floats = dg.workspace_floats;
   } else {
-    if (!Check(ChoosePrefillGeometry({static_cast<int>(s), static_cast<int>(t), h, hkv, d, max_ctx},
-                                     static_cast<int>(num_tiles), num_sms_, &pg)))
-      return;
+    PrefillShape shape_p{static_cast<int>(s), static_cast<int>(t), h, hkv, d, max_ctx};
+    shape_p.variant = options_.prefill_variant;
+    if (!Check(ChoosePrefillGeometry(shape_p, static_cast<int>(num_tiles), num_sms_, &pg))) return;
     ws_floats = pg.workspace_floats;
   }
   if (!Reserve(attn_, 2 * qo + ws_floats * 4)) return;
@@ -404,6 +430,7 @@ void CudaBackendImpl::Attention(const float* q, const engine::KvCacheLayer& cach
     a.q_start = qs;
     a.context_lens = ctx;
     a.tiles = dtiles;
+    a.tile_tokens = tile_tokens;
     a.num_q_heads = h;
     a.softmax_scale = shape.scale;
     a.geo = pg;
@@ -416,11 +443,12 @@ void CudaBackendImpl::Attention(const float* q, const engine::KvCacheLayer& cach
 engine::StepMode CudaBackendImpl::BeginStep(const engine::BatchMetadata& batch,
                                            std::span<const int32_t> gather_rows, const engine::StepKey& key) {
   step_ = ActiveStep{};
-  abandoned_ = false;
+  abandoned_ = capture_failed_ = false;
   if (!error_.ok()) return engine::StepMode::kEager;
   const bool decode = batch.num_tokens() == batch.num_seqs();
   step_tiles_.clear();
-  if (!decode && !Check(BuildPrefillTiles(QueryLengths(batch.query_start), &step_tiles_)))
+  step_tile_tokens_ = prefill_tile_tokens_;
+  if (!decode && !Check(BuildPrefillTiles(QueryLengths(batch.query_start), step_tile_tokens_, &step_tiles_)))
     return engine::StepMode::kEager;
   StepSources src;
   auto add = [&src](StepArray a, auto span) {
@@ -464,11 +492,18 @@ engine::StepMode CudaBackendImpl::BeginStep(const engine::BatchMetadata& batch,
   }
   switch (graphs_.Next(key)) {
     case StepGraphCache<engine::StepKey>::Action::kReplay:
-      Check(CudaCall(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graphs_.exec(key)), stream_), "cudaGraphLaunch"));
+      if (cudaGraphLaunch(static_cast<cudaGraphExec_t>(graphs_.exec(key)), stream_) != cudaSuccess) {
+        cudaGetLastError();  // the graph did not run: this key goes eager, the ops run now
+        graphs_.Failed(key);
+        return engine::StepMode::kEager;
+      }
       return engine::StepMode::kReplayed;
     case StepGraphCache<engine::StepKey>::Action::kCapture:
-      if (!Check(CudaCall(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture")))
+      if (cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+        cudaGetLastError();
+        graphs_.Failed(key);
         return engine::StepMode::kEager;
+      }
       capturing_ = true;
       return engine::StepMode::kCapture;
     case StepGraphCache<engine::StepKey>::Action::kEager:
@@ -486,20 +521,30 @@ bool CudaBackendImpl::EndStep() {
   cudaGraph_t graph = nullptr;
   const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
   const std::unique_ptr<CUgraph_st, cudaError_t (*)(cudaGraph_t)> owned(graph, cudaGraphDestroy);
-  if (abandoned_ && error_.ok()) {
-    // Not an error: the step needed an allocation. The ops come again, eagerly (step_ stays).
-    abandoned_ = false;
-    graphs_.Abandoned(step_.key);
+  // Nothing of a captured step has run yet, so whatever goes wrong from here the runner can issue
+  // the ops again, eagerly (returning false keeps step_ for that rerun).
+  auto rerun_eagerly = [this](bool failed) {
+    cudaGetLastError();  // clears a capture error so the eager ops do not inherit it
+    abandoned_ = capture_failed_ = false;
+    if (failed) {
+      graphs_.Failed(step_.key);
+    } else {
+      graphs_.Abandoned(step_.key);
+    }
     return false;
+  };
+  if (!error_.ok()) {  // an error from before the capture: the step fails as it would eagerly
+    step_.active = false;
+    return true;
   }
-  step_.active = false;
-  if (!Check(CudaCall(end, "cudaStreamEndCapture")) || !error_.ok()) return true;
+  if (capture_failed_ || end != cudaSuccess || graph == nullptr) return rerun_eagerly(true);
+  if (abandoned_) return rerun_eagerly(false);  // not an error: the step needed an allocation
   cudaGraphExec_t exec = nullptr;
-  if (!Check(CudaCall(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate"))) return true;
-  graphs_.Captured(step_.key, std::shared_ptr<void>(exec, [](void* e) {
-                     cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(e));
-                   }));
-  Check(CudaCall(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch"));
+  if (cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) return rerun_eagerly(true);
+  std::shared_ptr<void> owned_exec(exec, [](void* e) { cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(e)); });
+  if (cudaGraphLaunch(exec, stream_) != cudaSuccess) return rerun_eagerly(true);
+  graphs_.Captured(step_.key, std::move(owned_exec));
+  step_.active = false;
   return true;
 }
 
@@ -521,7 +566,7 @@ Result<std::unique_ptr<CudaBackend>> MakeCudaBackend(const CudaBackendOptions& o
   cudaStream_t stream = nullptr;
   if (Status s = ToStatus(CudaCall(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate")); !s)
     return std::unexpected(s.error());
-  return std::unique_ptr<CudaBackend>(new CudaBackendImpl(options.device, stream, sms, std::move(gemm)));
+  return std::unique_ptr<CudaBackend>(new CudaBackendImpl(options, stream, sms, std::move(gemm)));
 }
 
 Result<int64_t> KvCacheTokensForMemoryFraction(double fraction, int64_t kv_bytes_per_token, int device) {

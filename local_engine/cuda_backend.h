@@ -9,8 +9,10 @@
 // Whole steps (Backend::BeginStep/EndStep): each step's metadata goes to the device in one copy
 // from pinned memory, to fixed addresses the ops read; a StepKey::graph step (a decode step of an
 // engine with cuda_graphs) is recorded as a CUDA graph on its key's second occurrence and replayed
-// after that (kernels/NOTES.md, "CUDA graphs for decode"; not yet run on a GPU). Ops called outside
-// a step upload their spans themselves.
+// after that (kernels/NOTES.md, "CUDA graphs for decode"; not yet run on a GPU). A capture,
+// instantiation or replay that fails in the CUDA runtime is not an error: that key runs eagerly from
+// then on (the step is reissued eagerly), and only an eager failure becomes status(). Ops called
+// outside a step upload their spans themselves.
 // Thread safety: one thread at a time, like every Backend.
 #pragma once
 
@@ -19,6 +21,7 @@
 #include <memory>
 
 #include "common/error.h"
+#include "kernels/cuda/geometry.h"
 #include "local_engine/backend.h"
 
 namespace kvgate::cuda {
@@ -26,6 +29,10 @@ namespace kvgate::cuda {
 struct CudaBackendOptions {
   int device = 0;
   size_t gemm_workspace_bytes = size_t{32} << 20;
+  // The attention kernels' variants (kernels/cuda/geometry.h). v1 is the default: the v2 kernels
+  // have not run on a GPU yet; the device run (kernels/bench/run_device_checks.sh) decides.
+  PrefillVariant prefill_variant = PrefillVariant::kV1;
+  DecodeVariant decode_variant = DecodeVariant::kV1;
 };
 
 // status() (from engine::Backend) reports the first error an op met.

@@ -260,6 +260,7 @@ bool RunPrefill(CheckContext& c, const PrefillSpec& sp, PrefillVariant variant, 
   a.q_start = dstart.as<int32_t>();
   a.context_lens = dctx.as<int32_t>();
   a.tiles = dtiles.as<int32_t>();
+  a.tile_tokens = PrefillTileTokens(variant, g);
   a.num_q_heads = sp.hq;
   a.softmax_scale = 1.0f / std::sqrt(static_cast<float>(sp.d));
   a.geo = geo;

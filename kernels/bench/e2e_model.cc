@@ -144,6 +144,7 @@ class Model {
         a.q_start = st.q_start;
         a.context_lens = st.ctx;
         a.tiles = st.tiles;
+        a.tile_tokens = st.pgeo.tile_tokens;  // the tiles were built for pgeo's variant (BuildPrefillTiles below)
         a.num_q_heads = s.hq;
         a.softmax_scale = 1.0f / std::sqrt(static_cast<float>(s.d));
         a.geo = st.pgeo;

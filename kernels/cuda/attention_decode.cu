@@ -46,8 +46,8 @@ __global__ void __launch_bounds__(kAttnThreads, (DecodeMinCtasPerSm<D, kMaxG>())
   const int G = p.group;
   const int ctx = p.context_lens[seq];
   const int nblocks = (ctx + kBlockTokens - 1) / kBlockTokens;
-  const int b_begin = split * p.blocks_per_split;
-  const int b_end = min(nblocks, b_begin + p.blocks_per_split);
+  const BlockRange range = DecodeSplitBlocks(split, p.splits, p.blocks_per_split, nblocks);
+  const int b_begin = range.begin, b_end = range.end;
 
   float qv[kMaxG][8];  // this lane's 8 dims of each query head of the group, pre-scaled
 #pragma unroll

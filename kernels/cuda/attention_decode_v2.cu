@@ -91,8 +91,8 @@ __global__ void __launch_bounds__(kAttnThreads, (DecodeV2MinCtasPerSm<kMaxG>()))
   const int G = p.group;
   const int ctx = p.context_lens[seq];
   const int nblocks = (ctx + kBlockTokens - 1) / kBlockTokens;
-  const int b_begin = split * p.blocks_per_split;
-  const int b_end = min(nblocks, b_begin + p.blocks_per_split);
+  const BlockRange range = DecodeSplitBlocks(split, p.splits, p.blocks_per_split, nblocks);
+  const int b_begin = range.begin, b_end = range.end;
   // This warp's blocks, as in v1: first, first + 4, ... below b_end; n of them.
   const int first = b_begin + warp;
   const int n = first < b_end ? (b_end - first + kAttnWarps - 1) / kAttnWarps : 0;

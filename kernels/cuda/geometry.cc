@@ -102,8 +102,14 @@ CudaStatus ChoosePrefillGeometry(const PrefillShape& s, int num_tiles, int num_s
   return CudaStatus::Ok();
 }
 
-CudaStatus BuildPrefillTiles(std::span<const int32_t> q_lens, std::vector<int32_t>* tiles) {
-  return BuildPrefillTiles(q_lens, kPrefillQTile, tiles);
+int64_t PrefillTileCount(std::span<const int32_t> q_lens, int tile_tokens) {
+  if (tile_tokens <= 0) return -1;
+  int64_t n = 0;
+  for (int32_t q : q_lens) {
+    if (q < 0) return -1;
+    n += (static_cast<int64_t>(q) + tile_tokens - 1) / tile_tokens;
+  }
+  return n;
 }
 
 CudaStatus BuildPrefillTiles(std::span<const int32_t> q_lens, int tile_tokens,

@@ -18,6 +18,13 @@
 
 #include "kernels/cuda/cuda_status.h"
 
+// The few planning functions the kernels evaluate too (host and device).
+#if defined(__CUDACC__)
+#define KVGATE_GEOMETRY_HD __host__ __device__
+#else
+#define KVGATE_GEOMETRY_HD
+#endif
+
 namespace kvgate::cuda {
 
 inline constexpr int kBlockTokens = 16;    // B (the engine's kBlockSize; CudaBackend asserts they agree)
@@ -68,6 +75,22 @@ struct DecodeGeometry {
 // HBM) while every split keeps at least 4 KV blocks (one per warp). Invalid shapes (non-positive
 // sizes, Hq not a multiple of Hkv, G > 8, D not 64/128) are errors.
 CudaStatus ChooseDecodeGeometry(const DecodeShape& shape, int num_sms, DecodeGeometry* out);
+
+// The KV blocks [begin, end) split `split` of a decode plan reads for a sequence of `nblocks`
+// blocks (both decode kernels call this). Splits hold blocks_per_split blocks each, except that the
+// last one runs to the sequence's end: a plan made for a shorter context than a sequence has (a
+// caller's mistake the launcher cannot see, the contexts being on the device) then costs time in
+// the last split but drops no key. Splits past the sequence's end are empty (begin == end).
+struct BlockRange {
+  int begin = 0, end = 0;
+};
+KVGATE_GEOMETRY_HD constexpr BlockRange DecodeSplitBlocks(int split, int splits, int blocks_per_split,
+                                                          int nblocks) {
+  const int begin = split * blocks_per_split < nblocks ? split * blocks_per_split : nblocks;
+  const int end = split == splits - 1 ? nblocks
+                                      : (begin + blocks_per_split < nblocks ? begin + blocks_per_split : nblocks);
+  return {begin, end};
+}
 
 // Decode v2: K/V stages in flight per warp (the one being consumed is one of them), and the CTAs
 // per SM its group <= 4 launch bounds ask for (caps registers at 65536 / (4 * 128) = 128).
@@ -128,11 +151,14 @@ CudaStatus ChoosePrefillGeometry(const PrefillShape& shape, int num_tiles, int n
                                  PrefillGeometry* out);
 
 // tiles [num_tiles][2] = {sequence, first query row within the sequence} for q_lens [S], one tile
-// per tile_tokens rows (default: v1's 64). Sequences with q_len 0 get no tile. Negative lengths
-// or a non-positive tile_tokens are an error.
-CudaStatus BuildPrefillTiles(std::span<const int32_t> q_lens, std::vector<int32_t>* tiles);
+// per tile_tokens rows: the variant's PrefillTileTokens (v1 64, v2 128 / G), which the launch's
+// geometry must carry too (PrefillAttention refuses tiles built for another size: a v2 CTA given
+// v1's 64-token tiles would leave rows unwritten). Sequences with q_len 0 get no tile. Negative
+// lengths or a non-positive tile_tokens are an error.
 CudaStatus BuildPrefillTiles(std::span<const int32_t> q_lens, int tile_tokens,
                              std::vector<int32_t>* tiles);
+// The number of tiles BuildPrefillTiles makes; -1 for a negative length or tile_tokens <= 0.
+int64_t PrefillTileCount(std::span<const int32_t> q_lens, int tile_tokens);
 
 // Dynamic shared memory of one v2 CTA, in bytes. Every smem K or V tile is [64 keys][D + 8] bf16:
 // the 8-element pad puts the 8 rows an ldmatrix reads in 8 different 16-byte bank groups. A bf16

@@ -18,6 +18,7 @@ namespace kvgate::cuda::bench {
 
 std::vector<uint16_t> RandomBf16(size_t n, std::mt19937_64& rng, float scale) {
   std::vector<uint16_t> v(n);
+  if (scale == 0.0f) return v;  // zeros (a distribution over [-0, 0) is not defined)
   std::uniform_real_distribution<float> u(-scale, scale);
   for (auto& x : v) x = FloatToBf16(u(rng));
   return v;

@@ -186,6 +186,17 @@ class CudaBackendImpl final : public CudaBackend {
     for (const auto& o : outs) {
       const __nv_bfloat16* w = Dequantized(*o.w);
       if (!w) return;
+      // cuBLASLt writes the f32 output directly (no bf16 rounding, no conversion kernel). Where it
+      // has no algorithm for that (checked once), the bf16 output and a conversion, as before.
+      if (gemm_f32_out_) {
+        const CudaStatus st = gemm_->Run(xbf, k, w, k, o.out, o.w->rows, t, o.w->rows, k, 1.0f, 0.0f, stream_);
+        if (st.ok()) continue;
+        if (st.kind != CudaStatusKind::kCublasError) {
+          Check(st);
+          return;
+        }
+        gemm_f32_out_ = false;
+      }
       if (!Check(gemm_->Run(xbf, k, w, k, ybf, o.w->rows, t, o.w->rows, k, 1.0f, 0.0f, stream_)) ||
           !Check(Bf16ToF32(ybf, o.out, t * o.w->rows, stream_)))
         return;
@@ -325,6 +336,7 @@ class CudaBackendImpl final : public CudaBackend {
   StepGraphCache<engine::StepKey> graphs_;
   uint64_t graphs_generation_ = 0;  // StepKey::activations the cached graphs were recorded at
   bool capturing_ = false, abandoned_ = false, capture_failed_ = false;
+  bool gemm_f32_out_ = true;  // cuBLASLt found an f32-output algorithm so far (MatMul)
   std::vector<engine::DeviceBuffer> uploaded_;                   // weights copied by UploadWeights
   std::map<const void*, engine::DeviceBuffer> dequantized_;      // quantized data -> bf16 copy
 };

@@ -12,6 +12,7 @@
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/geometry.h"
 #include "kernels/cuda/kernels.h"
+#include "kernels/cuda/rope_table.h"
 #include "kernels/cuda/status.h"
 #include "kernels/cuda/step_staging.h"
 #include "local_engine/block_manager.h"
@@ -207,6 +208,18 @@ class CudaBackendImpl final : public CudaBackend {
     if (!Live()) return;
     const int32_t* pos = InStep(batch) ? step_.at<int32_t>(kStepPositions) : Upload(batch.positions, 0);
     if (!pos) return;
+    // Single precision from the tables (rope_table.h) when every position is inside them; the
+    // double-precision reduction per element otherwise.
+    bool in_table = true;
+    for (int32_t p : batch.positions) in_table &= p >= 0 && p < kRopeMaxPositions;
+    if (in_table) {
+      const engine::DeviceBuffer* table = RopeTableFor(theta, static_cast<int>(head_dim));
+      if (!table) return;
+      const auto* t = static_cast<const float*>(table->data());
+      const size_t low_floats = static_cast<size_t>(kRopeLowPositions) * static_cast<size_t>(head_dim);
+      Check(RopeInterleavedF32Table(x, batch.num_tokens(), heads, head_dim, pos, t, t + low_floats, stream_));
+      return;
+    }
     Check(RopeInterleavedF32(x, batch.num_tokens(), heads, head_dim, pos, theta, stream_));
   }
 
@@ -292,6 +305,48 @@ class CudaBackendImpl final : public CudaBackend {
     return meta_.as<T>(offset);
   }
 
+  // DecodeCtasPerSm of the decode kernel this backend runs for (D, G), queried once; -1 when the
+  // query failed (recorded) or must wait for the eager rerun of a capture.
+  int DecodeCtasPerSmFor(int head_dim, int group) {
+    const auto key = std::make_pair(head_dim, group);
+    auto it = decode_ctas_.find(key);
+    if (it != decode_ctas_.end()) return it->second;
+    if (capturing_) {  // cudaFuncSetAttribute / occupancy queries are kept out of recordings
+      abandoned_ = true;
+      return -1;
+    }
+    int n = 0;
+    if (!Check(DecodeCtasPerSm(KvDtype::kF16, head_dim, group, options_.decode_variant, &n))) return -1;
+    decode_ctas_.emplace(key, n);
+    return n;
+  }
+
+  // The RoPE tables of (theta, head_dim), low then high, built and uploaded on first use (an
+  // allocation: during a capture the capture is abandoned and the eager rerun builds them).
+  const engine::DeviceBuffer* RopeTableFor(float theta, int head_dim) {
+    const auto key = std::make_pair(theta, head_dim);
+    auto it = rope_tables_.find(key);
+    if (it != rope_tables_.end()) return &it->second;
+    if (capturing_) {
+      abandoned_ = true;
+      return nullptr;
+    }
+    RopeTable t;
+    if (!Check(BuildRopeTable(theta, head_dim, &t))) return nullptr;
+    std::vector<float> both(t.low);
+    both.insert(both.end(), t.high.begin(), t.high.end());
+    auto buf = Allocate(both.size() * sizeof(float));
+    if (!buf) {
+      Check({CudaStatusKind::kCudaError, static_cast<int>(cudaErrorMemoryAllocation), "rope table"});
+      return nullptr;
+    }
+    if (!Check(CudaCall(cudaMemcpyAsync(buf->data(), both.data(), both.size() * sizeof(float), cudaMemcpyHostToDevice,
+                                        stream_), "rope table upload")) ||
+        !Check(CudaCall(cudaStreamSynchronize(stream_), "rope table sync")))
+      return nullptr;
+    return &rope_tables_.emplace(key, *buf).first->second;
+  }
+
   const __nv_bfloat16* Dequantized(const engine::WeightMatrix& w) {
     auto it = dequantized_.find(w.data);
     if (it != dequantized_.end()) return static_cast<const __nv_bfloat16*>(it->second.data());
@@ -339,6 +394,8 @@ class CudaBackendImpl final : public CudaBackend {
   bool gemm_f32_out_ = true;  // cuBLASLt found an f32-output algorithm so far (MatMul)
   std::vector<engine::DeviceBuffer> uploaded_;                   // weights copied by UploadWeights
   std::map<const void*, engine::DeviceBuffer> dequantized_;      // quantized data -> bf16 copy
+  std::map<std::pair<float, int>, engine::DeviceBuffer> rope_tables_;  // (theta, head dim) -> RopeTable
+  std::map<std::pair<int, int>, int> decode_ctas_;                     // (head dim, group) -> CTAs/SM
 };
 
 void CudaBackendImpl::Attention(const float* q, const engine::KvCacheLayer& cache,
@@ -404,6 +461,8 @@ void CudaBackendImpl::Attention(const float* q, const engine::KvCacheLayer& cach
   if (decode) {
     DecodeShape shape_d{static_cast<int>(s), h, hkv, d, max_ctx};
     shape_d.variant = options_.decode_variant;
+    shape_d.ctas_per_sm = DecodeCtasPerSmFor(d, hkv > 0 ? h / hkv : 0);
+    if (shape_d.ctas_per_sm < 0) return;
     if (!Check(ChooseDecodeGeometry(shape_d, num_sms_, &dg))) return;
     ws_floats = dg.workspace_floats;
   } else {

@@ -29,10 +29,10 @@ namespace kvgate::cuda {
 struct CudaBackendOptions {
   int device = 0;
   size_t gemm_workspace_bytes = size_t{32} << 20;
-  // The attention kernels' variants (kernels/cuda/geometry.h). v1 is the default: the v2 kernels
-  // have not run on a GPU yet; the device run (kernels/bench/run_device_checks.sh) decides.
-  PrefillVariant prefill_variant = PrefillVariant::kV1;
-  DecodeVariant decode_variant = DecodeVariant::kV1;
+  // The attention kernels' variants (kernels/cuda/geometry.h): v2 once the device run
+  // (kernels/bench/run_device_checks.sh) has verified it (k{Prefill,Decode}V2Verified), else v1.
+  PrefillVariant prefill_variant = kPrefillV2Verified ? PrefillVariant::kV2 : PrefillVariant::kV1;
+  DecodeVariant decode_variant = kDecodeV2Verified ? DecodeVariant::kV2 : DecodeVariant::kV1;
 };
 
 // status() (from engine::Backend) reports the first error an op met.

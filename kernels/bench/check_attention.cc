@@ -174,10 +174,12 @@ bool RunDecode(CheckContext& c, const DecodeSpec& sp, DecodeVariant variant, boo
   const auto q = RandomBf16(static_cast<size_t>(s * q_stride), rng, sp.q_scale);
   DecodeGeometry geo;
   const int max_ctx = *std::max_element(sp.ctx.begin(), sp.ctx.end());
+  const int g = sp.hq / sp.hkv;
   DecodeShape shape{s, sp.hq, sp.hkv, sp.d, std::max(1, max_ctx / sp.plan_divisor)};
   shape.variant = variant;
+  // The split rule as CudaBackend applies it: CTAs per SM of this kernel from the occupancy API.
+  if (!Ok(DecodeCtasPerSm(sp.dtype, sp.d, g, variant, &shape.ctas_per_sm), "DecodeCtasPerSm")) return false;
   if (!Ok(ChooseDecodeGeometry(shape, c.num_sms, &geo), "geometry")) return false;
-  const int g = sp.hq / sp.hkv;
   if (sp.plant) {
     if (sp.dtype != KvDtype::kBf16) return Ok(false, "planted keys need a bf16 pool");
     const int last_split_key = geo.splits > 1 ? (geo.splits - 1) * geo.blocks_per_split * kBlockTokens : 0;
@@ -237,6 +239,7 @@ bool RunDecode(CheckContext& c, const DecodeSpec& sp, DecodeVariant variant, boo
                            std::to_string(sp.hq) + "/" + std::to_string(sp.hkv) + "x" + std::to_string(sp.d);
   const bool v2 = variant == DecodeVariant::kV2;
   std::string note = (v2 ? "v2 splits=" : "splits=") + std::to_string(geo.splits) +
+                     " ctas/SM=" + std::to_string(shape.ctas_per_sm) +
                      (sp.plan_divisor > 1 ? " plan for ctx/" + std::to_string(sp.plan_divisor) : "") +
                      (all_written ? "" : " UNWRITTEN OUTPUT");
   if (!v2) {

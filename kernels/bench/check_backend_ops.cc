@@ -19,6 +19,7 @@
 #include "kernels/cuda/bf16_host.h"
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/quant_format.h"
+#include "kernels/cuda/rope_table.h"
 
 namespace kvgate::cuda::bench {
 namespace {
@@ -108,21 +109,16 @@ bool CheckBackendOps(CheckContext& c) {
     const double err = ref::RelError(y, ref);
     Push(c, "backend rmsnorm f32", tag, err, 1e-5, err <= 1e-5, TimeMs(c.stream, 3, 20, run), 8.0 * n, "");
   }
-  {  // RoPE f32 at positions up to 100K (the long-context range), theta 1e5
+  {  // RoPE f32 at positions up to 100K (the long-context range), theta 1e5: the double-precision
+     // kernel and the table kernel CudaBackend uses for positions below kRopeMaxPositions
     const size_t m = static_cast<size_t>(kTokens) * kHeads * kHeadDim;
     const auto x = RandomF32(m, rng, 1.0f);
     std::vector<int32_t> pos(kTokens);
     for (auto& p : pos) p = static_cast<int32_t>(rng() % 100000);
     pos[0] = 0;
     pos[1] = 99999;
-    DeviceBuffer dx, dp;
-    if (!dx.Alloc(m * 4) || !dp.Alloc(kTokens * 4) || !dx.Upload(x) || !dp.Upload(pos)) return false;
-    if (!Ok(RopeInterleavedF32(dx.as<float>(), kTokens, kHeads, kHeadDim, dp.as<int32_t>(), 1e5f, c.stream),
-            "RopeInterleavedF32") ||
-        !Ok(cudaStreamSynchronize(c.stream), "rope f32"))
-      return false;
-    std::vector<float> y;
-    if (!Download(dx, &y, m)) return false;
+    pos[2] = 255;
+    pos[3] = 256;
     std::vector<double> ref(m);
     for (int t = 0; t < kTokens; ++t)
       for (int h = 0; h < kHeads; ++h)
@@ -130,13 +126,28 @@ bool CheckBackendOps(CheckContext& c) {
           const size_t o = (static_cast<size_t>(t) * kHeads + h) * kHeadDim + 2 * i;
           ref::RopePair(x[o], x[o + 1], i, kHeadDim, pos[static_cast<size_t>(t)], 1e5, &ref[o], &ref[o + 1]);
         }
-    const double err = ref::RelError(y, ref);
-    // In place: time on the rotated data (values do not matter for the timing).
-    const double ms = TimeMs(c.stream, 3, 20, [&] {
-      return RopeInterleavedF32(dx.as<float>(), kTokens, kHeads, kHeadDim, dp.as<int32_t>(), 1e5f, c.stream).ok();
-    });
-    Push(c, "backend rope f32", std::to_string(kTokens) + "x9x64", err, 1e-5, err <= 1e-5, ms, 8.0 * m,
-         "positions < 100K");
+    RopeTable table;
+    if (!Ok(BuildRopeTable(1e5f, kHeadDim, &table), "BuildRopeTable")) return false;
+    DeviceBuffer dx, dp, dlow, dhigh;
+    if (!dx.Alloc(m * 4) || !dp.Alloc(kTokens * 4) || !dp.Upload(pos) || !dlow.Alloc(table.low.size() * 4) ||
+        !dhigh.Alloc(table.high.size() * 4) || !dlow.Upload(table.low) || !dhigh.Upload(table.high))
+      return false;
+    for (const bool use_table : {false, true}) {
+      auto run = [&] {
+        return use_table ? RopeInterleavedF32Table(dx.as<float>(), kTokens, kHeads, kHeadDim, dp.as<int32_t>(),
+                                                   dlow.as<float>(), dhigh.as<float>(), c.stream)
+                         : RopeInterleavedF32(dx.as<float>(), kTokens, kHeads, kHeadDim, dp.as<int32_t>(), 1e5f,
+                                              c.stream);
+      };
+      if (!dx.Upload(x) || !Ok(run(), "rope f32") || !Ok(cudaStreamSynchronize(c.stream), "rope f32")) return false;
+      std::vector<float> y;
+      if (!Download(dx, &y, m)) return false;
+      const double err = ref::RelError(y, ref);
+      // In place: timed on the rotated data (values do not matter for the timing).
+      const double ms = TimeMs(c.stream, 3, 20, [&] { return run().ok(); });
+      Push(c, use_table ? "backend rope f32 (table)" : "backend rope f32 (double)", std::to_string(kTokens) + "x9x64",
+           err, 1e-5, err <= 1e-5, ms, 8.0 * m, use_table ? "positions < 100K; what CudaBackend runs" : "positions < 100K");
+    }
   }
   {  // K/V f32 -> f16 cache at int64 slots; slot -1 (decode padding) is skipped
     const int kv = kKvHeads * kHeadDim, pool = 4 * kTokens;

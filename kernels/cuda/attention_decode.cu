@@ -196,6 +196,22 @@ CudaStatus LaunchSplitReduce(const float* ws, int rows, int num_q_heads, int spl
   return LaunchStatus("SplitReduceKernel");
 }
 
+CudaStatus DecodeCtasPerSm(KvDtype dtype, int head_dim, int group, DecodeVariant variant, int* ctas_per_sm) {
+  if (!ctas_per_sm || group < 1 || group > 8 || (head_dim != 64 && head_dim != 128))
+    return CudaStatus::Invalid("decode occupancy: group 1..8, head_dim 64/128");
+  *ctas_per_sm = 0;
+  if (variant == DecodeVariant::kV2) return DecodeV2CtasPerSm(dtype, head_dim, group, ctas_per_sm);
+  cudaError_t e = cudaSuccess;
+  DispatchCacheTypeAndHeadDim(dtype, head_dim, [&](auto type, auto d) {
+    using T = typename decltype(type)::type;
+    constexpr int kD = decltype(d)::value;
+    e = group <= 4 ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, DecodeKernel<T, kD, 4>, kAttnThreads, 0)
+                   : cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, DecodeKernel<T, kD, 8>, kAttnThreads, 0);
+  });
+  if (e != cudaSuccess) return {CudaStatusKind::kCudaError, static_cast<int>(e), "decode occupancy"};
+  return CudaStatus::Ok();
+}
+
 CudaStatus DecodeAttention(const DecodeAttentionArgs& a, cudaStream_t stream) {
   if (CudaStatus st = CheckPagedKv(a.kv); !st.ok()) return st;
   const int hkv = a.kv.num_kv_heads, d = a.kv.head_dim;

@@ -258,7 +258,29 @@ CudaStatus Launch(const DecodeParams& p, dim3 grid, cudaStream_t stream) {
   return LaunchStatus("DecodeV2Kernel");
 }
 
+template <typename CacheT, int D, int kMaxG>
+CudaStatus Occupancy(int* n) {
+  constexpr size_t kBytes = DecodeV2Layout<CacheT, D>::kBytes;
+  // The same opt-in as a launch: without it, more than 48 KB of dynamic shared memory fits 0 CTAs.
+  cudaError_t e = cudaFuncSetAttribute(DecodeV2Kernel<CacheT, D, kMaxG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(kBytes));
+  if (e == cudaSuccess)
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, DecodeV2Kernel<CacheT, D, kMaxG>, kAttnThreads, kBytes);
+  if (e != cudaSuccess) return {CudaStatusKind::kCudaError, static_cast<int>(e), "decode v2 occupancy"};
+  return CudaStatus::Ok();
+}
+
 }  // namespace
+
+CudaStatus DecodeV2CtasPerSm(KvDtype dtype, int head_dim, int group, int* ctas_per_sm) {
+  CudaStatus st = CudaStatus::Ok();
+  DispatchCacheTypeAndHeadDim(dtype, head_dim, [&](auto type, auto d) {
+    using T = typename decltype(type)::type;
+    constexpr int kD = decltype(d)::value;
+    st = group <= 4 ? Occupancy<T, kD, 4>(ctas_per_sm) : Occupancy<T, kD, 8>(ctas_per_sm);
+  });
+  return st;
+}
 
 CudaStatus LaunchDecodeV2(const DecodeParams& p, KvDtype dtype, int head_dim, dim3 grid, cudaStream_t stream) {
   CudaStatus st = CudaStatus::Ok();

@@ -48,6 +48,13 @@ inline constexpr int kDecodeG4D128CtasPerSm = 3;
 // v2"); a caller opts in per launch.
 enum class DecodeVariant { kV1, kV2 };
 
+// Whether a v2 kernel has matched the CPU reference on a GPU (kvgate_cuda_checks' "decode v2: every
+// case matches the reference" / "prefill v2: ..." lines). CudaBackend's defaults follow these: flip
+// one to true, in a change of its own, once a device run has printed that line for it (and its
+// [v2] rows are not slower than v1's).
+inline constexpr bool kDecodeV2Verified = false;
+inline constexpr bool kPrefillV2Verified = false;
+
 struct DecodeShape {
   int num_seqs = 0;            // S (one new token each)
   int num_q_heads = 0;         // Hq
@@ -55,6 +62,10 @@ struct DecodeShape {
   int head_dim = 0;            // D: 64 or 128
   int max_context_tokens = 0;  // the longest context in the batch, new token included
   DecodeVariant variant = DecodeVariant::kV1;
+  // CTAs of the kernel this launch runs that fit one SM (DecodeCtasPerSm: the occupancy API), which
+  // sizes the one-wave split of a small group <= 4, D = 128 launch; 0: v1's measured
+  // kDecodeG4D128CtasPerSm.
+  int ctas_per_sm = 0;
 };
 
 // One CTA per (kv head, sequence, split); each processes all G query heads of its kv head over
@@ -72,7 +83,8 @@ struct DecodeGeometry {
 };
 
 // Picks the split so that about 4 CTAs per SM are in flight (enough loads in flight to saturate
-// HBM) while every split keeps at least 4 KV blocks (one per warp). Invalid shapes (non-positive
+// HBM) while every split keeps at least 4 KV blocks (one per warp); a group <= 4, D = 128 launch
+// of at most a quarter wave is split into exactly one wave of shape.ctas_per_sm CTAs per SM. Invalid shapes (non-positive
 // sizes, Hq not a multiple of Hkv, G > 8, D not 64/128) are errors.
 CudaStatus ChooseDecodeGeometry(const DecodeShape& shape, int num_sms, DecodeGeometry* out);
 

@@ -60,6 +60,10 @@ struct DecodeAttentionArgs {
 // out[s][h] = softmax(q[s][h] . K[s, 0..ctx) * scale) V, with K/V of kv head h / G.
 CudaStatus DecodeAttention(const DecodeAttentionArgs& a, cudaStream_t stream);
 
+// CTAs of the decode kernel for (cache type, D, G, variant) that fit one SM of the current device
+// (cudaOccupancyMaxActiveBlocksPerMultiprocessor): DecodeShape::ctas_per_sm. Callers cache it.
+CudaStatus DecodeCtasPerSm(KvDtype dtype, int head_dim, int group, DecodeVariant variant, int* ctas_per_sm);
+
 struct PrefillAttentionArgs {
   const bf16* q = nullptr;               // [T][Hq][D], token stride q_stride
   int64_t q_stride = 0;

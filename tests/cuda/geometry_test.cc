@@ -27,6 +27,27 @@ TEST(DecodeGeometryTest, LongSingleSequenceSplitsToFillTheChip) {
   EXPECT_EQ(g.workspace_floats, size_t{1} * 32 * g.splits * 129);
 }
 
+// DecodeShape::ctas_per_sm (the occupancy API's answer for the kernel launched) sizes the one-wave
+// split of a small group <= 4, D = 128 launch; 0 keeps v1's measured 3; other shapes ignore it.
+TEST(DecodeGeometryTest, OneWaveSplitFollowsTheKernelsOccupancy) {
+  DecodeGeometry g;
+  DecodeShape s{1, 32, 8, 128, 100000};
+  ASSERT_TRUE(ChooseDecodeGeometry(s, kH200Sms, &g).ok());
+  EXPECT_EQ(g.splits, 49);  // 3 x 132 / 8
+  s.ctas_per_sm = 3;
+  ASSERT_TRUE(ChooseDecodeGeometry(s, kH200Sms, &g).ok());
+  EXPECT_EQ(g.splits, 49);
+  s.ctas_per_sm = 4;  // e.g. decode v2 on an FP8 cache
+  ASSERT_TRUE(ChooseDecodeGeometry(s, kH200Sms, &g).ok());
+  EXPECT_EQ(g.splits, 66);  // 4 x 132 / 8
+  DecodeShape small_d{16, 9, 3, 64, 2000};
+  DecodeGeometry a, b;
+  ASSERT_TRUE(ChooseDecodeGeometry(small_d, kH200Sms, &a).ok());
+  small_d.ctas_per_sm = 4;
+  ASSERT_TRUE(ChooseDecodeGeometry(small_d, kH200Sms, &b).ok());
+  EXPECT_EQ(a.splits, b.splits);  // D = 64: v1's 4-CTAs-per-SM target, as measured best
+}
+
 TEST(DecodeGeometryTest, Batch64ModerateContext) {
   DecodeGeometry g;
   ASSERT_TRUE(ChooseDecodeGeometry({64, 32, 8, 128, 4097}, kH200Sms, &g).ok());

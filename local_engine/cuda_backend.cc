@@ -608,8 +608,9 @@ bool CudaBackendImpl::EndStep() {
     step_.active = false;
     return true;
   }
-  if (capture_failed_ || end != cudaSuccess || graph == nullptr) return rerun_eagerly(true);
+  if (capture_failed_) return rerun_eagerly(true);
   if (abandoned_) return rerun_eagerly(false);  // not an error: the step needed an allocation
+  if (end != cudaSuccess || graph == nullptr) return rerun_eagerly(true);
   cudaGraphExec_t exec = nullptr;
   if (cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) return rerun_eagerly(true);
   std::shared_ptr<void> owned_exec(exec, [](void* e) { cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(e)); });

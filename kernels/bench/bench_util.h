@@ -112,16 +112,40 @@ struct Row {
   std::string note;
 };
 
-inline void PrintTable(const std::vector<Row>& rows) {
-  std::printf("\n%-28s %-30s %10s %9s %-4s %9s %10s %-7s %6s  %s\n", "kernel", "size", "rel_err",
+inline void PrintHeader(const char* prefix = "") {
+  std::printf("%s%-28s %-30s %10s %9s %-4s %9s %10s %-7s %6s  %s\n", prefix, "kernel", "size", "rel_err",
               "thresh", "ok", "ms", "rate", "unit", "frac", "note");
-  for (const Row& r : rows) {
-    char frac[16] = "-";
-    if (r.ceiling > 0.0 && r.rate > 0.0) std::snprintf(frac, sizeof(frac), "%.2f", r.rate / r.ceiling);
-    std::printf("%-28s %-30s %10.3g %9.2g %-4s %9.4f %10.1f %-7s %6s  %s\n", r.kernel.c_str(),
-                r.size.c_str(), r.err, r.threshold, r.pass ? "PASS" : "FAIL", r.ms, r.rate,
-                r.unit.c_str(), frac, r.note.c_str());
+}
+
+inline void PrintRow(const Row& r, const char* prefix = "") {
+  char frac[16] = "-";
+  if (r.ceiling > 0.0 && r.rate > 0.0) std::snprintf(frac, sizeof(frac), "%.2f", r.rate / r.ceiling);
+  std::printf("%s%-28s %-30s %10.3g %9.2g %-4s %9.4f %10.1f %-7s %6s  %s\n", prefix, r.kernel.c_str(),
+              r.size.c_str(), r.err, r.threshold, r.pass ? "PASS" : "FAIL", r.ms, r.rate, r.unit.c_str(), frac,
+              r.note.c_str());
+}
+
+// The result table. Each row is printed (prefixed "row: ") and flushed the moment it is added, so
+// a run cut short by a timeout or a fault still leaves every row measured before it in the log;
+// the whole table is printed again at the end.
+class RowTable {
+ public:
+  void push_back(Row r) {
+    if (rows_.empty()) PrintHeader("row: ");
+    PrintRow(r, "row: ");
+    std::fflush(stdout);
+    rows_.push_back(std::move(r));
   }
+  const std::vector<Row>& rows() const { return rows_; }
+
+ private:
+  std::vector<Row> rows_;
+};
+
+inline void PrintTable(const std::vector<Row>& rows) {
+  std::printf("\n");
+  PrintHeader();
+  for (const Row& r : rows) PrintRow(r);
   std::fflush(stdout);
 }
 

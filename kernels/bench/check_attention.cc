@@ -126,13 +126,39 @@ bool BuildPool(CheckContext& c, std::mt19937_64& rng, const std::vector<int>& ct
   return true;
 }
 
+// Overwrites K of token `pos` of sequence `seq`, kv head `kvh`, with `row` [D] (bf16 bits) in a bf16
+// pool, host and device copies: a key the peaked-softmax cases make dominate one head's scores.
+bool PlantKey(Pool* p, int seq, int pos, int kvh, const uint16_t* row) {
+  const int d = p->host.head_dim;
+  const size_t slot =
+      static_cast<size_t>(p->table_host[static_cast<size_t>(seq) * p->max_blocks + pos / kBlockTokens]) * kBlockTokens +
+      pos % kBlockTokens;
+  const size_t off = (slot * p->host.num_kv_heads + kvh) * d;
+  std::copy(row, row + d, p->host.k16.begin() + static_cast<std::ptrdiff_t>(off));
+  return Ok(cudaMemcpy(p->k.as<uint16_t>() + off, row, static_cast<size_t>(d) * 2, cudaMemcpyHostToDevice), "plant");
+}
+
+// The keys the peaked cases plant for a sequence of `ctx` tokens: the last key (in the last,
+// usually partial, block), the first key of the last block, and the first key of the last split
+// of `geo` (0: no split). Where a kernel drops or mis-masks one of those, its head's output is
+// that key's V instead of a blend, which the reference comparison cannot miss.
+std::vector<int> PlantedPositions(int ctx, int last_split_first_key) {
+  std::vector<int> v = {ctx - 1, (ctx - 1) / kBlockTokens * kBlockTokens};
+  if (last_split_first_key > 0 && last_split_first_key < ctx) v.push_back(last_split_first_key);
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  return v;
+}
+
 struct DecodeSpec {
   std::string name;
   int hq, hkv, d;
   std::vector<int> ctx;
   KvDtype dtype;
-  int ref_seqs;  // sequences compared with the reference (the first ones)
-  int q_pad;     // extra elements per q row (tests the stride)
+  int q_pad = 0;          // extra elements per q row (tests the stride)
+  float q_scale = 1.0f;   // q uniform in [-q_scale, q_scale]: 16-32 makes the softmax peaked
+  bool plant = false;     // bf16 only: plant q-aligned keys (PlantedPositions) in every sequence
+  int plan_divisor = 1;   // plan the split-K geometry for max context / this (a too-short plan)
 };
 
 // Runs one case on one kernel variant. *passed: the row's verdict. *ms_io: v1's time in (for v2's
@@ -145,12 +171,31 @@ bool RunDecode(CheckContext& c, const DecodeSpec& sp, DecodeVariant variant, boo
   Pool pool;
   if (!BuildPool(c, rng, sp.ctx, sp.hkv, sp.d, sp.dtype, &pool)) return false;
   const int64_t q_stride = static_cast<int64_t>(sp.hq) * sp.d + sp.q_pad;
-  const auto q = RandomBf16(static_cast<size_t>(s * q_stride), rng, 1.0f);
+  const auto q = RandomBf16(static_cast<size_t>(s * q_stride), rng, sp.q_scale);
   DecodeGeometry geo;
   const int max_ctx = *std::max_element(sp.ctx.begin(), sp.ctx.end());
-  DecodeShape shape{s, sp.hq, sp.hkv, sp.d, max_ctx};
+  const int g = sp.hq / sp.hkv;
+  DecodeShape shape{s, sp.hq, sp.hkv, sp.d, std::max(1, max_ctx / sp.plan_divisor)};
   shape.variant = variant;
+  // The split rule as CudaBackend applies it: CTAs per SM of this kernel from the occupancy API.
+  if (!Ok(DecodeCtasPerSm(sp.dtype, sp.d, g, variant, &shape.ctas_per_sm), "DecodeCtasPerSm")) return false;
   if (!Ok(ChooseDecodeGeometry(shape, c.num_sms, &geo), "geometry")) return false;
+  if (sp.plant) {
+    if (sp.dtype != KvDtype::kBf16) return Ok(false, "planted keys need a bf16 pool");
+    const int last_split_key = geo.splits > 1 ? (geo.splits - 1) * geo.blocks_per_split * kBlockTokens : 0;
+    for (int seq = 0; seq < s; ++seq)
+      for (int kvh = 0; kvh < sp.hkv; ++kvh) {
+        int k = 0;
+        for (int pos : PlantedPositions(sp.ctx[static_cast<size_t>(seq)], last_split_key)) {
+          const int h = kvh * g + (k++ % g);  // a different head of the group per planted key
+          std::vector<uint16_t> row(static_cast<size_t>(sp.d));
+          for (int j = 0; j < sp.d; ++j)
+            row[static_cast<size_t>(j)] =
+                FloatToBf16(Bf16ToFloat(q[static_cast<size_t>(seq * q_stride + h * sp.d + j)]) / sp.q_scale);
+          if (!PlantKey(&pool, seq, pos, kvh, row.data())) return false;
+        }
+      }
+  }
   DeviceBuffer dq, dout, dctx, ws;
   const size_t out_elems = static_cast<size_t>(s) * sp.hq * sp.d;
   if (!dq.Alloc(q.size() * 2) || !dout.Alloc(out_elems * 2) || !dctx.Alloc(sp.ctx.size() * 4) ||
@@ -172,7 +217,7 @@ bool RunDecode(CheckContext& c, const DecodeSpec& sp, DecodeVariant variant, boo
     return false;
   std::vector<uint16_t> out;
   if (!dout.Download(&out, out_elems)) return false;
-  const int checked = std::min(s, sp.ref_seqs), g = sp.hq / sp.hkv;
+  const int checked = s;  // every sequence, every head
   std::vector<double> ref(static_cast<size_t>(checked) * sp.hq * sp.d);
   ref::ParallelFor(static_cast<int64_t>(checked) * sp.hq, [&](int64_t i) {
     const int seq = static_cast<int>(i / sp.hq), h = static_cast<int>(i % sp.hq);
@@ -193,7 +238,10 @@ bool RunDecode(CheckContext& c, const DecodeSpec& sp, DecodeVariant variant, boo
   const std::string size = "S=" + std::to_string(s) + " ctx<=" + std::to_string(max_ctx) + " " +
                            std::to_string(sp.hq) + "/" + std::to_string(sp.hkv) + "x" + std::to_string(sp.d);
   const bool v2 = variant == DecodeVariant::kV2;
-  std::string note = (v2 ? "v2 splits=" : "splits=") + std::to_string(geo.splits) + (all_written ? "" : " UNWRITTEN OUTPUT");
+  std::string note = (v2 ? "v2 splits=" : "splits=") + std::to_string(geo.splits) +
+                     " ctas/SM=" + std::to_string(shape.ctas_per_sm) +
+                     (sp.plan_divisor > 1 ? " plan for ctx/" + std::to_string(sp.plan_divisor) : "") +
+                     (all_written ? "" : " UNWRITTEN OUTPUT");
   if (!v2) {
     *v1_out = out;
   } else {
@@ -221,6 +269,8 @@ struct PrefillSpec {
   std::vector<int> q_lens, ctx;
   KvDtype dtype;
   int samples;  // 0: compare every (row, head); else this many random ones plus each sequence's last row
+  float q_scale = 1.0f;  // q uniform in [-q_scale, q_scale]: 16-32 makes the softmax peaked
+  bool plant = false;    // bf16 only: keys aligned with the last row's q at PlantedPositions
 };
 
 const char* VariantName(PrefillVariant v) { return v == PrefillVariant::kV2 ? "v2" : "v1"; }
@@ -234,7 +284,25 @@ bool RunPrefill(CheckContext& c, const PrefillSpec& sp, PrefillVariant variant, 
   for (int n : sp.q_lens) q_start.push_back(q_start.back() + n);
   const int t = q_start.back(), s = static_cast<int>(sp.q_lens.size()), g = sp.hq / sp.hkv;
   const int64_t q_stride = static_cast<int64_t>(sp.hq + 2 * sp.hkv) * sp.d;  // fused QKV rows
-  const auto q = RandomBf16(static_cast<size_t>(t * q_stride), rng, 1.0f);
+  const auto q = RandomBf16(static_cast<size_t>(t * q_stride), rng, sp.q_scale);
+  if (sp.plant) {
+    if (sp.dtype != KvDtype::kBf16) return Ok(false, "planted keys need a bf16 pool");
+    for (int seq = 0; seq < s; ++seq) {
+      if (sp.q_lens[static_cast<size_t>(seq)] == 0) continue;
+      const int64_t last_tok = q_start[static_cast<size_t>(seq) + 1] - 1;
+      for (int kvh = 0; kvh < sp.hkv; ++kvh) {
+        int k = 0;
+        for (int pos : PlantedPositions(sp.ctx[static_cast<size_t>(seq)], 0)) {
+          const int h = kvh * g + (k++ % g);
+          std::vector<uint16_t> row(static_cast<size_t>(sp.d));
+          for (int j = 0; j < sp.d; ++j)
+            row[static_cast<size_t>(j)] =
+                FloatToBf16(Bf16ToFloat(q[static_cast<size_t>(last_tok * q_stride + h * sp.d + j)]) / sp.q_scale);
+          if (!PlantKey(&pool, seq, pos, kvh, row.data())) return false;
+        }
+      }
+    }
+  }
   std::vector<int32_t> tiles;
   if (!Ok(BuildPrefillTiles(sp.q_lens, PrefillTileTokens(variant, g), &tiles), "tiles")) return false;
   PrefillGeometry geo;
@@ -260,6 +328,7 @@ bool RunPrefill(CheckContext& c, const PrefillSpec& sp, PrefillVariant variant, 
   a.q_start = dstart.as<int32_t>();
   a.context_lens = dctx.as<int32_t>();
   a.tiles = dtiles.as<int32_t>();
+  a.tile_tokens = PrefillTileTokens(variant, g);
   a.num_q_heads = sp.hq;
   a.softmax_scale = 1.0f / std::sqrt(static_cast<float>(sp.d));
   a.geo = geo;
@@ -329,16 +398,35 @@ bool CheckDecodeAttention(CheckContext& c) {
   auto small = RandomCtx(rng, 16, 1, 2000);
   small[0] = 1;
   small[1] = 17;
-  const std::vector<DecodeSpec> specs = {
-      {"decode attn bf16", 32, 8, 128, RandomCtx(rng, big, 3584, 4096), bf, 4, 0},
-      {"decode attn bf16 split-K", 32, 8, 128, {long_ctx}, bf, 1, 0},
-      {"decode attn fp8", 32, 8, 128, RandomCtx(rng, big, 3584, 4096), KvDtype::kFp8E4M3, 4, 0},
-      {"decode attn bf16 G=3 D=64", 9, 3, 64, small, bf, 16, 64},
-      {"decode attn bf16 G=8", 64, 8, 128, RandomCtx(rng, 8, 1000, 2048), bf, 8, 3 * 128},
-      // The engine's cache type (CudaBackend decodes on f16); small, drawn after the others so
-      // their inputs stay those of earlier runs.
-      {"decode attn f16", 32, 8, 128, RandomCtx(rng, 8, 1000, 2048), KvDtype::kF16, 8, 0},
+  const KvDtype fp8 = KvDtype::kFp8E4M3, f16 = KvDtype::kF16;
+  // Contexts of the cases before "decode attn f16" are drawn in the order of earlier runs, so a
+  // seed gives them the inputs it gave then. Every case compares every sequence and head.
+  std::vector<DecodeSpec> specs = {
+      {"decode attn bf16", 32, 8, 128, RandomCtx(rng, big, 3584, 4096), bf},
+      {"decode attn bf16 split-K", 32, 8, 128, {long_ctx}, bf},
+      {"decode attn fp8", 32, 8, 128, RandomCtx(rng, big, 3584, 4096), fp8},
+      {"decode attn bf16 G=3 D=64", 9, 3, 64, small, bf, 64},
+      {"decode attn bf16 G=8", 64, 8, 128, RandomCtx(rng, 8, 1000, 2048), bf, 3 * 128},
+      // The engine's cache type (CudaBackend decodes on f16).
+      {"decode attn f16", 32, 8, 128, RandomCtx(rng, 8, 1000, 2048), f16},
   };
+  // The remaining variants (kernel instantiations) at D = 64; the bundled model's shape (9/3x64).
+  specs.push_back({"decode attn fp8 D=64", 9, 3, 64, RandomCtx(rng, 16, 1, 2000), fp8});
+  specs.push_back({"decode attn f16 D=64", 9, 3, 64, RandomCtx(rng, 16, 1, 2000), f16, 64});
+  specs.push_back({"decode attn bf16 G=8 D=64", 32, 4, 64, RandomCtx(rng, 8, 1000, 2048), bf});
+  // Peaked softmax: q x 16-32 and keys equal to a head's q direction planted at the last key, the
+  // last block's first key and the last split's first key. Contexts end mid-block.
+  auto mid_block = [&](int n, int lo, int hi) {
+    auto v = RandomCtx(rng, n, lo, hi);
+    for (auto& x : v) x = x / kBlockTokens * kBlockTokens + 1 + static_cast<int>(rng() % (kBlockTokens - 1));
+    return v;
+  };
+  specs.push_back({"decode attn bf16 peaked", 32, 8, 128, mid_block(big, 3584, 4096), bf, 0, 32.0f, true});
+  specs.push_back({"decode attn bf16 split-K peaked", 32, 8, 128, mid_block(1, long_ctx - 64, long_ctx), bf, 0, 16.0f,
+                   true});
+  specs.push_back({"decode attn bf16 G=3 D=64 peaked", 9, 3, 64, mid_block(16, 17, 2000), bf, 0, 32.0f, true});
+  // A plan made for a third of the longest context: the last split must run to the end.
+  specs.push_back({"decode attn bf16 short plan", 32, 8, 128, mid_block(2, 20000, 30000), bf, 0, 16.0f, true, 3});
   // v1 first for every case (its rows survive a v2 fault), then v2 on the same inputs.
   std::vector<double> v1_ms(specs.size(), 0.0);
   std::vector<std::vector<uint16_t>> v1_out(specs.size());
@@ -371,6 +459,12 @@ bool CheckPrefillAttention(CheckContext& c) {
       {"prefill attn chunk", 32, 8, 128, {chunk}, {chunk}, bf, 64},
       {"prefill attn chunk+prefix", 32, 8, 128, {chunk}, {prefix_ctx}, bf, 64},
       {"prefill attn warm tail (split)", 32, 8, 128, {16}, {long_ctx}, bf, 32},
+      // v2's 16-token tiles (G = 8, D = 128), and peaked softmax (q x 16-32, keys aligned with the
+      // last row's q planted at the last key and the last block's first key; contexts mid-block).
+      {"prefill attn bf16 G=8 D=128", 32, 4, 128, {200, 37}, {200, 900}, bf, 0},
+      {"prefill attn bf16 peaked", 32, 8, 128, {300, 200, 1, 64}, {301, 1003, 77, 69}, bf, 0, 32.0f, true},
+      {"prefill attn bf16 G=3 D=64 peaked", 9, 3, 64, {130, 50}, {133, 509}, bf, 0, 16.0f, true},
+      {"prefill attn warm tail peaked", 32, 8, 128, {16}, {long_ctx - 7}, bf, 32, 16.0f, true},
   };
   // v1 first for every case (its rows survive a v2 fault), then v2 on the same inputs.
   std::vector<double> v1_ms(specs.size(), 0.0);

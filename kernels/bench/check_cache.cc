@@ -93,11 +93,13 @@ bool CheckCacheWriteFp8(CheckContext& c) {
   a.kv = {kc.get(), vc.get(), ks.as<float>(), vs.as<float>(), nb, hkv, d, KvDtype::kFp8E4M3};
   double bad = 0;
   // Pass 0 fills offsets 0..7 of every sequence's block; pass 1 adds 8..15, four times larger for
-  // odd sequences so their scale grows and the first half is re-encoded.
+  // odd sequences so their scale grows and the first half is re-encoded. Sequences 2 mod 4 write
+  // zeros first (the block's scale stays unset, 0) and then values of 0.05: their scale must come
+  // from those (0.05 / 448), not stay at a placeholder.
   for (int pass = 0; pass < 2; ++pass) {
     std::vector<uint16_t> k, v;
     for (int s = 0; s < seqs; ++s) {
-      const float scale = pass == 1 && (s & 1) ? 4.0f : 1.0f;
+      const float scale = s % 4 == 2 ? (pass == 0 ? 0.0f : 0.05f) : pass == 1 && (s & 1) ? 4.0f : 1.0f;
       const auto ks_ = RandomBf16(static_cast<size_t>(half) * row, rng, scale);
       const auto vs_ = RandomBf16(static_cast<size_t>(half) * row, rng, scale);
       k.insert(k.end(), ks_.begin(), ks_.end());
@@ -136,7 +138,7 @@ bool CheckCacheWriteFp8(CheckContext& c) {
   a.num_segments = static_cast<int>(segs0.size());
   const double ms = TimeMs(c.stream, 3, 20, [&] { return ReshapeAndCache(a, c.stream).ok(); });
   c.rows->push_back({"reshape_and_cache fp8+scales", std::to_string(t) + " tok x8x128 x2", bad, 0, bad == 0, ms,
-                     GBps(2.0 * 3.0 * t * row, ms), "GB/s", c.copy_gbps, "bit-exact codes+scales, rescale path"});
+                     GBps(2.0 * 3.0 * t * row, ms), "GB/s", c.copy_gbps, "bit-exact codes+scales, rescale + zero-first paths"});
   return true;
 }
 

@@ -18,6 +18,7 @@ namespace kvgate::cuda::bench {
 
 std::vector<uint16_t> RandomBf16(size_t n, std::mt19937_64& rng, float scale) {
   std::vector<uint16_t> v(n);
+  if (scale == 0.0f) return v;  // zeros (a distribution over [-0, 0) is not defined)
   std::uniform_real_distribution<float> u(-scale, scale);
   for (auto& x : v) x = FloatToBf16(u(rng));
   return v;
@@ -114,13 +115,86 @@ bool MeasureCeilings(CheckContext& c) {
   return GemmCase(c, "ceiling: cuBLASLt bf16 GEMM", s, s, s, 0.0f, true);
 }
 
+// CudaBackend's GEMMs: operands at element offsets into their buffers (the engine's activations
+// start t * k elements into a scratch buffer: with k = 576 that is 64-128-byte alignment, not the
+// 256 cuBLASLt assumes unless told), and the f32 output the backend writes directly. Sampled
+// entries against double sums; the whole output must be written (poisoned before).
+bool GemmEngineCase(CheckContext& c, const char* name, int64_t m, int64_t n, int64_t k, int64_t x_off,
+                    int64_t w_off, int64_t y_off, bool y_f32) {
+  const size_t ybytes = y_f32 ? 4 : 2;
+  DeviceBuffer x, w, y;
+  if (!x.Alloc(static_cast<size_t>(m * k + x_off) * 2) || !w.Alloc(static_cast<size_t>(n * k + w_off) * 2) ||
+      !y.Alloc(static_cast<size_t>(m * n + y_off) * ybytes) || !y.Poison())
+    return false;
+  const uint64_t tag = static_cast<uint64_t>(m * 131 + n * 17 + k + x_off + w_off + y_off);
+  bf16* xp = x.as<bf16>() + x_off;
+  bf16* wp = w.as<bf16>() + w_off;
+  KV_TRY(FillUniformBf16(xp, m * k, c.seed + tag, 1.0f, c.stream));
+  KV_TRY(FillUniformBf16(wp, n * k, c.seed + tag + 1, 1.0f / std::sqrt(static_cast<float>(k)), c.stream));
+  KV_TRY(cudaStreamSynchronize(c.stream));
+  std::vector<uint16_t> hx, hw;
+  {
+    std::vector<uint16_t> ax, aw;
+    if (!x.Download(&ax, static_cast<size_t>(m * k + x_off)) || !w.Download(&aw, static_cast<size_t>(n * k + w_off)))
+      return false;
+    hx.assign(ax.begin() + x_off, ax.end());
+    hw.assign(aw.begin() + w_off, aw.end());
+  }
+  auto run = [&] {
+    return y_f32 ? c.gemm->Run(xp, k, wp, k, y.as<float>() + y_off, n, m, n, k, 1.0f, 0.0f, c.stream)
+                 : c.gemm->Run(xp, k, wp, k, y.as<bf16>() + y_off, n, m, n, k, 1.0f, 0.0f, c.stream);
+  };
+  KV_TRY(run());
+  KV_TRY(cudaStreamSynchronize(c.stream));
+  std::vector<float> got(static_cast<size_t>(m * n));
+  if (y_f32) {
+    std::vector<float> all;
+    if (!y.Download(&all, static_cast<size_t>(m * n + y_off))) return false;
+    std::copy(all.begin() + y_off, all.end(), got.begin());
+  } else {
+    std::vector<uint16_t> all;
+    if (!y.Download(&all, static_cast<size_t>(m * n + y_off))) return false;
+    for (size_t i = 0; i < got.size(); ++i) got[i] = Bf16ToFloat(all[static_cast<size_t>(y_off) + i]);
+  }
+  bool written = true;
+  for (float v : got) written &= std::isfinite(v);
+  auto rng = Rng(c, tag);
+  std::vector<float> out;
+  std::vector<double> ref;
+  for (int s = 0; s < 512; ++s) {
+    const int64_t i = static_cast<int64_t>(rng() % static_cast<uint64_t>(m)), j = static_cast<int64_t>(rng() % static_cast<uint64_t>(n));
+    double acc = 0;
+    for (int64_t t = 0; t < k; ++t)
+      acc += static_cast<double>(Bf16ToFloat(hx[static_cast<size_t>(i * k + t)])) * Bf16ToFloat(hw[static_cast<size_t>(j * k + t)]);
+    ref.push_back(acc);
+    out.push_back(got[static_cast<size_t>(i * n + j)]);
+  }
+  const double err = ref::RelError(out, ref);
+  // f32 output: no bf16 rounding, so the error must be far below the bf16 rows' ~2e-3.
+  const double thresh = y_f32 ? 1e-4 : 1e-2;
+  const double ms = TimeMs(c.stream, 3, 10, [&] { return run().ok(); });
+  if (ms < 0) return false;
+  const double tflops = 2.0 * static_cast<double>(m) * n * k / ms / 1e9;
+  char note[96];
+  std::snprintf(note, sizeof(note), "align x %u w %u y %u B%s%s", GemmPointerAlignment(xp), GemmPointerAlignment(wp),
+                y_f32 ? GemmPointerAlignment(y.as<float>() + y_off) : GemmPointerAlignment(y.as<bf16>() + y_off),
+                y_f32 ? "; f32 out" : "", written ? "" : " UNWRITTEN OUTPUT");
+  c.rows->push_back({name, Dims({m, n, k}), err, thresh, err <= thresh && written, ms, tflops, "TFLOP/s",
+                     c.gemm_tflops, note});
+  return true;
+}
+
 bool CheckGemm(CheckContext& c) {
   const int64_t m = c.quick ? 1024 : 8192;
   return GemmCase(c, "gemm qkv", m, 6144, 4096, 0.0f, false) &&
          GemmCase(c, "gemm o_proj + residual", m, 4096, 4096, 1.0f, false) &&
          GemmCase(c, "gemm gate_up", m, 24576, 4096, 0.0f, false) &&
          GemmCase(c, "gemm down + residual", m, 4096, 12288, 1.0f, false) &&
-         GemmCase(c, "gemm decode qkv (M=64)", 64, 6144, 4096, 0.0f, false);
+         GemmCase(c, "gemm decode qkv (M=64)", 64, 6144, 4096, 0.0f, false) &&
+         // The bundled model's q projection at 513 tokens; x 1152 B (128-aligned), w 64 B, y 16 B in.
+         GemmEngineCase(c, "gemm unaligned (engine)", 513, 576, 576, 576, 32, 8, false) &&
+         GemmEngineCase(c, "gemm f32 out (engine)", 513, 1536, 576, 0, 0, 0, true) &&
+         GemmEngineCase(c, "gemm f32 out unaligned", 511, 576, 576, 288, 32, 4, true);
 }
 
 bool CheckFp8Encode(CheckContext& c) {

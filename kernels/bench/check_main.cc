@@ -42,8 +42,8 @@ int main(int argc, char** argv) {
   std::printf("device: %s, %d SMs, %.1f GiB, L2 %d MiB, cc %d.%d\n", prop.name, prop.multiProcessorCount,
               static_cast<double>(prop.totalGlobalMem) / (1u << 30), prop.l2CacheSize >> 20, prop.major, prop.minor);
   std::fflush(stdout);
-  std::vector<Row> rows;
-  c.rows = &rows;
+  RowTable table;
+  c.rows = &table;
   if (!Ok(DeviceSmCount(&c.num_sms), "sm count") || !Ok(cudaStreamCreate(&c.stream), "stream")) return 2;
   std::unique_ptr<GemmBf16> gemm;
   if (!Ok(GemmBf16::Create(size_t{32} << 20, &gemm), "GemmBf16::Create")) return 2;
@@ -60,6 +60,7 @@ int main(int argc, char** argv) {
       {"silu_mul", CheckSiluMul},            {"cache bf16", CheckCacheWriteBf16},
       {"cache fp8", CheckCacheWriteFp8},     {"copy blocks", CheckCopyBlocks},
       {"decode attention", CheckDecodeAttention}, {"prefill attention", CheckPrefillAttention},
+      {"backend ops", CheckBackendOps},
   };
   if (e2e) checks.push_back({"end to end", RunEndToEnd});
   bool infra_ok = true;
@@ -74,6 +75,7 @@ int main(int argc, char** argv) {
       if (cudaGetLastError() != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) break;  // sticky error
     }
   }
+  const std::vector<Row>& rows = table.rows();
   PrintTable(rows);
   int failed = 0;
   for (const Row& r : rows) failed += !r.pass;

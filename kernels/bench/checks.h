@@ -1,6 +1,6 @@
 // The device checks, split by file: check_kernels.cc (ceilings, GEMM, elementwise, cache, copy,
-// FP8, dequant), check_attention.cc (decode and prefill attention), e2e_model.cc (Qwen3-8B-shaped
-// model). Each check appends rows to the table; it returns false only when a CUDA call fails.
+// FP8, dequant), check_attention.cc (decode and prefill attention), check_backend_ops.cc (the f32 /
+// f16 kernels CudaBackend runs), e2e_model.cc (Qwen3-8B-shaped model). Each check appends rows to the table; it returns false only when a CUDA call fails.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -21,7 +21,7 @@ struct CheckContext {
   double copy_gbps = 0.0;     // measured device copy bandwidth (bytes read + written)
   double gemm_tflops = 0.0;   // measured bf16 GEMM rate
   GemmBf16* gemm = nullptr;
-  std::vector<Row>* rows = nullptr;
+  RowTable* rows = nullptr;  // prints each row as it is added
   bool quick = false;         // smaller sizes (for a smoke run)
   // Set by CheckPrefillAttention: every prefill v2 case matched the reference in this run. The
   // end-to-end run uses v2 only then (v2 has not been verified on a GPU before).
@@ -47,6 +47,7 @@ bool CheckCacheWriteFp8(CheckContext& c);
 bool CheckCopyBlocks(CheckContext& c);
 bool CheckDecodeAttention(CheckContext& c);
 bool CheckPrefillAttention(CheckContext& c);
+bool CheckBackendOps(CheckContext& c);  // check_backend_ops.cc: CudaBackend's f32 / f16 kernels
 bool RunEndToEnd(CheckContext& c);
 
 }  // namespace kvgate::cuda::bench

@@ -140,7 +140,8 @@ void Fp8CacheWrite(const uint16_t* x, int64_t stride, std::span<const CacheSegme
       for (int t = 0; t < seg.count; ++t)
         for (int i = 0; i < head_dim; ++i) {
           const float v = Bf16ToFloat(x[(seg.token_begin + t) * stride + h * head_dim + i]);
-          (*cache)[static_cast<size_t>(base + (seg.first_offset + t) * row + i)] = EncodeE4M3(v / scale);
+          (*cache)[static_cast<size_t>(base + (seg.first_offset + t) * row + i)] =
+              scale > 0.0f ? EncodeE4M3(v / scale) : 0;
         }
       (*scales)[si] = scale;
     }

@@ -5,12 +5,17 @@
 #   2. saves the kernels' register/shared-memory/spill report and a SASS instruction census;
 #   3. runs kvgate_cuda_checks: every kernel against its CPU reference on random inputs (seed
 #      printed), timed with CUDA events, one table with the fraction of the measured ceilings, then
-#      the Qwen3-8B-shaped end-to-end timings.
+#      the Qwen3-8B-shaped end-to-end timings. Each row is printed ("row: ...") and flushed as soon
+#      as it is measured, so a run cut short (timeout, fault) still leaves every finished row in
+#      checks.log; the script then prints those rows again.
+# Needs only what a clean checkout has (no build tree, no model, no .venv): CMake >= 3.24, nvcc 12+
+# and a C++20 host compiler.
 # Exit status: that of kvgate_cuda_checks (0 pass, 1 a correctness failure, 2 a CUDA failure), 3 when
 # the build fails, 124 when the checks outrun CHECK_TIMEOUT.
 # Environment: OUT (logs; default build-device/out), SEED, CHECK_TIMEOUT (s, default 420),
 # BUILD_DIR (default /tmp/kvgate-device-build), CHECK_ARGS (e.g. "--quick" or "--no-e2e").
-# Budget: about 1-2 min to build on 16 cores, 2-4 min of checks (predicted; see kernels/NOTES.md).
+# Budget: about 1-2 min to build on 16 cores, 3-5 min of checks (predicted; see kernels/NOTES.md),
+# inside one 600 s call with CHECK_TIMEOUT's default.
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -60,5 +65,9 @@ fi
 echo "== checks"
 timeout "$CHECK_TIMEOUT" "$BUILD_DIR/bin/kvgate_cuda_checks" --seed "$SEED" ${CHECK_ARGS:-} 2>&1 | tee "$OUT/checks.log"
 rc=${PIPESTATUS[0]}
+if [ "$rc" -ne 0 ] && ! grep -q '^seed=.*rows=' "$OUT/checks.log"; then
+  echo "== the checks stopped early (exit $rc); rows measured before that:"
+  grep '^row: ' "$OUT/checks.log" || echo "(none)"
+fi
 echo "== exit $rc after $(( $(date +%s) - start )) s (seed $SEED)"
 exit "$rc"

@@ -46,8 +46,8 @@ __global__ void __launch_bounds__(kAttnThreads, (DecodeMinCtasPerSm<D, kMaxG>())
   const int G = p.group;
   const int ctx = p.context_lens[seq];
   const int nblocks = (ctx + kBlockTokens - 1) / kBlockTokens;
-  const int b_begin = split * p.blocks_per_split;
-  const int b_end = min(nblocks, b_begin + p.blocks_per_split);
+  const BlockRange range = DecodeSplitBlocks(split, p.splits, p.blocks_per_split, nblocks);
+  const int b_begin = range.begin, b_end = range.end;
 
   float qv[kMaxG][8];  // this lane's 8 dims of each query head of the group, pre-scaled
 #pragma unroll
@@ -194,6 +194,22 @@ CudaStatus LaunchSplitReduce(const float* ws, int rows, int num_q_heads, int spl
   else
     SplitReduceKernel<64><<<grid, 64, 0, stream>>>(ws, splits, out);
   return LaunchStatus("SplitReduceKernel");
+}
+
+CudaStatus DecodeCtasPerSm(KvDtype dtype, int head_dim, int group, DecodeVariant variant, int* ctas_per_sm) {
+  if (!ctas_per_sm || group < 1 || group > 8 || (head_dim != 64 && head_dim != 128))
+    return CudaStatus::Invalid("decode occupancy: group 1..8, head_dim 64/128");
+  *ctas_per_sm = 0;
+  if (variant == DecodeVariant::kV2) return DecodeV2CtasPerSm(dtype, head_dim, group, ctas_per_sm);
+  cudaError_t e = cudaSuccess;
+  DispatchCacheTypeAndHeadDim(dtype, head_dim, [&](auto type, auto d) {
+    using T = typename decltype(type)::type;
+    constexpr int kD = decltype(d)::value;
+    e = group <= 4 ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, DecodeKernel<T, kD, 4>, kAttnThreads, 0)
+                   : cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, DecodeKernel<T, kD, 8>, kAttnThreads, 0);
+  });
+  if (e != cudaSuccess) return {CudaStatusKind::kCudaError, static_cast<int>(e), "decode occupancy"};
+  return CudaStatus::Ok();
 }
 
 CudaStatus DecodeAttention(const DecodeAttentionArgs& a, cudaStream_t stream) {

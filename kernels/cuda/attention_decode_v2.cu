@@ -34,7 +34,7 @@ namespace {
 template <typename CacheT, int D>
 struct DecodeV2Layout {
   static constexpr int kChunkBytes = 8 * static_cast<int>(sizeof(CacheT));
-  static constexpr int kIters = D / 16;
+  static constexpr int kIters = decode_v2::DecodeV2Iters(D);
   static constexpr uint32_t kItStride = 32 * kChunkBytes;           // next iteration, same lane
   static constexpr uint32_t kKvStride = kIters * kItStride;         // K -> V of one stage
   static constexpr uint32_t kStageStride = 2 * kKvStride;           // next stage, same warp
@@ -91,8 +91,8 @@ __global__ void __launch_bounds__(kAttnThreads, (DecodeV2MinCtasPerSm<kMaxG>()))
   const int G = p.group;
   const int ctx = p.context_lens[seq];
   const int nblocks = (ctx + kBlockTokens - 1) / kBlockTokens;
-  const int b_begin = split * p.blocks_per_split;
-  const int b_end = min(nblocks, b_begin + p.blocks_per_split);
+  const BlockRange range = DecodeSplitBlocks(split, p.splits, p.blocks_per_split, nblocks);
+  const int b_begin = range.begin, b_end = range.end;
   // This warp's blocks, as in v1: first, first + 4, ... below b_end; n of them.
   const int first = b_begin + warp;
   const int n = first < b_end ? (b_end - first + kAttnWarps - 1) / kAttnWarps : 0;
@@ -258,7 +258,29 @@ CudaStatus Launch(const DecodeParams& p, dim3 grid, cudaStream_t stream) {
   return LaunchStatus("DecodeV2Kernel");
 }
 
+template <typename CacheT, int D, int kMaxG>
+CudaStatus Occupancy(int* n) {
+  constexpr size_t kBytes = DecodeV2Layout<CacheT, D>::kBytes;
+  // The same opt-in as a launch: without it, more than 48 KB of dynamic shared memory fits 0 CTAs.
+  cudaError_t e = cudaFuncSetAttribute(DecodeV2Kernel<CacheT, D, kMaxG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(kBytes));
+  if (e == cudaSuccess)
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, DecodeV2Kernel<CacheT, D, kMaxG>, kAttnThreads, kBytes);
+  if (e != cudaSuccess) return {CudaStatusKind::kCudaError, static_cast<int>(e), "decode v2 occupancy"};
+  return CudaStatus::Ok();
+}
+
 }  // namespace
+
+CudaStatus DecodeV2CtasPerSm(KvDtype dtype, int head_dim, int group, int* ctas_per_sm) {
+  CudaStatus st = CudaStatus::Ok();
+  DispatchCacheTypeAndHeadDim(dtype, head_dim, [&](auto type, auto d) {
+    using T = typename decltype(type)::type;
+    constexpr int kD = decltype(d)::value;
+    st = group <= 4 ? Occupancy<T, kD, 4>(ctas_per_sm) : Occupancy<T, kD, 8>(ctas_per_sm);
+  });
+  return st;
+}
 
 CudaStatus LaunchDecodeV2(const DecodeParams& p, KvDtype dtype, int head_dim, dim3 grid, cudaStream_t stream) {
   CudaStatus st = CudaStatus::Ok();

@@ -110,6 +110,8 @@ __device__ __forceinline__ void DecodeMergeAndStore(const DecodeParams& p, float
 // DecodeGeometry (variant kV2). Does not run the split reduction.
 CudaStatus LaunchDecodeV2(const DecodeParams& p, KvDtype dtype, int head_dim, dim3 grid,
                           cudaStream_t stream);
+// DecodeCtasPerSm for v2 (its kernels and their dynamic shared memory live in that file).
+CudaStatus DecodeV2CtasPerSm(KvDtype dtype, int head_dim, int group, int* ctas_per_sm);
 
 // Kernel arguments of both prefill variants (attention_prefill.cu validates and fills them).
 struct PrefillParams {

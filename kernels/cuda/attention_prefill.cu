@@ -3,8 +3,9 @@
 // v1 design: CTA = (query head, 64-row query tile, split), 4 warps, each warp owns 16 query rows and
 // keeps its Q fragments, running max / sum and the O accumulator [16][D] in registers. Keys come in
 // 64-token tiles (4 KV blocks) gathered through the block table into shared memory (FP8 caches are
-// dequantized with their block scale, f16 caches rounded to bf16, on the way in), then S = Q K^T and O += P V run on tensor
-// cores with mma.sync.m16n8k16 (bf16 in, f32 accumulate); softmax is online in the log2 domain.
+// dequantized with their block scale on the way in), then S = Q K^T and O += P V run on tensor
+// cores with mma.sync.m16n8k16 (bf16 in, or f16 for an f16 cache: its values exactly as stored;
+// f32 accumulate); softmax is online in the log2 domain.
 // Causal: a tile stops at the last key its last row can see; masking only touches the diagonal
 // tiles. A short chunk over a long prefix (few tiles) is split over the key range and merged by
 // LaunchSplitReduce. Known v1 limits (see kernels/NOTES.md): no cp.async double buffering, V
@@ -34,7 +35,9 @@ __device__ __forceinline__ uint32_t PackRaw(__nv_bfloat16 lo, __nv_bfloat16 hi) 
 }
 
 // Gathers keys [kbase, kbase + 64) of `cache` for kv head kvh into tile [64][D + 8]; keys at or
-// past ctx are zero (their slots may be unwritten).
+// past ctx are zero (their slots may be unwritten). The tile holds bf16 (bf16 cache; FP8 decoded
+// times its block scale) or, for an f16 cache, its f16 bits unchanged (the kernel multiplies
+// those with f16 mma: MmaOps).
 template <typename CacheT, int D>
 __device__ __forceinline__ void LoadKvTile(const PrefillParams& p, const CacheT* cache,
                                            const float* scales, int seq, int kvh, int kbase,
@@ -51,13 +54,8 @@ __device__ __forceinline__ void LoadKvTile(const PrefillParams& p, const CacheT*
       const int64_t off = (phys * kBlockTokens + key % kBlockTokens) * row + kvh * D + col;
       if constexpr (std::is_same_v<CacheT, __nv_bfloat16>) {
         packed = *reinterpret_cast<const uint4*>(cache + off);
-      } else if constexpr (std::is_same_v<CacheT, __half>) {  // f16 cache: rounded to bf16 for mma
-        float f[8];
-        F16x8ToFloat(*reinterpret_cast<const uint4*>(cache + off), f);
-        packed.x = PackBf16(f[0], f[1]);
-        packed.y = PackBf16(f[2], f[3]);
-        packed.z = PackBf16(f[4], f[5]);
-        packed.w = PackBf16(f[6], f[7]);
+      } else if constexpr (std::is_same_v<CacheT, __half>) {  // f16 cache: f16 bits, f16 mma
+        packed = *reinterpret_cast<const uint4*>(cache + off);
       } else {
         float f[8];
         Fp8x8ToFloat(*reinterpret_cast<const uint2*>(cache + off), f);
@@ -74,6 +72,7 @@ __device__ __forceinline__ void LoadKvTile(const PrefillParams& p, const CacheT*
 
 template <typename CacheT, int D>
 __global__ void __launch_bounds__(kAttnThreads) PrefillKernel(const PrefillParams p) {
+  using M = MmaOps<std::is_same_v<CacheT, __half>>;
   constexpr int kNT = kPrefillKvTile / 8;  // 8-key column tiles of S
   constexpr int kDT = D / 8;               // 8-wide column tiles of O
   constexpr int kKS = D / 16;              // k-steps of Q K^T
@@ -101,10 +100,10 @@ __global__ void __launch_bounds__(kAttnThreads) PrefillKernel(const PrefillParam
 #pragma unroll
     for (int kk = 0; kk < kKS; ++kk) {
       const int c = kk * 16 + 2 * t;
-      qf[kk][0] = va ? *reinterpret_cast<const uint32_t*>(qa + c) : 0u;
-      qf[kk][1] = vb ? *reinterpret_cast<const uint32_t*>(qb + c) : 0u;
-      qf[kk][2] = va ? *reinterpret_cast<const uint32_t*>(qa + c + 8) : 0u;
-      qf[kk][3] = vb ? *reinterpret_cast<const uint32_t*>(qb + c + 8) : 0u;
+      qf[kk][0] = va ? M::FromBf16x2(*reinterpret_cast<const uint32_t*>(qa + c)) : 0u;
+      qf[kk][1] = vb ? M::FromBf16x2(*reinterpret_cast<const uint32_t*>(qb + c)) : 0u;
+      qf[kk][2] = va ? M::FromBf16x2(*reinterpret_cast<const uint32_t*>(qa + c + 8)) : 0u;
+      qf[kk][3] = vb ? M::FromBf16x2(*reinterpret_cast<const uint32_t*>(qb + c + 8)) : 0u;
     }
   }
   float o[kDT][4];
@@ -130,7 +129,7 @@ __global__ void __launch_bounds__(kAttnThreads) PrefillKernel(const PrefillParam
       for (int n = 0; n < kNT; ++n) {
         const uint32_t b0 = *reinterpret_cast<const uint32_t*>(&sk[n * 8 + g][kk * 16 + 2 * t]);
         const uint32_t b1 = *reinterpret_cast<const uint32_t*>(&sk[n * 8 + g][kk * 16 + 8 + 2 * t]);
-        Mma16816(s[n], qf[kk], b0, b1);
+        M::Mma(s[n], qf[kk], b0, b1);
       }
     }
     float mx_a = -INFINITY, mx_b = -INFINITY;
@@ -177,17 +176,17 @@ __global__ void __launch_bounds__(kAttnThreads) PrefillKernel(const PrefillParam
 #pragma unroll
     for (int k2 = 0; k2 < kPrefillKvTile / 16; ++k2) {
       uint32_t a[4];
-      a[0] = PackBf16(s[2 * k2][0], s[2 * k2][1]);
-      a[1] = PackBf16(s[2 * k2][2], s[2 * k2][3]);
-      a[2] = PackBf16(s[2 * k2 + 1][0], s[2 * k2 + 1][1]);
-      a[3] = PackBf16(s[2 * k2 + 1][2], s[2 * k2 + 1][3]);
+      a[0] = M::Pack(s[2 * k2][0], s[2 * k2][1]);
+      a[1] = M::Pack(s[2 * k2][2], s[2 * k2][3]);
+      a[2] = M::Pack(s[2 * k2 + 1][0], s[2 * k2 + 1][1]);
+      a[3] = M::Pack(s[2 * k2 + 1][2], s[2 * k2 + 1][3]);
       const int r0 = k2 * 16 + 2 * t;
 #pragma unroll
       for (int n = 0; n < kDT; ++n) {
         const int col = n * 8 + g;
         const uint32_t b0 = PackRaw(sv[r0][col], sv[r0 + 1][col]);
         const uint32_t b1 = PackRaw(sv[r0 + 8][col], sv[r0 + 9][col]);
-        Mma16816(o[n], a, b0, b1);
+        M::Mma(o[n], a, b0, b1);
       }
     }
   }
@@ -243,11 +242,15 @@ CudaStatus PrefillAttention(const PrefillAttentionArgs& a, cudaStream_t stream) 
     return CudaStatus::Invalid("prefill attention pointer is null");
   if (a.q_stride < static_cast<int64_t>(a.num_q_heads) * d || a.q_stride % 2 != 0)
     return CudaStatus::Invalid("q stride must cover Hq*D and be even");
+  // v1 reads Q and writes out as pairs of bf16 (32-bit accesses): an odd-element offset would be a
+  // misaligned access fault, so it is refused here.
+  if (reinterpret_cast<uintptr_t>(a.q) % 4 != 0 || reinterpret_cast<uintptr_t>(a.out) % 4 != 0)
+    return CudaStatus::Invalid("prefill attention needs q and out 4-byte aligned");
   const int group = a.num_q_heads / hkv;
   const bool v2 = a.geo.variant == PrefillVariant::kV2;
   if (a.geo.grid_x != (v2 ? hkv : a.num_q_heads) || a.geo.num_tiles <= 0 || a.geo.grid_y != a.geo.num_tiles ||
       a.geo.splits < 1 || a.geo.grid_z != a.geo.splits ||
-      a.geo.tile_tokens != PrefillTileTokens(a.geo.variant, group) ||
+      a.geo.tile_tokens != PrefillTileTokens(a.geo.variant, group) || a.tile_tokens != a.geo.tile_tokens ||
       a.geo.threads != (v2 ? kPrefillV2Threads : kAttnThreads))
     return CudaStatus::Invalid("prefill geometry does not match the arguments");
   // v2 copies Q, K and V rows in 16-byte cp.async chunks.

@@ -11,8 +11,9 @@
 // - K/V tiles of 64 keys are gathered through the block table with cp.async into a ring of
 //   kPrefillV2Stages buffers: tiles j + 1 .. j + stages - 1 are in flight while tile j is
 //   multiplied. The block-table entries are read one tile earlier still, so no copy waits on an
-//   index. FP8 / f16 caches land raw (FP8 block scales ride along) and are converted into one bf16
-//   tile pair (x block scale for FP8) after the wait, by the thread that copied them.
+//   index. FP8 / f16 caches land raw (FP8 block scales ride along) and are converted into one tile
+//   pair (FP8: bf16 x block scale; f16: copied, for f16 mma) after the wait, by the thread that
+//   copied them.
 // - Fragments come from shared memory with ldmatrix.x4 (Q once, K per tile) and ldmatrix.x4.trans
 //   (V): one instruction per two mma B operands instead of four 32-bit (K) or eight 16-bit (V)
 //   shared loads. Tile rows are padded to D + 8 elements so an 8-row ldmatrix is conflict-free.
@@ -111,9 +112,10 @@ __device__ __forceinline__ void IssueTile(const PrefillParams& p, int kvh, const
   }
 }
 
-// Converts the chunks (and FP8 scales) this thread copied into `raw` (a landed stage) into the bf16
-// tiles at `tiles` (K [64][kPitch], then V): f16 rounded to bf16, FP8 decoded times its block
-// scale. Exactly v1's conversions, so both kernels multiply the same bf16 values.
+// Converts the chunks (and FP8 scales) this thread copied into `raw` (a landed stage) into the
+// tiles at `tiles` (K [64][kPitch], then V): f16 copied as it is (the kernel multiplies f16 with
+// f16 mma, as v1 does), FP8 decoded times its block scale into bf16. Exactly v1's conversions, so
+// both kernels multiply the same values.
 template <typename CacheT, class L>
 __device__ __forceinline__ void ConvertChunks(const uint8_t* raw, __nv_bfloat16* tiles) {
   const int tid = static_cast<int>(threadIdx.x);
@@ -126,11 +128,8 @@ __device__ __forceinline__ void ConvertChunks(const uint8_t* raw, __nv_bfloat16*
     for (int i = 0; i < L::kPasses; ++i) {
       const int r = r0 + i * L::kRowsPerPass;
       const uint4 in = *reinterpret_cast<const uint4*>(src + r * L::kRowBytes + c * 16);
-      if constexpr (std::is_same_v<CacheT, __half>) {  // 8 elements per chunk
-        float f[8];
-        F16x8ToFloat(in, f);
-        *reinterpret_cast<uint4*>(tile + r * L::kPitch + c * 8) =
-            make_uint4(PackBf16(f[0], f[1]), PackBf16(f[2], f[3]), PackBf16(f[4], f[5]), PackBf16(f[6], f[7]));
+      if constexpr (std::is_same_v<CacheT, __half>) {  // 8 elements per chunk, bits unchanged
+        *reinterpret_cast<uint4*>(tile + r * L::kPitch + c * 8) = in;
       } else {  // FP8: 16 elements per chunk
         const float s = reinterpret_cast<const float*>(
             raw + 2 * L::kRawTileBytes)[(kv * L::kPasses + i) * kPrefillV2Threads + tid];
@@ -151,6 +150,7 @@ __device__ __forceinline__ void ConvertChunks(const uint8_t* raw, __nv_bfloat16*
 template <typename CacheT, int D>
 __global__ void __launch_bounds__(kPrefillV2Threads, kPrefillV2CtasPerSm) PrefillV2Kernel(const PrefillParams p) {
   using L = Layout<CacheT, D>;
+  using M = MmaOps<std::is_same_v<CacheT, __half>>;
   constexpr int kNT = kPrefillKvTile / 8;  // 8-key column tiles of S
   constexpr int kDT = D / 8;               // 8-wide column tiles of O
   constexpr int kKS = D / 16;              // k-steps of Q K^T
@@ -226,6 +226,8 @@ __global__ void __launch_bounds__(kPrefillV2Threads, kPrefillV2CtasPerSm) Prefil
     for (int kk = 0; kk < kKS; ++kk) {
       const prefill_v2::RowCol a = prefill_v2::QAddr(lane, warp, kk);
       LdMatrixX4(qf[kk], smem_base + L::kQBase + a.row * kRowPitchBytes + a.col * 2);
+#pragma unroll
+      for (int r = 0; r < 4; ++r) qf[kk][r] = M::FromBf16x2(qf[kk][r]);  // f16 cache: Q as f16 too
     }
     __syncthreads();  // the Q staging area is free for the tile that goes there
 
@@ -278,8 +280,8 @@ __global__ void __launch_bounds__(kPrefillV2Threads, kPrefillV2CtasPerSm) Prefil
             const prefill_v2::RowCol ka = prefill_v2::KAddr(lane, np, kk);
             uint32_t b[4];
             LdMatrixX4(b, k_tile + ka.row * kRowPitchBytes + ka.col * 2);
-            Mma16816(s[2 * np], qf[kk], b[0], b[1]);
-            Mma16816(s[2 * np + 1], qf[kk], b[2], b[3]);
+            M::Mma(s[2 * np], qf[kk], b[0], b[1]);
+            M::Mma(s[2 * np + 1], qf[kk], b[2], b[3]);
           }
         }
         // Mask only where a key of the tile is past the warp's first row (keys >= ctx always are:
@@ -343,17 +345,17 @@ __global__ void __launch_bounds__(kPrefillV2Threads, kPrefillV2CtasPerSm) Prefil
 #pragma unroll
         for (int k2 = 0; k2 < kPrefillKvTile / 16; ++k2) {
           uint32_t a[4];
-          a[0] = PackBf16(s[2 * k2][0], s[2 * k2][1]);
-          a[1] = PackBf16(s[2 * k2][2], s[2 * k2][3]);
-          a[2] = PackBf16(s[2 * k2 + 1][0], s[2 * k2 + 1][1]);
-          a[3] = PackBf16(s[2 * k2 + 1][2], s[2 * k2 + 1][3]);
+          a[0] = M::Pack(s[2 * k2][0], s[2 * k2][1]);
+          a[1] = M::Pack(s[2 * k2][2], s[2 * k2][3]);
+          a[2] = M::Pack(s[2 * k2 + 1][0], s[2 * k2 + 1][1]);
+          a[3] = M::Pack(s[2 * k2 + 1][2], s[2 * k2 + 1][3]);
 #pragma unroll
           for (int dp = 0; dp < kDT / 2; ++dp) {
             const prefill_v2::RowCol va = prefill_v2::VAddr(lane, k2, dp);
             uint32_t b[4];
             LdMatrixX4Trans(b, v_tile + va.row * kRowPitchBytes + va.col * 2);
-            Mma16816(o[2 * dp], a, b[0], b[1]);
-            Mma16816(o[2 * dp + 1], a, b[2], b[3]);
+            M::Mma(o[2 * dp], a, b[0], b[1]);
+            M::Mma(o[2 * dp + 1], a, b[2], b[3]);
           }
         }
       }

@@ -11,6 +11,7 @@
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/geometry.h"
 #include "kernels/cuda/quant_format.h"
+#include "kernels/cuda/rope_table.h"
 
 namespace kvgate::cuda {
 namespace {
@@ -51,6 +52,23 @@ __global__ void RopeF32Kernel(float* x, int64_t tokens, int64_t heads, int64_t d
     const float x0 = p[0], x1 = p[1];
     p[0] = x0 * cs - x1 * sn;
     p[1] = x0 * sn + x1 * cs;
+  }
+}
+
+// One thread per (token, head, pair): RopeTableRotation's arithmetic (rope_table.h).
+__global__ void RopeF32TableKernel(float* x, int64_t tokens, int64_t heads, int64_t d, const int32_t* pos,
+                                   const float2* low, const float2* high) {
+  const int64_t half = d / 2, n = tokens * heads * half;
+  KVGATE_GRID_STRIDE(idx, n) {
+    const int64_t t = idx / (heads * half), i = idx % half;
+    const int32_t p = pos[t];
+    const float2 lo = low[(p & (kRopeLowPositions - 1)) * half + i];
+    const float2 hi = high[(p >> kRopeLowBits) * half + i];
+    const float cs = fmaf(hi.x, lo.x, -hi.y * lo.y), sn = fmaf(hi.y, lo.x, hi.x * lo.y);
+    float* q = x + (idx / half) * d + 2 * i;
+    const float x0 = q[0], x1 = q[1];
+    q[0] = x0 * cs - x1 * sn;
+    q[1] = x0 * sn + x1 * cs;
   }
 }
 
@@ -129,6 +147,14 @@ CudaStatus RopeInterleavedF32(float* x, int64_t tokens, int64_t heads, int64_t h
   RopeF32Kernel<<<Blocks(tokens * heads * head_dim / 2), 256, 0, s>>>(x, tokens, heads, head_dim, positions,
                                                                        std::log2(static_cast<double>(theta)));
   return LaunchStatus("RopeF32Kernel");
+}
+CudaStatus RopeInterleavedF32Table(float* x, int64_t tokens, int64_t heads, int64_t head_dim,
+                                   const int32_t* positions, const float* low, const float* high, cudaStream_t s) {
+  if (tokens <= 0) return CudaStatus::Ok();
+  if (head_dim % 2 || heads <= 0 || !low || !high) return CudaStatus::Invalid("rope f32 table: bad shape or table");
+  RopeF32TableKernel<<<Blocks(tokens * heads * head_dim / 2), 256, 0, s>>>(
+      x, tokens, heads, head_dim, positions, reinterpret_cast<const float2*>(low), reinterpret_cast<const float2*>(high));
+  return LaunchStatus("RopeF32TableKernel");
 }
 CudaStatus WriteKvF16(const float* k, const float* v, int64_t tokens, int64_t kv_dim, const int64_t* slots,
                       uint16_t* k_cache, uint16_t* v_cache, cudaStream_t s) {

@@ -21,6 +21,12 @@ CudaStatus RmsNormF32(const float* x, const float* w, float* out, int64_t rows, 
 // In place on x [T][H][Dh]: interleaved-pair RoPE at positions [T].
 CudaStatus RopeInterleavedF32(float* x, int64_t tokens, int64_t heads, int64_t head_dim,
                               const int32_t* positions, float theta, cudaStream_t stream);
+// The same rotation in single precision from a RopeTable (rope_table.h) in device memory: low
+// [256][Dh/2][2] and high [kRopeMaxPositions / 256][Dh/2][2] floats. REQUIRES: positions in
+// [0, kRopeMaxPositions) (CudaBackend checks them on the host).
+CudaStatus RopeInterleavedF32Table(float* x, int64_t tokens, int64_t heads, int64_t head_dim,
+                                   const int32_t* positions, const float* low, const float* high,
+                                   cudaStream_t stream);
 // k, v [T][kv_dim] -> f16 caches [P][kv_dim] at slots [T] (negative: skip).
 CudaStatus WriteKvF16(const float* k, const float* v, int64_t tokens, int64_t kv_dim,
                       const int64_t* slots, uint16_t* k_cache, uint16_t* v_cache, cudaStream_t stream);

@@ -71,7 +71,8 @@ __global__ void __launch_bounds__(kFp8Threads)
   for (int i = threadIdx.x; i < n; i += kFp8Threads) {
     const int t = seg.token_begin + i / d;
     const float x = __bfloat162float(src[t * stride + h * d + i % d]);
-    cache[block_base + (seg.first_offset + i / d) * row + i % d] = EncodeFp8Hw(__fdiv_rn(x, scale));
+    // scale 0 (unset): every value so far, these included, is 0 (Fp8RaisedScale).
+    cache[block_base + (seg.first_offset + i / d) * row + i % d] = scale > 0.0f ? EncodeFp8Hw(__fdiv_rn(x, scale)) : 0;
   }
   __syncthreads();  // every thread has read the old scale
   if (threadIdx.x == 0) scales[scale_idx] = scale;

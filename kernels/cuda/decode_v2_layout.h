@@ -2,8 +2,8 @@
 // usable on host and device: tests/cuda/decode_v2_layout_test.cc checks the maps on the CPU.
 //
 // The lane -> (token, chunk) map is v1's: D / 8 lanes share one token row, lane L holds elements
-// [8 (L % (D/8)), +8) of token it * (32 / (D/8)) + L / (D/8) at iteration it (D/16 iterations cover
-// the block's 16 tokens). A chunk is 8 elements: 16 bytes of a bf16/f16 cache, 8 bytes of FP8.
+// [8 (L % (D/8)), +8) of token it * (32 / (D/8)) + L / (D/8) at iteration it (DecodeV2Iters(D)
+// iterations cover the block's kBlockTokens tokens). A chunk is 8 elements: 16 bytes of a bf16/f16 cache, 8 bytes of FP8.
 //
 // The shared-memory ring of a warp is private per lane: lane L copies exactly the chunks it will
 // read, into addresses only it uses. So cp.async.wait_group (which makes a thread's own copies
@@ -15,6 +15,8 @@
 
 #include <cstddef>
 
+#include "kernels/cuda/geometry.h"
+
 #if defined(__CUDACC__)
 #define KVGATE_DECODE_V2_HD __host__ __device__
 #else
@@ -23,8 +25,11 @@
 
 namespace kvgate::cuda::decode_v2 {
 
+// Iterations of one warp over a KV block: 32 lanes cover 32 / (D / 8) token rows per iteration.
+KVGATE_DECODE_V2_HD constexpr int DecodeV2Iters(int head_dim) { return kBlockTokens * (head_dim / 8) / 32; }
+
 struct TokChunk {
-  int token;  // 0..15 within the KV block
+  int token;  // 0..kBlockTokens-1 within the KV block
   int chunk;  // 0..D/8-1: elements [8 chunk, 8 chunk + 8)
 };
 
@@ -39,7 +44,7 @@ KVGATE_DECODE_V2_HD constexpr TokChunk LaneChunk(int head_dim, int lane, int it)
 // (FP8) follow all warps' chunks: ScaleOffset.
 KVGATE_DECODE_V2_HD constexpr size_t ChunkOffset(int head_dim, int chunk_bytes, int stages, int warp,
                                                  int stage, int kv, int it, int lane) {
-  const int iters = head_dim / 16;
+  const int iters = DecodeV2Iters(head_dim);
   const size_t stage_bytes = static_cast<size_t>(2) * iters * 32 * chunk_bytes;
   return (static_cast<size_t>(warp) * stages + stage) * stage_bytes +
          ((static_cast<size_t>(kv) * iters + it) * 32 + lane) * chunk_bytes;

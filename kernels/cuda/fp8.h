@@ -86,9 +86,11 @@ KVGATE_HD float Fp8BlockScale(float amax) {
 
 // The scale a block has after new values of magnitude up to `amax` arrive, given the scale it had
 // (0 for a block that starts empty): it only grows, so earlier codes stay in range after a rescale.
+// 0 means unset: a block (so far) of zeros keeps scale 0, its codes are 0 (Fp8CodeFor), and the
+// first nonzero values set the scale from their own amax. (A scale of 1 for zeros, as before,
+// would have stayed the floor of every later scale: values of 0.01 then kept 2 of FP8's bits.)
 KVGATE_HD float Fp8RaisedScale(float old_scale, float amax) {
-  const float s = amax / kFp8E4M3Max > old_scale ? amax / kFp8E4M3Max : old_scale;
-  return s > 0.0f ? s : 1.0f;
+  return amax / kFp8E4M3Max > old_scale ? amax / kFp8E4M3Max : old_scale;
 }
 
 }  // namespace kvgate::cuda

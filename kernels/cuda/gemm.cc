@@ -57,10 +57,24 @@ GemmBf16::~GemmBf16() {
 CudaStatus GemmBf16::Run(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t ldw,
                          __nv_bfloat16* y, int64_t ldy, int64_t m, int64_t n, int64_t k,
                          float alpha, float beta, cudaStream_t stream) {
+  return RunTyped(x, ldx, w, ldw, y, false, ldy, m, n, k, alpha, beta, stream);
+}
+
+CudaStatus GemmBf16::Run(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t ldw, float* y,
+                         int64_t ldy, int64_t m, int64_t n, int64_t k, float alpha, float beta,
+                         cudaStream_t stream) {
+  return RunTyped(x, ldx, w, ldw, y, true, ldy, m, n, k, alpha, beta, stream);
+}
+
+CudaStatus GemmBf16::RunTyped(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t ldw, void* y,
+                              bool y_f32, int64_t ldy, int64_t m, int64_t n, int64_t k, float alpha, float beta,
+                              cudaStream_t stream) {
   if (m <= 0 || n <= 0 || k <= 0) return CudaStatus::Invalid("gemm sizes must be positive");
   if (ldx < k || ldw < k || ldy < n) return CudaStatus::Invalid("gemm leading dimension too small");
   if (!x || !w || !y) return CudaStatus::Invalid("gemm pointer is null");
-  auto key = std::make_tuple(m, n, k, ldx, ldw, ldy, beta != 0.0f);
+  const uint32_t align_x = GemmPointerAlignment(x), align_w = GemmPointerAlignment(w),
+                 align_y = GemmPointerAlignment(y);
+  auto key = std::make_tuple(m, n, k, ldx, ldw, ldy, beta != 0.0f, align_x, align_w, align_y, y_f32);
   auto it = plans_.find(key);
   if (it == plans_.end()) {
     auto p = std::make_unique<Plan>();
@@ -72,13 +86,27 @@ CudaStatus GemmBf16::Run(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat1
     const auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
     if ((s = cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, u(k), u(n), ldw)) != CUBLAS_STATUS_SUCCESS ||
         (s = cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, u(k), u(m), ldx)) != CUBLAS_STATUS_SUCCESS ||
-        (s = cublasLtMatrixLayoutCreate(&p->c, CUDA_R_16BF, u(n), u(m), ldy)) != CUBLAS_STATUS_SUCCESS)
+        (s = cublasLtMatrixLayoutCreate(&p->c, y_f32 ? CUDA_R_32F : CUDA_R_16BF, u(n), u(m), ldy)) !=
+            CUBLAS_STATUS_SUCCESS)
       return CublasFail(s, "cublasLtMatrixLayoutCreate");
     cublasLtMatmulPreference_t pref = nullptr;
     if ((s = cublasLtMatmulPreferenceCreate(&pref)) != CUBLAS_STATUS_SUCCESS)
       return CublasFail(s, "cublasLtMatmulPreferenceCreate");
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                          &workspace_bytes_, sizeof(workspace_bytes_));
+    // A = w, B = x, C = D = y (see above). Without these the heuristic assumes 256-byte aligned
+    // buffers and may pick a kernel whose vector loads fault on (or misread) a less aligned one.
+    const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_w},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_x},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_y},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_y}};
+    for (const auto& [attr, bytes] : aligns) {
+      if ((s = cublasLtMatmulPreferenceSetAttribute(pref, attr, &bytes, sizeof(bytes))) != CUBLAS_STATUS_SUCCESS) {
+        cublasLtMatmulPreferenceDestroy(pref);
+        return CublasFail(s, "cublasLtMatmulPreferenceSetAttribute(alignment)");
+      }
+    }
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     s = cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), p->op, p->a, p->b,

@@ -15,6 +15,17 @@
 
 namespace kvgate::cuda {
 
+// The alignment cuBLASLt may assume of a buffer at `p`: the largest power of two dividing its
+// address, capped at 256 (the alignment cuBLASLt assumes when told nothing). Activations that
+// start t * k elements into a scratch buffer are often less aligned than that (k = 576 bf16 puts
+// row t at t * 1152 bytes: 128-byte aligned at best, 64 for odd t).
+inline uint32_t GemmPointerAlignment(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  if (a == 0) return 256;
+  const uintptr_t low = a & (~a + 1);  // lowest set bit
+  return low >= 256 ? 256u : static_cast<uint32_t>(low);
+}
+
 class GemmBf16 {
  public:
   // Creates the handle and a `workspace_bytes` device workspace. Errors: no device, OOM, cuBLAS.
@@ -29,15 +40,24 @@ class GemmBf16 {
   CudaStatus Run(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t ldw,
                  __nv_bfloat16* y, int64_t ldy, int64_t m, int64_t n, int64_t k, float alpha,
                  float beta, cudaStream_t stream);
+  // The same product with an f32 y (bf16 inputs, f32 accumulate and output): the engine's f32
+  // activations without a bf16 output buffer and conversion. ldy >= N, a multiple of 4.
+  CudaStatus Run(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t ldw, float* y,
+                 int64_t ldy, int64_t m, int64_t n, int64_t k, float alpha, float beta, cudaStream_t stream);
 
  private:
   struct Plan;
+  CudaStatus RunTyped(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t ldw, void* y,
+                      bool y_f32, int64_t ldy, int64_t m, int64_t n, int64_t k, float alpha, float beta,
+                      cudaStream_t stream);
   GemmBf16() = default;
   void* handle_ = nullptr;      // cublasLtHandle_t
   void* workspace_ = nullptr;   // device memory
   size_t workspace_bytes_ = 0;
-  // (m, n, k, ldx, ldw, ldy, beta != 0) -> descriptors and algorithm, created on first use.
-  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool>,
+  // (m, n, k, ldx, ldw, ldy, beta != 0, alignment of x, w, y, y is f32) -> descriptors and
+  // algorithm, created on first use. The algorithm is chosen for the alignments of the pointers it
+  // first saw (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*), so a less aligned call gets a plan of its own.
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, uint32_t, uint32_t, uint32_t, bool>,
            std::unique_ptr<Plan>>
       plans_;
 };

@@ -40,7 +40,10 @@ CudaStatus ChooseDecodeGeometry(const DecodeShape& s, int num_sms, DecodeGeometr
   // (kernels/NOTES.md), one 100K sequence went from 66 splits (1.33 waves) at 0.53 of copy
   // bandwidth to 49 at 0.70. Larger launches keep the rule above: 64 sequences unsplit measured
   // 0.57 against 0.69 at its 2 splits.
-  const int64_t one_wave = static_cast<int64_t>(num_sms) * kDecodeG4D128CtasPerSm;
+  // The CTAs per SM come from the occupancy API for the kernel actually launched (v2 bf16: 3, its
+  // ring's shared memory; v2 FP8: 4), or v1's measured 3.
+  const int resident = s.ctas_per_sm > 0 ? s.ctas_per_sm : kDecodeG4D128CtasPerSm;
+  const int64_t one_wave = static_cast<int64_t>(num_sms) * resident;
   if (s.num_q_heads / s.num_kv_heads <= 4 && s.head_dim == 128 && base_ctas * 4 <= one_wave) {
     splits = static_cast<int>(one_wave / base_ctas);
   }
@@ -102,8 +105,14 @@ CudaStatus ChoosePrefillGeometry(const PrefillShape& s, int num_tiles, int num_s
   return CudaStatus::Ok();
 }
 
-CudaStatus BuildPrefillTiles(std::span<const int32_t> q_lens, std::vector<int32_t>* tiles) {
-  return BuildPrefillTiles(q_lens, kPrefillQTile, tiles);
+int64_t PrefillTileCount(std::span<const int32_t> q_lens, int tile_tokens) {
+  if (tile_tokens <= 0) return -1;
+  int64_t n = 0;
+  for (int32_t q : q_lens) {
+    if (q < 0) return -1;
+    n += (static_cast<int64_t>(q) + tile_tokens - 1) / tile_tokens;
+  }
+  return n;
 }
 
 CudaStatus BuildPrefillTiles(std::span<const int32_t> q_lens, int tile_tokens,

@@ -6,7 +6,7 @@
 // heads, Hkv key/value heads, G = Hq / Hkv query heads per kv head, D head dim, NB blocks in the KV
 // pool, B = 16 tokens per KV block, H hidden size, F FFN size.
 //
-// KV cache layout (per layer, K and V separate): [NB][B][Hkv][D], i.e. slot = block * 16 + offset,
+// KV cache layout (per layer, K and V separate): [NB][B][Hkv][D], i.e. slot = block * B + offset,
 // row [Hkv][D] per slot — the CPU backend's [P slots][Hkv][Dh] layout. Elements are bf16, or FP8
 // E4M3 with one float scale per (block, kv head): scales [NB][Hkv].
 #pragma once
@@ -18,9 +18,16 @@
 
 #include "kernels/cuda/cuda_status.h"
 
+// The few planning functions the kernels evaluate too (host and device).
+#if defined(__CUDACC__)
+#define KVGATE_GEOMETRY_HD __host__ __device__
+#else
+#define KVGATE_GEOMETRY_HD
+#endif
+
 namespace kvgate::cuda {
 
-inline constexpr int kBlockTokens = 16;    // B
+inline constexpr int kBlockTokens = 16;    // B (the engine's kBlockSize; CudaBackend asserts they agree)
 inline constexpr int kAttnThreads = 128;   // 4 warps per attention CTA
 inline constexpr int kAttnWarps = 4;
 inline constexpr int kPrefillQTile = 64;   // query rows per prefill CTA (16 per warp)
@@ -41,6 +48,13 @@ inline constexpr int kDecodeG4D128CtasPerSm = 3;
 // v2"); a caller opts in per launch.
 enum class DecodeVariant { kV1, kV2 };
 
+// Whether a v2 kernel has matched the CPU reference on a GPU (kvgate_cuda_checks' "decode v2: every
+// case matches the reference" / "prefill v2: ..." lines). CudaBackend's defaults follow these: flip
+// one to true, in a change of its own, once a device run has printed that line for it (and its
+// [v2] rows are not slower than v1's).
+inline constexpr bool kDecodeV2Verified = false;
+inline constexpr bool kPrefillV2Verified = false;
+
 struct DecodeShape {
   int num_seqs = 0;            // S (one new token each)
   int num_q_heads = 0;         // Hq
@@ -48,6 +62,10 @@ struct DecodeShape {
   int head_dim = 0;            // D: 64 or 128
   int max_context_tokens = 0;  // the longest context in the batch, new token included
   DecodeVariant variant = DecodeVariant::kV1;
+  // CTAs of the kernel this launch runs that fit one SM (DecodeCtasPerSm: the occupancy API), which
+  // sizes the one-wave split of a small group <= 4, D = 128 launch; 0: v1's measured
+  // kDecodeG4D128CtasPerSm.
+  int ctas_per_sm = 0;
 };
 
 // One CTA per (kv head, sequence, split); each processes all G query heads of its kv head over
@@ -65,9 +83,26 @@ struct DecodeGeometry {
 };
 
 // Picks the split so that about 4 CTAs per SM are in flight (enough loads in flight to saturate
-// HBM) while every split keeps at least 4 KV blocks (one per warp). Invalid shapes (non-positive
+// HBM) while every split keeps at least 4 KV blocks (one per warp); a group <= 4, D = 128 launch
+// of at most a quarter wave is split into exactly one wave of shape.ctas_per_sm CTAs per SM. Invalid shapes (non-positive
 // sizes, Hq not a multiple of Hkv, G > 8, D not 64/128) are errors.
 CudaStatus ChooseDecodeGeometry(const DecodeShape& shape, int num_sms, DecodeGeometry* out);
+
+// The KV blocks [begin, end) split `split` of a decode plan reads for a sequence of `nblocks`
+// blocks (both decode kernels call this). Splits hold blocks_per_split blocks each, except that the
+// last one runs to the sequence's end: a plan made for a shorter context than a sequence has (a
+// caller's mistake the launcher cannot see, the contexts being on the device) then costs time in
+// the last split but drops no key. Splits past the sequence's end are empty (begin == end).
+struct BlockRange {
+  int begin = 0, end = 0;
+};
+KVGATE_GEOMETRY_HD constexpr BlockRange DecodeSplitBlocks(int split, int splits, int blocks_per_split,
+                                                          int nblocks) {
+  const int begin = split * blocks_per_split < nblocks ? split * blocks_per_split : nblocks;
+  const int end = split == splits - 1 ? nblocks
+                                      : (begin + blocks_per_split < nblocks ? begin + blocks_per_split : nblocks);
+  return {begin, end};
+}
 
 // Decode v2: K/V stages in flight per warp (the one being consumed is one of them), and the CTAs
 // per SM its group <= 4 launch bounds ask for (caps registers at 65536 / (4 * 128) = 128).
@@ -128,11 +163,14 @@ CudaStatus ChoosePrefillGeometry(const PrefillShape& shape, int num_tiles, int n
                                  PrefillGeometry* out);
 
 // tiles [num_tiles][2] = {sequence, first query row within the sequence} for q_lens [S], one tile
-// per tile_tokens rows (default: v1's 64). Sequences with q_len 0 get no tile. Negative lengths
-// or a non-positive tile_tokens are an error.
-CudaStatus BuildPrefillTiles(std::span<const int32_t> q_lens, std::vector<int32_t>* tiles);
+// per tile_tokens rows: the variant's PrefillTileTokens (v1 64, v2 128 / G), which the launch's
+// geometry must carry too (PrefillAttention refuses tiles built for another size: a v2 CTA given
+// v1's 64-token tiles would leave rows unwritten). Sequences with q_len 0 get no tile. Negative
+// lengths or a non-positive tile_tokens are an error.
 CudaStatus BuildPrefillTiles(std::span<const int32_t> q_lens, int tile_tokens,
                              std::vector<int32_t>* tiles);
+// The number of tiles BuildPrefillTiles makes; -1 for a negative length or tile_tokens <= 0.
+int64_t PrefillTileCount(std::span<const int32_t> q_lens, int tile_tokens);
 
 // Dynamic shared memory of one v2 CTA, in bytes. Every smem K or V tile is [64 keys][D + 8] bf16:
 // the 8-element pad puts the 8 rows an ldmatrix reads in 8 different 16-byte bank groups. A bf16
@@ -153,7 +191,7 @@ constexpr size_t PrefillV2SmemBytes(int head_dim, int cache_elem_bytes, bool cac
 size_t SplitWorkspaceFloats(size_t rows, int num_q_heads, int splits, int head_dim);
 
 // Slot of every token at positions [start_pos, start_pos + n) of a sequence whose KV blocks, in
-// order, are `blocks` (block i holds positions [16 i, 16 i + 16)). Appends n slots to `slots`.
+// order, are `blocks` (block i holds positions [B i, B i + B)). Appends n slots to `slots`.
 // Errors: a position past the blocks given, or a block id outside [0, num_pool_blocks).
 CudaStatus AppendSlotMapping(std::span<const int32_t> blocks, int64_t start_pos, int64_t n,
                              int32_t num_pool_blocks, std::vector<int32_t>* slots);
@@ -167,9 +205,9 @@ CudaStatus BuildBlockTable(std::span<const std::vector<int32_t>> seq_blocks, int
 // cache writer gives each segment to one CTA, which owns the block's scale while it rescales.
 struct CacheSegment {
   int32_t block = 0;         // physical block id
-  int32_t first_offset = 0;  // slot offset (0..15) of the first token in the block
+  int32_t first_offset = 0;  // slot offset (0..B-1) of the first token in the block
   int32_t token_begin = 0;   // index of the first token in the batch
-  int32_t count = 0;         // tokens in the segment (1..16)
+  int32_t count = 0;         // tokens in the segment (1..B)
 };
 
 // Segments of `slots` [T] (negative = skip the token). Errors: two segments writing one block (a

@@ -20,8 +20,9 @@ namespace kvgate::cuda {
 
 using bf16 = __nv_bfloat16;
 
-// kF16 is the CPU backend's cache type (backend.h KvCacheLayer); the prefill kernel rounds f16 K/V
-// to bf16 for the tensor cores. ReshapeAndCache writes bf16 and FP8 caches only.
+// kF16 is the CPU backend's cache type (backend.h KvCacheLayer); both attention kernels read f16
+// K/V exactly (prefill through f16 tensor-core mma, q converted to f16 for it). ReshapeAndCache
+// writes bf16 and FP8 caches only.
 enum class KvDtype { kBf16, kF16, kFp8E4M3 };
 
 // One layer's paged KV cache in device memory.
@@ -59,6 +60,10 @@ struct DecodeAttentionArgs {
 // out[s][h] = softmax(q[s][h] . K[s, 0..ctx) * scale) V, with K/V of kv head h / G.
 CudaStatus DecodeAttention(const DecodeAttentionArgs& a, cudaStream_t stream);
 
+// CTAs of the decode kernel for (cache type, D, G, variant) that fit one SM of the current device
+// (cudaOccupancyMaxActiveBlocksPerMultiprocessor): DecodeShape::ctas_per_sm. Callers cache it.
+CudaStatus DecodeCtasPerSm(KvDtype dtype, int head_dim, int group, DecodeVariant variant, int* ctas_per_sm);
+
 struct PrefillAttentionArgs {
   const bf16* q = nullptr;               // [T][Hq][D], token stride q_stride
   int64_t q_stride = 0;
@@ -68,14 +73,17 @@ struct PrefillAttentionArgs {
   int block_table_stride = 0;
   const int32_t* q_start = nullptr;       // [S + 1]: sequence s owns rows [q_start[s], q_start[s+1])
   const int32_t* context_lens = nullptr;  // [S]: cached prefix + new tokens
-  const int32_t* tiles = nullptr;         // [num_tiles][2] from BuildPrefillTiles
+  const int32_t* tiles = nullptr;         // [geo.num_tiles][2] from BuildPrefillTiles
+  int tile_tokens = 0;                    // the tile_tokens those tiles were built with
   int num_q_heads = 0;
   float softmax_scale = 0.0f;
   PrefillGeometry geo;                    // from ChoosePrefillGeometry
   float* workspace = nullptr;             // geo.workspace_floats when geo.splits > 1
 };
 // Causal: query row i of sequence s is at position ctx - q_len + i and sees keys 0..that position.
-// REQUIRES: q_len <= ctx for every sequence.
+// REQUIRES: q_len <= ctx for every sequence; tiles from BuildPrefillTiles(q_lens, tile_tokens) with
+// tile_tokens == geo.tile_tokens (checked) and geo.num_tiles their count. q and out 4-byte aligned
+// (v1's 32-bit fragment loads and stores; v2 needs 16 bytes), q_stride even.
 CudaStatus PrefillAttention(const PrefillAttentionArgs& a, cudaStream_t stream);
 
 // ---- KV cache writes and copies ------------------------------------------------------------------

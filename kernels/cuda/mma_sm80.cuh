@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -42,6 +43,59 @@ __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x = lo (low 16 bits)
   return *reinterpret_cast<const uint32_t*>(&v);
 }
+
+// The same mma with f16 A and B (same fragment layouts): the prefill kernels' path for an f16 KV
+// cache, whose values it multiplies exactly as stored (decode reads them exactly too), instead of
+// rounding them to bf16's 8-bit mantissa.
+__device__ __forceinline__ void Mma16816F16(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t PackF16(float lo, float hi) {
+  const __half2 v = __floats2half2_rn(lo, hi);  // .x = lo (low 16 bits)
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// A bf16 pair (Q fragments: q is bf16) as an f16 pair, rounded to nearest. Exact for |x| in
+// [2^-14, 65504] (f16 has 3 more mantissa bits); smaller magnitudes lose relative precision (but
+// no more than 2^-25 absolute), larger ones become inf. q = the rotated query, O(1..100) in practice.
+__device__ __forceinline__ uint32_t Bf16x2ToF16x2(uint32_t v) {
+  const __nv_bfloat162 b = *reinterpret_cast<const __nv_bfloat162*>(&v);
+  const float2 f = __bfloat1622float2(b);
+  return PackF16(f.x, f.y);
+}
+
+// The mma element type a prefill kernel uses for a cache of CacheT: f16 for an f16 cache, bf16
+// for bf16 and FP8 (FP8 is dequantized times its block scale, whose range bf16 keeps).
+template <bool kF16>
+struct MmaOps {
+  static __device__ __forceinline__ void Mma(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+    if constexpr (kF16) {
+      Mma16816F16(c, a, b0, b1);
+    } else {
+      Mma16816(c, a, b0, b1);
+    }
+  }
+  static __device__ __forceinline__ uint32_t Pack(float lo, float hi) {
+    if constexpr (kF16) {
+      return PackF16(lo, hi);
+    } else {
+      return PackBf16(lo, hi);
+    }
+  }
+  // A pair of q (bf16 in memory) as an A-operand register.
+  static __device__ __forceinline__ uint32_t FromBf16x2(uint32_t v) {
+    if constexpr (kF16) {
+      return Bf16x2ToF16x2(v);
+    } else {
+      return v;
+    }
+  }
+};
 
 // Shared-memory address (the 32-bit .shared window) of a generic pointer into shared memory.
 __device__ __forceinline__ uint32_t SmemAddr(const void* p) {

@@ -58,7 +58,9 @@ bool PackStep(const StepSources& sources, const StepLayout& layout, std::span<st
 // bf16 weight conversion and cuBLASLt plan the step needs (none of which can be recorded); the
 // next step of that key is captured and later ones replay. A capture abandoned because the step
 // still needed an allocation sends the key back to eager once; after kMaxAbandons the key stays
-// eager for good (a shape that keeps growing its buffers gains nothing from a graph).
+// eager for good (a shape that keeps growing its buffers gains nothing from a graph). A key whose
+// capture, instantiation or replay failed in the CUDA runtime (Failed) runs eagerly from then on:
+// the failure costs that key its graph, not the backend its life.
 // `Exec` owns an instantiated graph (its deleter destroys it); Clear() drops every one, which
 // callers do whenever an address a graph holds may have changed.
 template <typename Key>
@@ -71,6 +73,7 @@ class StepGraphCache {
   // What to do with the step of `key` now; kReplay: exec(key) is the graph.
   Action Next(const Key& key) {
     Entry& e = entries_[key];
+    if (e.failed) return Action::kEager;
     if (e.exec) return Action::kReplay;
     if (e.abandons >= kMaxAbandons) return Action::kEager;
     if (!e.warm) {
@@ -82,6 +85,13 @@ class StepGraphCache {
   void Captured(const Key& key, Exec exec) { entries_[key].exec = std::move(exec); }
   // The capture of `key` needed an allocation; the step reruns eagerly, which warms it again.
   void Abandoned(const Key& key) { ++entries_[key].abandons; }
+  // Recording or replaying `key` failed (begin/end capture, instantiate, launch): drops its graph;
+  // the key stays eager, also across Clear().
+  void Failed(const Key& key) {
+    Entry& e = entries_[key];
+    e.failed = true;
+    e.exec.reset();
+  }
   void* exec(const Key& key) const {
     auto it = entries_.find(key);
     return it == entries_.end() ? nullptr : it->second.exec.get();
@@ -99,6 +109,7 @@ class StepGraphCache {
  private:
   struct Entry {
     bool warm = false;
+    bool failed = false;
     int abandons = 0;
     Exec exec;
   };

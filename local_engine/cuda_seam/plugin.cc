@@ -3,7 +3,7 @@
 // cuBLAS, so a kvgate that never asks for device: cuda neither needs them nor maps them.
 #include <cuda_runtime_api.h>
 
-#include "kernels/cuda/cuda_backend.h"
+#include "local_engine/cuda_backend.h"
 #include "local_engine/cuda_seam/cuda_seam.h"
 
 namespace kvgate::engine::cuda_seam {

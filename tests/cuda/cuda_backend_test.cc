@@ -1,7 +1,7 @@
 // CudaBackend (engine Backend interface). Without a GPU only the creation errors are checked; with
 // one, attention (decode and prefill paths, f16 cache) and the Q8_0 matmul are compared with the
 // CPU references.
-#include "kernels/cuda/cuda_backend.h"
+#include "local_engine/cuda_backend.h"
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -47,8 +47,8 @@ struct GpuCase {
   engine::KvCacheLayer cache;
   const std::vector<int32_t> tables = {3, 7, 1, -1, 10, 0, 5, 2};
 
-  explicit GpuCase(uint32_t seed) : rng(seed) {
-    auto created = MakeCudaBackend();
+  explicit GpuCase(uint32_t seed, const CudaBackendOptions& options = {}) : rng(seed) {
+    auto created = MakeCudaBackend(options);
     if (!created) {
       error = created.error().ToString();
       return;
@@ -147,6 +147,54 @@ TEST(CudaBackendTest, AttentionAndMatMulMatchReferences) {
     }
   EXPECT_LT(ref::RelError(y, yref), 1e-2);
   EXPECT_TRUE(be.status().has_value());
+}
+
+// The v2 attention kernels through the backend (CudaBackendOptions), outside a step and in steps:
+// prefill v2's tiles are 128 / G = 42 tokens for this G = 3, and sequence 0's 50 query rows need
+// two of them (v1's 64-token tiles, or 128-token ones, would be one tile: rows 42..49 unwritten).
+// The first step's staged tiles are of the previous prefill's size, the second's are right.
+TEST(CudaBackendTest, V2KernelsMatchTheReferenceInAndOutOfSteps) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device found: run on a GPU machine";
+  CudaBackendOptions options;
+  options.prefill_variant = PrefillVariant::kV2;
+  options.decode_variant = DecodeVariant::kV2;
+  GpuCase g(5, options);
+  ASSERT_TRUE(g.ok()) << g.error;
+  CudaBackend& be = *g.backend;
+  const int h = 9, hkv = GpuCase::kKvHeads, d = GpuCase::kHeadDim;
+  for (const int mode : {0, 1, 2, 3}) {  // 0: prefill, no step; 1, 2: prefill steps; 3: decode step
+    const bool decode = mode == 3;
+    const std::vector<int32_t> q_start = decode ? std::vector<int32_t>{0, 1, 2} : std::vector<int32_t>{0, 50, 61};
+    const std::vector<int32_t> ctx = decode ? std::vector<int32_t>{40, 63} : std::vector<int32_t>{60, 41};
+    const int t = q_start.back();
+    std::vector<int32_t> ids(static_cast<size_t>(t), 0), pos(static_cast<size_t>(t), 0);
+    std::vector<int64_t> slots(static_cast<size_t>(t), -1);
+    engine::BatchMetadata batch{ids, pos, slots, q_start, ctx, g.tables, 4, 16};
+    std::vector<float> q(static_cast<size_t>(t) * h * d);
+    for (auto& x : q) x = g.val();
+    auto dq = be.Allocate(q.size() * 4), dout = be.Allocate(q.size() * 4);
+    ASSERT_TRUE(dq && dout);
+    cudaMemcpy(dq->data(), q.data(), q.size() * 4, cudaMemcpyHostToDevice);
+    cudaMemset(dout->data(), 0xff, q.size() * 4);  // NaN: an unwritten row fails the comparison
+    if (mode > 0) {
+      EXPECT_EQ(be.BeginStep(batch, {}, engine::StepKey{t, t, 4, 1, false}), engine::StepMode::kEager);
+    }
+    be.Attention(dq->f32(), g.cache, {h, hkv, d, 0.125f}, batch, dout->f32());
+    if (mode > 0) {
+      EXPECT_TRUE(be.EndStep());
+    }
+    std::vector<float> got(q.size());
+    be.CopyToHost(dout->data(), got.data(), got.size() * 4);
+    ASSERT_TRUE(be.status().has_value()) << be.status().error().ToString();
+    std::vector<double> want(q.size());
+    for (int s = 0; s < 2; ++s)
+      for (int row = q_start[s]; row < q_start[s + 1]; ++row)
+        for (int hh = 0; hh < h; ++hh)
+          ref::AttendOne(g.kv, &g.tables[s * 4], ctx[s] - (q_start[s + 1] - row) + 1, hh / 3,
+                         &q[(static_cast<size_t>(row) * h + hh) * d], 0.125,
+                         &want[(static_cast<size_t>(row) * h + hh) * d]);
+    EXPECT_LT(ref::RelError(got, want), 1e-2) << "mode " << mode;
+  }
 }
 
 // Whole decode steps through BeginStep/EndStep with StepKey::graph: eager, then captured, then

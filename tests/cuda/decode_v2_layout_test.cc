@@ -24,7 +24,7 @@ using decode_v2::ScaleOffset;
 TEST(DecodeV2LayoutTest, LanesCoverTheBlockOnce) {
   for (int d : {64, 128}) {
     std::set<std::pair<int, int>> seen;
-    for (int it = 0; it < d / 16; ++it)
+    for (int it = 0; it < decode_v2::DecodeV2Iters(d); ++it)
       for (int lane = 0; lane < 32; ++lane) {
         const auto tc = LaneChunk(d, lane, it);
         ASSERT_GE(tc.token, 0);
@@ -47,7 +47,7 @@ TEST(DecodeV2LayoutTest, LanesCoverTheBlockOnce) {
 TEST(DecodeV2LayoutTest, ChunksArePrivateContiguousAndFit) {
   for (int d : {64, 128})
     for (int elem : {1, 2}) {
-      const int cb = 8 * elem, iters = d / 16, stages = kDecodeV2Stages;
+      const int cb = 8 * elem, iters = decode_v2::DecodeV2Iters(d), stages = kDecodeV2Stages;
       const size_t total = DecodeV2SmemBytes(d, elem);
       std::vector<int> owner(total, -1);
       size_t chunks_bytes = 0;

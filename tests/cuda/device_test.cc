@@ -71,6 +71,9 @@ TEST(CudaDeviceTest, LaunchersRejectBadArgumentsBeforeLaunching) {
   PrefillShape shape{1, 16, 32, 8, 128, 16};
   shape.variant = PrefillVariant::kV2;
   ASSERT_TRUE(ChoosePrefillGeometry(shape, 1, 132, &p.geo).ok());
+  p.tile_tokens = PrefillTileTokens(PrefillVariant::kV1, 4);  // v1's 64-token tiles, v2's geometry
+  EXPECT_EQ(PrefillAttention(p, nullptr).kind, CudaStatusKind::kInvalidArgument);
+  p.tile_tokens = p.geo.tile_tokens;
   p.geo.grid_x = 32;  // v1's grid over query heads
   EXPECT_EQ(PrefillAttention(p, nullptr).kind, CudaStatusKind::kInvalidArgument);
   ASSERT_TRUE(ChoosePrefillGeometry(shape, 1, 132, &p.geo).ok());
@@ -82,6 +85,20 @@ TEST(CudaDeviceTest, LaunchersRejectBadArgumentsBeforeLaunching) {
   p.q_stride = 32 * 128;
   p.q = reinterpret_cast<const bf16*>(fake + 2);
   EXPECT_EQ(PrefillAttention(p, nullptr).kind, CudaStatusKind::kInvalidArgument);
+  // v1 with q at an odd bf16 element: its 32-bit Q loads would fault, so it is refused too; the
+  // same v1 arguments with q aligned pass the checks (and then fail only at the launch, no GPU).
+  shape.variant = PrefillVariant::kV1;
+  ASSERT_TRUE(ChoosePrefillGeometry(shape, 1, 132, &p.geo).ok());
+  p.tile_tokens = p.geo.tile_tokens;
+  p.q = reinterpret_cast<const bf16*>(fake + 2);
+  EXPECT_EQ(PrefillAttention(p, nullptr).kind, CudaStatusKind::kInvalidArgument);
+  p.q = reinterpret_cast<const bf16*>(fake);
+  p.out = reinterpret_cast<bf16*>(fake + 2);
+  EXPECT_EQ(PrefillAttention(p, nullptr).kind, CudaStatusKind::kInvalidArgument);
+  p.out = reinterpret_cast<bf16*>(fake);
+  if (!HaveDevice()) {
+    EXPECT_NE(PrefillAttention(p, nullptr).kind, CudaStatusKind::kInvalidArgument);
+  }
   auto* b = reinterpret_cast<bf16*>(fake);
   EXPECT_EQ(RmsNorm(b, 12, b, b, 12, 1, 12, 1e-6f, nullptr).kind, CudaStatusKind::kInvalidArgument);
   EXPECT_EQ(SiluMul(b, b, 1, 12, nullptr).kind, CudaStatusKind::kInvalidArgument);
@@ -95,6 +112,20 @@ TEST(CudaDeviceTest, LaunchersRejectBadArgumentsBeforeLaunching) {
   c.kv = {fake, fake, reinterpret_cast<float*>(fake), reinterpret_cast<float*>(fake), 1, 1, 8, KvDtype::kFp8E4M3};
   c.k_stride = c.v_stride = 8;
   EXPECT_EQ(ReshapeAndCache(c, nullptr).kind, CudaStatusKind::kInvalidArgument);  // FP8 needs segments
+}
+
+// The alignment GemmBf16 tells cuBLASLt (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*) and keys its plans by.
+TEST(GemmAlignmentTest, LargestPowerOfTwoOfTheAddressCappedAt256) {
+  alignas(512) static char buf[4096];
+  EXPECT_EQ(GemmPointerAlignment(buf), 256u);
+  EXPECT_EQ(GemmPointerAlignment(buf + 256), 256u);
+  EXPECT_EQ(GemmPointerAlignment(buf + 128), 128u);
+  EXPECT_EQ(GemmPointerAlignment(buf + 2), 2u);
+  EXPECT_EQ(GemmPointerAlignment(buf + 1), 1u);
+  // The engine's activations: row t of a [T][576] bf16 buffer starts t * 1152 bytes in.
+  EXPECT_EQ(GemmPointerAlignment(buf + 1152), 128u);
+  EXPECT_EQ(GemmPointerAlignment(buf + 3 * 1152), 128u);
+  EXPECT_EQ(GemmPointerAlignment(buf + 576), 64u);
 }
 
 // Small decode attention (GQA 4, split-K) against the CPU reference.

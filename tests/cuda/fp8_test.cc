@@ -92,7 +92,7 @@ TEST(Fp8ScaleTest, ScaleMapsAmaxOntoMax) {
 }
 
 TEST(Fp8ScaleTest, RaisedScaleOnlyGrows) {
-  EXPECT_EQ(Fp8RaisedScale(0.0f, 0.0f), 1.0f);
+  EXPECT_EQ(Fp8RaisedScale(0.0f, 0.0f), 0.0f);  // a block of zeros: still unset
   EXPECT_EQ(Fp8RaisedScale(0.0f, 448.0f), 1.0f);
   EXPECT_EQ(Fp8RaisedScale(2.0f, 448.0f), 2.0f);
   EXPECT_EQ(Fp8RaisedScale(0.5f, 448.0f), 1.0f);
@@ -146,6 +146,27 @@ TEST(Fp8CacheWriteRefTest, RescaleKeepsEarlierTokensApproximately) {
   std::vector<CacheSegment> fresh = {{0, 0, 0, 2}};
   ref::Fp8CacheWrite(first.data(), d, fresh, hkv, d, &cache, &scales);
   EXPECT_EQ(scales[0], scale1);
+}
+
+// A block whose first segment is all zeros keeps scale 0 (unset) and codes 0; the next segment's
+// small values then get their own scale and full FP8 precision, not a scale stuck at 1.0.
+TEST(Fp8CacheWriteRefTest, ZeroFirstSegmentLeavesTheScaleUnset) {
+  const int hkv = 1, d = 8;
+  std::vector<uint8_t> cache(16 * d, 0xff);
+  std::vector<float> scales(1, 5.0f);  // stale, from the block's previous owner
+  std::vector<uint16_t> zeros(2 * d, FloatToBf16(0.0f)), small(2 * d);
+  for (int i = 0; i < 2 * d; ++i) small[i] = FloatToBf16(0.01f * (i - 7.5f));
+  std::vector<CacheSegment> s1 = {{0, 0, 0, 2}}, s2 = {{0, 2, 0, 2}};
+  ref::Fp8CacheWrite(zeros.data(), d, s1, hkv, d, &cache, &scales);
+  EXPECT_EQ(scales[0], 0.0f);
+  for (int i = 0; i < 2 * d; ++i) EXPECT_EQ(cache[i], 0) << i;
+  ref::Fp8CacheWrite(small.data(), d, s2, hkv, d, &cache, &scales);
+  EXPECT_FLOAT_EQ(scales[0], std::fabs(Bf16ToFloat(small[0])) / 448.0f);
+  for (int i = 0; i < 2 * d; ++i) {
+    EXPECT_EQ(DecodeE4M3(cache[i]) * scales[0], 0.0f);  // the zeros stay zeros
+    const float x = Bf16ToFloat(small[i]), back = DecodeE4M3(cache[2 * d + i]) * scales[0];
+    EXPECT_NEAR(back, x, std::fabs(x) / 16 + scales[0] / 1024) << i;  // FP8's precision, not 1/448
+  }
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <utility>
 #include <vector>
@@ -24,6 +25,27 @@ TEST(DecodeGeometryTest, LongSingleSequenceSplitsToFillTheChip) {
   EXPECT_GE(g.splits * g.blocks_per_split, blocks);
   EXPECT_LT((g.splits - 1) * g.blocks_per_split, blocks);  // no empty split
   EXPECT_EQ(g.workspace_floats, size_t{1} * 32 * g.splits * 129);
+}
+
+// DecodeShape::ctas_per_sm (the occupancy API's answer for the kernel launched) sizes the one-wave
+// split of a small group <= 4, D = 128 launch; 0 keeps v1's measured 3; other shapes ignore it.
+TEST(DecodeGeometryTest, OneWaveSplitFollowsTheKernelsOccupancy) {
+  DecodeGeometry g;
+  DecodeShape s{1, 32, 8, 128, 100000};
+  ASSERT_TRUE(ChooseDecodeGeometry(s, kH200Sms, &g).ok());
+  EXPECT_EQ(g.splits, 49);  // 3 x 132 / 8
+  s.ctas_per_sm = 3;
+  ASSERT_TRUE(ChooseDecodeGeometry(s, kH200Sms, &g).ok());
+  EXPECT_EQ(g.splits, 49);
+  s.ctas_per_sm = 4;  // e.g. decode v2 on an FP8 cache
+  ASSERT_TRUE(ChooseDecodeGeometry(s, kH200Sms, &g).ok());
+  EXPECT_EQ(g.splits, 66);  // 4 x 132 / 8
+  DecodeShape small_d{16, 9, 3, 64, 2000};
+  DecodeGeometry a, b;
+  ASSERT_TRUE(ChooseDecodeGeometry(small_d, kH200Sms, &a).ok());
+  small_d.ctas_per_sm = 4;
+  ASSERT_TRUE(ChooseDecodeGeometry(small_d, kH200Sms, &b).ok());
+  EXPECT_EQ(a.splits, b.splits);  // D = 64: v1's 4-CTAs-per-SM target, as measured best
 }
 
 TEST(DecodeGeometryTest, Batch64ModerateContext) {
@@ -215,14 +237,66 @@ TEST(PrefillGeometryTest, V2SharedMemoryFitsAnSm) {
 TEST(PrefillTilesTest, TilesPerSequence) {
   std::vector<int32_t> tiles;
   const std::vector<int32_t> q_lens = {130, 0, 64, 1};
-  ASSERT_TRUE(BuildPrefillTiles(q_lens, &tiles).ok());
+  ASSERT_TRUE(BuildPrefillTiles(q_lens, PrefillTileTokens(PrefillVariant::kV1, 4), &tiles).ok());
   EXPECT_EQ(tiles, (std::vector<int32_t>{0, 0, 0, 64, 0, 128, 2, 0, 3, 0}));
+  EXPECT_EQ(PrefillTileCount(q_lens, 64), 5);
   const std::vector<int32_t> bad = {3, -1};
-  EXPECT_FALSE(BuildPrefillTiles(bad, &tiles).ok());
+  EXPECT_FALSE(BuildPrefillTiles(bad, 64, &tiles).ok());
+  EXPECT_EQ(PrefillTileCount(bad, 64), -1);
   // v2 tiles for G = 3: 42 tokens each.
   ASSERT_TRUE(BuildPrefillTiles(q_lens, PrefillTileTokens(PrefillVariant::kV2, 3), &tiles).ok());
   EXPECT_EQ(tiles, (std::vector<int32_t>{0, 0, 0, 42, 0, 84, 0, 126, 2, 0, 2, 42, 3, 0}));
+  EXPECT_EQ(PrefillTileCount(q_lens, 42), 7);
   EXPECT_FALSE(BuildPrefillTiles(q_lens, 0, &tiles).ok());
+  EXPECT_EQ(PrefillTileCount(q_lens, 0), -1);
+}
+
+// Every tile size the variants use: the count is the vector's, and the tiles cover each sequence's
+// rows exactly once (a v2 CTA given v1's tiles would not: its rows past 128 / G stay unwritten).
+TEST(PrefillTilesTest, TilesCoverEveryRowOnceForEveryVariant) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<int32_t> q_lens(1 + rng() % 6);
+    for (auto& q : q_lens) q = static_cast<int32_t>(rng() % 300);
+    for (PrefillVariant v : {PrefillVariant::kV1, PrefillVariant::kV2})
+      for (int g = 1; g <= 8; ++g) {
+        const int tt = PrefillTileTokens(v, g);
+        std::vector<int32_t> tiles;
+        ASSERT_TRUE(BuildPrefillTiles(q_lens, tt, &tiles).ok());
+        ASSERT_EQ(static_cast<int64_t>(tiles.size() / 2), PrefillTileCount(q_lens, tt));
+        std::vector<std::vector<int>> covered(q_lens.size());
+        for (size_t s = 0; s < q_lens.size(); ++s) covered[s].assign(static_cast<size_t>(q_lens[s]), 0);
+        for (size_t i = 0; i < tiles.size(); i += 2)
+          for (int r = tiles[i + 1]; r < std::min(tiles[i + 1] + tt, q_lens[static_cast<size_t>(tiles[i])]); ++r)
+            ++covered[static_cast<size_t>(tiles[i])][static_cast<size_t>(r)];
+        for (const auto& c : covered)
+          for (int n : c) ASSERT_EQ(n, 1) << "variant " << static_cast<int>(v) << " G " << g;
+      }
+  }
+}
+
+// The last split runs to the sequence's end, so a plan made for a shorter context still covers
+// every block exactly once; the other splits are unchanged.
+TEST(DecodeGeometryTest, SplitsCoverEveryBlockOnceEvenPastThePlannedContext) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int planned = 1 + static_cast<int>(rng() % 20000);
+    DecodeGeometry geo;
+    ASSERT_TRUE(ChooseDecodeGeometry({1 + static_cast<int>(rng() % 8), 32, 8, 128, planned}, 132, &geo).ok());
+    const int planned_blocks = (planned + kBlockTokens - 1) / kBlockTokens;
+    for (int nblocks : {1, planned_blocks, planned_blocks + 1, 3 * planned_blocks + 7}) {
+      std::vector<int> seen(static_cast<size_t>(nblocks), 0);
+      for (int sp = 0; sp < geo.splits; ++sp) {
+        const BlockRange r = DecodeSplitBlocks(sp, geo.splits, geo.blocks_per_split, nblocks);
+        ASSERT_LE(r.begin, r.end);
+        if (sp < geo.splits - 1 && nblocks >= (sp + 1) * geo.blocks_per_split) {
+          ASSERT_EQ(r.end - r.begin, geo.blocks_per_split);
+        }
+        for (int b = r.begin; b < r.end; ++b) ++seen[static_cast<size_t>(b)];
+      }
+      for (int n : seen) ASSERT_EQ(n, 1) << "planned " << planned << " blocks " << nblocks;
+    }
+  }
 }
 
 TEST(SlotMappingTest, MapsPositionsThroughBlocks) {

@@ -90,5 +90,32 @@ TEST(StepGraphCacheTest, AbandonedCapturesRetryThenStayEager) {
   EXPECT_EQ(c.Next(1), Cache::Action::kEager);
 }
 
+TEST(StepGraphCacheTest, AFailedKeyFallsBackToEagerForGood) {
+  using Cache = StepGraphCache<int>;
+  Cache c;
+  int destroyed = 0;
+  EXPECT_EQ(c.Next(3), Cache::Action::kEager);
+  EXPECT_EQ(c.Next(3), Cache::Action::kCapture);
+  c.Failed(3);  // e.g. cudaStreamEndCapture or cudaGraphInstantiate failed
+  EXPECT_EQ(c.Next(3), Cache::Action::kEager);
+  EXPECT_EQ(c.Next(3), Cache::Action::kEager);
+  c.Clear();  // a new activation generation does not bring it back
+  EXPECT_EQ(c.Next(3), Cache::Action::kEager);
+  // A replay that fails drops that key's graph; the other keys keep theirs.
+  EXPECT_EQ(c.Next(4), Cache::Action::kEager);
+  EXPECT_EQ(c.Next(4), Cache::Action::kCapture);
+  c.Captured(4, FakeExec(&destroyed));
+  EXPECT_EQ(c.Next(5), Cache::Action::kEager);
+  EXPECT_EQ(c.Next(5), Cache::Action::kCapture);
+  c.Captured(5, FakeExec(&destroyed));
+  EXPECT_EQ(c.Next(4), Cache::Action::kReplay);
+  c.Failed(4);
+  EXPECT_EQ(destroyed, 1);
+  EXPECT_EQ(c.exec(4), nullptr);
+  EXPECT_EQ(c.Next(4), Cache::Action::kEager);
+  EXPECT_EQ(c.Next(5), Cache::Action::kReplay);
+  EXPECT_EQ(c.graphs(), 1u);
+}
+
 }  // namespace
 }  // namespace kvgate::cuda

@@ -1,4 +1,4 @@
-#include "kernels/cuda/cuda_backend.h"
+#include "local_engine/cuda_backend.h"
 
 #include <cuda_runtime_api.h>
 
@@ -12,11 +12,16 @@
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/geometry.h"
 #include "kernels/cuda/kernels.h"
+#include "kernels/cuda/rope_table.h"
 #include "kernels/cuda/status.h"
 #include "kernels/cuda/step_staging.h"
+#include "local_engine/block_manager.h"
 
 namespace kvgate::cuda {
 namespace {
+
+// The kernels' KV block (geometry.h, B) is the engine's: one block table serves both.
+static_assert(engine::kBlockSize == kBlockTokens, "kernels/cuda and the engine disagree on the KV block size");
 
 CudaStatus CudaCall(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return CudaStatus::Ok();
@@ -97,8 +102,9 @@ struct ActiveStep {
 
 class CudaBackendImpl final : public CudaBackend {
  public:
-  CudaBackendImpl(int device, cudaStream_t stream, int num_sms, std::unique_ptr<GemmBf16> gemm)
-      : device_(device), stream_(stream), num_sms_(num_sms), gemm_(std::move(gemm)) {}
+  CudaBackendImpl(const CudaBackendOptions& options, cudaStream_t stream, int num_sms, std::unique_ptr<GemmBf16> gemm)
+      : options_(options), stream_(stream), num_sms_(num_sms), gemm_(std::move(gemm)),
+        prefill_tile_tokens_(PrefillTileTokens(options.prefill_variant, 1)) {}
   ~CudaBackendImpl() override {
     if (capturing_) {
       cudaGraph_t g = nullptr;
@@ -181,6 +187,17 @@ class CudaBackendImpl final : public CudaBackend {
     for (const auto& o : outs) {
       const __nv_bfloat16* w = Dequantized(*o.w);
       if (!w) return;
+      // cuBLASLt writes the f32 output directly (no bf16 rounding, no conversion kernel). Where it
+      // has no algorithm for that (checked once), the bf16 output and a conversion, as before.
+      if (gemm_f32_out_) {
+        const CudaStatus st = gemm_->Run(xbf, k, w, k, o.out, o.w->rows, t, o.w->rows, k, 1.0f, 0.0f, stream_);
+        if (st.ok()) continue;
+        if (st.kind != CudaStatusKind::kCublasError) {
+          Check(st);
+          return;
+        }
+        gemm_f32_out_ = false;
+      }
       if (!Check(gemm_->Run(xbf, k, w, k, ybf, o.w->rows, t, o.w->rows, k, 1.0f, 0.0f, stream_)) ||
           !Check(Bf16ToF32(ybf, o.out, t * o.w->rows, stream_)))
         return;
@@ -191,6 +208,18 @@ class CudaBackendImpl final : public CudaBackend {
     if (!Live()) return;
     const int32_t* pos = InStep(batch) ? step_.at<int32_t>(kStepPositions) : Upload(batch.positions, 0);
     if (!pos) return;
+    // Single precision from the tables (rope_table.h) when every position is inside them; the
+    // double-precision reduction per element otherwise.
+    bool in_table = true;
+    for (int32_t p : batch.positions) in_table &= p >= 0 && p < kRopeMaxPositions;
+    if (in_table) {
+      const engine::DeviceBuffer* table = RopeTableFor(theta, static_cast<int>(head_dim));
+      if (!table) return;
+      const auto* t = static_cast<const float*>(table->data());
+      const size_t low_floats = static_cast<size_t>(kRopeLowPositions) * static_cast<size_t>(head_dim);
+      Check(RopeInterleavedF32Table(x, batch.num_tokens(), heads, head_dim, pos, t, t + low_floats, stream_));
+      return;
+    }
     Check(RopeInterleavedF32(x, batch.num_tokens(), heads, head_dim, pos, theta, stream_));
   }
 
@@ -226,9 +255,18 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
  private:
+  // Keeps the first error. During a capture a failure is not yet an error: the capture is given up
+  // (the remaining ops no-op), the key falls back to eager (StepGraphCache::Failed) and the step's
+  // eager rerun meets the failure again if it is real.
   bool Check(const CudaStatus& s) {
-    if (!s.ok() && error_.ok()) error_ = s;
-    return s.ok();
+    if (s.ok()) return true;
+    if (capturing_) {
+      capture_failed_ = abandoned_ = true;
+      cudaGetLastError();
+    } else if (error_.ok()) {
+      error_ = s;
+    }
+    return false;
   }
   std::unexpected<Error> ToStatusError() const { return std::unexpected(status().error()); }
   // Ops do nothing after an error, and for the rest of a capture the backend abandoned.
@@ -267,6 +305,48 @@ class CudaBackendImpl final : public CudaBackend {
     return meta_.as<T>(offset);
   }
 
+  // DecodeCtasPerSm of the decode kernel this backend runs for (D, G), queried once; -1 when the
+  // query failed (recorded) or must wait for the eager rerun of a capture.
+  int DecodeCtasPerSmFor(int head_dim, int group) {
+    const auto key = std::make_pair(head_dim, group);
+    auto it = decode_ctas_.find(key);
+    if (it != decode_ctas_.end()) return it->second;
+    if (capturing_) {  // cudaFuncSetAttribute / occupancy queries are kept out of recordings
+      abandoned_ = true;
+      return -1;
+    }
+    int n = 0;
+    if (!Check(DecodeCtasPerSm(KvDtype::kF16, head_dim, group, options_.decode_variant, &n))) return -1;
+    decode_ctas_.emplace(key, n);
+    return n;
+  }
+
+  // The RoPE tables of (theta, head_dim), low then high, built and uploaded on first use (an
+  // allocation: during a capture the capture is abandoned and the eager rerun builds them).
+  const engine::DeviceBuffer* RopeTableFor(float theta, int head_dim) {
+    const auto key = std::make_pair(theta, head_dim);
+    auto it = rope_tables_.find(key);
+    if (it != rope_tables_.end()) return &it->second;
+    if (capturing_) {
+      abandoned_ = true;
+      return nullptr;
+    }
+    RopeTable t;
+    if (!Check(BuildRopeTable(theta, head_dim, &t))) return nullptr;
+    std::vector<float> both(t.low);
+    both.insert(both.end(), t.high.begin(), t.high.end());
+    auto buf = Allocate(both.size() * sizeof(float));
+    if (!buf) {
+      Check({CudaStatusKind::kCudaError, static_cast<int>(cudaErrorMemoryAllocation), "rope table"});
+      return nullptr;
+    }
+    if (!Check(CudaCall(cudaMemcpyAsync(buf->data(), both.data(), both.size() * sizeof(float), cudaMemcpyHostToDevice,
+                                        stream_), "rope table upload")) ||
+        !Check(CudaCall(cudaStreamSynchronize(stream_), "rope table sync")))
+      return nullptr;
+    return &rope_tables_.emplace(key, *buf).first->second;
+  }
+
   const __nv_bfloat16* Dequantized(const engine::WeightMatrix& w) {
     auto it = dequantized_.find(w.data);
     if (it != dequantized_.end()) return static_cast<const __nv_bfloat16*>(it->second.data());
@@ -292,7 +372,7 @@ class CudaBackendImpl final : public CudaBackend {
     return dst;
   }
 
-  int device_;
+  const CudaBackendOptions options_;
   cudaStream_t stream_;
   int num_sms_;
   std::unique_ptr<GemmBf16> gemm_;
@@ -305,12 +385,17 @@ class CudaBackendImpl final : public CudaBackend {
   PinnedHost staging_;
   cudaEvent_t staged_event_ = nullptr;
   std::vector<int32_t> step_tiles_;
+  int step_tile_tokens_ = 0;     // the tile size step_tiles_ were built with
+  int prefill_tile_tokens_ = 0;  // the tile size of the last prefill (v2's depends on G)
   ActiveStep step_;
   StepGraphCache<engine::StepKey> graphs_;
   uint64_t graphs_generation_ = 0;  // StepKey::activations the cached graphs were recorded at
-  bool capturing_ = false, abandoned_ = false;
+  bool capturing_ = false, abandoned_ = false, capture_failed_ = false;
+  bool gemm_f32_out_ = true;  // cuBLASLt found an f32-output algorithm so far (MatMul)
   std::vector<engine::DeviceBuffer> uploaded_;                   // weights copied by UploadWeights
   std::map<const void*, engine::DeviceBuffer> dequantized_;      // quantized data -> bf16 copy
+  std::map<std::pair<float, int>, engine::DeviceBuffer> rope_tables_;  // (theta, head dim) -> RopeTable
+  std::map<std::pair<int, int>, int> decode_ctas_;                     // (head dim, group) -> CTAs/SM
 };
 
 void CudaBackendImpl::Attention(const float* q, const engine::KvCacheLayer& cache,
@@ -320,8 +405,8 @@ void CudaBackendImpl::Attention(const float* q, const engine::KvCacheLayer& cach
   const int64_t t = batch.num_tokens(), s = batch.num_seqs();
   const int h = static_cast<int>(shape.heads), hkv = static_cast<int>(shape.kv_heads),
             d = static_cast<int>(shape.head_dim);
-  if (batch.block_size != kBlockTokens) {
-    Check(CudaStatus::Invalid("cuda backend: KV block size must be 16"));
+  if (batch.block_size != engine::kBlockSize) {
+    Check(CudaStatus::Invalid("cuda backend: the batch's KV block size is not engine::kBlockSize"));
     return;
   }
   if (cache.num_blocks <= 0) {
@@ -331,9 +416,14 @@ void CudaBackendImpl::Attention(const float* q, const engine::KvCacheLayer& cach
   const bool decode = t == s;  // every sequence has at least one token (ValidateBatch)
   int max_ctx = 0;
   for (int32_t c : batch.context_lens) max_ctx = std::max(max_ctx, c);
+  // Prefill tiles are the variant's size (v2: 128 / G tokens). BeginStep staged tiles of the size
+  // the last prefill used; a step whose size differs uploads its own (never in a capture: only
+  // decode steps are recorded).
+  const int tile_tokens = PrefillTileTokens(options_.prefill_variant, hkv > 0 ? h / hkv : 0);
+  if (!decode) prefill_tile_tokens_ = tile_tokens;
   const int32_t *tables, *ctx, *qs, *dtiles;
   size_t num_tiles = 0;
-  if (InStep(batch)) {
+  if (InStep(batch) && (decode || step_tile_tokens_ == tile_tokens)) {
     tables = step_.at<int32_t>(kStepBlockTables);
     ctx = step_.at<int32_t>(kStepContextLens);
     qs = step_.at<int32_t>(kStepQueryStart);
@@ -341,8 +431,9 @@ void CudaBackendImpl::Attention(const float* q, const engine::KvCacheLayer& cach
     num_tiles = step_tiles_.size() / 2;
     max_ctx = std::max(max_ctx, step_.geometry_context);
   } else {
+    if (InStep(batch)) max_ctx = std::max(max_ctx, step_.geometry_context);
     std::vector<int32_t> tiles;
-    if (!decode && !Check(BuildPrefillTiles(QueryLengths(batch.query_start), &tiles))) return;
+    if (!decode && !Check(BuildPrefillTiles(QueryLengths(batch.query_start), tile_tokens, &tiles))) return;
     // Metadata layout in meta_: tables | context_lens | query_start | tiles, each 256-byte aligned.
     auto align = [](size_t x) { return (x + 255) / 256 * 256; };
     const size_t o_ctx = align(batch.block_tables.size_bytes());
@@ -356,18 +447,28 @@ void CudaBackendImpl::Attention(const float* q, const engine::KvCacheLayer& cach
     num_tiles = tiles.size() / 2;
   }
   if (!tables || !ctx || !qs || !dtiles) return;
+  // The tiles must be the ones this launch's geometry expects: a count built for another tile size
+  // would leave rows unwritten (v2 given v1's tiles) or run rows twice.
+  if (!decode && static_cast<int64_t>(num_tiles) != PrefillTileCount(QueryLengths(batch.query_start), tile_tokens)) {
+    Check(CudaStatus::Invalid("cuda backend: prefill tiles do not match the variant's tile size"));
+    return;
+  }
   const PagedKv kv{cache.k, cache.v, nullptr, nullptr, cache.num_blocks, hkv, d, KvDtype::kF16};
   const size_t qo = static_cast<size_t>(t) * h * d * 2;
   size_t ws_floats = 0;
   DecodeGeometry dg;
   PrefillGeometry pg;
   if (decode) {
-    if (!Check(ChooseDecodeGeometry({static_cast<int>(s), h, hkv, d, max_ctx}, num_sms_, &dg))) return;
+    DecodeShape shape_d{static_cast<int>(s), h, hkv, d, max_ctx};
+    shape_d.variant = options_.decode_variant;
+    shape_d.ctas_per_sm = DecodeCtasPerSmFor(d, hkv > 0 ? h / hkv : 0);
+    if (shape_d.ctas_per_sm < 0) return;
+    if (!Check(ChooseDecodeGeometry(shape_d, num_sms_, &dg))) return;
     ws_floats = dg.workspace_floats;
   } else {
-    if (!Check(ChoosePrefillGeometry({static_cast<int>(s), static_cast<int>(t), h, hkv, d, max_ctx},
-                                     static_cast<int>(num_tiles), num_sms_, &pg)))
-      return;
+    PrefillShape shape_p{static_cast<int>(s), static_cast<int>(t), h, hkv, d, max_ctx};
+    shape_p.variant = options_.prefill_variant;
+    if (!Check(ChoosePrefillGeometry(shape_p, static_cast<int>(num_tiles), num_sms_, &pg))) return;
     ws_floats = pg.workspace_floats;
   }
   if (!Reserve(attn_, 2 * qo + ws_floats * 4)) return;
@@ -400,6 +501,7 @@ void CudaBackendImpl::Attention(const float* q, const engine::KvCacheLayer& cach
     a.q_start = qs;
     a.context_lens = ctx;
     a.tiles = dtiles;
+    a.tile_tokens = tile_tokens;
     a.num_q_heads = h;
     a.softmax_scale = shape.scale;
     a.geo = pg;
@@ -412,11 +514,12 @@ void CudaBackendImpl::Attention(const float* q, const engine::KvCacheLayer& cach
 engine::StepMode CudaBackendImpl::BeginStep(const engine::BatchMetadata& batch,
                                            std::span<const int32_t> gather_rows, const engine::StepKey& key) {
   step_ = ActiveStep{};
-  abandoned_ = false;
+  abandoned_ = capture_failed_ = false;
   if (!error_.ok()) return engine::StepMode::kEager;
   const bool decode = batch.num_tokens() == batch.num_seqs();
   step_tiles_.clear();
-  if (!decode && !Check(BuildPrefillTiles(QueryLengths(batch.query_start), &step_tiles_)))
+  step_tile_tokens_ = prefill_tile_tokens_;
+  if (!decode && !Check(BuildPrefillTiles(QueryLengths(batch.query_start), step_tile_tokens_, &step_tiles_)))
     return engine::StepMode::kEager;
   StepSources src;
   auto add = [&src](StepArray a, auto span) {
@@ -460,11 +563,18 @@ engine::StepMode CudaBackendImpl::BeginStep(const engine::BatchMetadata& batch,
   }
   switch (graphs_.Next(key)) {
     case StepGraphCache<engine::StepKey>::Action::kReplay:
-      Check(CudaCall(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graphs_.exec(key)), stream_), "cudaGraphLaunch"));
+      if (cudaGraphLaunch(static_cast<cudaGraphExec_t>(graphs_.exec(key)), stream_) != cudaSuccess) {
+        cudaGetLastError();  // the graph did not run: this key goes eager, the ops run now
+        graphs_.Failed(key);
+        return engine::StepMode::kEager;
+      }
       return engine::StepMode::kReplayed;
     case StepGraphCache<engine::StepKey>::Action::kCapture:
-      if (!Check(CudaCall(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture")))
+      if (cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+        cudaGetLastError();
+        graphs_.Failed(key);
         return engine::StepMode::kEager;
+      }
       capturing_ = true;
       return engine::StepMode::kCapture;
     case StepGraphCache<engine::StepKey>::Action::kEager:
@@ -482,20 +592,31 @@ bool CudaBackendImpl::EndStep() {
   cudaGraph_t graph = nullptr;
   const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
   const std::unique_ptr<CUgraph_st, cudaError_t (*)(cudaGraph_t)> owned(graph, cudaGraphDestroy);
-  if (abandoned_ && error_.ok()) {
-    // Not an error: the step needed an allocation. The ops come again, eagerly (step_ stays).
-    abandoned_ = false;
-    graphs_.Abandoned(step_.key);
+  // Nothing of a captured step has run yet, so whatever goes wrong from here the runner can issue
+  // the ops again, eagerly (returning false keeps step_ for that rerun).
+  auto rerun_eagerly = [this](bool failed) {
+    cudaGetLastError();  // clears a capture error so the eager ops do not inherit it
+    abandoned_ = capture_failed_ = false;
+    if (failed) {
+      graphs_.Failed(step_.key);
+    } else {
+      graphs_.Abandoned(step_.key);
+    }
     return false;
+  };
+  if (!error_.ok()) {  // an error from before the capture: the step fails as it would eagerly
+    step_.active = false;
+    return true;
   }
-  step_.active = false;
-  if (!Check(CudaCall(end, "cudaStreamEndCapture")) || !error_.ok()) return true;
+  if (capture_failed_) return rerun_eagerly(true);
+  if (abandoned_) return rerun_eagerly(false);  // not an error: the step needed an allocation
+  if (end != cudaSuccess || graph == nullptr) return rerun_eagerly(true);
   cudaGraphExec_t exec = nullptr;
-  if (!Check(CudaCall(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate"))) return true;
-  graphs_.Captured(step_.key, std::shared_ptr<void>(exec, [](void* e) {
-                     cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(e));
-                   }));
-  Check(CudaCall(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch"));
+  if (cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) return rerun_eagerly(true);
+  std::shared_ptr<void> owned_exec(exec, [](void* e) { cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(e)); });
+  if (cudaGraphLaunch(exec, stream_) != cudaSuccess) return rerun_eagerly(true);
+  graphs_.Captured(step_.key, std::move(owned_exec));
+  step_.active = false;
   return true;
 }
 
@@ -517,7 +638,7 @@ Result<std::unique_ptr<CudaBackend>> MakeCudaBackend(const CudaBackendOptions& o
   cudaStream_t stream = nullptr;
   if (Status s = ToStatus(CudaCall(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate")); !s)
     return std::unexpected(s.error());
-  return std::unique_ptr<CudaBackend>(new CudaBackendImpl(options.device, stream, sms, std::move(gemm)));
+  return std::unique_ptr<CudaBackend>(new CudaBackendImpl(options, stream, sms, std::move(gemm)));
 }
 
 Result<int64_t> KvCacheTokensForMemoryFraction(double fraction, int64_t kv_bytes_per_token, int device) {
@@ -529,7 +650,7 @@ Result<int64_t> KvCacheTokensForMemoryFraction(double fraction, int64_t kv_bytes
   if (Status s = ToStatus(CudaCall(cudaMemGetInfo(&free_bytes, &total), "cudaMemGetInfo")); !s)
     return std::unexpected(s.error());
   const auto tokens = static_cast<int64_t>(static_cast<double>(free_bytes) * fraction) / kv_bytes_per_token;
-  return tokens / kBlockTokens * kBlockTokens;
+  return tokens / engine::kBlockSize * engine::kBlockSize;
 }
 
 }  // namespace kvgate::cuda

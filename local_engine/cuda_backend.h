@@ -9,8 +9,10 @@
 // Whole steps (Backend::BeginStep/EndStep): each step's metadata goes to the device in one copy
 // from pinned memory, to fixed addresses the ops read; a StepKey::graph step (a decode step of an
 // engine with cuda_graphs) is recorded as a CUDA graph on its key's second occurrence and replayed
-// after that (kernels/NOTES.md, "CUDA graphs for decode"; not yet run on a GPU). Ops called outside
-// a step upload their spans themselves.
+// after that (kernels/NOTES.md, "CUDA graphs for decode"; not yet run on a GPU). A capture,
+// instantiation or replay that fails in the CUDA runtime is not an error: that key runs eagerly from
+// then on (the step is reissued eagerly), and only an eager failure becomes status(). Ops called
+// outside a step upload their spans themselves.
 // Thread safety: one thread at a time, like every Backend.
 #pragma once
 
@@ -19,6 +21,7 @@
 #include <memory>
 
 #include "common/error.h"
+#include "kernels/cuda/geometry.h"
 #include "local_engine/backend.h"
 
 namespace kvgate::cuda {
@@ -26,6 +29,10 @@ namespace kvgate::cuda {
 struct CudaBackendOptions {
   int device = 0;
   size_t gemm_workspace_bytes = size_t{32} << 20;
+  // The attention kernels' variants (kernels/cuda/geometry.h): v2 once the device run
+  // (kernels/bench/run_device_checks.sh) has verified it (k{Prefill,Decode}V2Verified), else v1.
+  PrefillVariant prefill_variant = kPrefillV2Verified ? PrefillVariant::kV2 : PrefillVariant::kV1;
+  DecodeVariant decode_variant = kDecodeV2Verified ? DecodeVariant::kV2 : DecodeVariant::kV1;
 };
 
 // status() (from engine::Backend) reports the first error an op met.
@@ -38,7 +45,8 @@ class CudaBackend : public engine::Backend {
 Result<std::unique_ptr<CudaBackend>> MakeCudaBackend(const CudaBackendOptions& options = {});
 
 // KV pool size in tokens that fits in `fraction` (0, 1] of the device's currently free memory, at
-// `kv_bytes_per_token` (2 x layers x Hkv x Dh x bytes per value), rounded down to 16-token blocks.
+// `kv_bytes_per_token` (2 x layers x Hkv x Dh x bytes per value), rounded down to whole KV blocks
+// (engine::kBlockSize tokens).
 Result<int64_t> KvCacheTokensForMemoryFraction(double fraction, int64_t kv_bytes_per_token, int device = 0);
 
 }  // namespace kvgate::cuda

@@ -14,9 +14,20 @@ constexpr unsigned kInt8Oid = 20;
 constexpr unsigned kTextOid = 25;
 constexpr unsigned kFloat8Oid = 701;
 
+// libpq's messages end in a newline and may span lines ("server closed the connection
+// unexpectedly\n\tThis probably means..."): one line, for logs and /healthz.
 std::string Trimmed(const char* message) {
-  std::string text = message == nullptr ? "" : message;
-  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  std::string text;
+  bool space = false;
+  for (const char* c = message == nullptr ? "" : message; *c != '\0'; ++c) {
+    if (*c == '\n' || *c == '\t' || *c == ' ') {
+      space = !text.empty();
+      continue;
+    }
+    if (space) text.push_back(' ');
+    space = false;
+    text.push_back(*c);
+  }
   return text;
 }
 

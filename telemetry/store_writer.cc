@@ -204,8 +204,6 @@ void BatchWriter::WriterLoop() {
     outcome.error = sink_.Describe() + " unavailable at shutdown (" + outcome.error + "); " +
                     (journal_ ? "the records stay in the journal for the next start"
                               : "without a journal they are lost");
-    std::fprintf(stderr, "kvgate: telemetry: %zu records not written: %s\n", batch.size(),
-                 outcome.error.c_str());
     Finish(batch.size(), batch_end, journal_refs, outcome, /*keep_journal=*/true);
     break;
   }

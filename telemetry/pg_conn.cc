@@ -1,12 +1,15 @@
 #include "telemetry/pg_conn.h"
 
+#include "telemetry/store.h"
+
 #include <libpq-fe.h>
 
 #include <charconv>
 #include <cstdlib>
 #include <regex>
 
-namespace kvgate::telemetry::internal {
+namespace kvgate::telemetry {
+namespace internal {
 namespace {
 
 // Type OIDs (pg_type.dat): fixed since PostgreSQL 7.
@@ -185,6 +188,8 @@ Result<PgResult> PgConnection::Query(std::string_view sql, const PgParams& param
   return result;
 }
 
+}  // namespace internal
+
 std::string RedactConninfo(std::string_view conninfo) {
   // postgresql://user:secret@host/db -> postgresql://user:***@host/db; password=secret -> ***.
   static const std::regex kUriPassword(R"(^(postgres(?:ql)?://[^:/@]*):[^@/]*@)");
@@ -193,4 +198,4 @@ std::string RedactConninfo(std::string_view conninfo) {
   return std::regex_replace(text, kKeyPassword, "$1***");
 }
 
-}  // namespace kvgate::telemetry::internal
+}  // namespace kvgate::telemetry

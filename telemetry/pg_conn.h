@@ -85,7 +85,4 @@ class PgConnection {
   pg_conn* conn_;
 };
 
-// A conninfo with its password removed, for log lines and errors.
-std::string RedactConninfo(std::string_view conninfo);
-
 }  // namespace kvgate::telemetry::internal

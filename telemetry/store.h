@@ -247,6 +247,9 @@ class TelemetryStore {
   virtual Stats stats() const = 0;
 };
 
+// A PostgreSQL connection string with its password replaced by "***", for logs and errors.
+std::string RedactConninfo(std::string_view conninfo);
+
 // RFC 3339 UTC with microseconds: 1767225600000000 -> "2026-01-01T00:00:00.000000Z".
 std::string FormatRfc3339Micros(int64_t unix_micros);
 // The other way, for query parameters: "2026-01-01T00:00:00Z", with optional fractional seconds

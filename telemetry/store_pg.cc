@@ -284,7 +284,29 @@ BatchSink::Outcome PostgresTelemetryStore::WriteBatch(std::deque<RequestRecord>&
     }
     outcome.error = written.error().message;
   }
-  outcome.failed = batch.size();
+  // The server refuses the batch (not a lost connection): an error aborts a PostgreSQL
+  // transaction, so each record is tried alone, and a record it refuses costs only itself, as a
+  // record SQLite refuses does.
+  if (batch.size() == 1) {
+    outcome.failed = 1;
+    return outcome;
+  }
+  for (const RequestRecord& record : batch) {
+    const std::deque<RequestRecord> one{record};
+    uint64_t duplicates = 0;
+    std::string duplicate_error;
+    Status written = WriteTransaction(one, &duplicates, &duplicate_error);
+    if (!written && ServerUnavailable(*writer_conn_, written.error())) {
+      // Gone meanwhile: the records written alone are skipped by request id when the writer
+      // offers the batch again.
+      writer_conn_.reset();
+      return Outcome{.unavailable = true, .error = written.error().message};
+    }
+    if (!written || duplicates > 0) {
+      ++outcome.failed;
+      if (!written) outcome.error = written.error().message;
+    }
+  }
   return outcome;
 }
 

@@ -26,8 +26,14 @@ class PgServer {
   static Result<std::unique_ptr<PgServer>> Start() {
     std::unique_ptr<PgServer> server(new PgServer());
     if (Status s = server->Init(); !s) return std::unexpected(s.error());
-    if (Status s = server->Run(); !s) return std::unexpected(s.error());
-    return server;
+    // The free port may be taken between the check and the start (tests run in parallel).
+    Status started;
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      server->port_ = FreePort();
+      started = server->Run();
+      if (started) return server;
+    }
+    return std::unexpected(started.error());
   }
   ~PgServer() {
     (void)Stop();
@@ -44,6 +50,11 @@ class PgServer {
       return std::unexpected(s.error());
     }
     return Uri(name);
+  }
+  // Runs SQL (no single quotes in it) on a database of this server as its superuser.
+  Status Psql(const std::string& database, const std::string& sql) {
+    return Shell(Bin("psql") + " -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p " + std::to_string(port_) +
+                 " -U kvgate -d " + database + " -c '" + sql + "'");
   }
   std::string Uri(const std::string& database) const {
     return "postgresql://kvgate@127.0.0.1:" + std::to_string(port_) + "/" + database;
@@ -85,7 +96,6 @@ class PgServer {
     if (as_nobody_ && !Shell("chown nobody " + dir_.string(), /*as_server=*/false)) {
       return MakeError(ErrorCode::kUnavailable, "cannot give " + dir_.string() + " to nobody");
     }
-    port_ = FreePort();
     return Shell(Bin("initdb") + " -D " + Data() +
                  " -U kvgate --auth=trust --encoding=UTF8 --locale=C.UTF-8 -N");
   }

@@ -18,6 +18,10 @@ namespace kvgate::telemetry::testing {
 
 enum class StoreKind { kSqlite, kPostgres };
 
+inline void PrintTo(StoreKind kind, std::ostream* os) {
+  *os << (kind == StoreKind::kSqlite ? "SQLite" : "PostgreSQL");
+}
+
 inline std::string StoreKindName(const ::testing::TestParamInfo<StoreKind>& info) {
   return info.param == StoreKind::kSqlite ? "Sqlite" : "Postgres";
 }

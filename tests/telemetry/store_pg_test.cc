@@ -259,6 +259,33 @@ TEST(PostgresStoreTest, AShutdownDuringAnOutageLeavesTheRecordsToTheNextStart) {
   EXPECT_EQ((*thread)["turns"].size(), 5u);
 }
 
+TEST(PostgresStoreTest, ARecordTheServerRefusesCostsOnlyItself) {
+  FakeClock clock;
+  StoreFactory factory(StoreKind::kPostgres);
+  ASSERT_TRUE(factory.Prepare());
+  auto opened = factory.Open(clock);
+  ASSERT_TRUE(opened.has_value()) << opened.error().ToString();
+  // A constraint the store does not know about stands in for any row the server refuses.
+  const std::string database = factory.location().substr(factory.location().rfind('/') + 1);
+  ASSERT_TRUE(factory.server()
+                  ->Psql(database, "ALTER TABLE requests ADD CONSTRAINT refuse CHECK "
+                                   "(model <> $$refused-model$$)")
+                  .has_value());
+  for (const char* model : {"gpt-4o", "refused-model", "gpt-4o-mini"}) {
+    (*opened)->Record(MakeRecord(std::string("x-") + model, "th_x", kT0, model,
+                                 UsageFlavor::kOpenAIChat, "{}"));
+  }
+  auto flushed = (*opened)->Flush();
+  ASSERT_FALSE(flushed.has_value()) << "the refused record is reported";
+  EXPECT_NE(flushed.error().message.find("refuse"), std::string::npos) << flushed.error().message;
+  EXPECT_EQ((*opened)->stats().written, 2u);
+  EXPECT_EQ((*opened)->stats().write_errors, 1u);
+  auto thread = (*opened)->GetThread("th_x");
+  ASSERT_TRUE(thread.has_value());
+  EXPECT_EQ((*thread)["turns"].size(), 2u);
+  EXPECT_EQ((*thread)["summary"]["models"], json({"gpt-4o", "gpt-4o-mini"}));
+}
+
 TEST(PostgresStoreTest, BadConnectionStringsAndDeadServersAreClearErrors) {
   FakeClock clock;
   StoreOptions options;

@@ -1,4 +1,4 @@
-// The SQLite store: opening, the single writer thread and its batched transactions.
+// The SQLite store: opening and the batched transactions the shared writer (store_writer.h) runs.
 #include <algorithm>
 #include <cstdio>
 #include <chrono>

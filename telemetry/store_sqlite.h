@@ -1,21 +1,17 @@
 // Internal to the telemetry module: the SQLite implementation of TelemetryStore.
 // store_sqlite.cc: opening, the batch writes (the writer thread is store_writer.h's).
-// store_queries.cc: the read-only queries and their JSON.
+// store_queries.cc, store_overview.cc: the read-only queries (their JSON is store_json.cc's).
 #pragma once
 
-#include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <string>
-#include <thread>
 #include <tuple>
 #include <vector>
 
-#include "telemetry/journal.h"
 #include "telemetry/sqlite_db.h"
 #include "telemetry/store.h"
 #include "telemetry/store_rows.h"
@@ -54,7 +50,6 @@ class SqliteRows final : public RowCursor {
  private:
   Stmt& s_;
 };
-
 
 class SqliteTelemetryStore final : public TelemetryStore, private BatchSink {
  public:

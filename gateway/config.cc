@@ -189,12 +189,31 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
   }
   if (auto it = root.find("storage"); it != root.end() && !it->is_null()) {
     Reader r{*it, "storage"};
-    if (Status s = OnlyKeys(*it, "storage", {"sqlite", "commit_interval_ms", "journal"}); !s) {
+    if (Status s = OnlyKeys(*it, "storage", {"sqlite", "postgres", "journal_path",
+                                             "commit_interval_ms", "journal"});
+        !s) {
       return std::unexpected(s.error());
+    }
+    // One telemetry database: a local SQLite file or a PostgreSQL server, never both.
+    if (it->contains("sqlite") && it->contains("postgres")) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       "storage: set either sqlite or postgres, not both (sqlite names a local "
+                       "file, postgres a server shared by replicas)");
     }
     auto path = r.String("sqlite", config.sqlite_path);
     if (!path) return std::unexpected(path.error());
     config.sqlite_path = *path;
+    auto postgres = r.String("postgres", config.postgres);
+    if (!postgres) return std::unexpected(postgres.error());
+    if (it->contains("postgres") && postgres->empty()) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       "storage.postgres must be a connection string, e.g. "
+                       "\"postgresql://kvgate@db.internal/kvgate\"");
+    }
+    config.postgres = *postgres;
+    auto journal_path = r.String("journal_path", config.journal_path);
+    if (!journal_path) return std::unexpected(journal_path.error());
+    config.journal_path = *journal_path;
     auto interval = r.Int("commit_interval_ms", config.commit_interval.count());
     if (!interval) return std::unexpected(interval.error());
     if (*interval < 0 || *interval > 10'000) {

@@ -110,8 +110,13 @@ struct GatewayConfig {
   std::chrono::milliseconds upstream_connect_timeout{10'000};
   std::chrono::milliseconds upstream_pool_idle_timeout{60'000};  // unused keep-alive -> closed
   std::chrono::milliseconds drain_timeout{30'000};
-  // storage
+  // storage: the telemetry database is the SQLite file at sqlite_path unless `postgres` (a libpq
+  // connection string) is set; the config refuses both at once.
   std::string sqlite_path = "./kvgate.db";
+  std::string postgres;
+  // Where the crash journal's files go (telemetry::StoreOptions::journal_path): "" = beside the
+  // SQLite file; with PostgreSQL "" means "./kvgate-journal" (a local path, one per process).
+  std::string journal_path;
   // Group commit: how long the telemetry writer gathers records before one transaction
   // (telemetry::StoreOptions::commit_interval). 0 commits as soon as the writer wakes.
   std::chrono::milliseconds commit_interval{20};

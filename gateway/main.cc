@@ -74,7 +74,7 @@ constexpr char kServeUsage[] =
     "  --listen HOST:PORT  where to listen, over the config's server.listen (default\n"
     "                      127.0.0.1:8080)\n"
     "  --db PATH           the SQLite file of request records, over the config's storage.sqlite\n"
-    "                      (default ./kvgate.db)\n";
+    "                      (default ./kvgate.db; not with storage.postgres)\n";
 
 constexpr char kEngineUsage[] =
     "usage: kvgate engine --model PATH [--port N] [--host H] [--name NAME] [--db PATH]\n"
@@ -253,7 +253,14 @@ int Serve(int argc, char** argv) {
     config.listen_host = overridden->listen_host;
     config.listen_port = overridden->listen_port;
   }
-  if (!db_override.empty()) config.sqlite_path = db_override;
+  if (!db_override.empty()) {
+    if (!config.postgres.empty()) {
+      std::fprintf(stderr, "kvgate: --db names a SQLite file, but %s sets storage.postgres\n",
+                   config.source.c_str());
+      return 2;
+    }
+    config.sqlite_path = db_override;
+  }
   if (auto valid = gateway::ValidateConfig(config); !valid) {
     std::fprintf(stderr, "kvgate: %s\n", valid.error().message.c_str());
     return 2;
@@ -322,20 +329,36 @@ int RunGateway(gateway::GatewayConfig config) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   SystemClock clock;
-  auto store = telemetry::TelemetryStore::Open(
-      config.sqlite_path, clock,
-      telemetry::StoreOptions{.commit_interval = config.commit_interval, .journal = config.journal});
+  // The telemetry database: the SQLite file, or PostgreSQL (whose crash journal needs a local
+  // path, and which has no local file for the state that is not yet kept there: see below).
+  const bool on_postgres = !config.postgres.empty();
+  telemetry::StoreOptions store_options{.commit_interval = config.commit_interval,
+                                        .journal = config.journal,
+                                        .journal_path = config.journal_path};
+  if (on_postgres && store_options.journal_path.empty()) {
+    store_options.journal_path = "./kvgate-journal";
+  }
+  const std::string store_name =
+      on_postgres ? "PostgreSQL " + telemetry::RedactConninfo(config.postgres) : config.sqlite_path;
+  auto store = on_postgres
+                   ? telemetry::TelemetryStore::OpenPostgres(config.postgres, clock, store_options)
+                   : telemetry::TelemetryStore::Open(config.sqlite_path, clock, store_options);
   if (!store) {
-    std::fprintf(stderr, "kvgate: telemetry store %s: %s\n", config.sqlite_path.c_str(),
+    std::fprintf(stderr, "kvgate: telemetry store %s: %s\n", store_name.c_str(),
                  store.error().message.c_str());
     return 1;
   }
-  // Keys made through /api/keys live in the same database (its api_keys table).
-  auto key_store = telemetry::KeyStore::Open(config.sqlite_path);
-  if (!key_store) {
-    std::fprintf(stderr, "kvgate: key store %s: %s\n", config.sqlite_path.c_str(),
-                 key_store.error().message.c_str());
-    return 1;
+  // Keys made through /api/keys live in the SQLite database (its api_keys table); on PostgreSQL
+  // the gateway keeps no key store yet (/api/keys says so; keys from the config still work).
+  std::unique_ptr<telemetry::KeyStore> key_store;
+  if (!on_postgres) {
+    auto opened = telemetry::KeyStore::Open(config.sqlite_path);
+    if (!opened) {
+      std::fprintf(stderr, "kvgate: key store %s: %s\n", config.sqlite_path.c_str(),
+                   opened.error().message.c_str());
+      return 1;
+    }
+    key_store = std::move(*opened);
   }
   telemetry::MetricsRegistry registry;
   auto metrics = telemetry::GatewayMetrics::Create(registry);
@@ -360,7 +383,11 @@ int RunGateway(gateway::GatewayConfig config) {
     registry.AddSection([e = engines.get()](std::string& out) { e->ExposeMetrics(out); });
   }
 
-  auto alerting = gateway::Alerting::Start(config.alerts, config.sqlite_path, clock, metrics->get());
+  // Monitors and alert deliveries: in the SQLite database, or on PostgreSQL in a local SQLite file
+  // beside the journal (per replica) until they move to the shared database.
+  const std::string alerts_path =
+      on_postgres ? store_options.journal_path + "-alerts.db" : config.sqlite_path;
+  auto alerting = gateway::Alerting::Start(config.alerts, alerts_path, clock, metrics->get());
   if (!alerting) {
     std::fprintf(stderr, "kvgate: %s: %s\n", config.source.c_str(), alerting.error().message.c_str());
     return 2;
@@ -387,7 +414,7 @@ int RunGateway(gateway::GatewayConfig config) {
                             .router = router->get(),
                             .engines = engines.get(),
                             .alerting = alerting->get(),
-                            .key_store = key_store->get()};
+                            .key_store = key_store.get()};
   auto gw = gateway::Gateway::Create(config, deps);
   if (!gw) {
     std::fprintf(stderr, "kvgate: %s\n", gw.error().message.c_str());
@@ -424,7 +451,7 @@ int RunGateway(gateway::GatewayConfig config) {
                          : config.listen_host;
   std::fprintf(stderr, "kvgate: %zu models and %zu routers from %s; telemetry in %s; malloc: %s\n",
                config.models.size(), config.routing.routers.size(), config.source.c_str(),
-               config.sqlite_path.c_str(), MallocName().c_str());
+               store_name.c_str(), MallocName().c_str());
   if (config.admin_token.empty()) {
     const std::string warning(gateway::OpenAdminApiWarning());
     std::fprintf(stderr, "kvgate: warning: %s\n", warning.c_str());
@@ -454,7 +481,7 @@ int RunGateway(gateway::GatewayConfig config) {
                static_cast<unsigned long long>(stats.written));
   if (stats.write_errors > 0) {
     std::fprintf(stderr, "kvgate: %llu request records could not be written to %s (last error: %s)\n",
-                 static_cast<unsigned long long>(stats.write_errors), config.sqlite_path.c_str(),
+                 static_cast<unsigned long long>(stats.write_errors), store_name.c_str(),
                  stats.last_error.c_str());
     return 1;
   }

@@ -10,6 +10,7 @@ APT_PACKAGES=(
   build-essential cmake ccache pkg-config ca-certificates
   libboost1.81-dev nlohmann-json3-dev libsqlite3-dev libyaml-cpp-dev libssl-dev
   libxxhash-dev libcurl4-openssl-dev libgtest-dev libgmock-dev libmimalloc-dev
+  libpq-dev postgresql  # the PostgreSQL store (libpq) and the server its tests start themselves
   python3 python3-venv python3-pip unzip openssl
   prometheus  # promtool validates the /metrics exposition in the tests
   libjs-chart.js  # the dashboard's charts, compiled into the kvgate binary (web/CMakeLists.txt)

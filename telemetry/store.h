@@ -1,10 +1,15 @@
 // The telemetry store: every RequestRecord persisted, and the queries the dashboard and the admin API
 // run over them (threads, turns, requests).
 //
-// The embedded implementation is SQLite in WAL mode (synchronous=NORMAL): one writer thread fed by an
-// in-memory queue commits batched transactions (the whole queue per transaction) with prepared
-// statements; queries run on separate read-only connections, so reads never wait for the writer.
-// Schema changes are numbered migrations recorded in `schema_migrations`.
+// Two implementations share the writer (store_writer.h: the in-memory queue, the crash journal,
+// one writer thread committing batched transactions) and the JSON of every query:
+// - SQLite in WAL mode (synchronous=NORMAL), the embedded default; queries run on separate
+//   read-only connections, so reads never wait for the writer.
+// - PostgreSQL through libpq (OpenPostgres), for several gateway replicas; batches are multi-row
+//   INSERTs, and an unreachable server is waited out: records queue (within
+//   StoreOptions::max_queued_records) and are written once it is back.
+// Schema changes are numbered migrations, the same list for both (with the SQL per dialect where
+// it must differ), recorded in `schema_migrations`.
 //
 // Thread safety: every method of TelemetryStore is safe to call from any thread, concurrently.
 // Record() never waits on disk (it takes one short lock to enqueue).
@@ -36,6 +41,9 @@ struct Migration {
   int version = 0;
   std::string_view name;  // short, stable, e.g. "requests_and_threads"
   std::string_view sql;   // one or more statements
+  // The PostgreSQL statements where the dialects differ (types, collations, SQLite-only syntax);
+  // empty: `sql` serves both.
+  std::string_view postgres_sql;
 };
 
 // The core store's migrations, ascending.
@@ -60,6 +68,13 @@ struct StoreOptions {
   // power loss is not covered). Read back at Open().
   bool journal = true;
   size_t journal_segment_bytes = 8 << 20;
+  // Where the journal's files go: "" = beside the SQLite file (`<path>-journal`). The PostgreSQL
+  // store has no local file and needs one (a path prefix on local disk, one per process).
+  std::string journal_path;
+  // While the database cannot be reached (a PostgreSQL server restarting), records wait in
+  // memory: up to this many recorded but not yet written; beyond it Record() discards them
+  // (counted in write_errors), so an outage cannot exhaust the gateway's memory.
+  size_t max_queued_records = 200'000;
 };
 
 // Filters for ListThreads. Threads are conversations with a non-empty thread id.
@@ -106,7 +121,8 @@ class TelemetryStore {
     uint64_t batches = 0;       // transactions committed (or given up on)
     uint64_t queue_depth = 0;   // recorded but not yet committed or failed
     uint64_t write_errors = 0;  // records that could not be written (and were discarded)
-    // Whether the latest transaction failed, and why: the store is degraded until one succeeds.
+    // Whether the latest transaction failed (or the database is unreachable and records are
+    // waiting), and why: the store is degraded until one succeeds.
     bool failing = false;
     std::string last_error;
   };
@@ -118,6 +134,16 @@ class TelemetryStore {
   static Result<std::unique_ptr<TelemetryStore>> Open(const std::string& path, const Clock& clock);
   static Result<std::unique_ptr<TelemetryStore>> Open(const std::string& path, const Clock& clock,
                                                       StoreOptions options);
+
+  // Connects to the PostgreSQL database named by `conninfo` (a libpq URI or key=value string,
+  // "postgresql://user@host/db"), applies pending migrations (serialized across processes by an
+  // advisory lock), replays the crash journal at options.journal_path and starts the writer.
+  // REQUIRES: options.journal_path is set when options.journal; `clock` outlives the store.
+  // Errors: kInvalidArgument for a bad conninfo or a missing journal path, kUnavailable when the
+  // server cannot be reached, kCorruptData / kInternal when a migration fails.
+  static Result<std::unique_ptr<TelemetryStore>> OpenPostgres(const std::string& conninfo,
+                                                              const Clock& clock,
+                                                              StoreOptions options);
 
   TelemetryStore() = default;
   TelemetryStore(const TelemetryStore&) = delete;
@@ -224,6 +250,9 @@ class TelemetryStore {
 
   virtual Stats stats() const = 0;
 };
+
+// A PostgreSQL connection string with its password replaced by "***", for logs and errors.
+std::string RedactConninfo(std::string_view conninfo);
 
 // RFC 3339 UTC with microseconds: 1767225600000000 -> "2026-01-01T00:00:00.000000Z".
 std::string FormatRfc3339Micros(int64_t unix_micros);

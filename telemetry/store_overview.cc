@@ -9,6 +9,7 @@
 
 #include "telemetry/pricing.h"
 #include "telemetry/store.h"
+#include "telemetry/store_rows.h"
 #include "telemetry/store_sqlite.h"
 
 namespace kvgate::telemetry {
@@ -83,29 +84,29 @@ std::string_view OverviewSql() {
          "WHERE minute_us >= ?1 AND minute_us < ?2";
 }
 
-Result<json> SqliteTelemetryStore::Overview(int64_t since_us, int64_t until_us,
-                                            int64_t bucket_seconds) const {
+Result<OverviewRange> CheckOverviewRange(int64_t since_us, int64_t until_us,
+                                         int64_t bucket_seconds) {
   if (bucket_seconds <= 0 || bucket_seconds % 60 != 0) {
     return MakeError(ErrorCode::kInvalidArgument,
                      "the bucket must be a positive multiple of 60 seconds, got " +
                          std::to_string(bucket_seconds));
   }
-  const int64_t bucket_us = bucket_seconds * 1'000'000;
-  if (until_us <= since_us || (until_us - since_us) / bucket_us > kMaxBuckets) {
+  OverviewRange range;
+  range.bucket_us = bucket_seconds * 1'000'000;
+  if (until_us <= since_us || (until_us - since_us) / range.bucket_us > kMaxBuckets) {
     return MakeError(ErrorCode::kInvalidArgument,
                      "the range must be non-empty and hold at most " +
                          std::to_string(kMaxBuckets) + " buckets");
   }
-  const int64_t buckets = (until_us - since_us + bucket_us - 1) / bucket_us;
-  auto reader = AcquireReader();
-  if (!reader) return std::unexpected(reader.error());
-  auto stmt = (*reader)->db().Prepare(OverviewSql());
-  if (!stmt) return std::unexpected(stmt.error());
-  Stmt& s = **stmt;
+  range.buckets = (until_us - since_us + range.bucket_us - 1) / range.bucket_us;
   // Minutes are stored by their start: a range that starts mid-minute takes that whole minute.
-  const int64_t first_minute = since_us >= 0 ? since_us / kMinuteUs * kMinuteUs : since_us;
-  s.BindInt(1, first_minute);
-  s.BindInt(2, until_us);
+  range.first_minute_us = since_us >= 0 ? since_us / kMinuteUs * kMinuteUs : since_us;
+  return range;
+}
+
+Result<json> OverviewJson(RowCursor& s, int64_t since_us, int64_t until_us,
+                          int64_t bucket_seconds, const OverviewRange& range) {
+  const int64_t bucket_us = range.bucket_us, buckets = range.buckets;
   return Guarded([&]() -> Result<json> {
     std::vector<Sums> series(static_cast<size_t>(buckets));
     struct ModelSeries {
@@ -174,6 +175,21 @@ Result<json> SqliteTelemetryStore::Overview(int64_t since_us, int64_t until_us,
     out["by_model"] = std::move(by_model);
     return out;
   });
+}
+
+
+Result<json> SqliteTelemetryStore::Overview(int64_t since_us, int64_t until_us,
+                                            int64_t bucket_seconds) const {
+  Result<OverviewRange> range = CheckOverviewRange(since_us, until_us, bucket_seconds);
+  if (!range) return std::unexpected(range.error());
+  auto reader = AcquireReader();
+  if (!reader) return std::unexpected(reader.error());
+  auto stmt = (*reader)->db().Prepare(OverviewSql());
+  if (!stmt) return std::unexpected(stmt.error());
+  (*stmt)->BindInt(1, range->first_minute_us);
+  (*stmt)->BindInt(2, until_us);
+  SqliteRows rows(**stmt);
+  return OverviewJson(rows, since_us, until_us, bucket_seconds, *range);
 }
 
 Result<json> SqliteTelemetryStore::Live(std::string_view thread_id) const {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "telemetry/store.h"
+#include "telemetry/store_schema.h"
 #include "telemetry/store_sqlite.h"
 
 namespace kvgate::telemetry {
@@ -84,6 +85,80 @@ CREATE TABLE thread_models (
   model     TEXT NOT NULL,
   PRIMARY KEY (thread_id, model)
 ) WITHOUT ROWID;
+CREATE INDEX thread_models_by_model ON thread_models (model, thread_id);
+)sql";
+
+// PostgreSQL's version 1: BIGINT where SQLite's INTEGER is 64-bit (PostgreSQL's is 32), an
+// identity column for seq, and the "C" collation on the text that queries sort or page by, so
+// that order is bytewise as in SQLite whatever the database's locale.
+constexpr std::string_view kRequestsAndThreadsPostgres = R"sql(
+CREATE TABLE requests (
+  seq                 BIGINT  GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  request_id          TEXT    COLLATE "C" NOT NULL UNIQUE,
+  thread_id           TEXT    COLLATE "C" NOT NULL,
+  created_at_us       BIGINT  NOT NULL,
+  endpoint            TEXT    NOT NULL,
+  model               TEXT    COLLATE "C" NOT NULL,
+  provider            TEXT    COLLATE "C" NOT NULL,
+  provider_type       TEXT    NOT NULL,
+  upstream_model      TEXT    NOT NULL,
+  api_key_id          TEXT    COLLATE "C" NOT NULL,
+  stream              BIGINT  NOT NULL,
+  status              TEXT    COLLATE "C" NOT NULL,
+  http_status         BIGINT  NOT NULL,
+  upstream_status     BIGINT  NOT NULL,
+  latency_us          BIGINT,
+  ttft_us             BIGINT,
+  cache_read          BIGINT,
+  cache_write_5m      BIGINT,
+  cache_write_1h      BIGINT,
+  uncached            BIGINT,
+  output_tokens       BIGINT,
+  reasoning_tokens    BIGINT,
+  reported_input      BIGINT,
+  usage_clamped       BIGINT  NOT NULL,
+  usage_raw           TEXT,
+  cost_cache_read     BIGINT  NOT NULL,
+  cost_cache_write    BIGINT  NOT NULL,
+  cost_uncached       BIGINT  NOT NULL,
+  cost_output         BIGINT  NOT NULL,
+  cost_total          BIGINT  NOT NULL,
+  cost_saved          BIGINT  NOT NULL,
+  cost_complete       BIGINT  NOT NULL,
+  cost_priced         BIGINT  NOT NULL,
+  error               TEXT    NOT NULL,
+  upstream_request_id TEXT    NOT NULL,
+  finish_reason       TEXT    NOT NULL,
+  prompt_fingerprint  TEXT    NOT NULL,
+  cache_diagnosis     TEXT
+);
+CREATE INDEX requests_by_time ON requests (created_at_us, seq);
+CREATE INDEX requests_by_thread ON requests (thread_id, created_at_us, seq);
+CREATE INDEX requests_by_model ON requests (model, created_at_us, seq);
+CREATE INDEX requests_by_provider ON requests (provider, created_at_us, seq);
+
+CREATE TABLE threads (
+  thread_id          TEXT    COLLATE "C" PRIMARY KEY,
+  turns              BIGINT  NOT NULL,
+  first_seen_us      BIGINT  NOT NULL,
+  last_seen_us       BIGINT  NOT NULL,
+  cache_read         BIGINT  NOT NULL,
+  cache_write        BIGINT  NOT NULL,
+  uncached           BIGINT  NOT NULL,
+  output_tokens      BIGINT  NOT NULL,
+  cost_total         BIGINT  NOT NULL,
+  known_input_read   BIGINT  NOT NULL,
+  known_input_total  BIGINT  NOT NULL
+);
+CREATE INDEX threads_by_last_seen ON threads (last_seen_us);
+CREATE INDEX threads_by_first_seen ON threads (first_seen_us);
+CREATE INDEX threads_by_cost ON threads (cost_total);
+
+CREATE TABLE thread_models (
+  thread_id TEXT COLLATE "C" NOT NULL,
+  model     TEXT COLLATE "C" NOT NULL,
+  PRIMARY KEY (thread_id, model)
+);
 CREATE INDEX thread_models_by_model ON thread_models (model, thread_id);
 )sql";
 
@@ -200,12 +275,91 @@ SELECT created_at_us / 60000000 * 60000000, CASE WHEN provider = '' THEN '' ELSE
 FROM requests GROUP BY 1, 2, 3;
 )sql";
 
+// PostgreSQL's version 4: BIGINT columns, a double precision hit ratio, count(*) FILTER where
+// SQLite sums a comparison.
+constexpr std::string_view kDashboardPostgres = R"sql(
+ALTER TABLE requests ADD COLUMN response_id TEXT COLLATE "C" NOT NULL DEFAULT '';
+ALTER TABLE requests ADD COLUMN cache_write_no_ttl BIGINT;
+ALTER TABLE requests ADD COLUMN cost_missed BIGINT NOT NULL DEFAULT 0;
+UPDATE requests SET cache_write_no_ttl = cache_write_5m, cache_write_5m = 0
+  WHERE provider_type IN ('local', 'openai', 'openrouter');
+UPDATE requests SET cache_write_no_ttl = 0
+  WHERE provider_type NOT IN ('local', 'openai', 'openrouter') AND cache_write_5m IS NOT NULL;
+CREATE INDEX requests_by_response_id ON requests (response_id) WHERE response_id <> '';
+CREATE INDEX requests_by_status ON requests (status, created_at_us, seq);
+
+ALTER TABLE threads ADD COLUMN cache_write_5m BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE threads ADD COLUMN cache_write_1h BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE threads ADD COLUMN cache_write_no_ttl BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE threads ADD COLUMN reasoning_tokens BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE threads ADD COLUMN cost_saved BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE threads ADD COLUMN cost_missed BIGINT NOT NULL DEFAULT 0;
+UPDATE threads SET
+  cache_write_5m = (SELECT coalesce(sum(r.cache_write_5m), 0) FROM requests r
+                    WHERE r.thread_id = threads.thread_id),
+  cache_write_1h = (SELECT coalesce(sum(r.cache_write_1h), 0) FROM requests r
+                    WHERE r.thread_id = threads.thread_id),
+  cache_write_no_ttl = (SELECT coalesce(sum(r.cache_write_no_ttl), 0) FROM requests r
+                        WHERE r.thread_id = threads.thread_id),
+  reasoning_tokens = (SELECT coalesce(sum(r.reasoning_tokens), 0) FROM requests r
+                      WHERE r.thread_id = threads.thread_id),
+  cost_saved = (SELECT coalesce(sum(r.cost_saved), 0) FROM requests r
+                WHERE r.thread_id = threads.thread_id);
+CREATE INDEX threads_by_turns ON threads (turns);
+CREATE INDEX threads_by_cost_missed ON threads (cost_missed);
+CREATE INDEX threads_by_hit_ratio_desc ON threads (
+  (CASE WHEN known_input_total > 0 THEN known_input_read::float8 / known_input_total
+   ELSE -1.0::float8 END));
+CREATE INDEX threads_by_hit_ratio_asc ON threads (
+  (CASE WHEN known_input_total > 0 THEN known_input_read::float8 / known_input_total
+   ELSE 2.0::float8 END));
+
+CREATE TABLE usage_by_minute (
+  minute_us         BIGINT NOT NULL,
+  model             TEXT   COLLATE "C" NOT NULL,
+  provider          TEXT   COLLATE "C" NOT NULL,
+  requests          BIGINT NOT NULL,
+  errors            BIGINT NOT NULL,
+  cache_read        BIGINT NOT NULL,
+  cache_write       BIGINT NOT NULL,
+  uncached          BIGINT NOT NULL,
+  output_tokens     BIGINT NOT NULL,
+  cost_total        BIGINT NOT NULL,
+  cost_saved        BIGINT NOT NULL,
+  cost_missed       BIGINT NOT NULL,
+  known_input_read  BIGINT NOT NULL,
+  known_input_total BIGINT NOT NULL,
+  latency_us_sum    BIGINT NOT NULL,
+  latency_count     BIGINT NOT NULL,
+  PRIMARY KEY (minute_us, model, provider)
+);
+INSERT INTO usage_by_minute
+SELECT created_at_us / 60000000 * 60000000, CASE WHEN provider = '' THEN '' ELSE model END,
+       provider, count(*), count(*) FILTER (WHERE status <> 'ok'), coalesce(sum(cache_read), 0),
+       coalesce(sum(cache_write_5m), 0) + coalesce(sum(cache_write_1h), 0) +
+         coalesce(sum(cache_write_no_ttl), 0),
+       coalesce(sum(uncached), 0), coalesce(sum(output_tokens), 0), sum(cost_total),
+       sum(cost_saved), 0,
+       coalesce(sum(CASE WHEN cache_write_5m IS NOT NULL AND cache_write_1h IS NOT NULL AND
+                              cache_write_no_ttl IS NOT NULL AND uncached IS NOT NULL
+                         THEN cache_read END), 0),
+       coalesce(sum(cache_read + cache_write_5m + cache_write_1h + cache_write_no_ttl +
+                    uncached), 0),
+       coalesce(sum(latency_us), 0), count(latency_us)
+FROM requests GROUP BY 1, 2, 3;
+)sql";
+
 // Version 20, the built-in engine's cache tiers (versions 20-29 are the engine's):
 // requests.cache_read_offload, the part of cache_read a provider served from a slower tier than
 // its primary cache (Usage::cache_read_offload: the engine's disk offload tier). NULL where
 // unknown: every older row, and every provider that does not report tiers.
 constexpr std::string_view kEngineOffload = R"sql(
 ALTER TABLE requests ADD COLUMN cache_read_offload INTEGER;
+)sql";
+
+// PostgreSQL's version 20: a 64-bit count.
+constexpr std::string_view kEngineOffloadPostgres = R"sql(
+ALTER TABLE requests ADD COLUMN cache_read_offload BIGINT;
 )sql";
 
 // Version 10, the API surface's cache helpers (versions 10-19 are the API surface's):
@@ -233,6 +387,20 @@ CREATE TABLE api_keys (
 CREATE INDEX requests_by_api_key ON requests (api_key_id, created_at_us, cost_total);
 )sql";
 
+// PostgreSQL's version 11: 64-bit times.
+constexpr std::string_view kApiKeysPostgres = R"sql(
+CREATE TABLE api_keys (
+  id            TEXT    PRIMARY KEY,
+  name          TEXT    UNIQUE,
+  key_hash      TEXT    NOT NULL UNIQUE,
+  limits        TEXT    NOT NULL,
+  created_at_us BIGINT  NOT NULL,
+  rotated_at_us BIGINT,
+  revoked_at_us BIGINT
+);
+CREATE INDEX requests_by_api_key ON requests (api_key_id, created_at_us, cost_total);
+)sql";
+
 // Version 12, provider-reported cache diagnostics: requests.provider_cache_miss_reason, what the
 // provider said of its own cache miss (RequestRecord::provider_cache_miss_reason), '' when it
 // said nothing. (11 is the virtual keys'.)
@@ -241,21 +409,28 @@ ALTER TABLE requests ADD COLUMN provider_cache_miss_reason TEXT NOT NULL DEFAULT
 )sql";
 
 constexpr std::array<Migration, 8> kCoreMigrations = {{
-    {1, "requests_and_threads", kRequestsAndThreads},
-    {2, "thread_last_prompt", kThreadLastPrompt},
-    {3, "routing", kRouting},
-    {4, "dashboard", kDashboard},
-    {10, "cache_helpers", kCacheHelpers},
-    {11, "api_keys", kApiKeys},
-    {12, "provider_cache_diagnostics", kProviderDiagnostics},
-    {20, "engine_offload", kEngineOffload},
+    {1, "requests_and_threads", kRequestsAndThreads, kRequestsAndThreadsPostgres},
+    {2, "thread_last_prompt", kThreadLastPrompt, {}},
+    {3, "routing", kRouting, {}},
+    {4, "dashboard", kDashboard, kDashboardPostgres},
+    {10, "cache_helpers", kCacheHelpers, {}},
+    {11, "api_keys", kApiKeys, kApiKeysPostgres},
+    {12, "provider_cache_diagnostics", kProviderDiagnostics, {}},
+    {20, "engine_offload", kEngineOffload, kEngineOffloadPostgres},
 }};
 
+// The version table (PostgreSQL's INTEGER is 32-bit: its times are BIGINT).
 constexpr std::string_view kMigrationsTable = R"sql(
 CREATE TABLE IF NOT EXISTS schema_migrations (
   version       INTEGER PRIMARY KEY,
   name          TEXT    NOT NULL,
   applied_at_us INTEGER NOT NULL
+))sql";
+constexpr std::string_view kMigrationsTablePostgres = R"sql(
+CREATE TABLE IF NOT EXISTS schema_migrations (
+  version       INTEGER PRIMARY KEY,
+  name          TEXT    NOT NULL,
+  applied_at_us BIGINT  NOT NULL
 ))sql";
 
 }  // namespace
@@ -263,8 +438,12 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
 std::span<const Migration> CoreMigrations() { return kCoreMigrations; }
 
 namespace internal {
+std::string_view PostgresMigrationsTableSql() { return kMigrationsTablePostgres; }
+}  // namespace internal
 
-Status ApplyMigrations(Db& db, std::span<const Migration> extra, const Clock& clock) {
+namespace internal {
+
+Result<std::vector<Migration>> AllMigrations(std::span<const Migration> extra) {
   std::vector<Migration> all(kCoreMigrations.begin(), kCoreMigrations.end());
   all.insert(all.end(), extra.begin(), extra.end());
   std::sort(all.begin(), all.end(), [](const Migration& a, const Migration& b) { return a.version < b.version; });
@@ -276,6 +455,38 @@ Status ApplyMigrations(Db& db, std::span<const Migration> extra, const Clock& cl
       return MakeError(ErrorCode::kInternal, "two migrations claim version " + std::to_string(all[i].version));
     }
   }
+  return all;
+}
+
+Status CheckAppliedMigrations(const std::vector<Migration>& all,
+                              const std::map<int, std::string>& applied) {
+  // A core version this code does not have: a newer kvgate wrote this database, and this one
+  // would write rows its schema no longer fits (or misread them).
+  for (const auto& [version, name] : applied) {
+    const bool known = std::any_of(all.begin(), all.end(),
+                                   [v = version](const Migration& m) { return m.version == v; });
+    if (version < 100 && !known) {
+      return MakeError(ErrorCode::kCorruptData,
+                       "the database was written by a newer kvgate: it has schema version " +
+                           std::to_string(version) + " (\"" + name + "\"), this kvgate knows up to " +
+                           std::to_string(kCoreMigrations.back().version) +
+                           "; run the newer kvgate or start a new database");
+    }
+  }
+  for (const Migration& m : all) {
+    if (auto it = applied.find(m.version); it != applied.end() && it->second != m.name) {
+      return MakeError(ErrorCode::kCorruptData, "schema_migrations has version " + std::to_string(m.version) +
+                                                    " as \"" + it->second + "\", code calls it \"" +
+                                                    std::string(m.name) + "\"");
+    }
+  }
+  return {};
+}
+
+Status ApplyMigrations(Db& db, std::span<const Migration> extra, const Clock& clock) {
+  Result<std::vector<Migration>> planned = AllMigrations(extra);
+  if (!planned) return std::unexpected(planned.error());
+  const std::vector<Migration>& all = *planned;
   if (Status s = db.Exec(kMigrationsTable); !s) return s;
 
   std::map<int, std::string> applied;
@@ -289,28 +500,9 @@ Status ApplyMigrations(Db& db, std::span<const Migration> extra, const Clock& cl
       applied[static_cast<int>((*stmt)->Int(0))] = (*stmt)->Text(1);
     }
   }
-  // A core version this code does not have: a newer kvgate wrote this file, and this one would
-  // write rows its schema no longer fits (or misread them).
-  for (const auto& [version, name] : applied) {
-    const bool known = std::any_of(all.begin(), all.end(),
-                                   [v = version](const Migration& m) { return m.version == v; });
-    if (version < 100 && !known) {
-      return MakeError(ErrorCode::kCorruptData,
-                       "the database was written by a newer kvgate: it has schema version " +
-                           std::to_string(version) + " (\"" + name + "\"), this kvgate knows up to " +
-                           std::to_string(kCoreMigrations.back().version) +
-                           "; run the newer kvgate or start a new database file");
-    }
-  }
+  if (Status s = CheckAppliedMigrations(all, applied); !s) return s;
   for (const Migration& m : all) {
-    if (auto it = applied.find(m.version); it != applied.end()) {
-      if (it->second != m.name) {
-        return MakeError(ErrorCode::kCorruptData, "schema_migrations has version " + std::to_string(m.version) +
-                                                      " as \"" + it->second + "\", code calls it \"" +
-                                                      std::string(m.name) + "\"");
-      }
-      continue;
-    }
+    if (applied.contains(m.version)) continue;
     // BEGIN IMMEDIATE: a second process opening the same file waits instead of racing us.
     if (Status s = db.Exec("BEGIN IMMEDIATE"); !s) return s;
     Status applied_ok = db.Exec(m.sql);

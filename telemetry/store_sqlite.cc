@@ -1,4 +1,4 @@
-// The SQLite store: opening, the single writer thread and its batched transactions.
+// The SQLite store: opening and the batched transactions the shared writer (store_writer.h) runs.
 #include <algorithm>
 #include <cstdio>
 #include <chrono>
@@ -10,9 +10,9 @@
 #include <utility>
 
 #include "common/json_writer.h"
-#include "common/thread_name.h"
 #include "telemetry/diagnosis.h"
 #include "telemetry/store.h"
+#include "telemetry/store_batch.h"
 #include "telemetry/store_sqlite.h"
 
 namespace kvgate::telemetry {
@@ -100,297 +100,53 @@ std::string DumpJson(const nlohmann::json& value) { return WriteJson(value); }
 
 }  // namespace
 
-// The turns of one thread within a batch, summed (see kUpsertThread).
-struct ThreadDelta {
-  int64_t turns = 0;
-  int64_t first_seen_us = 0;
-  int64_t last_seen_us = 0;
-  int64_t cache_read = 0;
-  int64_t cache_write = 0;
-  int64_t cache_write_5m = 0;
-  int64_t cache_write_1h = 0;
-  int64_t cache_write_no_ttl = 0;
-  int64_t uncached = 0;
-  int64_t output = 0;
-  int64_t reasoning = 0;
-  int64_t cost_total = 0;
-  int64_t cost_saved = 0;
-  int64_t cost_missed = 0;
-  int64_t known_input_read = 0;
-  int64_t known_input_total = 0;
-  std::set<std::string> models;
-  const RequestRecord* last_prompt = nullptr;  // the batch's last turn with a prompt fingerprint
-
-  void Add(const RequestRecord& r) {
-    const Usage& u = r.usage;
-    const std::optional<int64_t> total_input = u.TotalInput();
-    first_seen_us = turns == 0 ? r.created_at_us : std::min(first_seen_us, r.created_at_us);
-    last_seen_us = turns == 0 ? r.created_at_us : std::max(last_seen_us, r.created_at_us);
-    ++turns;
-    cache_read += u.cache_read.value_or(0);
-    cache_write_5m += u.cache_write_5m.value_or(0);
-    cache_write_1h += u.cache_write_1h.value_or(0);
-    cache_write_no_ttl += u.cache_write_no_ttl.value_or(0);
-    cache_write += u.cache_write_5m.value_or(0) + u.cache_write_1h.value_or(0) +
-                   u.cache_write_no_ttl.value_or(0);
-    uncached += u.uncached.value_or(0);
-    output += u.output.value_or(0);
-    reasoning += u.reasoning.value_or(0);
-    cost_total += r.cost.total;
-    cost_saved += r.cost.saved;
-    cost_missed += r.cost.missed;
-    known_input_read += total_input.has_value() ? u.cache_read.value_or(0) : 0;
-    known_input_total += total_input.value_or(0);
-    models.insert(r.model);
-    if (r.prompt_fingerprint) last_prompt = &r;
-  }
-};
-
-// A batch's requests of one (minute, model, provider), summed (see kUpsertMinute).
-struct MinuteDelta {
-  int64_t requests = 0, errors = 0, cache_read = 0, cache_write = 0, uncached = 0, output = 0;
-  int64_t cost_total = 0, cost_saved = 0, cost_missed = 0;
-  int64_t known_input_read = 0, known_input_total = 0, latency_us_sum = 0, latency_count = 0;
-
-  void Add(const RequestRecord& r) {
-    const Usage& u = r.usage;
-    const std::optional<int64_t> total_input = u.TotalInput();
-    ++requests;
-    errors += r.status == "ok" ? 0 : 1;
-    cache_read += u.cache_read.value_or(0);
-    cache_write += u.cache_write_5m.value_or(0) + u.cache_write_1h.value_or(0) +
-                   u.cache_write_no_ttl.value_or(0);
-    uncached += u.uncached.value_or(0);
-    output += u.output.value_or(0);
-    cost_total += r.cost.total;
-    cost_saved += r.cost.saved;
-    cost_missed += r.cost.missed;
-    known_input_read += total_input.has_value() ? u.cache_read.value_or(0) : 0;
-    known_input_total += total_input.value_or(0);
-    if (r.latency_us) {
-      latency_us_sum += *r.latency_us;
-      ++latency_count;
-    }
-  }
-};
-
-// (minute start in unix micros, model, provider); model is "" for requests that reached no
-// provider, as in the metrics.
-using MinuteKey = std::tuple<int64_t, std::string_view, std::string_view>;
-MinuteKey MinuteKeyOf(const RequestRecord& r) {
-  constexpr int64_t kMinuteUs = 60'000'000;
-  const int64_t t = r.created_at_us;
-  const int64_t minute = (t >= 0 ? t / kMinuteUs : (t - kMinuteUs + 1) / kMinuteUs) * kMinuteUs;
-  // ("" as a literal: a default string_view's null data would bind as SQL NULL.)
-  return {minute, r.provider.empty() ? std::string_view("") : std::string_view(r.model),
-          r.provider};
-}
-
 SqliteTelemetryStore::SqliteTelemetryStore(std::string path, const Clock& clock,
                                            const StoreOptions& options,
                                            std::unique_ptr<Db> writer_db)
     : path_(std::move(path)),
-      clock_(clock),
       max_idle_readers_(static_cast<size_t>(std::max(0, options.max_idle_readers))),
-      commit_interval_(std::max(std::chrono::milliseconds(0), options.commit_interval)),
-      max_batch_records_(std::max<size_t>(1, options.max_batch_records)),
-      writer_db_(std::move(writer_db)) {}
+      writer_db_(std::move(writer_db)),
+      writer_(*this, clock, options) {}
 
 SqliteTelemetryStore::~SqliteTelemetryStore() { Close(); }
 
 Status SqliteTelemetryStore::Start(const StoreOptions& options) {
+  std::string journal_base;
   if (options.journal) {
-    std::vector<RequestRecord> recovered;
-    auto journal = Journal::Open(path_ + "-journal", options.journal_segment_bytes, &recovered);
-    if (!journal) return std::unexpected(journal.error());
-    journal_ = std::move(*journal);
-    if (!recovered.empty()) {
-      // What a killed process had answered but not committed (rows it did commit are skipped
-      // by request id).
-      std::deque<RequestRecord> batch(std::make_move_iterator(recovered.begin()),
-                                      std::make_move_iterator(recovered.end()));
-      std::string error;
-      const uint64_t failed = WriteBatch(batch, &error);
-      if (failed > 0 && failed < batch.size()) error.clear();  // duplicates, not failures
-      if (failed == batch.size() && !error.empty()) {
-        return MakeError(ErrorCode::kUnavailable, "telemetry journal replay: " + error);
-      }
-      std::fprintf(stderr, "kvgate: telemetry journal: %zu records recovered from a process that "
-                   "did not shut down cleanly (%llu were already committed)\n",
-                   batch.size() - static_cast<size_t>(failed),
-                   static_cast<unsigned long long>(failed));
-    }
-    journal_->ReleaseRecovered();
+    journal_base = options.journal_path.empty() ? path_ + "-journal" : options.journal_path;
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  started_ = true;
-  writer_ = std::thread([this] {
-    NameThisThread("telemetry-write");
-    WriterLoop();
-  });
-  return {};
+  return writer_.Start(journal_base, options.journal_segment_bytes);
 }
 
-void SqliteTelemetryStore::Record(RequestRecord record) { Record(std::move(record), std::nullopt); }
+void SqliteTelemetryStore::Record(RequestRecord record) {
+  writer_.Record(std::move(record), std::nullopt);
+}
 
 std::optional<TelemetryStore::JournalMark> SqliteTelemetryStore::Checkpoint(
     const RequestRecord& record) {
-  if (!journal_) return std::nullopt;
-  // Journaled as it stands, with no copy (the journal's writer replaces text that is not UTF-8
-  // itself); only an unstamped record is copied to be stamped, as Record() would.
-  Result<Journal::Segment> segment = [&] {
-    if (record.created_at_us != 0) return journal_->Append(record);
-    RequestRecord stamped = record;
-    stamped.created_at_us = clock_.NowUnixMicros();
-    return journal_->Append(stamped);
-  }();
-  if (!segment) return std::nullopt;  // the final Record() journals it instead
-  return *segment;
+  return writer_.Checkpoint(record);
 }
 
 void SqliteTelemetryStore::Record(RequestRecord record, std::optional<JournalMark> checkpoint) {
-  MakeTextValid(record);
-  if (record.created_at_us == 0) record.created_at_us = clock_.NowUnixMicros();
-  JournalRefs refs;
-  if (checkpoint) refs.checkpoint = *checkpoint;
-  // Journaled before it is queued: a crash in between leaves it in the journal. A checkpointed
-  // record whose outcome stayed "ok" is already there.
-  if (journal_ && (!checkpoint || record.status != "ok")) {
-    if (auto segment = journal_->Append(record)) refs.entry = *segment;
-  }
-  bool wake = false;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++stats_.recorded;
-    if (stopping_) {
-      ++stats_.write_errors;
-      return;
-    }
-    queue_.push_back(std::move(record));
-    queue_journal_.push_back(refs);
-    ++enqueued_seq_;
-    // The writer needs a wake-up only to start a batch or to cut a full one short; any other
-    // notify would be a futex call per request for nothing.
-    wake = queue_.size() == 1 || queue_.size() == max_batch_records_;
-  }
-  if (wake) work_cv_.notify_one();
+  writer_.Record(std::move(record), checkpoint);
 }
 
-Status SqliteTelemetryStore::Flush() {
-  std::unique_lock<std::mutex> lock(mu_);
-  const uint64_t target = enqueued_seq_;
-  ++flush_waiters_;
-  work_cv_.notify_one();  // cut the group-commit interval short
-  written_cv_.wait(lock, [&] { return committed_seq_ >= target || writer_exited_ || !started_; });
-  --flush_waiters_;
-  if (committed_seq_ < target) {
-    return MakeError(ErrorCode::kUnavailable, "telemetry store closed with records pending");
-  }
-  if (failed_through_seq_ > reported_failure_seq_) {
-    reported_failure_seq_ = failed_through_seq_;
-    return MakeError(ErrorCode::kUnavailable, "telemetry records lost: " + stats_.last_error);
-  }
-  return {};
-}
+Status SqliteTelemetryStore::Flush() { return writer_.Flush(); }
 
 void SqliteTelemetryStore::Close() {
-  std::lock_guard<std::mutex> close_lock(close_mu_);
-  if (closed_) return;
-  closed_ = true;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = true;
-  }
-  work_cv_.notify_all();
-  if (writer_.joinable()) writer_.join();  // the writer drains the queue before it exits
+  writer_.Close();  // the writer drains the queue before it exits
   writer_db_.reset();
   std::lock_guard<std::mutex> lock(reader_mu_);
   readers_closed_ = true;
   idle_readers_.clear();
 }
 
-TelemetryStore::Stats SqliteTelemetryStore::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  Stats s = stats_;
-  s.queue_depth = enqueued_seq_ - committed_seq_;
-  return s;
-}
+TelemetryStore::Stats SqliteTelemetryStore::stats() const { return writer_.stats(); }
 
-void SqliteTelemetryStore::WriterLoop() {
-  for (;;) {
-    std::deque<RequestRecord> batch;
-    std::deque<JournalRefs> journal_refs;
-    uint64_t batch_end = 0;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      work_cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
-      if (queue_.empty()) break;  // stopping and drained
-      // Group commit (StoreOptions::commit_interval).
-      work_cv_.wait_for(lock, commit_interval_, [&] {
-        return stopping_ || flush_waiters_ > 0 || queue_.size() >= max_batch_records_;
-      });
-      batch.swap(queue_);
-      journal_refs.swap(queue_journal_);
-      batch_end = enqueued_seq_;
-    }
-    std::string error;
-    const uint64_t failed = WriteBatch(batch, &error);
-    // Committed (or given up on after retries, and counted as lost): their journal entries go.
-    if (journal_) {
-      std::vector<Journal::Segment> committed;
-      committed.reserve(journal_refs.size());
-      for (const JournalRefs& r : journal_refs) {
-        if (r.entry) committed.push_back(r.entry);
-        if (r.checkpoint) committed.push_back(r.checkpoint);
-      }
-      journal_->Release(committed);
-    }
-    journal_refs.clear();
-    bool was_failing = false;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stats_.written += batch.size() - failed;
-      stats_.write_errors += failed;
-      ++stats_.batches;
-      committed_seq_ = batch_end;
-      was_failing = stats_.failing;
-      stats_.failing = failed > 0;
-      if (failed > 0) {
-        failed_through_seq_ = batch_end;
-        stats_.last_error = error;
-      }
-    }
-    written_cv_.notify_all();
-    ReportWriteOutcome(failed, batch.size(), was_failing, error);
-  }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    writer_exited_ = true;
-  }
-  written_cv_.notify_all();
-}
-
-// Telemetry that cannot be written must not go unnoticed (the gateway keeps serving meanwhile):
-// the first failed batch is logged, then one line a minute while failures go on, and the recovery.
-void SqliteTelemetryStore::ReportWriteOutcome(uint64_t failed, size_t batch_size, bool was_failing,
-                                              const std::string& error) {
-  const auto now = std::chrono::steady_clock::now();
-  if (failed == 0) {
-    if (was_failing) {
-      std::fprintf(stderr, "kvgate: telemetry: writing to %s works again\n", path_.c_str());
-    }
-    failures_since_report_ = 0;
-    return;
-  }
-  failures_since_report_ += failed;
-  if (was_failing && now - last_failure_report_ < std::chrono::minutes(1)) return;
-  std::fprintf(stderr,
-               "kvgate: telemetry: %llu of %zu records could not be written to %s (%llu since the "
-               "last report): %s\n",
-               static_cast<unsigned long long>(failed), batch_size, path_.c_str(),
-               static_cast<unsigned long long>(failures_since_report_), error.c_str());
-  failures_since_report_ = 0;
-  last_failure_report_ = now;
+BatchSink::Outcome SqliteTelemetryStore::WriteBatch(std::deque<RequestRecord>& batch) {
+  Outcome outcome;
+  outcome.failed = WriteBatch(batch, &outcome.error);
+  return outcome;
 }
 
 uint64_t SqliteTelemetryStore::WriteBatch(std::deque<RequestRecord>& batch, std::string* error) {

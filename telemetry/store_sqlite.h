@@ -1,23 +1,21 @@
 // Internal to the telemetry module: the SQLite implementation of TelemetryStore.
-// store_sqlite.cc: opening, the writer thread, Record/Flush/Close.
-// store_queries.cc: the read-only queries and their JSON.
+// store_sqlite.cc: opening, the batch writes (the writer thread is store_writer.h's).
+// store_queries.cc, store_overview.cc: the read-only queries (their JSON is store_json.cc's).
 #pragma once
 
-#include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <string>
-#include <thread>
 #include <tuple>
 #include <vector>
 
-#include "telemetry/journal.h"
 #include "telemetry/sqlite_db.h"
 #include "telemetry/store.h"
+#include "telemetry/store_rows.h"
+#include "telemetry/store_writer.h"
 
 namespace kvgate::telemetry::internal {
 
@@ -35,10 +33,25 @@ std::string RequestListSql(const RequestQuery& query, bool has_cursor);
 // The overview's statement (store_overview.cc).
 std::string_view OverviewSql();
 
-struct ThreadDelta;  // store_sqlite.cc
-struct MinuteDelta;  // store_sqlite.cc
+struct ThreadDelta;  // store_batch.h
+struct MinuteDelta;  // store_batch.h
 
-class SqliteTelemetryStore final : public TelemetryStore {
+// The statements' rows, for store_json.cc.
+class SqliteRows final : public RowCursor {
+ public:
+  explicit SqliteRows(Stmt& stmt) : s_(stmt) {}
+  Result<bool> Step() override { return s_.Step(); }
+  bool IsNull(int column) const override { return s_.IsNull(column); }
+  int64_t Int(int column) const override { return s_.Int(column); }
+  std::optional<int64_t> OptInt(int column) const override { return s_.OptInt(column); }
+  std::string Text(int column) const override { return s_.Text(column); }
+  double Real(int column) const override { return s_.Real(column); }
+
+ private:
+  Stmt& s_;
+};
+
+class SqliteTelemetryStore final : public TelemetryStore, private BatchSink {
  public:
   SqliteTelemetryStore(std::string path, const Clock& clock, const StoreOptions& options,
                        std::unique_ptr<Db> writer_db);
@@ -81,13 +94,11 @@ class SqliteTelemetryStore final : public TelemetryStore {
   };
   Result<std::unique_ptr<Reader>> AcquireReader() const;
 
-  void WriterLoop();
-  // Writes one batch in one transaction, retrying the transaction a few times on failure.
+  // BatchSink, on the writer thread: the batch in one transaction, retried a few times.
+  Outcome WriteBatch(std::deque<RequestRecord>& batch) override;
+  std::string Describe() const override { return path_; }
   // Returns how many records could not be written; *error gets the last error message.
   uint64_t WriteBatch(std::deque<RequestRecord>& batch, std::string* error);
-  // Logs a failed batch to stderr (rate-limited) and the recovery after failures. Writer thread.
-  void ReportWriteOutcome(uint64_t failed, size_t batch_size, bool was_failing,
-                          const std::string& error);
   // One request row; kInvalidArgument for a duplicate request_id (the row is left as it was).
   Status InsertRequest(const RequestRecord& record);
   // Adds a batch's turns of one thread to its aggregates and model list.
@@ -98,44 +109,12 @@ class SqliteTelemetryStore final : public TelemetryStore {
 
   // Constant after construction.
   const std::string path_;
-  const Clock& clock_;
   const size_t max_idle_readers_;
-  const std::chrono::milliseconds commit_interval_;
-  const size_t max_batch_records_;
 
-  // Owned by the writer thread once Start() has run (by the constructor and Close() otherwise).
+  // Used by the writer thread once Start() has run (by the constructor and Close() otherwise).
   std::unique_ptr<Db> writer_db_;
-  std::unique_ptr<Journal> journal_;  // constant after Start(); null without a journal
-  std::thread writer_;
-  uint64_t failures_since_report_ = 0;  // see ReportWriteOutcome
-  std::chrono::steady_clock::time_point last_failure_report_;
-
-  // mu_ guards the queue, the lifecycle flags and the counters. Held only to move records in or out
-  // of the queue and to update counters: never across disk I/O.
-  mutable std::mutex mu_;
-  std::condition_variable work_cv_;     // signalled: queue became non-empty or full, a flush
-                                        // waits, or stopping_
-  std::condition_variable written_cv_;  // signalled: committed_seq_ advanced, or writer exited
-  std::deque<RequestRecord> queue_;     // GUARDED_BY(mu_)
-  // Parallel to queue_: the journal segments holding each record (0: none), released once the
-  // record is committed.
-  struct JournalRefs {
-    uint64_t entry = 0, checkpoint = 0;
-  };
-  std::deque<JournalRefs> queue_journal_;  // GUARDED_BY(mu_)
-  bool started_ = false;                // GUARDED_BY(mu_)
-  bool stopping_ = false;               // GUARDED_BY(mu_): no more Record() accepted
-  bool writer_exited_ = false;          // GUARDED_BY(mu_)
-  int flush_waiters_ = 0;               // GUARDED_BY(mu_): Flush() callers waiting
-  uint64_t enqueued_seq_ = 0;           // GUARDED_BY(mu_): records accepted so far
-  uint64_t committed_seq_ = 0;          // GUARDED_BY(mu_): records done (written or failed)
-  uint64_t failed_through_seq_ = 0;     // GUARDED_BY(mu_): seq end of the last failed batch
-  uint64_t reported_failure_seq_ = 0;   // GUARDED_BY(mu_): failure already returned by Flush()
-  Stats stats_;                         // GUARDED_BY(mu_), except queue_depth (derived)
-
-  // close_mu_ serialises Close() callers (joining the writer), taken before mu_, never after.
-  std::mutex close_mu_;
-  bool closed_ = false;  // GUARDED_BY(close_mu_)
+  // Declared after writer_db_: destroyed (its thread joined) before it.
+  BatchWriter writer_;
 
   // reader_mu_ guards the idle read connections. Held only to push/pop, never during a query.
   mutable std::mutex reader_mu_;

@@ -1,4 +1,5 @@
-// Store queries at scale: filters, sorting, pagination, and many concurrent writers and readers.
+// Store queries at scale: filters, sorting, pagination, and many concurrent writers and readers,
+// on each store (store_factory.h).
 #include <atomic>
 #include <chrono>
 #include <set>
@@ -10,6 +11,7 @@
 
 #include "common/clock.h"
 #include "telemetry/store.h"
+#include "store_factory.h"
 #include "store_test_util.h"
 
 namespace kvgate::telemetry {
@@ -38,19 +40,20 @@ std::vector<std::string> AllRequestIds(const TelemetryStore& store, RequestQuery
   return ids;
 }
 
-class TelemetryStoreQueryTest : public ::testing::Test {
+class TelemetryStoreQueryTest : public ::testing::TestWithParam<testing::StoreKind> {
  protected:
   void SetUp() override {
-    auto store = TelemetryStore::Open(dir_.File("q.db"), clock_);
+    ASSERT_TRUE(factory_.Prepare());
+    auto store = factory_.Open(clock_);
     ASSERT_TRUE(store.has_value()) << store.error().ToString();
     store_ = std::move(*store);
   }
-  TempDir dir_;
+  testing::StoreFactory factory_{GetParam()};
   FakeClock clock_;
   std::unique_ptr<TelemetryStore> store_;
 };
 
-TEST_F(TelemetryStoreQueryTest, ListRequestsNewestFirstWithKeysetPagination) {
+TEST_P(TelemetryStoreQueryTest, ListRequestsNewestFirstWithKeysetPagination) {
   // 25 requests; 5 share one timestamp so the insertion order must break ties.
   for (int i = 0; i < 25; ++i) {
     const int64_t at = i < 5 ? kT0 : kT0 + i * 1000;
@@ -122,7 +125,7 @@ TEST_F(TelemetryStoreQueryTest, ListRequestsNewestFirstWithKeysetPagination) {
   }
 }
 
-TEST_F(TelemetryStoreQueryTest, ListThreadsSortsFiltersAndPages) {
+TEST_P(TelemetryStoreQueryTest, ListThreadsSortsFiltersAndPages) {
   const char* hit = R"({"prompt_tokens": 1000, "completion_tokens": 10, "prompt_tokens_details": {"cached_tokens": 900}})";
   const char* miss = R"({"prompt_tokens": 1000, "completion_tokens": 10, "prompt_tokens_details": {"cached_tokens": 0}})";
   const char* unknown = R"({"prompt_tokens": 1000, "completion_tokens": 10})";
@@ -215,7 +218,7 @@ TEST_F(TelemetryStoreQueryTest, ListThreadsSortsFiltersAndPages) {
 // Every sort, both directions, pages of 2 over threads with ties and unknown hit ratios: each
 // thread exactly once, in the one-page order; and threads that start or gain a turn between pages
 // repeat nothing (an offset cursor repeated the rows pushed down by them).
-TEST_F(TelemetryStoreQueryTest, ThreadCursorsAreKeysetsStableUnderNewTurns) {
+TEST_P(TelemetryStoreQueryTest, ThreadCursorsAreKeysetsStableUnderNewTurns) {
   const char* hit = R"({"prompt_tokens": 1000, "completion_tokens": 10, "prompt_tokens_details": {"cached_tokens": 500}})";
   const char* unknown = R"({"prompt_tokens": 1000, "completion_tokens": 10})";
   for (int i = 0; i < 9; ++i) {
@@ -284,7 +287,7 @@ TEST_F(TelemetryStoreQueryTest, ThreadCursorsAreKeysetsStableUnderNewTurns) {
   }
 }
 
-TEST_F(TelemetryStoreQueryTest, ConcurrentRecordLosesNothing) {
+TEST_P(TelemetryStoreQueryTest, ConcurrentRecordLosesNothing) {
   constexpr int kWriters = 8;
   constexpr int kPerWriter = 1250;
   const PriceCatalog catalog = PriceCatalog::BuiltIn();
@@ -353,6 +356,11 @@ TEST_F(TelemetryStoreQueryTest, ConcurrentRecordLosesNothing) {
   EXPECT_EQ((*one)["turns"][0]["request_id"], "w3_0");
   EXPECT_EQ((*one)["turns"][kPerWriter - 1]["request_id"], "w3_" + std::to_string(kPerWriter - 1));
 }
+
+INSTANTIATE_TEST_SUITE_P(Stores, TelemetryStoreQueryTest,
+                         ::testing::Values(testing::StoreKind::kSqlite,
+                                           testing::StoreKind::kPostgres),
+                         testing::StoreKindName);
 
 }  // namespace
 }  // namespace kvgate::telemetry

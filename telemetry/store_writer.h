@@ -1,0 +1,134 @@
+// Internal to the telemetry module: the write side both stores share (SQLite and PostgreSQL).
+//
+// Record() journals a record (journal.h) and queues it in memory; one writer thread takes the
+// whole queue every group-commit interval and hands it to the store's BatchSink, which writes it
+// in one transaction. A record's journal entry is released once its batch is written (or given
+// up on). When the sink reports the database unreachable, the writer keeps the batch, retries it
+// with a growing pause and meanwhile lets records queue up to StoreOptions::max_queued_records;
+// the store reads as degraded (Stats::failing) until a batch is written. A shutdown during an
+// outage leaves the unwritten records in the journal, so the next process writes them.
+//
+// Thread safety: every public method may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "common/clock.h"
+#include "telemetry/journal.h"
+#include "telemetry/store.h"
+
+namespace kvgate::telemetry::internal {
+
+// How a store writes one batch. Called by the writer thread only (and by BatchWriter::Start
+// before the thread runs), never concurrently.
+class BatchSink {
+ public:
+  struct Outcome {
+    // Records not written and given up on: duplicates of stored request ids, or the whole
+    // batch once the sink's own retries are spent.
+    uint64_t failed = 0;
+    // Nothing was written because the database cannot be reached now (a connection failure,
+    // not a bad record): the writer keeps the batch and offers it again later.
+    bool unavailable = false;
+    std::string error;  // the last error, when failed > 0 or unavailable
+  };
+  virtual ~BatchSink() = default;
+  virtual Outcome WriteBatch(std::deque<RequestRecord>& batch) = 0;
+  // What the log lines name: the file, or the server.
+  virtual std::string Describe() const = 0;
+};
+
+class BatchWriter {
+ public:
+  using JournalMark = TelemetryStore::JournalMark;
+
+  // REQUIRES: `sink` and `clock` outlive the writer.
+  BatchWriter(BatchSink& sink, const Clock& clock, const StoreOptions& options);
+  BatchWriter(const BatchWriter&) = delete;
+  BatchWriter& operator=(const BatchWriter&) = delete;
+  ~BatchWriter();  // Close()
+
+  // Opens the crash journal at `journal_base` (none when empty), writes what an earlier process
+  // left in it, then starts the writer thread. Called once. Errors: the journal's, or
+  // kUnavailable when the recovered records could not be written for a reason other than an
+  // unreachable database (those are queued and retried like any other).
+  Status Start(const std::string& journal_base, size_t journal_segment_bytes);
+
+  // TelemetryStore's contracts (store.h).
+  std::optional<JournalMark> Checkpoint(const RequestRecord& record);
+  void Record(RequestRecord record, std::optional<JournalMark> checkpoint);
+  Status Flush();
+  // Drains the queue (or, with the database unreachable, leaves it in the journal) and joins
+  // the writer thread. Idempotent.
+  void Close();
+  TelemetryStore::Stats stats() const;
+
+ private:
+  // The journal segments holding a queued record (0: none), released once it is written.
+  struct JournalRefs {
+    uint64_t entry = 0, checkpoint = 0;
+  };
+
+  void WriterLoop();
+  // Offers `batch` to the sink until it is written or given up on, or until Close() is called
+  // while the database is unreachable (then the outcome says unavailable).
+  BatchSink::Outcome WriteWithRetries(std::deque<RequestRecord>& batch);
+  // Releases the batch's journal entries (unless `keep_journal`) and advances the counters.
+  void Finish(size_t batch_size, uint64_t batch_end, std::deque<JournalRefs>& refs,
+              const BatchSink::Outcome& outcome, bool keep_journal);
+  // Rate-limited stderr lines for failures, outages and the recovery. Writer thread.
+  void ReportWriteOutcome(uint64_t failed, size_t batch_size, bool was_failing,
+                          const std::string& error);
+  void ReportUnavailable(size_t queued, const std::string& error);
+
+  // Constant after construction.
+  BatchSink& sink_;
+  const Clock& clock_;
+  const std::chrono::milliseconds commit_interval_;
+  const size_t max_batch_records_;
+  const size_t max_queued_records_;
+
+  std::unique_ptr<Journal> journal_;  // constant after Start(); null without a journal
+  std::thread writer_;
+  // Writer thread only.
+  uint64_t failures_since_report_ = 0;
+  std::chrono::steady_clock::time_point last_failure_report_;
+  bool outage_reported_ = false;
+
+  // Recorded and not yet written or given up on; read without mu_ by Record() to apply the
+  // queue's bound before journaling (an approximate bound is enough there).
+  std::atomic<uint64_t> pending_{0};
+
+  // mu_ guards the queue, the lifecycle flags and the counters. Held only to move records in or
+  // out of the queue and to update counters: never across I/O.
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;     // signalled: queue became non-empty or full, a flush
+                                        // waits, or stopping_
+  std::condition_variable written_cv_;  // signalled: committed_seq_ advanced, or writer exited
+  std::deque<RequestRecord> queue_;     // GUARDED_BY(mu_)
+  std::deque<JournalRefs> queue_journal_;  // GUARDED_BY(mu_): parallel to queue_
+  bool started_ = false;                // GUARDED_BY(mu_)
+  bool stopping_ = false;               // GUARDED_BY(mu_): no more Record() accepted
+  bool writer_exited_ = false;          // GUARDED_BY(mu_)
+  int flush_waiters_ = 0;               // GUARDED_BY(mu_): Flush() callers waiting
+  uint64_t enqueued_seq_ = 0;           // GUARDED_BY(mu_): records accepted so far
+  uint64_t committed_seq_ = 0;          // GUARDED_BY(mu_): records done (written or failed)
+  uint64_t failed_through_seq_ = 0;     // GUARDED_BY(mu_): seq end of the last failed batch
+  uint64_t reported_failure_seq_ = 0;   // GUARDED_BY(mu_): failure already returned by Flush()
+  TelemetryStore::Stats stats_;         // GUARDED_BY(mu_), except queue_depth (derived)
+
+  // close_mu_ serialises Close() callers (joining the writer), taken before mu_, never after.
+  std::mutex close_mu_;
+  bool closed_ = false;  // GUARDED_BY(close_mu_)
+};
+
+}  // namespace kvgate::telemetry::internal

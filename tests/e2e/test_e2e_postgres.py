@@ -1,0 +1,160 @@
+"""kvgate on PostgreSQL (storage.postgres): requests through the provider simulator land in the
+PostgreSQL database and come back through /api/threads and /api/requests exactly as the SDK saw
+them; a PostgreSQL restart is survived (answers go on, /healthz says degraded, nothing answered
+is lost); a config naming both stores is refused."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import uuid
+
+import pytest
+
+from gwctl import ADMIN_TOKEN, GATEWAY_KEY
+from pgctl import PgServer
+
+MODEL = "gpt-4o-mini"
+
+
+@pytest.fixture(scope="module")
+def pg():
+    server = PgServer()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()
+
+
+def postgres_kvgate(kvgate_process_class, pg: PgServer, database: str):
+    class OnPostgres(kvgate_process_class):
+        """The harness's config with the telemetry store on PostgreSQL."""
+
+        def _write_config(self):
+            super()._write_config()
+            text = self.config_path.read_text()
+            storage = (f"storage:  {{postgres: \"{pg.uri(database)}\", "
+                       f"journal_path: {self.workdir / 'journal'}}}")
+            self.config_path.write_text(text.replace(f"storage:  {{sqlite: {self.db_path}}}",
+                                                     storage))
+    return OnPostgres
+
+
+def send_turns(gw, thread_id: str, n: int) -> list[tuple[str, dict]]:
+    """n turns of one conversation; returns (response id, the SDK's usage) per turn."""
+    client = gw.client()
+    messages = [{"role": "system", "content": "You answer briefly. " * 400}]
+    sent = []
+    for i in range(n):
+        messages.append({"role": "user", "content": f"question {i} of {thread_id}"})
+        r = client.chat.completions.create(model=MODEL, messages=messages,
+                                           extra_body={"thread_identifier": thread_id})
+        messages.append({"role": "assistant", "content": r.choices[0].message.content})
+        details = r.usage.prompt_tokens_details
+        sent.append((r.id, {"prompt": r.usage.prompt_tokens,
+                            "completion": r.usage.completion_tokens,
+                            "cached": details.cached_tokens if details else None}))
+    return sent
+
+
+def wait_until(check, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} within {timeout:.0f}s")
+        time.sleep(0.05)
+
+
+def test_threads_and_requests_are_stored_in_postgres(kvgate_bin, sim, tmp_path, pg,
+                                                     kvgate_process_class):
+    database = pg.new_database()
+    kg = postgres_kvgate(kvgate_process_class, pg, database)(kvgate_bin, tmp_path / "pg",
+                                                             sim.port, name="pg").start()
+    try:
+        gw = kg.gateway()
+        thread_id = f"pg-{uuid.uuid4().hex[:10]}"
+        sent = send_turns(gw, thread_id, 3)
+        turns = gw.wait_turns(thread_id, 3)
+        for (response_id, usage), turn in zip(sent, turns):
+            assert turn["response_id"] == response_id
+            assert turn["model"] == MODEL and turn["status"] == "ok"
+            assert turn["usage"]["output"] == usage["completion"]
+            assert turn["usage"]["cache_read"] == usage["cached"]
+            assert turn["usage"]["cache_read"] + turn["usage"]["uncached"] == usage["prompt"]
+        assert turns[-1]["usage"]["cache_read"] > 0, "the sim caches the repeated prefix"
+
+        st, _, listed = gw.admin_get("/api/threads?limit=10")
+        assert st == 200, listed
+        [entry] = [t for t in listed["threads"] if t["thread_id"] == thread_id]
+        assert entry["turns"] == 3 and entry["models"] == [MODEL]
+        assert entry["tokens"]["output"] == sum(u["completion"] for _, u in sent)
+
+        st, _, requests = gw.admin_get(f"/api/requests?thread_id={thread_id}")
+        assert st == 200, requests
+        assert [r["response_id"] for r in requests["requests"]] == [rid for rid, _ in
+                                                                   reversed(sent)]
+        request_id = requests["requests"][0]["request_id"]
+        st, _, one = gw.admin_get(f"/api/requests/{request_id}")
+        assert st == 200 and one["thread_id"] == thread_id and one["provider_type"] == "openai"
+
+        # The rows are PostgreSQL's (no SQLite file was made), with their aggregates.
+        assert pg.psql(database, f"SELECT count(*) FROM requests WHERE thread_id = '{thread_id}'") == "3"
+        assert pg.psql(database, f"SELECT turns FROM threads WHERE thread_id = '{thread_id}'") == "3"
+        assert not (kg.workdir / "kvgate.db").exists()
+        st, _, health = gw.request("GET", "/healthz")
+        assert st == 200 and health == {"status": "ok"}
+    finally:
+        assert kg.terminate() == 0, kg.stderr_tail()
+
+
+def test_a_postgres_restart_loses_nothing_answered(kvgate_bin, sim, tmp_path, pg,
+                                                   kvgate_process_class):
+    database = pg.new_database()
+    kg = postgres_kvgate(kvgate_process_class, pg, database)(kvgate_bin, tmp_path / "restart",
+                                                             sim.port, name="restart").start()
+    try:
+        gw = kg.gateway()
+        thread_id = f"pg-restart-{uuid.uuid4().hex[:8]}"
+        before = send_turns(gw, thread_id, 2)
+        gw.wait_turns(thread_id, 2)
+
+        pg.stop()
+        # kvgate keeps answering while its database is away...
+        during = send_turns(gw, thread_id + "-down", 3)
+        assert len(during) == 3
+        # ...and says that telemetry is not being written.
+        health = wait_until(lambda: (lambda r: r[2] if r[2].get("status") == "degraded" else None)(
+            gw.request("GET", "/healthz")), 30, "/healthz did not say degraded")
+        assert "PostgreSQL" in health["telemetry"] or "connect" in health["telemetry"], health
+
+        pg.start()
+        after = send_turns(gw, thread_id, 1)
+        turns = gw.wait_turns(thread_id, 3, timeout=30)
+        assert [t["response_id"] for t in turns] == [rid for rid, _ in before + after]
+        down = gw.wait_turns(thread_id + "-down", 3, timeout=30)
+        assert [t["response_id"] for t in down] == [rid for rid, _ in during]
+        wait_until(lambda: gw.request("GET", "/healthz")[2] == {"status": "ok"}, 30,
+                   "/healthz did not recover")
+    finally:
+        assert kg.terminate() == 0, kg.stderr_tail()
+
+
+def test_a_config_naming_both_stores_is_refused(kvgate_bin, tmp_path, pg):
+    config = tmp_path / "both.yaml"
+    config.write_text(f"""\
+server:   {{listen: 127.0.0.1:0, admin_token: {ADMIN_TOKEN}, api_keys: [{GATEWAY_KEY}]}}
+storage:  {{sqlite: {tmp_path / 'x.db'}, postgres: "{pg.uri('postgres')}"}}
+providers:
+  - {{name: openai, type: openai, base_url: http://127.0.0.1:9/v1, api_key: sk-x}}
+models:
+  - {{name: {MODEL}, provider: openai}}
+""")
+    done = subprocess.run([kvgate_bin, "serve", "--config", str(config)], capture_output=True,
+                          text=True, timeout=30, stdin=subprocess.DEVNULL)
+    assert done.returncode == 2, done.stderr
+    assert "sqlite" in done.stderr and "postgres" in done.stderr, done.stderr
+    assert not (tmp_path / "x.db").exists()

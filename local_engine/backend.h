@@ -1,6 +1,6 @@
 // The compute backend interface of the built-in engine. ModelRunner is its only caller: it describes
 // each step with an explicit BatchMetadata and calls these ops layer by layer. The CPU backend
-// (cpu_backend.h) and the CUDA backend (kernels/cuda/cuda_backend.h) implement it; device.h builds
+// (cpu_backend.h) and the CUDA backend (local_engine/cuda_backend.h) implement it; device.h builds
 // the one an engine asks for.
 //
 // Dimension letters: T tokens in the batch, S sequences, D hidden size, K input features, N output

@@ -1,6 +1,6 @@
 // Which compute backend the engine runs on, and the one seam that builds it.
 //
-// The CUDA backend (kernels/cuda/cuda_backend.h) is linked into the engine only when the build has
+// The CUDA backend (local_engine/cuda_backend.h) is linked into the engine only when the build has
 // it (-DKVGATE_CUDA=ON and nvcc found at configure time); local_engine/cuda_seam/ holds the two
 // implementations of the CUDA half of this API and CMake compiles exactly one. In a build without
 // CUDA, asking for the cuda device is a clear kUnavailable error at run time, never a link error.

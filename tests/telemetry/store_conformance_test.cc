@@ -243,6 +243,32 @@ TEST_P(StoreConformanceTest, ListsFilterSortAndPage) {
   EXPECT_EQ(store_->ListThreads(bad_thread).error().code, ErrorCode::kInvalidArgument);
 }
 
+TEST_P(StoreConformanceTest, ProviderDiagnosedRequestsAreListedAndPagedAlone) {
+  // Every third request carries a provider's own cache-miss reason ("none" counts: it said no miss).
+  for (int i = 0; i < 9; ++i) {
+    RequestRecord r = MakeRecord("pd" + std::to_string(i), "th_pd", kT0 + i * kMinute, "claude",
+                                 UsageFlavor::kAnthropic, R"({"input_tokens": 10, "output_tokens": 1})");
+    if (i % 3 == 0) r.provider_cache_miss_reason = i == 0 ? "none" : "previous_message_not_found";
+    store_->Record(std::move(r));
+  }
+  ASSERT_TRUE(store_->Flush().has_value());
+  RequestQuery q;
+  q.provider_diagnosed = true;
+  q.limit = 2;
+  std::vector<std::string> ids;
+  for (int page = 0; page < 5; ++page) {
+    auto got = store_->ListRequests(q);
+    ASSERT_TRUE(got.has_value()) << got.error().ToString();
+    for (const json& r : (*got)["requests"]) {
+      ids.push_back(r["request_id"]);
+      EXPECT_TRUE(r["provider_cache_diagnosis"].is_object()) << r.dump();
+    }
+    if ((*got)["next_cursor"].is_null()) break;
+    q.cursor = (*got)["next_cursor"];
+  }
+  EXPECT_EQ(ids, (std::vector<std::string>{"pd6", "pd3", "pd0"}));
+}
+
 TEST_P(StoreConformanceTest, OverviewAndLive) {
   store_->Record(MakeRecord("o1", "th1", kT0 + 5, "gpt-4o", UsageFlavor::kOpenAIChat,
                             R"({"prompt_tokens": 100, "completion_tokens": 5, "prompt_tokens_details": {"cached_tokens": 0}})"));

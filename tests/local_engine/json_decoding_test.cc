@@ -132,7 +132,10 @@ void BoundStrings(json& schema) {
 }
 
 TEST_F(JsonDecodingTest, RandomSchemasOutputsAlwaysMatch) {
-  constexpr int kSchemas = 300, kMustComplete = 200, kMaxTokens = 160;
+  // 120 schemas, not 300: 300 took almost 4 minutes of a 2-core CI machine's core. The schema
+  // compiler and automaton get their breadth elsewhere, without the model (the json_schema
+  // fuzzer and the automaton tests). Two thirds must complete, as with 300 (246 of 300 did).
+  constexpr int kSchemas = 120, kMustComplete = 80, kMaxTokens = 160;
   std::mt19937_64 rng(20261202);
   std::vector<std::pair<std::string, SamplingParams>> reqs;
   std::vector<json> schemas;

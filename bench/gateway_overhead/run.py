@@ -165,12 +165,18 @@ def start_nginx_proxy(tmp, port, upstream_port):
   }}""", port, workers=os.cpu_count())
 
 
-def start_kvgate(tmp, binary, upstream_port, name="kvgate", journal=True):
+def start_kvgate(tmp, binary, upstream_port, name="kvgate", journal=True, postgres=None):
+    """A kvgate on a SQLite file in `tmp`, or on the PostgreSQL database `postgres` names."""
     db = os.path.join(tmp, f"{name}.db")
     cfg = os.path.join(tmp, f"{name}.yaml")
+    if postgres:
+        store = (f"postgres: '{postgres}', journal_path: {os.path.join(tmp, name + '-journal')}, "
+                 f"journal: {'true' if journal else 'false'}")
+    else:
+        store = f"sqlite: {db}, journal: {'true' if journal else 'false'}"
     with open(cfg, "w") as f:
         f.write(f"""server: {{listen: 127.0.0.1:0}}
-storage: {{sqlite: {db}, journal: {"true" if journal else "false"}}}
+storage: {{{store}}}
 providers:
   - {{name: nginx, type: openai, base_url: http://127.0.0.1:{upstream_port}/v1, api_key: sk-upstream}}
   - {{name: nginx-sse, type: openai, base_url: http://127.0.0.1:{upstream_port}/sse/v1, api_key: sk-upstream}}
@@ -397,6 +403,13 @@ def print_report(targets, direct, rounds, seconds, kv, rows, ok_rows, answered):
             print(f"crash journal (kvgate - kvgate-nojrnl) at c={c}: p50 "
                   f"{(kv.med(c, 'json', 'p50') - nojournal.med(c, 'json', 'p50')) * 1e6:+.1f} µs, "
                   f"req/s {kv.med(c, 'json', 'rps') / nojournal.med(c, 'json', 'rps'):.3f}x")
+    on_pg = next((t for t in targets if t.name == "kvgate-pg"), None)
+    if on_pg is not None:
+        for c in (1, 64):
+            print(f"PostgreSQL store (kvgate-pg - kvgate) at c={c}: p50 "
+                  f"{(on_pg.med(c, 'json', 'p50') - kv.med(c, 'json', 'p50')) * 1e6:+.1f} µs, "
+                  f"+p50 ratio {(on_pg.med(c, 'json', 'p50') - direct.med(c, 'json', 'p50')) / max(1e-9, kv.med(c, 'json', 'p50') - direct.med(c, 'json', 'p50')):.3f}x, "
+                  f"req/s {on_pg.med(c, 'json', 'rps') / kv.med(c, 'json', 'rps'):.3f}x")
     routed = next((t for t in targets if t.name == "kvgate-router"), None)
     if routed is not None:
         per_round = [round((a["p50"] - b["p50"]) * 1e6, 1)
@@ -442,6 +455,9 @@ def main():
     ap.add_argument("--seconds", type=int, default=3, help="per run; each case runs once per round")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--no-litellm", action="store_true")
+    ap.add_argument("--postgres", metavar="CONNINFO",
+                    help="also measure a kvgate whose store is this (empty) PostgreSQL database "
+                         "(kvgate-pg), beside the one on SQLite; bench/store/run.sh starts one")
     args = ap.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="kvgate-bench-")
@@ -465,6 +481,12 @@ def main():
         procs.append(nj_proc)
         nojournal = Target("kvgate-nojrnl", nj_port, paths["kvgate"], paths["kvgate-stream"], nj_proc)
         targets = [direct, proxy, kv, routed, nojournal]
+        if args.postgres:
+            pg_proc, pg_port, _ = start_kvgate(tmp, args.kvgate, nginx_port, "kvgate-pg",
+                                               postgres=args.postgres)
+            procs.append(pg_proc)
+            targets.append(Target("kvgate-pg", pg_port, paths["kvgate"], paths["kvgate-stream"],
+                                  pg_proc))
         for t in targets:
             t.warm_up()  # connections, pools, caches
         measure_rounds(targets, args.rounds, args.seconds)

@@ -3,7 +3,10 @@
 // through TelemetryStore::Record, as the gateway writes them, then times each query the
 // dashboard's pages run: the median and the slowest of --reps runs, in milliseconds.
 //
-//   kvgate_bench_store [--threads N] [--requests N] [--db PATH] [--reps N] [--keep]
+//   kvgate_bench_store [--threads N] [--requests N] [--db PATH | --postgres CONNINFO] [--reps N]
+//                      [--keep]
+// --postgres fills a PostgreSQL database instead (it should be empty: the fill's request ids
+// would collide with an earlier run's); its crash journal goes to a temporary file.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -51,27 +54,36 @@ int main(int argc, char** argv) {
   int reps = 15;
   bool keep = false;
   std::string db = (std::filesystem::temp_directory_path() / "kvgate_bench_store.db").string();
+  std::string postgres;
   for (int i = 1; i < argc; ++i) {
     auto next = [&]() -> const char* { return i + 1 < argc ? argv[++i] : ""; };
     if (!std::strcmp(argv[i], "--threads")) threads = std::atoll(next());
     else if (!std::strcmp(argv[i], "--requests")) requests = std::atoll(next());
     else if (!std::strcmp(argv[i], "--db")) db = next();
+    else if (!std::strcmp(argv[i], "--postgres")) postgres = next();
     else if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(next());
     else if (!std::strcmp(argv[i], "--keep")) keep = true;
     else {
-      std::fprintf(stderr, "usage: %s [--threads N] [--requests N] [--db PATH] [--reps N] [--keep]\n",
+      std::fprintf(stderr,
+                   "usage: %s [--threads N] [--requests N] [--db PATH | --postgres CONNINFO] "
+                   "[--reps N] [--keep]\n",
                    argv[0]);
       return 2;
     }
   }
-  for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(db + suffix);
+  const bool on_postgres = !postgres.empty();
+  const std::string journal = db + ".journal";
+  for (const char* suffix : {"", "-wal", "-shm", ".journal"}) std::filesystem::remove(db + suffix);
   kvgate::SystemClock clock;
   StoreOptions options;
   options.commit_interval = std::chrono::milliseconds(0);
   options.max_batch_records = 20'000;
-  auto opened = TelemetryStore::Open(db, clock, options);
+  if (on_postgres) options.journal_path = journal;
+  auto opened = on_postgres ? TelemetryStore::OpenPostgres(postgres, clock, options)
+                            : TelemetryStore::Open(db, clock, options);
+  const std::string where = on_postgres ? RedactConninfo(postgres) : db;
   if (!opened) {
-    std::fprintf(stderr, "cannot open %s: %s\n", db.c_str(), opened.error().ToString().c_str());
+    std::fprintf(stderr, "cannot open %s: %s\n", where.c_str(), opened.error().ToString().c_str());
     return 1;
   }
   TelemetryStore& store = **opened;
@@ -148,10 +160,13 @@ int main(int argc, char** argv) {
     return 1;
   }
   const double fill_s = Ms(Steady::now() - fill_start) / 1000;
-  std::printf("filled %s: %lld threads, %lld requests in %.1f s (%.0f requests/s), %.0f MiB\n\n",
-              db.c_str(), static_cast<long long>(std::min(threads, written)),
-              static_cast<long long>(written), fill_s, written / fill_s,
-              std::filesystem::file_size(db) / 1048576.0);
+  std::printf("filled %s (%s): %lld threads, %lld requests in %.1f s (%.0f requests/s)",
+              where.c_str(), on_postgres ? "postgres" : "sqlite",
+              static_cast<long long>(std::min(threads, written)), static_cast<long long>(written),
+              fill_s, written / fill_s);
+  if (!on_postgres) std::printf(", %.0f MiB", std::filesystem::file_size(db) / 1048576.0);
+  std::printf("\n\n");
+  std::fflush(stdout);  // the fill's line before the queries' (stdout may be a pipe)
 
   // Cursors and ids that later pages and lookups start from.
   ThreadQuery first_page;
@@ -163,14 +178,22 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::string thread_cursor = (*page1)["next_cursor"].get<std::string>();
-  for (int i = 0; i < 500; ++i) {  // page 501, 25,000 threads in
+  for (int i = 0; i < 500; ++i) {  // page 501, 25,000 threads in (or the last page of fewer)
     ThreadQuery q;
     q.cursor = thread_cursor;
-    thread_cursor = (*store.ListThreads(q))["next_cursor"].get<std::string>();
+    const nlohmann::json next = (*store.ListThreads(q))["next_cursor"];
+    if (!next.is_string()) break;
+    thread_cursor = next.get<std::string>();
   }
   const std::string request_cursor = (*rpage1)["next_cursor"].get<std::string>();
-  const std::string some_thread = "thread-0054321";
-  const std::string some_request = "req_000777777";
+  // A thread and a request from the middle of the fill, whatever its size.
+  char some_thread_id[32], some_request_id[40];
+  std::snprintf(some_thread_id, sizeof(some_thread_id), "thread-%07lld",
+                static_cast<long long>(std::min(threads, written) / 2));
+  std::snprintf(some_request_id, sizeof(some_request_id), "req_%09lld",
+                static_cast<long long>(written * 7 / 9));
+  const std::string some_thread = some_thread_id;
+  const std::string some_request = some_request_id;
 
   struct Case {
     std::string name;
@@ -249,7 +272,7 @@ int main(int argc, char** argv) {
   std::printf("\nslowest list query (median): %.2f ms (target: under 50 ms)\n", worst_list);
   store.Close();
   if (!keep) {
-    for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(db + suffix);
+    for (const char* suffix : {"", "-wal", "-shm", ".journal"}) std::filesystem::remove(db + suffix);
   }
   return all_ok ? 0 : 1;
 }

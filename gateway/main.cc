@@ -402,7 +402,9 @@ int RunGateway(gateway::GatewayConfig config) {
     std::fprintf(stderr, "kvgate: %s: %s\n", config.source.c_str(), router.error().message.c_str());
     return 2;
   }
-  gateway::Recorder recorder(**store, **metrics, **router);
+  // On PostgreSQL other replicas may serve a thread's turns: read each thread's latest from the
+  // database (docs/deployment.md).
+  gateway::Recorder recorder(**store, **metrics, **router, /*shared_threads=*/on_postgres);
   RestoreThreads(clock, recorder);
   recorder.AddListener([a = alerting->get()](const telemetry::RequestRecord& record) {
     a->Submit(record);

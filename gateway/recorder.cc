@@ -3,8 +3,23 @@
 namespace kvgate::gateway {
 
 Recorder::Recorder(telemetry::TelemetryStore& store, telemetry::GatewayMetrics& metrics,
-                   router::Router& router)
-    : store_(store), metrics_(metrics), router_(router) {}
+                   router::Router& router, bool shared_threads)
+    : store_(store), metrics_(metrics), router_(router), shared_threads_(shared_threads) {}
+
+void Recorder::SyncThread(const std::string& thread_id) const {
+  if (!shared_threads_ || thread_id.empty()) return;
+  auto stored = store_.LatestThreadTurn(thread_id);
+  if (!stored) {
+    read_errors_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  if (*stored && tracker_.Absorb(**stored)) taken_.fetch_add(1, std::memory_order_relaxed);
+}
+
+telemetry::ThreadView Recorder::View(const std::string& thread_id) const {
+  SyncThread(thread_id);
+  return tracker_.View(thread_id);
+}
 
 void Recorder::AddListener(std::function<void(const telemetry::RequestRecord&)> listener) {
   listeners_.push_back(std::move(listener));
@@ -33,6 +48,7 @@ void Recorder::Record(telemetry::RequestRecord record,
     }
     const telemetry::CacheRules rules =
         target != kNone ? router_.targets()[target].cache_rules : telemetry::CacheRules{};
+    SyncThread(record.thread_id);  // another replica may have served the previous turn
     auto diagnosis = tracker_.Diagnose(record, record.prompt_fingerprint, rules, context);
     if (diagnosis) {
       record.cache_diagnosis = diagnosis->ToJson();

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 
 #include <functional>
 #include <optional>
@@ -20,9 +21,12 @@ namespace kvgate::gateway {
 class Recorder {
  public:
   // `router` supplies each target's caching rules and learns from each recorded turn; all
-  // references must outlive this.
+  // references must outlive this. With `shared_threads` (several replicas on one database), a
+  // thread's latest stored turn is read from the store (TelemetryStore::LatestThreadTurn) before
+  // the thread is looked at (View) or a turn of it diagnosed (Record), so that a turn another
+  // replica served is the one compared with: one indexed read on the calling thread, each time.
   Recorder(telemetry::TelemetryStore& store, telemetry::GatewayMetrics& metrics,
-           router::Router& router);
+           router::Router& router, bool shared_threads = false);
 
   // Extra consumers of finished records (the monitors); called just before the store gets the
   // record (which is asynchronous either way: a listener never sees it committed).
@@ -41,8 +45,9 @@ class Recorder {
   std::optional<telemetry::TelemetryStore::JournalMark> Checkpoint(
       telemetry::RequestRecord& record, const std::optional<telemetry::Price>& price);
 
-  // The thread's memory as the router sees it before a turn (telemetry::ThreadTracker::View).
-  telemetry::ThreadView View(const std::string& thread_id) const { return tracker_.View(thread_id); }
+  // The thread's memory as the router sees it before a turn (telemetry::ThreadTracker::View),
+  // brought up to date from the store first with shared_threads.
+  telemetry::ThreadView View(const std::string& thread_id) const;
 
   // Gives the thread tracker the latest stored turn of each thread seen at or after `since_us` (as
   // many as it holds, newest first, from TelemetryStore::LatestThreadTurns), so that a restarted
@@ -53,17 +58,34 @@ class Recorder {
   };
   Result<Restored> RestoreThreads(int64_t since_us);
 
+  // With shared_threads: stored turns taken because they were newer than the tracker's (another
+  // replica served them), and reads of the store that failed (the tracker's memory was used).
+  struct SharedStats {
+    uint64_t taken = 0;
+    uint64_t read_errors = 0;
+  };
+  SharedStats shared_stats() const {
+    return {taken_.load(std::memory_order_relaxed), read_errors_.load(std::memory_order_relaxed)};
+  }
+
   // From now on, requests that end without a complete response were cut by kvgate's shutdown
   // (the drain deadline passed), not abandoned by their clients; RequestLog records them so.
   void MarkShutdownCut() { shutdown_cut_.store(true, std::memory_order_relaxed); }
   bool shutdown_cut() const { return shutdown_cut_.load(std::memory_order_relaxed); }
 
  private:
+  // Gives the tracker the thread's latest stored turn when it is newer (shared_threads only).
+  void SyncThread(const std::string& thread_id) const;
+
   std::atomic<bool> shutdown_cut_{false};
   telemetry::TelemetryStore& store_;
   telemetry::GatewayMetrics& metrics_;
   router::Router& router_;
-  telemetry::ThreadTracker tracker_;
+  const bool shared_threads_;
+  // Mutable: with shared_threads, View() refreshes it from the store, a cache of the database's
+  // threads (the tracker locks internally).
+  mutable telemetry::ThreadTracker tracker_;
+  mutable std::atomic<uint64_t> taken_{0}, read_errors_{0};
   std::vector<std::function<void(const telemetry::RequestRecord&)>> listeners_;  // set before use
 };
 

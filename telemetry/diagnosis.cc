@@ -590,12 +590,20 @@ void ThreadTracker::InsertLocked(Shard& shard, const std::string& thread_id, Tur
   }
 }
 
-bool ThreadTracker::Restore(const RequestRecord& turn) {
+bool ThreadTracker::Take(const RequestRecord& turn, bool newer_replaces) {
   if (turn.thread_id.empty() || !turn.prompt_fingerprint) return false;
   Shard& shard = ShardFor(turn.thread_id);
   std::lock_guard lock(shard.mu);
-  if (shard.threads.contains(turn.thread_id)) return false;
-  InsertLocked(shard, turn.thread_id, TurnSummary::Of(turn, turn.prompt_fingerprint));
+  auto it = shard.threads.find(turn.thread_id);
+  if (it == shard.threads.end()) {
+    InsertLocked(shard, turn.thread_id, TurnSummary::Of(turn, turn.prompt_fingerprint));
+    return true;
+  }
+  // A turn this replica served is remembered already, with the same start time; an older stored
+  // turn would move the thread backwards.
+  if (!newer_replaces || turn.created_at_us <= it->second.view.latest->created_at_us) return false;
+  Remember(it->second.view, TurnSummary::Of(turn, turn.prompt_fingerprint));
+  shard.lru.splice(shard.lru.begin(), shard.lru, it->second.lru_pos);
   return true;
 }
 

@@ -256,7 +256,13 @@ class ThreadTracker {
   // picks up threads from the store. Does nothing, returning false, for a turn without thread id
   // or fingerprint, and for a thread the tracker already knows (its remembered turn is newer).
   // Restore the oldest first: each one becomes the most recently used thread.
-  bool Restore(const RequestRecord& turn);
+  bool Restore(const RequestRecord& turn) { return Take(turn, /*newer_replaces=*/false); }
+  // Takes `turn` (a stored turn, with its prompt_fingerprint) as its thread's latest when it is
+  // newer than the one remembered, or the thread is unknown: how a replica on a shared database
+  // picks up the turns another replica served before it diagnoses the next one. The thread's
+  // running means are updated as for a diagnosed turn. Returns whether it was taken (false, too,
+  // without thread id or fingerprint).
+  bool Absorb(const RequestRecord& turn) { return Take(turn, /*newer_replaces=*/true); }
   void Forget(const std::string& thread_id);
   size_t Size() const;
   // The most threads it remembers (max_threads rounded down to a multiple of the shard count).
@@ -273,6 +279,9 @@ class ThreadTracker {
     std::unordered_map<std::string, Entry> threads;  // GUARDED_BY(mu)
   };
   Shard& ShardFor(const std::string& thread_id);
+  // Restore and Absorb: remembers `turn` for an unknown thread, and for a known one when
+  // newer_replaces and it is newer than the remembered latest.
+  bool Take(const RequestRecord& turn, bool newer_replaces);
   // Inserts a new thread at the front of its shard's LRU, evicting beyond the cap. REQUIRES: the
   // shard's lock held and thread_id not in the shard.
   void InsertLocked(Shard& shard, const std::string& thread_id, TurnSummary turn);

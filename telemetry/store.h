@@ -247,6 +247,10 @@ class TelemetryStore {
   // What a restarted gateway hands to its thread tracker (Recorder::RestoreThreads).
   virtual Result<std::vector<RequestRecord>> LatestThreadTurns(int64_t since_us, int max_threads,
                                                                int* skipped_corrupt) const = 0;
+  // One thread's turn as LatestThreadTurns gives it: the last one recorded with a fingerprint,
+  // nullopt when the store has none (or its fingerprint does not parse). How a replica on a
+  // shared database learns of the turns other replicas served (Recorder, shared_threads).
+  virtual Result<std::optional<RequestRecord>> LatestThreadTurn(std::string_view thread_id) const = 0;
 
   virtual Stats stats() const = 0;
 };

@@ -205,15 +205,6 @@ std::string RequestCursor(int64_t created_at_us, int64_t seq) {
   return "r" + std::to_string(created_at_us) + "_" + std::to_string(seq);
 }
 
-template <class F>
-auto Guarded(F&& f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (const std::exception& e) {
-    return MakeError(ErrorCode::kInternal, std::string("telemetry query: ") + e.what());
-  }
-}
-
 }  // namespace
 
 namespace internal {

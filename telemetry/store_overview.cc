@@ -62,15 +62,6 @@ struct Sums {
   }
 };
 
-template <class F>
-auto Guarded(F&& f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (const std::exception& e) {
-    return MakeError(ErrorCode::kInternal, std::string("telemetry query: ") + e.what());
-  }
-}
-
 }  // namespace
 
 namespace internal {

@@ -62,6 +62,7 @@ class PostgresTelemetryStore final : public TelemetryStore, private BatchSink {
   Result<nlohmann::json> Live(std::string_view thread_id) const override;
   Result<std::vector<RequestRecord>> LatestThreadTurns(int64_t since_us, int max_threads,
                                                        int* skipped_corrupt) const override;
+  Result<std::optional<RequestRecord>> LatestThreadTurn(std::string_view thread_id) const override;
   Stats stats() const override;
 
   // Replays the crash journal and starts the writer; called once by OpenPostgres().

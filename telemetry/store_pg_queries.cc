@@ -137,4 +137,19 @@ Result<std::vector<RequestRecord>> PostgresTelemetryStore::LatestThreadTurns(
   return LatestTurnsFromRows(*rows, skipped_corrupt);
 }
 
+Result<std::optional<RequestRecord>> PostgresTelemetryStore::LatestThreadTurn(
+    std::string_view thread_id) const {
+  PgParams p;
+  p.Text(thread_id);
+  auto rows = Read("SELECT " + std::string(TurnColumns()) + ", fingerprint FROM (SELECT "
+                   "request_id AS pick, fingerprint FROM thread_last_prompt WHERE thread_id = $1) "
+                   "AS latest JOIN requests ON requests.request_id = latest.pick",
+                   p);
+  if (!rows) return std::unexpected(rows.error());
+  auto turns = LatestTurnsFromRows(*rows, nullptr);
+  if (!turns) return std::unexpected(turns.error());
+  if (turns->empty()) return std::optional<RequestRecord>();
+  return std::optional<RequestRecord>(std::move(turns->front()));
+}
+
 }  // namespace kvgate::telemetry::internal

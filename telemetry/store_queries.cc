@@ -356,5 +356,22 @@ Result<std::vector<RequestRecord>> SqliteTelemetryStore::LatestThreadTurns(int64
   return LatestTurnsFromRows(rows, skipped_corrupt);
 }
 
+Result<std::optional<RequestRecord>> SqliteTelemetryStore::LatestThreadTurn(
+    std::string_view thread_id) const {
+  auto reader = AcquireReader();
+  if (!reader) return std::unexpected(reader.error());
+  auto stmt = (*reader)->db().Prepare(
+      "SELECT " + std::string(TurnColumns()) + ", fingerprint FROM (SELECT request_id AS pick, "
+      "fingerprint FROM thread_last_prompt WHERE thread_id = ?1) AS latest JOIN requests ON "
+      "requests.request_id = latest.pick");
+  if (!stmt) return std::unexpected(stmt.error());
+  (*stmt)->BindText(1, thread_id);
+  SqliteRows rows(**stmt);
+  auto turns = LatestTurnsFromRows(rows, nullptr);
+  if (!turns) return std::unexpected(turns.error());
+  if (turns->empty()) return std::optional<RequestRecord>();
+  return std::optional<RequestRecord>(std::move(turns->front()));
+}
+
 }  // namespace internal
 }  // namespace kvgate::telemetry

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -18,6 +19,17 @@
 #include "telemetry/store.h"
 
 namespace kvgate::telemetry::internal {
+
+// Runs a read that builds JSON; a JSON exception (a stored value of an unexpected type) becomes a
+// kInternal error naming the query instead of escaping into the server.
+template <class F>
+auto Guarded(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    return MakeError(ErrorCode::kInternal, std::string("telemetry query: ") + e.what());
+  }
+}
 
 // The rows of one statement, read forward. Columns are 0-based.
 class RowCursor {

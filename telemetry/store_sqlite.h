@@ -72,6 +72,7 @@ class SqliteTelemetryStore final : public TelemetryStore, private BatchSink {
   Result<nlohmann::json> Live(std::string_view thread_id) const override;
   Result<std::vector<RequestRecord>> LatestThreadTurns(int64_t since_us, int max_threads,
                                                        int* skipped_corrupt) const override;
+  Result<std::optional<RequestRecord>> LatestThreadTurn(std::string_view thread_id) const override;
   Stats stats() const override;
 
   // Opens the crash journal (when options.journal), commits what an earlier process left in it,

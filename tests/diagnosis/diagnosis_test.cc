@@ -458,6 +458,36 @@ TEST(ThreadTrackerTest, RestoredTurnIsComparedWithTheThreadsNextTurn) {
   EXPECT_EQ(tracker.Size(), 0u);
 }
 
+TEST(ThreadTrackerTest, AbsorbedNewerTurnFromAnotherReplicaIsTheOneComparedWith) {
+  // Replica A served turn 1 at 0 s and turn 2 went to replica B at 100 s; A now diagnoses turn 3
+  // at 150 s. Absorbing B's stored turn 2 makes the idle time 50 s (not 150) and the prefix
+  // turn 2's.
+  ThreadTracker tracker;
+  ASSERT_FALSE(tracker.Diagnose(Turn(0, 0, 2000), Fp(Body(kSystem, 1)), kOpenAI));
+  RequestRecord elsewhere = Turn(100, 1920, 180);
+  elsewhere.request_id = "req_b";
+  elsewhere.prompt_fingerprint = Fp(Body(kSystem, 2));
+  EXPECT_TRUE(tracker.Absorb(elsewhere));
+  EXPECT_FALSE(tracker.Absorb(elsewhere)) << "the same turn twice";
+  RequestRecord older = Turn(50, 0, 2000);
+  older.prompt_fingerprint = Fp(Body(kSystem, 1));
+  EXPECT_FALSE(tracker.Absorb(older)) << "an older stored turn never moves the thread back";
+  EXPECT_EQ(tracker.View("thr_1").turns, 2);
+  auto d = tracker.Diagnose(Turn(150, 0, 2300), Fp(Body(kSystem, 3)), kOpenAI);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->cause, "partial_eviction");
+  EXPECT_DOUBLE_EQ(d->ToJson()["idle_seconds"].get<double>(), 50.0);
+  EXPECT_GT(d->expected_cached, 1920) << "turn 2's longer prompt, not turn 1's";
+  // An unknown thread is taken as Restore takes it; without a fingerprint nothing is.
+  ThreadTracker fresh;
+  EXPECT_TRUE(fresh.Absorb(elsewhere));
+  RequestRecord bare = elsewhere;
+  bare.prompt_fingerprint.reset();
+  bare.thread_id = "thr_2";
+  EXPECT_FALSE(fresh.Absorb(bare));
+  EXPECT_EQ(fresh.Size(), 1u);
+}
+
 // A turn that replaces its last message (a regeneration, an edited question) shares everything
 // before it: reads of that shared prefix are all the cache can give, so nothing is flagged, however
 // long the replaced message was.

@@ -1,10 +1,12 @@
 """kvgate on PostgreSQL (storage.postgres): requests through the provider simulator land in the
 PostgreSQL database and come back through /api/threads and /api/requests exactly as the SDK saw
-them; a PostgreSQL restart is survived (answers go on, /healthz says degraded, nothing answered
+them; two replicas on one database diagnose a thread's turns whichever of them served the turn
+before; a PostgreSQL restart is survived (answers go on, /healthz says degraded, nothing answered
 is lost); a config naming both stores is refused."""
 
 from __future__ import annotations
 
+import random
 import subprocess
 import time
 import uuid
@@ -109,6 +111,58 @@ def test_threads_and_requests_are_stored_in_postgres(kvgate_bin, sim, tmp_path, 
         assert st == 200 and health == {"status": "ok"}
     finally:
         assert kg.terminate() == 0, kg.stderr_tail()
+
+
+def test_two_replicas_diagnose_a_thread_whichever_served_its_last_turn(
+        kvgate_bin, sim, tmp_path, pg, kvgate_process_class):
+    """A client alternating between two replicas on one database, through a thread whose cache
+    expires, whose prompt changes and which switches model: each turn's diagnosis is the one a
+    single gateway gives (tests/e2e/test_e2e_diagnosis.py), and either replica shows every turn."""
+    database = pg.new_database()
+    on_pg = postgres_kvgate(kvgate_process_class, pg, database)
+
+    class ShortTtl(on_pg):
+        def _write_config(self):
+            super()._write_config()
+            with open(self.config_path, "a") as f:
+                f.write("pricing:\n  caching_rules:\n    openai: {min_cacheable_tokens: 1024, "
+                        "granularity_tokens: 128, ttl_seconds: 1}\n")
+
+    replicas = [ShortTtl(kvgate_bin, tmp_path / f"r{i}", sim.port, name=f"r{i}").start()
+                for i in range(2)]
+    sim.client.config(openai_ttl=1)
+    try:
+        gws = [kg.gateway() for kg in replicas]
+        thread = f"pg-replicas-{uuid.uuid4().hex[:8]}"
+        rng = random.Random(7)
+        system = {"role": "system", "content": " ".join(f"w{rng.randrange(10**6)}" for _ in range(1300))}
+        first = [system, {"role": "user", "content": "first question"}]
+        second = first + [{"role": "user", "content": "second question"}]
+        third = second + [{"role": "user", "content": "third question"}]
+        edited = [{"role": "system", "content": "EDITED " + system["content"]}] + third[1:]
+        turns_sent = [("gpt-4o-mini", first), ("gpt-4o-mini", second), ("gpt-4o-mini", third),
+                      ("gpt-4o-mini", edited),
+                      ("deepseek-chat", edited + [{"role": "user", "content": "q5"}])]
+        for i, (model, messages) in enumerate(turns_sent):
+            if i == 2:
+                time.sleep(1.5)  # past the 1 s idle TTL: turn 2 finds its cache expired
+            served_by = gws[i % 2]
+            served_by.client().chat.completions.create(
+                model=model, messages=messages, max_tokens=8,
+                extra_body={"thread_identifier": thread})
+            # The next turn goes to the other replica once this one's record is in the database,
+            # as it is within a commit interval of the answer.
+            gws[(i + 1) % 2].wait_turns(thread, i + 1, timeout=15)
+        for gw in gws:
+            turns = gw.wait_turns(thread, 5)
+            causes = [(t["cache_diagnosis"] or {}).get("cause") for t in turns]
+            assert causes == [None, None, "expired", "prompt_changed", "model_switch"], causes
+            assert turns[3]["cache_diagnosis"]["message_index"] == 0
+            assert turns[4]["cache_diagnosis"]["previous_model"] == "gpt-4o-mini"
+    finally:
+        sim.client.config(openai_ttl=300)
+        for kg in replicas:
+            assert kg.terminate() == 0, kg.stderr_tail()
 
 
 def test_a_postgres_restart_loses_nothing_answered(kvgate_bin, sim, tmp_path, pg,

@@ -329,6 +329,18 @@ TEST_P(StoreConformanceTest, LatestThreadTurnsComeBackWithTheirFingerprints) {
   ASSERT_NE((*turns)[1].prompt_fingerprint, nullptr);
   EXPECT_EQ((*turns)[1].prompt_fingerprint->elements.at(0).prefix_hash, 0xfedcba9876543210ULL ^ 1);
   EXPECT_EQ((*turns)[1].usage.uncached, 100);
+
+  // One thread's, as a replica reads it before diagnosing that thread's next turn.
+  auto one = store_->LatestThreadTurn("th_a");
+  ASSERT_TRUE(one.has_value()) << one.error().ToString();
+  ASSERT_TRUE(one->has_value());
+  EXPECT_EQ((*one)->request_id, "l1");
+  EXPECT_EQ((*one)->created_at_us, kT0 + 1);
+  ASSERT_NE((*one)->prompt_fingerprint, nullptr);
+  EXPECT_EQ((*one)->prompt_fingerprint->elements.at(0).prefix_hash, 0xfedcba9876543210ULL ^ 1);
+  auto none = store_->LatestThreadTurn("th_nobody");
+  ASSERT_TRUE(none.has_value()) << none.error().ToString();
+  EXPECT_FALSE(none->has_value());
 }
 
 TEST_P(StoreConformanceTest, AnAnsweredRecordOfAKilledProcessIsWrittenAtTheNextOpen) {

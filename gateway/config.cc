@@ -190,7 +190,7 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
   if (auto it = root.find("storage"); it != root.end() && !it->is_null()) {
     Reader r{*it, "storage"};
     if (Status s = OnlyKeys(*it, "storage", {"sqlite", "postgres", "journal_path",
-                                             "commit_interval_ms", "journal"});
+                                             "commit_interval_ms", "journal", "shared_threads"});
         !s) {
       return std::unexpected(s.error());
     }
@@ -224,6 +224,14 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
     auto journal = r.Bool("journal", config.journal);
     if (!journal) return std::unexpected(journal.error());
     config.journal = *journal;
+    if (it->contains("shared_threads") && !it->contains("postgres")) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       "storage.shared_threads applies to storage.postgres (replicas sharing one "
+                       "database); a SQLite store has one process");
+    }
+    auto shared = r.Bool("shared_threads", config.shared_threads);
+    if (!shared) return std::unexpected(shared.error());
+    config.shared_threads = *shared;
   }
   if (auto it = root.find("pricing"); it != root.end() && !it->is_null()) {
     Reader r{*it, "pricing"};

@@ -122,6 +122,10 @@ struct GatewayConfig {
   std::chrono::milliseconds commit_interval{20};
   // The crash journal (telemetry::StoreOptions::journal): on unless the operator turns it off.
   bool journal = true;
+  // With postgres: read a thread's latest stored turn before routing or diagnosing it, so that
+  // replicas see each other's turns (gateway::Recorder shared_threads; docs/deployment.md). Off
+  // saves a database read per threaded turn where the load balancer keeps a thread on one replica.
+  bool shared_threads = true;
   // catalog
   std::string price_catalog_path;  // optional extra JSON catalog (kvgate or LiteLLM field names)
   // Optional overrides of the catalog's caching rules per provider type (`pricing.caching_rules`),

@@ -403,8 +403,9 @@ int RunGateway(gateway::GatewayConfig config) {
     return 2;
   }
   // On PostgreSQL other replicas may serve a thread's turns: read each thread's latest from the
-  // database (docs/deployment.md).
-  gateway::Recorder recorder(**store, **metrics, **router, /*shared_threads=*/on_postgres);
+  // database (docs/deployment.md), unless storage.shared_threads turns that off.
+  gateway::Recorder recorder(**store, **metrics, **router,
+                             /*shared_threads=*/on_postgres && config.shared_threads);
   RestoreThreads(clock, recorder);
   recorder.AddListener([a = alerting->get()](const telemetry::RequestRecord& record) {
     a->Submit(record);

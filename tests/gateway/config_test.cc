@@ -68,6 +68,22 @@ TEST(ConfigTest, StorageCommitInterval) {
   }
 }
 
+TEST(ConfigTest, StorageSharedThreadsIsForPostgres) {
+  auto on = ParseConfig("storage: {postgres: \"postgresql://kg@db/kg\"}\n", FakeEnv({}));
+  ASSERT_TRUE(on.has_value()) << on.error().message;
+  EXPECT_TRUE(on->shared_threads) << "replicas share threads unless told otherwise";
+  auto off = ParseConfig("storage: {postgres: \"postgresql://kg@db/kg\", shared_threads: false}\n",
+                         FakeEnv({}));
+  ASSERT_TRUE(off.has_value()) << off.error().message;
+  EXPECT_FALSE(off->shared_threads);
+  for (const char* bad : {"storage: {sqlite: /tmp/x.db, shared_threads: true}\n",
+                          "storage: {postgres: \"postgresql://kg@db/kg\", shared_threads: maybe}\n"}) {
+    auto r = ParseConfig(bad, FakeEnv({}));
+    ASSERT_FALSE(r.has_value()) << bad;
+    EXPECT_NE(r.error().message.find("shared_threads"), std::string::npos) << r.error().message;
+  }
+}
+
 TEST(ConfigTest, InterpolationDefaultsAndErrors) {
   auto env = FakeEnv({{"A", "1"}});
   EXPECT_EQ(*InterpolateEnv("x${A}y", env), "x1y");

@@ -341,7 +341,10 @@ TEST(TokenizerTest, StreamingDecoderReplacesInvalidBytes) {
   EXPECT_EQ(dec.Push(0xA0), "\xEF\xBF\xBD\xEF\xBF\xBD");  // surrogate range: invalid
 }
 
-TEST(TokenizerTest, EncodesFast) {
+// A 4 MB mixed text round-trips. Its speed is printed, not asserted: a timed assertion fails on a
+// slow or loaded machine, or in an unoptimized sanitizer build (the ASan stage's -O0), without a
+// defect; the tokenizer's speed belongs to a benchmark.
+TEST(TokenizerTest, EncodesAFourMegabyteTextAndDecodesItBack) {
   REQUIRE_MODEL(m);
   std::mt19937 rng(3);
   std::string text;
@@ -366,7 +369,7 @@ TEST(TokenizerTest, EncodesFast) {
   std::printf("encoded %zu bytes -> %zu tokens in %.3f CPU s: %.0f tokens/s, %.1f MB/s\n",
               text.size(), ids.size(), secs, tps, static_cast<double>(text.size()) / secs / 1e6);
   EXPECT_EQ(m->tok->Decode(ids), text);
-  EXPECT_GT(tps, 500000.0);  // loose floor: ~10x below the measured CPU-time speed
+  EXPECT_GT(ids.size(), text.size() / 8) << "a mixed text is not a few long tokens";
 }
 
 }  // namespace

@@ -8,8 +8,13 @@ namespace kvgate::gateway {
 using nlohmann::json;
 namespace alerts = telemetry::alerts;
 
+namespace {
+// How soon a monitor changed through one replica's API is evaluated by the others.
+constexpr int64_t kSharedMonitorsReloadMs = 5'000;
+}  // namespace
+
 Result<std::unique_ptr<Alerting>> Alerting::Start(const json& config,
-                                                  const std::string& sqlite_path,
+                                                  const AlertStoreLocation& where,
                                                   const Clock& clock,
                                                   telemetry::GatewayMetrics* metrics) {
   if (!config.is_null() && !config.is_object()) {
@@ -69,14 +74,22 @@ Result<std::unique_ptr<Alerting>> Alerting::Start(const json& config,
   }
   if (auto s = alerts::CurlGlobalInit(); !s) return std::unexpected(s.error());
   std::unique_ptr<Alerting> a(new Alerting());
-  auto store = alerts::SqliteAlertStore::Open(sqlite_path);
-  if (!store) return std::unexpected(store.error());
-  a->store_ = std::move(*store);
+  alerts::AlertEngineOptions options;
+  if (!where.postgres.empty()) {
+    auto store = alerts::PostgresAlertStore::Open(where.postgres);
+    if (!store) return std::unexpected(store.error());
+    a->store_ = std::move(*store);
+    // Another replica may add, change or delete a monitor through its own admin API.
+    options.reload_monitors_ms = kSharedMonitorsReloadMs;
+  } else {
+    auto store = alerts::SqliteAlertStore::Open(where.sqlite_path);
+    if (!store) return std::unexpected(store.error());
+    a->store_ = std::move(*store);
+  }
   a->http_ = std::make_unique<alerts::CurlHttpSender>();
   a->smtp_ = std::make_unique<alerts::CurlSmtpSender>();
   a->engine_ = std::make_unique<alerts::AlertEngine>(clock, *a->store_, *a->http_, *a->smtp_,
-                                                     std::move(channels),
-                                                     alerts::AlertEngineOptions{}, metrics);
+                                                     std::move(channels), options, metrics);
   a->monitors_ = std::make_unique<alerts::MonitorService>(*a->store_, *a->engine_);
   if (auto s = a->engine_->Init(); !s) return std::unexpected(s.error());
   if (auto s = a->monitors_->Init(); !s) return std::unexpected(s.error());

@@ -19,12 +19,18 @@
 
 namespace kvgate::gateway {
 
+// Where monitors, incidents and deliveries are kept: exactly one of the two is set.
+struct AlertStoreLocation {
+  std::string sqlite_path;
+  std::string postgres;  // a libpq connection string: shared by every replica on it
+};
+
 class Alerting {
  public:
   // `alerts` is {"channels": [...], "monitors": [...]} (either may be absent). Config monitors
   // are keyed by their name. Errors name the bad channel or monitor.
   static Result<std::unique_ptr<Alerting>> Start(const nlohmann::json& alerts,
-                                                 const std::string& sqlite_path,
+                                                 const AlertStoreLocation& where,
                                                  const Clock& clock,
                                                  telemetry::GatewayMetrics* metrics);
   ~Alerting();
@@ -49,7 +55,7 @@ class Alerting {
 
  private:
   Alerting() = default;
-  std::unique_ptr<telemetry::alerts::SqliteAlertStore> store_;
+  std::unique_ptr<telemetry::alerts::AlertStore> store_;
   std::unique_ptr<telemetry::alerts::CurlHttpSender> http_;
   std::unique_ptr<telemetry::alerts::CurlSmtpSender> smtp_;
   std::unique_ptr<telemetry::alerts::AlertEngine> engine_;

@@ -330,7 +330,7 @@ int RunGateway(gateway::GatewayConfig config) {
 
   SystemClock clock;
   // The telemetry database: the SQLite file, or PostgreSQL (whose crash journal needs a local
-  // path, and which has no local file for the state that is not yet kept there: see below).
+  // path).
   const bool on_postgres = !config.postgres.empty();
   telemetry::StoreOptions store_options{.commit_interval = config.commit_interval,
                                         .journal = config.journal,
@@ -383,10 +383,10 @@ int RunGateway(gateway::GatewayConfig config) {
     registry.AddSection([e = engines.get()](std::string& out) { e->ExposeMetrics(out); });
   }
 
-  // Monitors and alert deliveries: in the SQLite database, or on PostgreSQL in a local SQLite file
-  // beside the journal (per replica) until they move to the shared database.
-  const std::string alerts_path =
-      on_postgres ? store_options.journal_path + "-alerts.db" : config.sqlite_path;
+  // Monitors, incidents and alert deliveries sit beside the telemetry: in the SQLite file, or in
+  // the PostgreSQL database every replica shares (so an alert is sent once).
+  const gateway::AlertStoreLocation alerts_path{.sqlite_path = on_postgres ? "" : config.sqlite_path,
+                                                .postgres = config.postgres};
   auto alerting = gateway::Alerting::Start(config.alerts, alerts_path, clock, metrics->get());
   if (!alerting) {
     std::fprintf(stderr, "kvgate: %s: %s\n", config.source.c_str(), alerting.error().message.c_str());

@@ -413,6 +413,12 @@ Result<std::unique_ptr<GatewayMetrics>> GatewayMetrics::Create(MetricsRegistry& 
                                     {"channel", "outcome"});
   if (!alerts) return std::unexpected(alerts.error());
   m->alert_deliveries_ = *alerts;
+  auto elsewhere = registry.AddCounter(
+      "kvgate_alerts_held_elsewhere_total",
+      "Monitor crossings not announced here because another replica holds the incident.",
+      {"monitor"});
+  if (!elsewhere) return std::unexpected(elsewhere.error());
+  m->alerts_held_elsewhere_ = *elsewhere;
   auto diagnoses = registry.AddCounter(
       "kvgate_provider_cache_diagnoses_total",
       "Turns whose provider reported why its cache missed (reason none: it did not), and whether "
@@ -517,6 +523,10 @@ void GatewayMetrics::Observe(const RequestRecord& r) {
 
 void GatewayMetrics::ObserveAlertDelivery(std::string_view channel, std::string_view outcome) {
   alert_deliveries_->WithLabels({channel, outcome})->Inc();
+}
+
+void GatewayMetrics::ObserveAlertHeldElsewhere(std::string_view monitor_id) {
+  alerts_held_elsewhere_->WithLabels({monitor_id})->Inc();
 }
 
 void ExposeStoreStats(const TelemetryStore::Stats& stats, std::string& out) {

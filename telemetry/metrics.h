@@ -194,6 +194,8 @@ class GatewayMetrics {
   void Observe(const RequestRecord& record);
   // kvgate_alert_deliveries_total{channel,outcome}; outcome e.g. "delivered", "failed", "retry".
   void ObserveAlertDelivery(std::string_view channel, std::string_view outcome);
+  // kvgate_alerts_held_elsewhere_total{monitor}: a crossing another replica announces.
+  void ObserveAlertHeldElsewhere(std::string_view monitor_id);
 
   MetricsRegistry& registry() { return registry_; }
 
@@ -240,6 +242,7 @@ class GatewayMetrics {
   GaugeFamily* hit_ratio_ = nullptr;
   CounterFamily* upstream_errors_ = nullptr;
   CounterFamily* alert_deliveries_ = nullptr;
+  CounterFamily* alerts_held_elsewhere_ = nullptr;
   CounterFamily* provider_diagnoses_ = nullptr;
 
   std::shared_mutex pairs_mu_;  // guards the map's shape, not the series

@@ -97,6 +97,8 @@ PgResult::~PgResult() {
 
 int PgResult::rows() const { return result_ == nullptr ? 0 : PQntuples(result_); }
 
+int PgResult::columns() const { return result_ == nullptr ? 0 : PQnfields(result_); }
+
 bool PgResult::IsNull(int row, int column) const { return PQgetisnull(result_, row, column) != 0; }
 
 std::string_view PgResult::Text(int row, int column) const {

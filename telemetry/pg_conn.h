@@ -51,6 +51,7 @@ class PgResult {
   ~PgResult();
 
   int rows() const;
+  int columns() const;
   bool IsNull(int row, int column) const;
   std::string_view Text(int row, int column) const;  // "" for NULL
   int64_t Int(int row, int column) const;           // 0 for NULL

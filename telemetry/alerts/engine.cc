@@ -130,6 +130,7 @@ void AlertEngine::SetRules(std::vector<AlertRule> rules) {
   {
     std::lock_guard lock(mu_);
     new_rules_ = std::move(rules);
+    ++rules_generation_;
   }
   wake_.notify_all();
 }
@@ -180,7 +181,32 @@ void AlertEngine::ApplyRules() {
     }
     next.push_back(std::move(state));
   }
+  // A monitor deleted or changed forgets its open incidents: let them go in the store too, so
+  // the changed monitor may fire at once rather than after the incidents go stale.
+  for (const MonitorState& old : monitors_) {
+    for (const auto& [key, k] : old.keys) {
+      if (k.firing) (void)store_.ReleaseIncident(old.rule.id, key, k.incident_id);
+    }
+  }
   monitors_ = std::move(next);
+}
+
+void AlertEngine::ReloadMonitors(int64_t now_us) {
+  if (options_.reload_monitors_ms <= 0 ||
+      now_us - last_reload_us_ < options_.reload_monitors_ms * 1000) {
+    return;
+  }
+  last_reload_us_ = now_us;
+  uint64_t generation;
+  {
+    std::lock_guard lock(mu_);
+    generation = rules_generation_;
+  }
+  auto stored = store_.LoadMonitors();
+  if (!stored) return;  // kept as they are; tried again at the next period
+  std::lock_guard lock(mu_);
+  // A SetRules while the store was read is newer than what was read.
+  if (generation == rules_generation_) new_rules_ = std::move(*stored);
 }
 
 void AlertEngine::Ingest(const Queued& q) {
@@ -284,27 +310,51 @@ void AlertEngine::Evaluate(MonitorState& m, int64_t now_us) {
                   std::to_string(rule.window_seconds) + " s";
       return e;
     };
+    const int64_t cooldown_us = rule.cooldown_seconds * 1'000'000;
     if (!k.firing && holds) {
-      const bool cooling =
-          k.last_fired_us && now_us - *k.last_fired_us < rule.cooldown_seconds * 1'000'000;
-      if (!cooling) {
+      const bool cooling = k.last_fired_us && now_us - *k.last_fired_us < cooldown_us;
+      if (!cooling && now_us >= k.next_claim_us) {
         AlertEvent e = make_event("firing");
         e.incident_id = e.id;
-        k.firing = true;
-        k.incident_id = e.id;
-        k.last_fired_us = now_us;
-        Raise(std::move(e));
+        // The store arbitrates between replicas: only the engine that holds the incident
+        // announces it. A store that cannot answer does not silence the alert: sent twice
+        // beats not sent.
+        auto held = store_.HoldIncident(IncidentClaim{rule.id, key, e.id, now_us, cooldown_us,
+                                                      options_.incident_stale_ms * 1000});
+        if (!held || *held) {
+          k.firing = true;
+          k.incident_id = e.id;
+          k.last_fired_us = now_us;
+          k.heartbeat_us = now_us;
+          Raise(std::move(e));
+        } else {
+          k.next_claim_us = now_us + options_.claim_retry_ms * 1000;
+          if (metrics_) metrics_->ObserveAlertHeldElsewhere(rule.id);
+        }
       }
     } else if (k.firing && ((judged && !holds) || count == 0)) {
       AlertEvent e = make_event("resolved");
       e.incident_id = k.incident_id;
+      (void)store_.ReleaseIncident(rule.id, key, k.incident_id);
       k.firing = false;
       k.incident_id.clear();
       Raise(std::move(e));
+    } else if (k.firing &&
+               now_us - k.heartbeat_us >= options_.incident_stale_ms * 1000 / kHeartbeatsPerStale) {
+      // Still firing here: tell the other replicas this one is alive and holds it.
+      auto held = store_.HoldIncident(IncidentClaim{rule.id, key, k.incident_id, now_us,
+                                                    cooldown_us, options_.incident_stale_ms * 1000});
+      k.heartbeat_us = now_us;
+      if (held && !*held) {
+        // Taken over while this engine looked stale (a long pause): the incident is now the
+        // other holder's, to resolve; this one goes quiet.
+        k.firing = false;
+        k.incident_id.clear();
+        k.next_claim_us = now_us + options_.claim_retry_ms * 1000;
+      }
     }
     // Forget idle keys once nothing (open incident, cooldown) depends on them.
-    const bool cooldown_over =
-        !k.last_fired_us || now_us - *k.last_fired_us >= rule.cooldown_seconds * 1'000'000;
+    const bool cooldown_over = !k.last_fired_us || now_us - *k.last_fired_us >= cooldown_us;
     if (k.samples.empty() && !k.firing && cooldown_over) {
       it = m.keys.erase(it);
     } else {
@@ -438,7 +488,19 @@ void AlertEngine::Attempt(DeliveryRecord& d, int64_t now_us) {
 
 void AlertEngine::DeliverDue(int64_t now_us) {
   for (DeliveryRecord& d : pending_) {
-    if (d.status == "pending" && d.next_attempt_us <= now_us) Attempt(d, now_us);
+    if (d.status != "pending" || d.next_attempt_us > now_us) continue;
+    // Two engines may both have loaded this delivery (replicas restarted together): only the
+    // one holding its lease sends. A store that cannot answer does not hold the delivery back.
+    auto lease = store_.LeaseDelivery(d.id, now_us, now_us + options_.lease_ms * 1000);
+    if (lease && *lease == DeliveryLease::kBusy) {
+      d.next_attempt_us = now_us + options_.lease_ms * 1000;
+      continue;
+    }
+    if (lease && *lease == DeliveryLease::kSettled) {
+      d.status = "settled elsewhere";  // never stored: only drops it from pending_
+      continue;
+    }
+    Attempt(d, now_us);
   }
   std::erase_if(pending_, [](const DeliveryRecord& d) { return d.status != "pending"; });
   std::erase_if(events_, [&](const auto& entry) {
@@ -455,6 +517,7 @@ void AlertEngine::RunOnce() {
     batch.swap(queue_);
     inbox.swap(inbox_);
   }
+  ReloadMonitors(clock_.NowUnixMicros());
   ApplyRules();
   for (const Queued& q : batch) Ingest(q);
   const int64_t now = clock_.NowUnixMicros();

@@ -1,7 +1,9 @@
 // The alert engine: evaluates monitors over sliding windows of request records, raises alert
 // events (one per incident per scope key within the cooldown, a resolve notice when the condition
 // clears) and delivers them to Slack, signed webhooks and email with retries, persisting every
-// event and delivery so that pending deliveries survive a restart.
+// event and delivery so that pending deliveries survive a restart. Engines that share a store
+// (replicas on one database) announce each incident once: the store arbitrates
+// (AlertStore::HoldIncident, LeaseDelivery).
 //
 // Off the request path: Submit() only appends to a bounded queue. All evaluation and every network
 // call happen in RunOnce(), which Start() runs on the engine's own thread every tick (and promptly
@@ -11,8 +13,10 @@
 // for global) the samples of the last `window` seconds, stamped with the clock at Submit. A monitor
 // fires when its value is computable, the window holds >= min_requests requests and the condition
 // holds, unless it fired for that key less than `cooldown` ago. A firing incident resolves when the
-// condition no longer holds over >= min_requests requests, or when its window is empty. Incident
-// state lives in memory: after a restart, open incidents are forgotten (their deliveries are not).
+// condition no longer holds over >= min_requests requests, or when its window is empty. Windows
+// live in memory. Incidents are also claimed in the store: an engine that finds the incident held
+// by another (live) engine stays silent, and an engine restarted with its incident open takes it
+// up again once its old hold goes stale.
 //
 // Deliveries: 2xx (Slack: 200) is delivered; transport errors, 408, 429 and 5xx are retried after
 // Retry-After when given, else after exponential backoff with jitter; other answers fail at once.
@@ -47,6 +51,11 @@ struct AlertEngineOptions {
   int64_t base_backoff_ms = 1'000;       // first retry after ~this, doubling per attempt
   int64_t max_backoff_ms = 3'600'000;
   int64_t tick_ms = 1'000;   // Start(): evaluation period
+  // Engines sharing a store (replicas on one PostgreSQL): see AlertStore::HoldIncident.
+  int64_t incident_stale_ms = 60'000;  // an open incident not heartbeaten this long is taken over
+  int64_t claim_retry_ms = 10'000;     // a key whose incident another engine holds asks again
+  int64_t lease_ms = 120'000;          // a delivery attempt's hold on the delivery
+  int64_t reload_monitors_ms = 0;      // > 0: re-read the store's monitors this often
   uint64_t jitter_seed = 0;  // 0: from std::random_device
 };
 
@@ -99,9 +108,11 @@ class AlertEngine {
   };
   struct KeyState {
     std::deque<Sample> samples;
-    bool firing = false;
+    bool firing = false;  // this engine holds the key's open incident
     std::string incident_id;
     std::optional<int64_t> last_fired_us;
+    int64_t heartbeat_us = 0;   // when this engine last refreshed its hold on the incident
+    int64_t next_claim_us = 0;  // another engine holds the incident: ask again from then
   };
   struct MonitorState {
     AlertRule rule;
@@ -115,7 +126,10 @@ class AlertEngine {
     std::string model, provider, thread_id, api_key_id;
   };
   static const std::string& KeyOf(Scope scope, const Queued& q);
+  // Heartbeats of a held incident per incident_stale_ms: several, so one late tick is not stale.
+  static constexpr int64_t kHeartbeatsPerStale = 4;
 
+  void ReloadMonitors(int64_t now_us);               // engine thread
   void ApplyRules();                                // engine thread
   void Ingest(const Queued& q);                     // engine thread
   void Evaluate(MonitorState& m, int64_t now_us);   // engine thread
@@ -138,6 +152,7 @@ class AlertEngine {
   std::condition_variable wake_;
   std::deque<Queued> queue_;                                  // GUARDED_BY(mu_)
   std::optional<std::vector<AlertRule>> new_rules_;           // GUARDED_BY(mu_)
+  uint64_t rules_generation_ = 0;                             // GUARDED_BY(mu_): SetRules calls
   std::vector<std::pair<AlertEvent, DeliveryRecord>> inbox_;  // GUARDED_BY(mu_): test fires
   uint64_t dropped_ = 0;                                      // GUARDED_BY(mu_)
   BudgetSource budget_source_;                                // GUARDED_BY(mu_)
@@ -149,6 +164,7 @@ class AlertEngine {
   std::vector<DeliveryRecord> pending_;
   std::map<std::string, AlertEvent> events_;  // events with pending deliveries
   std::mt19937_64 rng_;
+  int64_t last_reload_us_ = 0;
   std::thread thread_;
 };
 

@@ -15,13 +15,21 @@ Status MonitorService::Init() {
   return {};
 }
 
+void MonitorService::RefreshLocked() const {
+  // Another replica on the same database may have changed them; a store that cannot answer
+  // leaves the last known set.
+  if (auto stored = store_.LoadMonitors()) rules_ = std::move(*stored);
+}
+
 std::vector<AlertRule> MonitorService::List() const {
   std::lock_guard lock(mu_);
+  RefreshLocked();
   return rules_;
 }
 
 Result<AlertRule> MonitorService::Get(const std::string& id) const {
   std::lock_guard lock(mu_);
+  RefreshLocked();
   for (const AlertRule& r : rules_) {
     if (r.id == id) return r;
   }
@@ -61,6 +69,7 @@ Result<AlertRule> MonitorService::Create(const nlohmann::json& body) {
   auto rule = Validate(body);
   if (!rule) return rule;
   std::lock_guard lock(mu_);
+  RefreshLocked();
   if (rule->id.empty()) {
     rule->id = NewId("mon");
   } else if (std::any_of(rules_.begin(), rules_.end(),
@@ -80,6 +89,7 @@ Result<AlertRule> MonitorService::Update(const std::string& id, const nlohmann::
   }
   rule->id = id;
   std::lock_guard lock(mu_);
+  RefreshLocked();
   if (std::none_of(rules_.begin(), rules_.end(), [&](const AlertRule& r) { return r.id == id; })) {
     return MakeError(ErrorCode::kNotFound, "no monitor with id '" + id + "'");
   }
@@ -89,6 +99,7 @@ Result<AlertRule> MonitorService::Update(const std::string& id, const nlohmann::
 
 Status MonitorService::Delete(const std::string& id) {
   std::lock_guard lock(mu_);
+  RefreshLocked();
   auto deleted = store_.DeleteMonitor(id);
   if (!deleted) return std::unexpected(deleted.error());
   const size_t before = rules_.size();

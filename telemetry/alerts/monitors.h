@@ -1,5 +1,6 @@
 // Monitor CRUD for the admin API (/api/monitors, /api/alerts): validates, persists through the
-// AlertStore and pushes the resulting rule set to the AlertEngine.
+// AlertStore and pushes the resulting rule set to the AlertEngine. Every call reads the store's
+// monitors first, so replicas sharing one database answer alike.
 //
 // Thread safety: all methods are safe to call from any thread (one mutex around the rule list;
 // store and engine calls are themselves thread safe).
@@ -46,11 +47,12 @@ class MonitorService {
  private:
   Result<AlertRule> Validate(const nlohmann::json& body) const;
   Status Store(AlertRule rule);  // REQUIRES: mu_ held
+  void RefreshLocked() const;    // REQUIRES: mu_ held; rules_ from the store
 
   AlertStore& store_;
   AlertEngine& engine_;
   mutable std::mutex mu_;
-  std::vector<AlertRule> rules_;  // GUARDED_BY(mu_), in creation order
+  mutable std::vector<AlertRule> rules_;  // GUARDED_BY(mu_), in creation order; the store's
 };
 
 }  // namespace kvgate::telemetry::alerts

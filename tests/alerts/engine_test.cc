@@ -425,6 +425,42 @@ TEST_F(EngineTest, MonitorServiceCrudValidatesAndPersists) {
   EXPECT_EQ(reloaded.TestFire("missing").error().code, ErrorCode::kNotFound);
 }
 
+TEST(AlertStoreTest, AVersionOneDatabaseGainsIncidentsAndLeasesAndKeepsItsRows) {
+  TempDir dir;
+  const std::string path = dir.File("v1.db");
+  {
+    auto store = SqliteAlertStore::Open(path);
+    ASSERT_TRUE(store.has_value());
+    AlertEvent e;
+    e.id = "alrt_old";
+    e.incident_id = "alrt_old";
+    e.kind = "firing";
+    e.rule_id = "mon_x";
+    e.at_us = 1;
+    ASSERT_TRUE((*store)->SaveEvent(e, {{"msg_old", "alrt_old", "hook", "pending", 0, 1, "", 1}})
+                    .has_value());
+  }
+  {  // Back to what version 1 left: no incidents table, no lease column.
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db,
+                           "DROP TABLE alert_incidents; "
+                           "ALTER TABLE alert_deliveries DROP COLUMN lease_until_us; "
+                           "DELETE FROM alerts_schema_version WHERE version = 2",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(db);
+  }
+  auto store = SqliteAlertStore::Open(path);
+  ASSERT_TRUE(store.has_value()) << store.error().ToString();
+  auto pending = (*store)->LoadPendingDeliveries();
+  ASSERT_TRUE(pending.has_value());
+  ASSERT_EQ(pending->size(), 1u);
+  EXPECT_EQ((*pending)[0].id, "msg_old");
+  EXPECT_EQ((*store)->LeaseDelivery("msg_old", 10, 20).value(), DeliveryLease::kLeased);
+  EXPECT_TRUE((*store)->HoldIncident({"mon_x", "", "alrt_new", 10, 0, 60}).value());
+}
+
 TEST(AlertStoreTest, SchemaVersionIsRecordedAndNewerIsRefused) {
   TempDir dir;
   const std::string path = dir.File("k.db");

@@ -33,6 +33,23 @@ SIM_KIND_OF_MODEL = {"gpt-4o-mini": "openai", "claude-sonnet-4-5": "anthropic",
                      "deepseek-chat": "deepseek"}
 
 
+# OpenAI's caching rule with a 1 s idle TTL, so a real gap of a second or two is one kvgate can
+# see (it judges idle time on its own clock). Set the simulator's TTL to match.
+ONE_SECOND_OPENAI_TTL = ("pricing:\n  caching_rules:\n    openai: {min_cacheable_tokens: 1024, "
+                         "granularity_tokens: 128, ttl_seconds: 1}\n")
+
+
+def with_config_tail(process_class, tail: str):
+    """`process_class` with `tail` (YAML for top-level keys its config does not write) appended
+    to the config it writes."""
+    class WithTail(process_class):
+        def _write_config(self):
+            super()._write_config()
+            with open(self.config_path, "a") as f:
+                f.write(tail)
+    return WithTail
+
+
 class Gateway:
     def __init__(self, port: int):
         self.port = port

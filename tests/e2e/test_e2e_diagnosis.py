@@ -4,19 +4,13 @@ import time
 
 import pytest
 
+from gwctl import ONE_SECOND_OPENAI_TTL, with_config_tail
+
 
 @pytest.fixture
 def short_ttl_gw(kvgate_bin, sim, tmp_path, kvgate_process_class):
-    class ShortTtlKvgate(kvgate_process_class):
-        """The usual kvgate, with OpenAI's caching rule overridden to a 1 s idle TTL, so a real
-        gap of a second or two is one kvgate can see (it judges idle time on its own clock)."""
-
-        def _write_config(self):
-            super()._write_config()
-            with open(self.config_path, "a") as f:
-                f.write("pricing:\n  caching_rules:\n    openai: {min_cacheable_tokens: 1024, "
-                        "granularity_tokens: 128, ttl_seconds: 1}\n")
-
+    # The usual kvgate, with OpenAI's idle TTL at 1 s.
+    ShortTtlKvgate = with_config_tail(kvgate_process_class, ONE_SECOND_OPENAI_TTL)
     kg = ShortTtlKvgate(kvgate_bin, tmp_path / "ttl", sim.port, name="ttl").start()
     sim.client.config(openai_ttl=1)
     yield kg.gateway()

@@ -6,14 +6,17 @@ is lost); a config naming both stores is refused."""
 
 from __future__ import annotations
 
+import http.server
+import json
 import random
 import subprocess
+import threading
 import time
 import uuid
 
 import pytest
 
-from gwctl import ADMIN_TOKEN, GATEWAY_KEY
+from gwctl import ADMIN_TOKEN, GATEWAY_KEY, ONE_SECOND_OPENAI_TTL, with_config_tail
 from pgctl import PgServer
 
 MODEL = "gpt-4o-mini"
@@ -121,12 +124,7 @@ def test_two_replicas_diagnose_a_thread_whichever_served_its_last_turn(
     database = pg.new_database()
     on_pg = postgres_kvgate(kvgate_process_class, pg, database)
 
-    class ShortTtl(on_pg):
-        def _write_config(self):
-            super()._write_config()
-            with open(self.config_path, "a") as f:
-                f.write("pricing:\n  caching_rules:\n    openai: {min_cacheable_tokens: 1024, "
-                        "granularity_tokens: 128, ttl_seconds: 1}\n")
+    ShortTtl = with_config_tail(on_pg, ONE_SECOND_OPENAI_TTL)
 
     replicas = [ShortTtl(kvgate_bin, tmp_path / f"r{i}", sim.port, name=f"r{i}").start()
                 for i in range(2)]
@@ -161,6 +159,88 @@ def test_two_replicas_diagnose_a_thread_whichever_served_its_last_turn(
             assert turns[4]["cache_diagnosis"]["previous_model"] == "gpt-4o-mini"
     finally:
         sim.client.config(openai_ttl=300)
+        for kg in replicas:
+            assert kg.terminate() == 0, kg.stderr_tail()
+
+
+class WebhookReceiver:
+    """A real HTTP endpoint that answers 200 to every POST and keeps the bodies."""
+
+    def __init__(self):
+        bodies = self.bodies = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def kinds(self) -> list[str]:
+        return [b["type"] for b in self.bodies]
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_monitor_fires_once_across_replicas(kvgate_bin, sim, tmp_path, pg,
+                                              kvgate_process_class):
+    """Two replicas on one database, both watching a spend monitor that every request crosses:
+    the webhook hears one firing, whichever replica evaluated first, and both replicas list that
+    one alert. A monitor created through one replica's API is listed by the other."""
+    database = pg.new_database()
+    hook = WebhookReceiver()
+    alerts = f"""\
+alerts:
+  channels:
+    - {{name: hook, type: webhook, url: "{hook.url}", secret: "whsec_c2VjcmV0LWtleS1mb3ItdGVzdHM="}}
+  monitors:
+    - {{name: spend, metric: cost, condition: above, threshold: 0.0000001, window: 5m,
+       cooldown: 1h, channels: [hook]}}
+"""
+    on_pg = with_config_tail(postgres_kvgate(kvgate_process_class, pg, database), alerts)
+    replicas = [on_pg(kvgate_bin, tmp_path / f"m{i}", sim.port, name=f"m{i}").start()
+                for i in range(2)]
+    try:
+        gws = [kg.gateway() for kg in replicas]
+        for round_ in range(3):  # both replicas see the crossing, on several of their ticks
+            for i, gw in enumerate(gws):
+                send_turns(gw, f"pg-alert-{round_}-{i}", 1)
+            time.sleep(1.2)
+        wait_until(lambda: hook.kinds(), 15, "no alert was delivered")
+        time.sleep(3)  # three more evaluation ticks on each replica: no second firing
+        assert hook.kinds() == ["alert.firing"], hook.bodies
+        fired = hook.bodies[0]["data"]
+        for gw in gws:
+            st, _, listed = gw.admin_get("/api/alerts")
+            assert st == 200
+            assert [a["id"] for a in listed["alerts"]] == [fired["id"]], listed
+        # The replica that did not announce it counts the crossing it left to the other.
+        held_elsewhere = 0
+        for gw in gws:
+            st, _, text = gw.request("GET", "/metrics")
+            for line in text.decode().splitlines():
+                if line.startswith("kvgate_alerts_held_elsewhere_total{"):
+                    held_elsewhere += float(line.rsplit(" ", 1)[1])
+        assert held_elsewhere >= 1
+
+        headers = {"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json"}
+        st, _, created = gws[0].request("POST", "/api/monitors", json.dumps(
+            {"name": "errors", "metric": "error_rate", "condition": "above", "threshold": 0.5,
+             "window": "5m", "channels": ["hook"]}), headers=headers)
+        assert st in (200, 201), created
+        st, _, listed = gws[1].admin_get("/api/monitors")
+        assert created["id"] in [m["id"] for m in listed["monitors"]], listed
+    finally:
+        hook.close()
         for kg in replicas:
             assert kg.terminate() == 0, kg.stderr_tail()
 

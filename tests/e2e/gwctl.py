@@ -13,6 +13,7 @@ import select
 import socket
 import time
 import urllib.parse
+import uuid
 
 import openai
 
@@ -48,6 +49,61 @@ def with_config_tail(process_class, tail: str):
             with open(self.config_path, "a") as f:
                 f.write(tail)
     return WithTail
+
+
+class ChatLoad:
+    """Clients that send chat completions (every other one streamed) on keep-alive connections
+    until stopped, client n to ports[n % len(ports)] in thread f"{prefix}-{n}". A request counts
+    as answered only once its client read the whole body; a client whose gateway is gone keeps
+    trying to reconnect."""
+
+    def __init__(self, ports: list[int], clients: int, prefix: str):
+        self.ports, self.prefix = ports, prefix
+        self.answered: dict[str, bool] = {}  # request id -> streamed
+        self.sent = 0  # requests written to a gateway
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._client, args=(n,), daemon=True)
+                         for n in range(clients)]
+
+    def start(self) -> "ChatLoad":
+        for t in self._threads:
+            t.start()
+        return self
+
+    def stop(self) -> dict[str, bool]:
+        self._stop.set()
+        for t in self._threads:
+            t.join(15)
+        with self._lock:
+            return dict(self.answered)
+
+    def _client(self, n: int):
+        port = self.ports[n % len(self.ports)]
+        conn = None
+        i = 0
+        while not self._stop.is_set():
+            stream = (n + i) % 2 == 1
+            i += 1
+            body = json.dumps({"model": "gpt-4o-mini", "stream": stream,
+                               "thread_identifier": f"{self.prefix}-{n}",
+                               "messages": [{"role": "user", "content": f"q {uuid.uuid4().hex}"}]})
+            try:
+                conn = conn or http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+                conn.request("POST", "/v1/chat/completions", body=body, headers={
+                    "Authorization": f"Bearer {GATEWAY_KEY}", "Content-Type": "application/json"})
+                with self._lock:
+                    self.sent += 1
+                resp = conn.getresponse()
+                data = resp.read()  # the whole body: only then has the client seen the answer
+                rid = resp.getheader("x-request-id")
+                complete = resp.status == 200 and (not stream or data.endswith(b"data: [DONE]\n\n"))
+                if complete and rid:
+                    with self._lock:
+                        self.answered[rid] = stream
+            except (OSError, http.client.HTTPException):
+                conn = None  # the process is gone
+                time.sleep(0.01)
 
 
 class Gateway:

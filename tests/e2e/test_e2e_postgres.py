@@ -1,8 +1,9 @@
 """kvgate on PostgreSQL (storage.postgres): requests through the provider simulator land in the
 PostgreSQL database and come back through /api/threads and /api/requests exactly as the SDK saw
 them; two replicas on one database diagnose a thread's turns whichever of them served the turn
-before; a PostgreSQL restart is survived (answers go on, /healthz says degraded, nothing answered
-is lost); a config naming both stores is refused."""
+before, send a monitor's alert once, and lose nothing answered when one of them is killed; a
+PostgreSQL restart is survived (answers go on, /healthz says degraded, nothing answered is lost);
+a config naming both stores is refused."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import uuid
 
 import pytest
 
-from gwctl import ADMIN_TOKEN, GATEWAY_KEY, ONE_SECOND_OPENAI_TTL, with_config_tail
+from gwctl import ADMIN_TOKEN, GATEWAY_KEY, ONE_SECOND_OPENAI_TTL, ChatLoad, with_config_tail
 from pgctl import PgServer
 
 MODEL = "gpt-4o-mini"
@@ -241,6 +242,59 @@ alerts:
         assert created["id"] in [m["id"] for m in listed["monitors"]], listed
     finally:
         hook.close()
+        for kg in replicas:
+            assert kg.terminate() == 0, kg.stderr_tail()
+
+
+def test_sigkill_of_one_replica_under_load_loses_nothing_it_answered(
+        kvgate_bin, sim, tmp_path, pg, kvgate_process_class):
+    """Two replicas under load on one database, committing every 5 s; one is killed (no drain, no
+    flush). The other keeps answering; the killed one, restarted on its own journal, writes what
+    it had answered, so every answer either replica gave is in the database once."""
+    database = pg.new_database()
+    on_pg = postgres_kvgate(kvgate_process_class, pg, database)
+
+    class SlowCommit(on_pg):
+        def _write_config(self):
+            super()._write_config()
+            text = self.config_path.read_text()
+            self.config_path.write_text(text.replace("journal_path:",
+                                                     "commit_interval_ms: 5000, journal_path:"))
+
+    replicas = [SlowCommit(kvgate_bin, tmp_path / f"k{i}", sim.port, name=f"k{i}").start()
+                for i in range(2)]
+    try:
+        load = ChatLoad([kg.port for kg in replicas], 8, "pg-kill").start()
+        time.sleep(3.0)
+        replicas[0].kill()
+        time.sleep(1.0)  # the survivor goes on answering its clients
+        seen = load.stop()
+        assert len(seen) > 100, f"only {len(seen)} requests were answered"
+
+        replicas[0].start()
+        assert "recovered" in replicas[0].stderr_tail(), replicas[0].stderr_tail()
+        survivor = replicas[1].gateway()
+        deadline = time.monotonic() + 30
+        missing = list(seen)
+        while missing and time.monotonic() < deadline:
+            missing = [rid for rid in missing
+                       if survivor.admin_get(f"/api/requests/{rid}")[0] != 200]
+            time.sleep(0.2)
+        assert not missing, f"{len(missing)} of {len(seen)} answered requests lost: {missing[:5]}"
+        rows = []
+        for n in range(8):
+            cursor = ""
+            while True:
+                page = survivor.admin_get(
+                    f"/api/requests?thread_id=pg-kill-{n}&limit=1000&cursor={cursor}")[2]
+                rows += page["requests"]
+                cursor = page["next_cursor"]
+                if not cursor:
+                    break
+        ids = [r["request_id"] for r in rows]
+        assert len(ids) == len(set(ids)), "a request was stored twice"
+        assert len(seen) <= len(ids) <= load.sent, (len(seen), len(ids), load.sent)
+    finally:
         for kg in replicas:
             assert kg.terminate() == 0, kg.stderr_tail()
 

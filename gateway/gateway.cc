@@ -27,6 +27,9 @@ using nlohmann::json;
 namespace asio = boost::asio;
 
 constexpr std::string_view kJson = "application/json";
+// Threads that read shared threads' latest turns for the request path: several, so that one
+// read waiting on the database does not queue the requests behind it.
+constexpr size_t kSharedThreadReaders = 4;
 
 // The OpenAI error body (providers::MakeOpenAIError owns its shape); the status goes separately.
 std::string ErrorJson(std::string message, std::string type, std::string code) {
@@ -256,6 +259,7 @@ Result<std::unique_ptr<Gateway>> Gateway::Create(const GatewayConfig& config, Ga
   if (!connections) return std::unexpected(connections.error());
   std::unique_ptr<Gateway> gateway(new Gateway(config, deps));
   gateway->connections_ = std::move(*connections);
+  if (deps.recorder->shares_threads()) gateway->thread_reads_.emplace(kSharedThreadReaders);
   for (const router::Target& t : deps.router->targets()) {
     if (!gateway->connections_.contains(t.provider)) {
       return MakeError(ErrorCode::kInvalidArgument,
@@ -271,7 +275,8 @@ Result<std::unique_ptr<Gateway>> Gateway::Create(const GatewayConfig& config, Ga
                    flushed.error().message.c_str());
     }
   }
-  gateway->keys_ = std::make_shared<VirtualKeys>(*deps.clock, deps.key_store);
+  gateway->keys_ =
+      std::make_shared<VirtualKeys>(*deps.clock, deps.key_store, deps.shared_keys_refresh);
   if (Status loaded = gateway->keys_->Load(config.api_keys); !loaded) {
     return std::unexpected(loaded.error());
   }
@@ -300,7 +305,7 @@ Gateway::Gateway(const GatewayConfig& config, GatewayDeps deps)
   client_options_.pool_idle_timeout = config.upstream_pool_idle_timeout;
 }
 
-Gateway::~Gateway() { blocking_pool_.join(); }
+Gateway::~Gateway() { FinishBlockingWork(); }
 
 http::Handler Gateway::handler() {
   return [this](http::Request& request, http::ResponseWriter& writer) {

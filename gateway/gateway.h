@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <map>
+#include <chrono>
 #include <optional>
 
 #include <boost/asio/awaitable.hpp>
@@ -53,6 +54,8 @@ struct GatewayDeps {
   // optional: where keys made through /api/keys are kept (without it the config's keys are all
   // there is, and their spend starts at zero on every start).
   telemetry::KeyStore* key_store = nullptr;
+  // > 0: key_store is shared by replicas (PostgreSQL); keys and spend are re-read this often.
+  std::chrono::milliseconds shared_keys_refresh{0};
 };
 
 class Gateway {
@@ -77,7 +80,10 @@ class Gateway {
   void ReleaseClients() { clients_.clear(); }
   // Waits for the read API's queries still running on the blocking pool (after Server::Stop(),
   // before the Server is destroyed: each hands its result to a loop's executor).
-  void FinishBlockingWork() { blocking_pool_.join(); }
+  void FinishBlockingWork() {
+    blocking_pool_.join();
+    if (thread_reads_) thread_reads_->join();
+  }
 
  private:
   Gateway(const GatewayConfig& config, GatewayDeps deps);
@@ -164,6 +170,10 @@ class Gateway {
   std::vector<std::unique_ptr<upstream::Client>> clients_;
   // Blocking work (SQLite reads for /api/*) runs here, never on the event loops.
   boost::asio::thread_pool blocking_pool_{2};
+  // With threads shared between replicas: the request path's read of a thread's latest stored
+  // turn (Recorder::SyncThread), on its own threads so that a slow dashboard query never holds a
+  // request up. Absent otherwise.
+  std::optional<boost::asio::thread_pool> thread_reads_;
   // Responses API response id -> thread (internally locked).
   ResponseThreads response_threads_;
   // The gateway keys and their limits (internally locked); shared with the recorder listener and

@@ -1,6 +1,7 @@
 // kvgate: the gateway (`serve`), the engine alone (`engine`), and engine tools (`generate`,
 // `kv-size`). main owns every long-lived object and passes them down; nothing is global.
 #include <signal.h>
+#include <chrono>
 #include <sqlite3.h>
 #include <unistd.h>
 
@@ -37,6 +38,10 @@
 namespace {
 
 using namespace kvgate;
+
+// How often a replica on PostgreSQL re-reads the gateway keys and their spend (docs/deployment.md:
+// a budget may overshoot by what the other replicas spend in this time).
+constexpr std::chrono::milliseconds kSharedKeysRefresh(2'000);
 
 constexpr char kUsage[] =
     "usage: kvgate <command> [options]\n"
@@ -348,17 +353,14 @@ int RunGateway(gateway::GatewayConfig config) {
                  store.error().message.c_str());
     return 1;
   }
-  // Keys made through /api/keys live in the SQLite database (its api_keys table); on PostgreSQL
-  // the gateway keeps no key store yet (/api/keys says so; keys from the config still work).
-  std::unique_ptr<telemetry::KeyStore> key_store;
-  if (!on_postgres) {
-    auto opened = telemetry::KeyStore::Open(config.sqlite_path);
-    if (!opened) {
-      std::fprintf(stderr, "kvgate: key store %s: %s\n", config.sqlite_path.c_str(),
-                   opened.error().message.c_str());
-      return 1;
-    }
-    key_store = std::move(*opened);
+  // Keys made through /api/keys live in the telemetry database's api_keys table: the SQLite file,
+  // or the PostgreSQL database every replica shares (each re-reads keys and spend from it).
+  auto key_store = on_postgres ? telemetry::KeyStore::OpenPostgres(config.postgres)
+                               : telemetry::KeyStore::Open(config.sqlite_path);
+  if (!key_store) {
+    std::fprintf(stderr, "kvgate: key store %s: %s\n", store_name.c_str(),
+                 key_store.error().message.c_str());
+    return 1;
   }
   telemetry::MetricsRegistry registry;
   auto metrics = telemetry::GatewayMetrics::Create(registry);
@@ -417,7 +419,9 @@ int RunGateway(gateway::GatewayConfig config) {
                             .router = router->get(),
                             .engines = engines.get(),
                             .alerting = alerting->get(),
-                            .key_store = key_store.get()};
+                            .key_store = key_store->get(),
+                            .shared_keys_refresh = on_postgres ? kSharedKeysRefresh
+                                                               : std::chrono::milliseconds(0)};
   auto gw = gateway::Gateway::Create(config, deps);
   if (!gw) {
     std::fprintf(stderr, "kvgate: %s\n", gw.error().message.c_str());

@@ -20,6 +20,7 @@
 #include "gateway/providers/messages.h"
 #include "gateway/request_log.h"
 #include "gateway/responses_bridge.h"
+#include "gateway/run_blocking.h"
 #include "gateway/tracked_writer.h"
 
 namespace kvgate::gateway {
@@ -337,6 +338,19 @@ asio::awaitable<void> Gateway::ServeInference(http::Request& request,
                    "invalid_request", "stream_options"),
         "error");
     co_return;
+  }
+
+  // With threads shared between replicas, the thread's latest stored turn is read once, off the
+  // event loop, before anything looks at the thread (the router, the cache helpers, the
+  // diagnosis): another replica may have served its previous turn.
+  if (thread_reads_ && !rec.thread_id.empty()) {
+    const Recorder& recorder = *deps_.recorder;
+    const std::string& thread_id = rec.thread_id;
+    co_await RunOnPool<bool>(*thread_reads_, [&recorder, &thread_id] {
+      recorder.SyncThread(thread_id);
+      return true;
+    });
+    rec.thread_synced = true;
   }
 
   // Route: the request's facts and the thread's memory in, an ordered list of candidates out.

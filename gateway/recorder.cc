@@ -16,11 +16,6 @@ void Recorder::SyncThread(const std::string& thread_id) const {
   if (*stored && tracker_.Absorb(**stored)) taken_.fetch_add(1, std::memory_order_relaxed);
 }
 
-telemetry::ThreadView Recorder::View(const std::string& thread_id) const {
-  SyncThread(thread_id);
-  return tracker_.View(thread_id);
-}
-
 void Recorder::AddListener(std::function<void(const telemetry::RequestRecord&)> listener) {
   listeners_.push_back(std::move(listener));
 }
@@ -48,7 +43,8 @@ void Recorder::Record(telemetry::RequestRecord record,
     }
     const telemetry::CacheRules rules =
         target != kNone ? router_.targets()[target].cache_rules : telemetry::CacheRules{};
-    SyncThread(record.thread_id);  // another replica may have served the previous turn
+    // Another replica may have served the previous turn.
+    if (!record.thread_synced) SyncThread(record.thread_id);
     auto diagnosis = tracker_.Diagnose(record, record.prompt_fingerprint, rules, context);
     if (diagnosis) {
       record.cache_diagnosis = diagnosis->ToJson();

@@ -22,9 +22,10 @@ class Recorder {
  public:
   // `router` supplies each target's caching rules and learns from each recorded turn; all
   // references must outlive this. With `shared_threads` (several replicas on one database), a
-  // thread's latest stored turn is read from the store (TelemetryStore::LatestThreadTurn) before
-  // the thread is looked at (View) or a turn of it diagnosed (Record), so that a turn another
-  // replica served is the one compared with: one indexed read on the calling thread, each time.
+  // thread's latest stored turn is read from the store (TelemetryStore::LatestThreadTurn) once
+  // per request, before the thread is looked at, so that a turn another replica served is the one
+  // compared with: the request path calls SyncThread off its event loop, and Record reads only
+  // for a record whose request did not (RequestRecord::thread_synced).
   Recorder(telemetry::TelemetryStore& store, telemetry::GatewayMetrics& metrics,
            router::Router& router, bool shared_threads = false);
 
@@ -45,9 +46,14 @@ class Recorder {
   std::optional<telemetry::TelemetryStore::JournalMark> Checkpoint(
       telemetry::RequestRecord& record, const std::optional<telemetry::Price>& price);
 
-  // The thread's memory as the router sees it before a turn (telemetry::ThreadTracker::View),
-  // brought up to date from the store first with shared_threads.
-  telemetry::ThreadView View(const std::string& thread_id) const;
+  // The thread's memory as the router sees it before a turn (telemetry::ThreadTracker::View).
+  // Memory only: with shared_threads, call SyncThread first.
+  telemetry::ThreadView View(const std::string& thread_id) const { return tracker_.View(thread_id); }
+
+  // With shared_threads: gives the tracker the thread's latest stored turn when it is newer (one
+  // indexed read; blocking, so not on an event loop). A no-op otherwise.
+  bool shares_threads() const { return shared_threads_; }
+  void SyncThread(const std::string& thread_id) const;
 
   // Gives the thread tracker the latest stored turn of each thread seen at or after `since_us` (as
   // many as it holds, newest first, from TelemetryStore::LatestThreadTurns), so that a restarted
@@ -74,9 +80,6 @@ class Recorder {
   bool shutdown_cut() const { return shutdown_cut_.load(std::memory_order_relaxed); }
 
  private:
-  // Gives the tracker the thread's latest stored turn when it is newer (shared_threads only).
-  void SyncThread(const std::string& thread_id) const;
-
   std::atomic<bool> shutdown_cut_{false};
   telemetry::TelemetryStore& store_;
   telemetry::GatewayMetrics& metrics_;

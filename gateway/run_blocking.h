@@ -1,5 +1,6 @@
-// Blocking work (SQLite) handed from an event loop to a thread pool and awaited, shared by the
-// read API (gateway.cc) and the key API (keys_api.cc).
+// Blocking work (a database read) handed from an event loop to a thread pool and awaited, shared
+// by the read API (gateway.cc), the key API (keys_api.cc) and the request path's read of a shared
+// thread (proxy.cc).
 #pragma once
 
 #include <boost/asio/async_result.hpp>
@@ -13,18 +14,17 @@
 
 namespace kvgate::gateway {
 
-// Runs `fn` (blocking: a SQLite query) on `pool` and resumes the awaiting coroutine on its own
-// executor with the result. Callers pass lambdas that capture only references to locals of the
-// suspended coroutine: GCC 12 destroys non-trivially-destructible temporaries of a co_await
+// Runs `fn` (blocking: a database query) on `pool` and resumes the awaiting coroutine on its own
+// executor with fn's result, an R. Callers pass lambdas that capture only references to locals of
+// the suspended coroutine: GCC 12 destroys non-trivially-destructible temporaries of a co_await
 // expression twice (strings captured by value crashed here).
-template <class Fn>
-auto RunBlocking(boost::asio::thread_pool& pool, Fn fn) {
+template <class R, class Fn>
+auto RunOnPool(boost::asio::thread_pool& pool, Fn fn) {
   namespace asio = boost::asio;
-  using nlohmann::json;
-  return asio::async_initiate<const asio::use_awaitable_t<>&, void(Result<json>)>(
+  return asio::async_initiate<const asio::use_awaitable_t<>&, void(R)>(
       [&pool](auto handler, Fn work) {
         asio::post(pool, [handler = std::move(handler), work = std::move(work)]() mutable {
-          Result<json> result = work();
+          R result = work();
           auto executor = asio::get_associated_executor(handler);
           asio::dispatch(executor, [handler = std::move(handler),
                                     result = std::move(result)]() mutable {
@@ -33,6 +33,12 @@ auto RunBlocking(boost::asio::thread_pool& pool, Fn fn) {
         });
       },
       asio::use_awaitable, std::move(fn));
+}
+
+// The read API's form: fn returns the JSON answer or an error.
+template <class Fn>
+auto RunBlocking(boost::asio::thread_pool& pool, Fn fn) {
+  return RunOnPool<Result<nlohmann::json>>(pool, std::move(fn));
 }
 
 }  // namespace kvgate::gateway

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "common/ids.h"
+#include "common/thread_name.h"
 #include "telemetry/metrics.h"
 
 namespace kvgate::gateway {
@@ -171,8 +172,99 @@ void KeyAdmission::Release() {
   key_ = nullptr;
 }
 
-VirtualKeys::VirtualKeys(const Clock& clock, telemetry::KeyStore* store)
-    : clock_(clock), store_(store) {}
+VirtualKeys::VirtualKeys(const Clock& clock, telemetry::KeyStore* store,
+                         std::chrono::milliseconds refresh_period)
+    : clock_(clock), store_(store), refresh_period_(refresh_period) {}
+
+VirtualKeys::~VirtualKeys() {
+  {
+    std::lock_guard lock(refresh_mu_);
+    refresh_stop_ = true;
+  }
+  refresh_wake_.notify_all();
+  if (refresh_thread_.joinable()) refresh_thread_.join();
+}
+
+Status VirtualKeys::Refresh() {
+  if (store_ == nullptr) return {};
+  if (Status s = RefreshKeys(); !s) return s;
+  RefreshSpend();
+  return {};
+}
+
+Status VirtualKeys::RefreshKeys() {
+  auto stored = store_->List();
+  if (!stored) return std::unexpected(stored.error());
+  const int64_t now = clock_.NowUnixMicros();
+  std::vector<std::shared_ptr<KeyState>> added;
+  {
+    std::unique_lock lock(mu_);
+    for (const telemetry::StoredKey& s : *stored) {
+      auto it = by_id_.find(s.id);
+      if (it == by_id_.end()) continue;
+      KeyState& key = *it->second;
+      if (key.from_config_) continue;
+      if (key.key_hash_ != s.key_hash) {  // rotated through another replica
+        by_hash_.erase(key.key_hash_);
+        key.key_hash_ = s.key_hash;
+        key.rotated_at_us_ = s.rotated_at_us;
+        if (!key.revoked_at_us_) by_hash_[key.key_hash_] = it->second;
+      }
+      if (s.revoked_at_us && !key.revoked_at_us_) {
+        key.revoked_at_us_ = s.revoked_at_us;
+        by_hash_.erase(key.key_hash_);
+      }
+    }
+  }
+  for (const telemetry::StoredKey& s : *stored) {
+    if (FindById(s.id) != nullptr) continue;
+    auto limits = ParseKeyLimits(s.limits, "api key " + s.id, {});
+    if (!limits) continue;  // (validated by the replica that made it)
+    auto key = std::make_shared<KeyState>(s.id, s.name, false, std::move(*limits),
+                                          s.created_at_us, now);
+    key->key_hash_ = s.key_hash;
+    key->rotated_at_us_ = s.rotated_at_us;
+    key->revoked_at_us_ = s.revoked_at_us;
+    if (Status seeded = Seed(*key); !seeded) return seeded;
+    added.push_back(std::move(key));
+  }
+  std::unique_lock lock(mu_);
+  for (auto& key : added) {
+    if (by_id_.contains(key->id_)) continue;  // made here meanwhile
+    any_key_ = true;
+    if (!key->revoked_at_us_) by_hash_[key->key_hash_] = key;
+    by_id_[key->id_] = std::move(key);
+  }
+  return {};
+}
+
+void VirtualKeys::RefreshSpend() {
+  std::vector<std::shared_ptr<KeyState>> budgeted;
+  {
+    std::shared_lock lock(mu_);
+    for (const auto& [id, key] : by_id_) {
+      if (key->limits_.max_budget_pico && !key->revoked_at_us_) budgeted.push_back(key);
+    }
+  }
+  const int64_t now = clock_.NowUnixMicros();
+  for (const auto& key : budgeted) {
+    int64_t period_start;
+    {
+      std::lock_guard lock(key->mu_);
+      key->RollPeriod(now);
+      period_start = key->period_start_us_;
+      key->spend_since_refresh_pico_ = 0;
+    }
+    auto stored = store_->SpendSince(key->id_, period_start);
+    if (!stored) continue;  // this replica's own count stands until the next refresh
+    std::lock_guard lock(key->mu_);
+    if (key->period_start_us_ != period_start) continue;  // rolled over meanwhile
+    // Every replica's committed requests, and what this one recorded since the read began. The
+    // larger of that and the local count: this replica's own records not yet committed when the
+    // read ran are in the local count only.
+    key->spend_pico_ = std::max(key->spend_pico_, *stored + key->spend_since_refresh_pico_);
+  }
+}
 
 Status VirtualKeys::Seed(KeyState& key) {
   if (store_ == nullptr) return {};
@@ -228,6 +320,18 @@ Status VirtualKeys::Load(const std::vector<ApiKeyConfig>& config_keys) {
     any_key_ = true;
     if (!key->revoked_at_us_) by_hash_[key->key_hash_] = key;
     by_id_[key->id_] = std::move(key);
+  }
+  lock.unlock();
+  if (refresh_period_.count() > 0 && store_ != nullptr && !refresh_thread_.joinable()) {
+    refresh_thread_ = std::thread([this] {
+      NameThisThread("key-refresh");
+      std::unique_lock lock(refresh_mu_);
+      while (!refresh_wake_.wait_for(lock, refresh_period_, [this] { return refresh_stop_; })) {
+        lock.unlock();
+        (void)Refresh();  // a store that cannot answer now is asked again next period
+        lock.lock();
+      }
+    });
   }
   return {};
 }
@@ -350,7 +454,10 @@ void VirtualKeys::OnRecord(const telemetry::RequestRecord& record) {
   std::lock_guard lock(key->mu_);
   key->RollPeriod(now);
   // A request that began in an earlier period is that period's (as the store seeds it).
-  if (record.created_at_us >= key->period_start_us_) key->spend_pico_ += record.cost.total;
+  if (record.created_at_us >= key->period_start_us_) {
+    key->spend_pico_ += record.cost.total;
+    key->spend_since_refresh_pico_ += record.cost.total;
+  }
   if (tokens > 0) key->tokens_.Add(-double(tokens), now);
 }
 

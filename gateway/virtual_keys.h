@@ -5,12 +5,16 @@
 // Cost on the request path: one shared-lock hash lookup to find the key, then a few arithmetic
 // operations under that key's own mutex; no database access. Spend is counted in memory as
 // requests are recorded (OnRecord) and seeded from the store at startup (Load), so a budget holds
-// across restarts. Owned by the Gateway; no global state.
+// across restarts; with replicas on one PostgreSQL it is re-read from there every refresh period,
+// so a budget holds across replicas too (docs/deployment.md: how far it can overshoot). Owned by
+// the Gateway; no global state.
 //
 // Thread safety: every method may be called from any thread.
 #pragma once
 
 #include <array>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <expected>
 #include <map>
@@ -19,6 +23,7 @@
 #include <optional>
 #include <shared_mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -93,6 +98,8 @@ class KeyState {
   int64_t in_flight_ = 0;               // GUARDED_BY(mu_)
   int64_t period_start_us_ = 0;         // GUARDED_BY(mu_)
   int64_t spend_pico_ = 0;              // GUARDED_BY(mu_)
+  // Recorded here since the last shared refresh began (VirtualKeys::Refresh).
+  int64_t spend_since_refresh_pico_ = 0;  // GUARDED_BY(mu_)
   std::array<uint64_t, 4> refused_{};   // GUARDED_BY(mu_), by KeyLimit
   // Mutable key facts (rotation, revocation): guarded by the owning VirtualKeys' mu_.
   std::optional<int64_t> rotated_at_us_, revoked_at_us_;
@@ -127,8 +134,13 @@ struct KeyRefusal {
 class VirtualKeys {
  public:
   // `store` may be null: then keys come only from the config, spend starts at zero, and the
-  // admin API cannot make keys.
-  VirtualKeys(const Clock& clock, telemetry::KeyStore* store);
+  // admin API cannot make keys. A `refresh_period` > 0 says the store is shared by replicas
+  // (PostgreSQL): from Load on, a thread of this object's re-reads it that often (Refresh).
+  VirtualKeys(const Clock& clock, telemetry::KeyStore* store,
+              std::chrono::milliseconds refresh_period = std::chrono::milliseconds(0));
+  ~VirtualKeys();
+  VirtualKeys(const VirtualKeys&) = delete;
+  VirtualKeys& operator=(const VirtualKeys&) = delete;
 
   // The config's keys and the stored ones, with each key's spend in its current period read from
   // the store. Errors: the store's; a stored key whose name a config key also has.
@@ -153,6 +165,12 @@ class VirtualKeys {
   // charged to its key's tpm bucket.
   void OnRecord(const telemetry::RequestRecord& record);
 
+  // Brings this replica up to date with the shared store: keys made, rotated or revoked through
+  // another replica, and each budgeted key's spend in its period, which the store sums over every
+  // replica's recorded requests (plus what this one recorded since the read began). Blocking
+  // (database reads, never under a key's lock): off the request path. The refresh thread calls it.
+  Status Refresh();
+
   // The admin API (/api/keys). Bodies as docs/api.md describes; errors map to HTTP statuses
   // (kInvalidArgument 400, kNotFound 404, kPermissionDenied 403 for config keys, kUnavailable).
   Result<nlohmann::json> List() const;
@@ -173,6 +191,9 @@ class VirtualKeys {
                                                   std::string_view change) const;
   nlohmann::json Describe(KeyState& key) const;  // REQUIRES: mu_ held (shared)
   Status Seed(KeyState& key);
+  Status RefreshKeys();   // the stored keys' list: new, rotated and revoked ones
+  void RefreshSpend();    // each budgeted key's spend from the store
+
 
   const Clock& clock_;
   telemetry::KeyStore* const store_;
@@ -183,6 +204,13 @@ class VirtualKeys {
   std::unordered_map<std::string, std::shared_ptr<KeyState>> by_hash_;  // GUARDED_BY(mu_): active
   std::map<std::string, std::shared_ptr<KeyState>> by_id_;  // GUARDED_BY(mu_): all, revoked too
   bool any_key_ = false;                                    // GUARDED_BY(mu_)
+
+  // The shared-store refresh (Refresh), with refresh_period > 0.
+  const std::chrono::milliseconds refresh_period_;
+  std::mutex refresh_mu_;
+  std::condition_variable refresh_wake_;
+  bool refresh_stop_ = false;  // GUARDED_BY(refresh_mu_)
+  std::thread refresh_thread_;
 };
 
 // A new secret for a key made through the admin API: "sk-kvgate-" and 48 hex digits of the

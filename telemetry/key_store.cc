@@ -1,40 +1,51 @@
 #include "telemetry/key_store.h"
 
-#include "telemetry/sqlite_db.h"
+#include "telemetry/sql_connection.h"
 
 namespace kvgate::telemetry {
 
-KeyStore::KeyStore(std::unique_ptr<internal::Db> db) : db_(std::move(db)) {}
+using internal::SqlInt;
+
+KeyStore::KeyStore(std::unique_ptr<internal::SqlConnection> db) : db_(std::move(db)) {}
 KeyStore::~KeyStore() = default;
 
 Result<std::unique_ptr<KeyStore>> KeyStore::Open(const std::string& path) {
-  auto db = internal::Db::Open(path, /*read_only=*/false);
+  auto db = internal::ConnectSqlite(path);
+  if (!db) return std::unexpected(db.error());
+  return std::unique_ptr<KeyStore>(new KeyStore(std::move(*db)));
+}
+
+Result<std::unique_ptr<KeyStore>> KeyStore::OpenPostgres(const std::string& conninfo) {
+  auto db = internal::ConnectPostgres(conninfo);
   if (!db) return std::unexpected(db.error());
   return std::unique_ptr<KeyStore>(new KeyStore(std::move(*db)));
 }
 
 Result<std::vector<StoredKey>> KeyStore::List() const {
   std::lock_guard lock(mu_);
-  auto stmt = db_->Prepare(
-      "SELECT id, name, key_hash, limits, created_at_us, rotated_at_us, revoked_at_us "
-      "FROM api_keys ORDER BY created_at_us, id");
-  if (!stmt) return std::unexpected(stmt.error());
+  auto rows = db_->Query(
+      "SELECT id, coalesce(name, ''), key_hash, limits, created_at_us, "
+      "coalesce(rotated_at_us, -1), coalesce(revoked_at_us, -1) "
+      "FROM api_keys ORDER BY created_at_us, id",
+      {});
+  if (!rows) return std::unexpected(rows.error());
+  auto optional_time = [](const std::string& text) {
+    const int64_t value = SqlInt(text);
+    return value < 0 ? std::nullopt : std::optional<int64_t>(value);
+  };
   std::vector<StoredKey> keys;
-  for (;;) {
-    Result<bool> row = (*stmt)->Step();
-    if (!row) return std::unexpected(row.error());
-    if (!*row) break;
+  for (const auto& r : *rows) {
     StoredKey k;
-    k.id = (*stmt)->Text(0);
-    k.name = (*stmt)->Text(1);
-    k.key_hash = (*stmt)->Text(2);
-    k.limits = nlohmann::json::parse((*stmt)->Text(3), nullptr, false);
+    k.id = r[0];
+    k.name = r[1];
+    k.key_hash = r[2];
+    k.limits = nlohmann::json::parse(r[3], nullptr, false);
     if (!k.limits.is_object()) {
       return MakeError(ErrorCode::kCorruptData, "api_keys row " + k.id + ": limits are not JSON");
     }
-    k.created_at_us = (*stmt)->Int(4);
-    k.rotated_at_us = (*stmt)->OptInt(5);
-    k.revoked_at_us = (*stmt)->OptInt(6);
+    k.created_at_us = SqlInt(r[4]);
+    k.rotated_at_us = optional_time(r[5]);
+    k.revoked_at_us = optional_time(r[6]);
     keys.push_back(std::move(k));
   }
   return keys;
@@ -43,42 +54,31 @@ Result<std::vector<StoredKey>> KeyStore::List() const {
 Status KeyStore::Insert(const StoredKey& key) {
   std::lock_guard lock(mu_);
   if (!key.name.empty()) {
-    auto taken = db_->Prepare("SELECT 1 FROM api_keys WHERE name = ? OR key_hash = ?");
+    auto taken =
+        db_->Query("SELECT 1 FROM api_keys WHERE name = $1 OR key_hash = $2", {key.name, key.key_hash});
     if (!taken) return std::unexpected(taken.error());
-    (*taken)->BindText(1, key.name);
-    (*taken)->BindText(2, key.key_hash);
-    Result<bool> row = (*taken)->Step();
-    if (!row) return std::unexpected(row.error());
-    if (*row) {
+    if (!taken->empty()) {
       return MakeError(ErrorCode::kInvalidArgument, "a key named \"" + key.name + "\" exists");
     }
   }
-  auto stmt = db_->Prepare(
-      "INSERT INTO api_keys (id, name, key_hash, limits, created_at_us) VALUES (?, ?, ?, ?, ?)");
-  if (!stmt) return std::unexpected(stmt.error());
-  (*stmt)->BindText(1, key.id);
-  if (key.name.empty()) {
-    (*stmt)->BindNull(2);
-  } else {
-    (*stmt)->BindText(2, key.name);
-  }
-  (*stmt)->BindText(3, key.key_hash);
-  (*stmt)->BindText(4, key.limits.dump());
-  (*stmt)->BindInt(5, key.created_at_us);
-  if (Result<bool> r = (*stmt)->Step(); !r) return std::unexpected(r.error());
+  using Value = internal::SqlConnection::Value;
+  auto inserted = db_->Query(
+      "INSERT INTO api_keys (id, name, key_hash, limits, created_at_us) "
+      "VALUES ($1, $2, $3, $4, $5)",
+      {key.id, key.name.empty() ? Value(nullptr) : Value(key.name), key.key_hash,
+       key.limits.dump(), key.created_at_us});
+  if (!inserted) return std::unexpected(inserted.error());
   return {};
 }
 
 Status KeyStore::Rotate(std::string_view id, std::string_view new_hash, int64_t at_us) {
   std::lock_guard lock(mu_);
-  auto stmt = db_->Prepare(
-      "UPDATE api_keys SET key_hash = ?, rotated_at_us = ? WHERE id = ? AND revoked_at_us IS NULL");
-  if (!stmt) return std::unexpected(stmt.error());
-  (*stmt)->BindText(1, new_hash);
-  (*stmt)->BindInt(2, at_us);
-  (*stmt)->BindText(3, id);
-  if (Result<bool> r = (*stmt)->Step(); !r) return std::unexpected(r.error());
-  if (db_->Changes() == 0) {
+  auto changed = db_->Query(
+      "UPDATE api_keys SET key_hash = $1, rotated_at_us = $2 "
+      "WHERE id = $3 AND revoked_at_us IS NULL RETURNING id",
+      {std::string(new_hash), at_us, std::string(id)});
+  if (!changed) return std::unexpected(changed.error());
+  if (changed->empty()) {
     return MakeError(ErrorCode::kNotFound, "no active key with id " + std::string(id));
   }
   return {};
@@ -86,13 +86,12 @@ Status KeyStore::Rotate(std::string_view id, std::string_view new_hash, int64_t 
 
 Status KeyStore::Revoke(std::string_view id, int64_t at_us) {
   std::lock_guard lock(mu_);
-  auto stmt =
-      db_->Prepare("UPDATE api_keys SET revoked_at_us = ? WHERE id = ? AND revoked_at_us IS NULL");
-  if (!stmt) return std::unexpected(stmt.error());
-  (*stmt)->BindInt(1, at_us);
-  (*stmt)->BindText(2, id);
-  if (Result<bool> r = (*stmt)->Step(); !r) return std::unexpected(r.error());
-  if (db_->Changes() == 0) {
+  auto changed = db_->Query(
+      "UPDATE api_keys SET revoked_at_us = $1 WHERE id = $2 AND revoked_at_us IS NULL "
+      "RETURNING id",
+      {at_us, std::string(id)});
+  if (!changed) return std::unexpected(changed.error());
+  if (changed->empty()) {
     return MakeError(ErrorCode::kNotFound, "no active key with id " + std::string(id));
   }
   return {};
@@ -100,15 +99,12 @@ Status KeyStore::Revoke(std::string_view id, int64_t at_us) {
 
 Result<int64_t> KeyStore::SpendSince(std::string_view api_key_id, int64_t since_us) const {
   std::lock_guard lock(mu_);
-  auto stmt = db_->Prepare(
-      "SELECT coalesce(sum(cost_total), 0) FROM requests WHERE api_key_id = ? AND "
-      "created_at_us >= ?");
-  if (!stmt) return std::unexpected(stmt.error());
-  (*stmt)->BindText(1, api_key_id);
-  (*stmt)->BindInt(2, since_us);
-  Result<bool> row = (*stmt)->Step();
-  if (!row) return std::unexpected(row.error());
-  return *row ? (*stmt)->Int(0) : 0;
+  auto rows = db_->Query(
+      "SELECT coalesce(sum(cost_total), 0) FROM requests WHERE api_key_id = $1 AND "
+      "created_at_us >= $2",
+      {std::string(api_key_id), since_us});
+  if (!rows) return std::unexpected(rows.error());
+  return rows->empty() ? 0 : SqlInt((*rows)[0][0]);
 }
 
 }  // namespace kvgate::telemetry

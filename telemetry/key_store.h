@@ -1,9 +1,10 @@
 // Gateway keys made through the admin API (/api/keys), kept in the telemetry database's api_keys
-// table (migration 11, which TelemetryStore::Open applies), and the per-key spend a restarted
-// gateway reads back from the requests table. Secrets are never stored: only their SHA-256 hash.
+// table (migration 11, which TelemetryStore::Open and OpenPostgres apply), and the per-key spend
+// read back from the requests table: at startup, and on PostgreSQL periodically, since every
+// replica's requests land there. Secrets are never stored: only their SHA-256 hash.
 //
 // Thread safety: every method may be called from any thread (one connection behind a lock; the
-// callers are the admin API and startup, never the request path).
+// callers are the admin API, startup and the shared-key refresh, never the request path).
 #pragma once
 
 #include <cstdint>
@@ -21,7 +22,7 @@
 namespace kvgate::telemetry {
 
 namespace internal {
-class Db;
+class SqlConnection;
 }
 
 struct StoredKey {
@@ -38,6 +39,9 @@ class KeyStore {
   // Opens the database at `path`, whose schema TelemetryStore::Open has brought up to date.
   // Errors: kUnavailable when it cannot be opened.
   static Result<std::unique_ptr<KeyStore>> Open(const std::string& path);
+  // The same on the PostgreSQL database that TelemetryStore::OpenPostgres migrated, shared by
+  // every replica on it.
+  static Result<std::unique_ptr<KeyStore>> OpenPostgres(const std::string& conninfo);
   ~KeyStore();
 
   // Every key, revoked ones too, oldest first.
@@ -52,9 +56,9 @@ class KeyStore {
   Result<int64_t> SpendSince(std::string_view api_key_id, int64_t since_us) const;
 
  private:
-  explicit KeyStore(std::unique_ptr<internal::Db> db);
+  explicit KeyStore(std::unique_ptr<internal::SqlConnection> db);
   mutable std::mutex mu_;
-  std::unique_ptr<internal::Db> db_;  // GUARDED_BY(mu_)
+  std::unique_ptr<internal::SqlConnection> db_;  // GUARDED_BY(mu_)
 };
 
 }  // namespace kvgate::telemetry

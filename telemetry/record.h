@@ -71,6 +71,10 @@ struct RequestRecord {
     bool moved = false;  // the decision moved the thread off its bound target
     std::optional<int64_t> estimated_cost_pico;  // its estimate for the target that answered
   } route_facts;
+  // Not stored: the request path already brought the thread tracker up to date from the store
+  // (gateway::Recorder::SyncThread, with threads shared between replicas), so the diagnosis
+  // need not read it again.
+  bool thread_synced = false;
   // Every upstream attempt made for the request, in order (empty when none was made):
   // [{"target","provider","status","http_status","error","latency_ms"}].
   nlohmann::json attempts = nlohmann::json::array();
@@ -83,7 +87,8 @@ struct RequestRecord {
 void MakeTextValid(RequestRecord& record);
 
 // One record as a crash journal entry (binary), and back: every field but the prompt fingerprint
-// (a replayed turn is not compared with its thread's next one) and route_facts (not stored).
+// (a replayed turn is not compared with its thread's next one), route_facts and thread_synced
+// (not stored).
 // Decoding makes the text valid UTF-8 (MakeTextValid), as recording does.
 std::string EncodeJournalEntry(const RequestRecord& record);
 // kCorruptData when the bytes are not an entry.

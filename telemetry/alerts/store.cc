@@ -1,28 +1,20 @@
-// The alert store's statements, the same on SQLite and PostgreSQL (see store_sql.h).
+// The alert store's statements, the same on SQLite and PostgreSQL (telemetry/sql_connection.h).
 #include "telemetry/alerts/store.h"
 
-#include <charconv>
-
 #include "common/json_text.h"
-#include "telemetry/alerts/store_sql.h"
+#include "telemetry/sql_connection.h"
 
 namespace kvgate::telemetry::alerts {
 namespace {
 
-using internal::AlertSql;
-using Rows = std::vector<AlertSql::Row>;
-
-int64_t ToInt(const std::string& text) {
-  int64_t value = 0;
-  std::from_chars(text.data(), text.data() + text.size(), value);
-  return value;
-}
+using AlertSql = telemetry::internal::SqlConnection;
+using telemetry::internal::SqlInt;
 
 constexpr const char* kDeliveryColumns =
     "id, event_id, channel, status, attempts, next_attempt_us, last_error, updated_us";
 
 DeliveryRecord ReadDelivery(const AlertSql::Row& r) {
-  return DeliveryRecord{r[0], r[1], r[2], r[3], int(ToInt(r[4])), ToInt(r[5]), r[6], ToInt(r[7])};
+  return DeliveryRecord{r[0], r[1], r[2], r[3], int(SqlInt(r[4])), SqlInt(r[5]), r[6], SqlInt(r[7])};
 }
 
 Status Run(AlertSql& sql, const std::string& statement, const std::vector<AlertSql::Value>& values) {
@@ -48,7 +40,7 @@ Result<AlertEvent> ParseEvent(const std::string& text) {
 
 }  // namespace
 
-SqlAlertStore::SqlAlertStore(std::unique_ptr<internal::AlertSql> sql) : sql_(std::move(sql)) {}
+SqlAlertStore::SqlAlertStore(std::unique_ptr<AlertSql> sql) : sql_(std::move(sql)) {}
 SqlAlertStore::~SqlAlertStore() = default;
 
 Status SqlAlertStore::UpsertDelivery(const DeliveryRecord& d) {
@@ -158,7 +150,7 @@ Result<std::vector<DeliveryAttempt>> SqlAlertStore::ListAttempts(const std::stri
   if (!rows) return std::unexpected(rows.error());
   std::vector<DeliveryAttempt> out;
   for (const auto& r : *rows) {
-    out.push_back(DeliveryAttempt{r[0], int(ToInt(r[1])), ToInt(r[2]), r[3], int(ToInt(r[4])),
+    out.push_back(DeliveryAttempt{r[0], int(SqlInt(r[1])), SqlInt(r[2]), r[3], int(SqlInt(r[4])),
                                   r[5]});
   }
   return out;

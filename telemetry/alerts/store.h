@@ -89,13 +89,17 @@ class AlertStore {
                                               int64_t until_us) = 0;
 };
 
-namespace internal {
-class AlertSql;
+}  // namespace kvgate::telemetry::alerts
+
+namespace kvgate::telemetry::internal {
+class SqlConnection;
 }
+
+namespace kvgate::telemetry::alerts {
 
 // Both implementations: the same tables (alert_events, alert_deliveries, alert_attempts,
 // alert_incidents, monitors) and the same statements, on a SQLite file or a PostgreSQL
-// database; only the connection and the migrations differ (store_sqlite.cc, store_pg.cc).
+// database (telemetry/sql_connection.h); only the migrations differ (store_open.cc).
 // Thread safety: one connection guarded by a mutex.
 class SqlAlertStore : public AlertStore {
  public:
@@ -121,7 +125,7 @@ class SqlAlertStore : public AlertStore {
   static constexpr int kSchemaVersion = 2;
 
  protected:
-  explicit SqlAlertStore(std::unique_ptr<internal::AlertSql> sql);
+  explicit SqlAlertStore(std::unique_ptr<telemetry::internal::SqlConnection> sql);
 
  private:
   Status UpsertDelivery(const DeliveryRecord& d);  // REQUIRES: mu_ held
@@ -129,7 +133,7 @@ class SqlAlertStore : public AlertStore {
                                                       const std::string& arg);
 
   std::mutex mu_;
-  std::unique_ptr<internal::AlertSql> sql_;  // GUARDED_BY(mu_)
+  std::unique_ptr<telemetry::internal::SqlConnection> sql_;  // GUARDED_BY(mu_)
 };
 
 // A SQLite file; it may be the telemetry store's own database, through a separate connection
@@ -140,7 +144,7 @@ class SqliteAlertStore final : public SqlAlertStore {
   static Result<std::unique_ptr<SqliteAlertStore>> Open(const std::string& path);
 
  private:
-  explicit SqliteAlertStore(std::unique_ptr<internal::AlertSql> sql);
+  explicit SqliteAlertStore(std::unique_ptr<telemetry::internal::SqlConnection> sql);
 };
 
 // A PostgreSQL database shared by every replica: monitors, events, deliveries and incidents are
@@ -151,7 +155,7 @@ class PostgresAlertStore final : public SqlAlertStore {
   static Result<std::unique_ptr<PostgresAlertStore>> Open(const std::string& conninfo);
 
  private:
-  explicit PostgresAlertStore(std::unique_ptr<internal::AlertSql> sql);
+  explicit PostgresAlertStore(std::unique_ptr<telemetry::internal::SqlConnection> sql);
 };
 
 }  // namespace kvgate::telemetry::alerts

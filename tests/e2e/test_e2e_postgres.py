@@ -299,6 +299,49 @@ def test_sigkill_of_one_replica_under_load_loses_nothing_it_answered(
             assert kg.terminate() == 0, kg.stderr_tail()
 
 
+def test_keys_and_their_budgets_are_shared_by_replicas(kvgate_bin, sim, tmp_path, pg,
+                                                       kvgate_process_class):
+    """A key made through one replica's /api/keys works on the other; the budget the first one
+    spends refuses the key on the second too; a revoke on the second reaches the first."""
+    database = pg.new_database()
+    on_pg = postgres_kvgate(kvgate_process_class, pg, database)
+    replicas = [on_pg(kvgate_bin, tmp_path / f"v{i}", sim.port, name=f"v{i}").start()
+                for i in range(2)]
+    admin = {"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json"}
+
+    def chat(gw, key):
+        return gw.request("POST", "/v1/chat/completions", json.dumps(
+            {"model": MODEL, "messages": [{"role": "user", "content": "hello there"}]}),
+            headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+
+    try:
+        a, b = (kg.gateway() for kg in replicas)
+        st, _, made = a.request("POST", "/api/keys", json.dumps(
+            {"name": "shared", "max_budget_usd": 0.00004}), headers=admin)
+        assert st == 201, made
+        secret = made["key"]
+        wait_until(lambda: chat(b, secret)[0] == 200, 10, "replica b did not take the new key")
+        for _ in range(40):  # spend it on replica a, each request recorded before the next
+            st, hdrs, body = chat(a, secret)
+            if st != 200:
+                break
+            a.wait_request(hdrs["x-request-id"])
+        assert st == 429 and body["error"]["code"] == "budget_exceeded", body
+        # Replica b counts a's spend within its refresh period.
+        refused = wait_until(lambda: (lambda r: r if r[0] == 429 else None)(chat(b, secret)), 10,
+                             "replica b did not see the spent budget")
+        assert refused[2]["error"]["code"] == "budget_exceeded", refused
+        st, _, seen = b.admin_get(f"/api/keys/{made['id']}")
+        assert st == 200 and seen["budget_remaining_usd"] == 0, seen
+
+        st, _, _ = b.request("DELETE", f"/api/keys/{made['id']}", headers=admin)
+        assert st == 200
+        wait_until(lambda: chat(a, secret)[0] == 401, 10, "replica a did not see the revoke")
+    finally:
+        for kg in replicas:
+            assert kg.terminate() == 0, kg.stderr_tail()
+
+
 def test_a_postgres_restart_loses_nothing_answered(kvgate_bin, sim, tmp_path, pg,
                                                    kvgate_process_class):
     database = pg.new_database()

@@ -368,5 +368,65 @@ TEST(VirtualKeysTest, ConcurrentAdmissionsKeepExactCounts) {
   EXPECT_EQ(described["rate_limited"]["max_parallel"], refused_parallel.load());
 }
 
+TEST(VirtualKeysTest, ReplicasOnOneStoreShareKeysAndSpendAtEachRefresh) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("kvgate_keys_shared_test_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "kvgate.db").string();
+  FakeClock clock(1'767'225'600'000'000 + 10 * 86'400'000'000LL + 5);
+  auto store = telemetry::TelemetryStore::Open(path, clock);
+  ASSERT_TRUE(store) << store.error().message;
+  auto a_store = telemetry::KeyStore::Open(path), b_store = telemetry::KeyStore::Open(path);
+  ASSERT_TRUE(a_store && b_store);
+  VirtualKeys a(clock, a_store->get()), b(clock, b_store->get());
+  ASSERT_TRUE(a.Load({}));
+  ASSERT_TRUE(b.Load({}));
+  auto made = a.Create(nlohmann::json{{"name", "team"}, {"max_budget_usd", 1}}, {});
+  ASSERT_TRUE(made) << made.error().message;
+  const std::string id = (*made)["id"], secret = (*made)["key"];
+  EXPECT_EQ(b.Find(HashApiKey(secret)), nullptr);  // not until b refreshes
+  ASSERT_TRUE(b.Refresh());
+  ASSERT_NE(b.Find(HashApiKey(secret)), nullptr);
+  EXPECT_TRUE(b.required());
+
+  // Each replica records its own requests; the store holds both.
+  int n = 0;
+  auto serve = [&](VirtualKeys& replica, int64_t cost) {
+    telemetry::RequestRecord r = Finished(id, clock.NowUnixMicros() + ++n, cost, 1, 1);
+    r.request_id = "req_" + std::to_string(n);
+    r.endpoint = "chat.completions";
+    r.model = "m";
+    r.status = "ok";
+    r.http_status = 200;
+    replica.OnRecord(r);
+    (*store)->Record(std::move(r));
+  };
+  serve(a, kDollar / 4);
+  serve(a, kDollar / 4);
+  serve(b, kDollar / 8);
+  EXPECT_EQ((*b.Get(id))["spend_pico_usd"], kDollar / 8);  // b knows only its own
+  ASSERT_TRUE((*store)->Flush());
+  ASSERT_TRUE(b.Refresh());
+  ASSERT_TRUE(a.Refresh());
+  // Both see all three, and b's own request is not counted twice.
+  EXPECT_EQ((*b.Get(id))["spend_pico_usd"], kDollar / 4 + kDollar / 4 + kDollar / 8);
+  EXPECT_EQ((*a.Get(id))["spend_pico_usd"], kDollar / 4 + kDollar / 4 + kDollar / 8);
+
+  // A rotation on a and a revoke on b reach the other replica at its refresh.
+  auto rotated = a.Rotate(id);
+  ASSERT_TRUE(rotated);
+  const std::string new_secret = (*rotated)["key"];
+  ASSERT_TRUE(b.Refresh());
+  EXPECT_EQ(b.Find(HashApiKey(secret)), nullptr);
+  EXPECT_NE(b.Find(HashApiKey(new_secret)), nullptr);
+  ASSERT_TRUE(b.Revoke(id));
+  ASSERT_TRUE(a.Refresh());
+  EXPECT_EQ(a.Find(HashApiKey(new_secret)), nullptr);
+  EXPECT_EQ((*a.Get(id))["revoked"], true);
+  (*store)->Close();
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace kvgate::gateway

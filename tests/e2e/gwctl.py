@@ -78,6 +78,20 @@ class ChatLoad:
         with self._lock:
             return dict(self.answered)
 
+    def stored_ids(self, gw) -> list[str]:
+        """The request ids `gw`'s store holds for these clients' threads, every page."""
+        rows = []
+        for n in range(len(self._threads)):
+            cursor = ""
+            while True:
+                page = gw.admin_get(f"/api/requests?thread_id={self.prefix}-{n}&limit=1000"
+                                    f"&cursor={cursor}")[2]
+                rows += page["requests"]
+                cursor = page["next_cursor"]
+                if not cursor:
+                    break
+        return [r["request_id"] for r in rows]
+
     def _client(self, n: int):
         port = self.ports[n % len(self.ports)]
         conn = None

@@ -36,16 +36,7 @@ def test_sigkill_under_load_loses_no_answered_request(kvgate_bin, sim, tmp_path,
         row = gw.admin_get(f"/api/requests/{rid}")[2]
         assert row["status"] == "ok" and row["stream"] == stream, row
     # Exactly once: one row per request, none for a request that was never sent.
-    rows = []
-    for n in range(8):
-        cursor = ""
-        while True:
-            page = gw.admin_get(f"/api/requests?thread_id=crash-{n}&limit=1000&cursor={cursor}")[2]
-            rows += page["requests"]
-            cursor = page["next_cursor"]
-            if not cursor:
-                break
-    ids = [r["request_id"] for r in rows]
+    ids = load.stored_ids(gw)
     assert len(ids) == len(set(ids)), "a request was stored twice"
     assert len(seen) <= len(ids) <= load.sent, (len(seen), len(ids), load.sent)
     assert kg.terminate() == 0

@@ -281,17 +281,7 @@ def test_sigkill_of_one_replica_under_load_loses_nothing_it_answered(
                        if survivor.admin_get(f"/api/requests/{rid}")[0] != 200]
             time.sleep(0.2)
         assert not missing, f"{len(missing)} of {len(seen)} answered requests lost: {missing[:5]}"
-        rows = []
-        for n in range(8):
-            cursor = ""
-            while True:
-                page = survivor.admin_get(
-                    f"/api/requests?thread_id=pg-kill-{n}&limit=1000&cursor={cursor}")[2]
-                rows += page["requests"]
-                cursor = page["next_cursor"]
-                if not cursor:
-                    break
-        ids = [r["request_id"] for r in rows]
+        ids = load.stored_ids(survivor)
         assert len(ids) == len(set(ids)), "a request was stored twice"
         assert len(seen) <= len(ids) <= load.sent, (len(seen), len(ids), load.sent)
     finally:

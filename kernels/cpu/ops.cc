@@ -15,23 +15,22 @@ constexpr int64_t kMaxHeadDim = 256;
 // enough that the per-item overhead (one atomic) is noise.
 constexpr size_t kRowGrain = 16;
 
-// Runs the tile kernel for rows [r0, r1) of one matrix over all T tokens. The token loop is inside
-// the row-chunk loop so a 4-token activation tile stays in L1 while the chunk's rows stream past.
+// Runs the row kernels for rows [r0, r1) of one matrix over all T tokens, a tile of up to
+// kMaxTileTokens tokens at a time. The token loop is outside the rows so a 4-token activation
+// tile stays in L1 while the chunk's rows stream past.
 void MatMulRows(const VecKernels& kern, const QMatrix& w, const BlockQ8A* xq, int64_t t,
                 int64_t nb, int64_t r0, int64_t r1, float* out) {
   const int64_t n = w.rows;
   for (int64_t t0 = 0; t0 < t; t0 += kMaxTileTokens) {
     const int ntok = static_cast<int>(std::min<int64_t>(kMaxTileTokens, t - t0));
     const BlockQ8A* a = xq + t0 * nb;
-    for (int64_t r = r0; r < r1; ++r) {
-      float* o = out + t0 * n + r;
-      if (w.type == WeightType::kQ4_1) {
-        const auto* row = static_cast<const BlockQ4_1*>(w.data) + r * nb;
-        kern.dot_q4_1_tile(row, a, nb, ntok, static_cast<int>(nb), o, n);
-      } else {
-        const auto* row = static_cast<const BlockQ8_0*>(w.data) + r * nb;
-        kern.dot_q8_0_tile(row, a, nb, ntok, static_cast<int>(nb), o, n);
-      }
+    float* o = out + t0 * n + r0;
+    if (w.type == WeightType::kQ4_1) {
+      kern.dot_q4_1_rows(static_cast<const BlockQ4_1*>(w.data) + r0 * nb, r1 - r0, a, nb, ntok,
+                         static_cast<int>(nb), o, n);
+    } else {
+      kern.dot_q8_0_rows(static_cast<const BlockQ8_0*>(w.data) + r0 * nb, r1 - r0, a, nb, ntok,
+                         static_cast<int>(nb), o, n);
     }
   }
 }
@@ -262,59 +261,27 @@ AttentionPlan PlanAttention(const PagedAttentionArgs& a, size_t threads) {
 
 namespace {
 
-// One format's cache reads. Row j of a block, kv head h: values at element j * Hkv * Dh + h * Dh
-// of the block; int8 / FP8 rows also have an f16 scale at [j][h] after the block's codes.
-template <KvFormat F>
-struct KvRows {
-  static constexpr bool kScaled = KvFormatHasScales(F);
-  const VecKernels& kern;
-  int64_t kv_dim, kv_heads, block_size, dh;
+// The f16 scales of rows [0, n) of an int8 / FP8 block for kv head h (kv_quant.h's layout).
+void RowScales(const std::byte* block, const KvLayout& layout, int64_t h, int64_t n, float* out) {
+  const std::byte* scales = block + layout.block_size * layout.kv_heads * layout.head_dim;
+  for (int64_t j = 0; j < n; ++j) {
+    uint16_t s;
+    std::memcpy(&s, scales + (j * layout.kv_heads + h) * sizeof(uint16_t), sizeof s);
+    out[j] = F16ToF32(s);
+  }
+}
 
-  // q . row, without the row's scale.
-  float Dot(const float* q, const std::byte* block, int64_t elem) const {
-    const int n = static_cast<int>(dh);
-    if constexpr (F == KvFormat::kF16) {
-      return kern.dot_f32_f16(q, reinterpret_cast<const uint16_t*>(block) + elem, n);
-    } else if constexpr (F == KvFormat::kBf16) {
-      return kern.dot_f32_bf16(q, reinterpret_cast<const uint16_t*>(block) + elem, n);
-    } else if constexpr (F == KvFormat::kInt8) {
-      return kern.dot_f32_i8(q, reinterpret_cast<const int8_t*>(block) + elem, n);
-    } else {
-      return kern.dot_f32_e4m3(q, reinterpret_cast<const uint8_t*>(block) + elem, n);
-    }
-  }
-  // acc += alpha * row, without the row's scale.
-  void Axpy(float alpha, const std::byte* block, int64_t elem, float* acc) const {
-    const int n = static_cast<int>(dh);
-    if constexpr (F == KvFormat::kF16) {
-      kern.axpy_f16(alpha, reinterpret_cast<const uint16_t*>(block) + elem, acc, n);
-    } else if constexpr (F == KvFormat::kBf16) {
-      kern.axpy_bf16(alpha, reinterpret_cast<const uint16_t*>(block) + elem, acc, n);
-    } else if constexpr (F == KvFormat::kInt8) {
-      kern.axpy_i8(alpha, reinterpret_cast<const int8_t*>(block) + elem, acc, n);
-    } else {
-      kern.axpy_e4m3(alpha, reinterpret_cast<const uint8_t*>(block) + elem, acc, n);
-    }
-  }
-  // The scales of rows [0, n) of a block for kv head h.
-  void Scales(const std::byte* block, int64_t h, int64_t n, float* out) const {
-    const std::byte* scales = block + block_size * kv_dim;
-    for (int64_t j = 0; j < n; ++j) {
-      uint16_t s;
-      std::memcpy(&s, scales + (j * kv_heads + h) * sizeof(uint16_t), sizeof s);
-      out[j] = F16ToF32(s);
-    }
-  }
-};
-
-template <KvFormat F>
-void RunAttentionItems(const VecKernels& kern, const PagedAttentionArgs& a, const AttentionPlan& plan,
-                       std::vector<float>& partials, size_t begin, size_t end) {
+void RunAttentionItems(const VecKernels& kern, const PagedAttentionArgs& a,
+                       const AttentionPlan& plan, std::vector<float>& partials, size_t begin,
+                       size_t end) {
   const int64_t kv_dim = a.kv_heads * a.head_dim;
   const int64_t bs = a.block_size;
   const int64_t dh = a.head_dim;
-  const KvRows<F> rows_of{kern, kv_dim, a.kv_heads, bs, dh};
-  const size_t block_bytes = KvBlockBytes(KvLayout{F, bs, a.kv_heads, dh});
+  const KvLayout layout{a.format, bs, a.kv_heads, dh};
+  const bool scaled = KvFormatHasScales(a.format);
+  const size_t block_bytes = KvBlockBytes(layout);
+  const size_t value_bytes = KvValueBytes(a.format);
+  const auto attend = kern.attend_block[static_cast<int>(a.format)];
   const auto* k_base = static_cast<const std::byte*>(a.k_cache);
   const auto* v_base = static_cast<const std::byte*>(a.v_cache);
   // Per row: the query (rounded to f16, as llama.cpp does when multiplying it with the f16 K
@@ -323,7 +290,7 @@ void RunAttentionItems(const VecKernels& kern, const PagedAttentionArgs& a, cons
   thread_local std::vector<float> q, acc;
   thread_local std::vector<int64_t> last;
   thread_local std::vector<float> m, l;
-  float scores[64], k_scale[64], v_scale[64];
+  float k_scale[64], v_scale[64];
   uint16_t qh[kMaxHeadDim];
   for (size_t i = begin; i < end; ++i) {
     const AttentionItem& it = plan.items[i];
@@ -345,49 +312,25 @@ void RunAttentionItems(const VecKernels& kern, const PagedAttentionArgs& a, cons
       max_pos = std::max(max_pos, last[r]);
     }
     const int32_t* table = a.block_tables.data() + it.s * a.max_blocks;
-    const int64_t kv_off = it.kv_head * dh;
+    // The item's kv head: its values start this far into every token row of a block.
+    const size_t head_off = static_cast<size_t>(it.kv_head * dh) * value_bytes;
     // Online softmax, one cache block (<= 64 keys) at a time; the block stays in L1 while every
     // row of the item reads it. Per row the arithmetic is the same as one row alone.
     for (int64_t blk = it.blk0; blk < it.blk1 && blk * bs <= max_pos; ++blk) {
       const std::byte* kb = k_base + static_cast<size_t>(table[blk]) * block_bytes;
       const std::byte* vb = v_base + static_cast<size_t>(table[blk]) * block_bytes;
-      if constexpr (KvRows<F>::kScaled) {
+      if (scaled) {
         const int64_t n = std::min(bs, max_pos + 1 - blk * bs);
-        rows_of.Scales(kb, it.kv_head, n, k_scale);
-        rows_of.Scales(vb, it.kv_head, n, v_scale);
+        RowScales(kb, layout, it.kv_head, n, k_scale);
+        RowScales(vb, layout, it.kv_head, n, v_scale);
         for (int64_t j = 0; j < n; ++j) k_scale[j] *= a.scale;
       }
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t n = std::min(bs, last[r] + 1 - blk * bs);
         if (n <= 0) continue;
-        const float* qr = q.data() + r * dh;
-        float* ar = acc.data() + r * dh;
-        float bm = -std::numeric_limits<float>::infinity();
-        for (int64_t j = 0; j < n; ++j) {
-          const float dot = rows_of.Dot(qr, kb, j * kv_dim + kv_off);
-          if constexpr (KvRows<F>::kScaled) {
-            scores[j] = dot * k_scale[j];
-          } else {
-            scores[j] = dot * a.scale;
-          }
-          bm = std::max(bm, scores[j]);
-        }
-        const float nm = std::max(m[r], bm);
-        const float corr = std::exp(m[r] - nm);
-        if (corr != 1.0f) {
-          l[r] *= corr;
-          for (int64_t d = 0; d < dh; ++d) ar[d] *= corr;
-        }
-        for (int64_t j = 0; j < n; ++j) {
-          const float e = std::exp(scores[j] - nm);
-          l[r] += e;
-          if constexpr (KvRows<F>::kScaled) {
-            rows_of.Axpy(e * v_scale[j], vb, j * kv_dim + kv_off, ar);
-          } else {
-            rows_of.Axpy(e, vb, j * kv_dim + kv_off, ar);
-          }
-        }
-        m[r] = nm;
+        attend({q.data() + r * dh, static_cast<int>(dh), kb + head_off, vb + head_off, kv_dim,
+                static_cast<int>(n), a.scale, scaled ? k_scale : nullptr,
+                scaled ? v_scale : nullptr, &m[r], &l[r], acc.data() + r * dh});
       }
     }
     for (int64_t r = 0; r < rows; ++r) {
@@ -414,23 +357,8 @@ void PagedAttention(const CpuContext& ctx, const PagedAttentionArgs& a) {
   const AttentionPlan plan = PlanAttention(a, static_cast<size_t>(ctx.pool->size()));
   // Per partial row: m, l, then the unnormalized accumulator.
   std::vector<float> partials(static_cast<size_t>(plan.partial_slots * (dh + 2)));
-  // The format is chosen here, once per call; each instance's inner loops are format-specific.
-  auto run_items = &RunAttentionItems<KvFormat::kF16>;
-  switch (a.format) {
-    case KvFormat::kF16:
-      break;
-    case KvFormat::kBf16:
-      run_items = &RunAttentionItems<KvFormat::kBf16>;
-      break;
-    case KvFormat::kInt8:
-      run_items = &RunAttentionItems<KvFormat::kInt8>;
-      break;
-    case KvFormat::kFp8:
-      run_items = &RunAttentionItems<KvFormat::kFp8>;
-      break;
-  }
   ctx.pool->ParallelFor(plan.items.size(), 1, [&](size_t begin, size_t end) {
-    run_items(kern, a, plan, partials, begin, end);
+    RunAttentionItems(kern, a, plan, partials, begin, end);
   });
 
   // Merge the parts of each split: rescale every part's state to the largest maximum.

@@ -70,7 +70,7 @@ void WriteKv(const CpuContext& ctx, const float* k, const float* v, int64_t t,
 // found through block_tables[s * max_blocks + pos / block_size]. The chunk's own K/V must already
 // be written. Queries are rounded to f16 before Q.K (as llama.cpp does with its f16 cache; kept for
 // every format, so that a format's effect is the cache's alone). out [T, H, Dh].
-// The format is dispatched once per call: each format has its own instance of the loops.
+// The format picks one of the kernel table's attend_block steps, once per call.
 struct PagedAttentionArgs {
   const float* q;        // [T, H, Dh]
   const void* k_cache;   // num_blocks blocks of KvLayout{format, block_size, kv_heads, head_dim}

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "kernels/cpu/kv_quant.h"
 #include "kernels/cpu/quant.h"
 
 namespace kvgate::kernels::cpu {
@@ -23,16 +24,41 @@ Isa BestIsa();
 // rows, so each weight block is loaded and unpacked once per tile.
 inline constexpr int kMaxTileTokens = 4;
 
+// One online-softmax step of attention: one query row against the first n keys and values of one
+// paged-cache block, for one kv head. Key j's Dh values start at k + j * stride elements of the
+// cache format (V likewise). Scores are q . k_j times k_scale[j] when k_scale is set (int8 and FP8
+// rows: their scale already times the softmax scale), else times `scale`; a value row is weighted
+// by v_scale[j] when set. The state m (running maximum), l (running sum of exponentials) and
+// acc [Dh] (running weighted sum of values) is updated in place; it starts at -inf, 0, 0.
+struct AttendBlockArgs {
+  const float* q;  // [Dh]
+  int head_dim;    // Dh
+  const void* k;
+  const void* v;
+  int64_t stride;
+  int n;  // 1..64
+  float scale;
+  const float* k_scale;
+  const float* v_scale;
+  float* m;
+  float* l;
+  float* acc;
+};
+
 struct VecKernels {
   Isa isa;
   // x [k] -> k / 32 activation blocks.
   void (*quantize_row_q8a)(const float* x, size_t k, BlockQ8A* out);
-  // w: one weight row, nb blocks. a: ntok (1..4) activation rows, row t at a + t * a_stride (blocks).
-  // out[t * out_stride] = dot(w, a_t).
-  void (*dot_q4_1_tile)(const BlockQ4_1* w, const BlockQ8A* a, size_t a_stride, int ntok, int nb,
-                        float* out, size_t out_stride);
-  void (*dot_q8_0_tile)(const BlockQ8_0* w, const BlockQ8A* a, size_t a_stride, int ntok, int nb,
-                        float* out, size_t out_stride);
+  // `rows` consecutive weight rows (nb blocks each) from w, against ntok (1..4) activation rows
+  // (row t at a + t * a_stride blocks): out[t * out_stride + r] = dot(weight row r, a_t).
+  // The vector kernels take 8 weight rows per pass, one row per lane, so the per-block scale
+  // work and the horizontal sums are shared by 8 rows and each unpacked weight block by the
+  // tokens. Each (row, token) dot is computed the same way whatever `rows` and `ntok` are, so a
+  // token's output does not depend on the batch it is in.
+  void (*dot_q4_1_rows)(const BlockQ4_1* w, int64_t rows, const BlockQ8A* a, size_t a_stride,
+                        int ntok, int nb, float* out, size_t out_stride);
+  void (*dot_q8_0_rows)(const BlockQ8_0* w, int64_t rows, const BlockQ8A* a, size_t a_stride,
+                        int ntok, int nb, float* out, size_t out_stride);
   // Conversions of n values.
   void (*f16_to_f32)(const uint16_t* x, float* y, size_t n);
   void (*f32_to_f16)(const float* x, uint16_t* y, size_t n);
@@ -47,6 +73,9 @@ struct VecKernels {
   void (*axpy_i8)(float alpha, const int8_t* x, float* y, int n);
   float (*dot_f32_e4m3)(const float* a, const uint8_t* b, int n);
   void (*axpy_e4m3)(float alpha, const uint8_t* x, float* y, int n);
+  // AttendBlockArgs' step, one per KvFormat (indexed by its value): the attention kernels' inner
+  // loop over a block, with the scores, their exponentials and the value sums each in one pass.
+  void (*attend_block[4])(const AttendBlockArgs& a);
 };
 
 const VecKernels& ScalarKernels();

@@ -71,20 +71,63 @@ TEST(VecTest, DispatchPicksAvx2WhenAvailable) {
   }
 }
 
-TEST(VecTest, DotTilesMatchReference) {
+TEST(VecTest, DotRowsMatchReference) {
   const Operands o = MakeOperands(11);
   for (Isa isa : TestedIsas()) {
     const VecKernels& k = KernelsFor(isa);
     for (int ntok = 1; ntok <= kMaxTileTokens; ++ntok) {
       float out4[2 * kMaxTileTokens], out8[2 * kMaxTileTokens];
-      k.dot_q4_1_tile(o.w4.data(), o.a.data(), kNb, ntok, kNb, out4, 2);
-      k.dot_q8_0_tile(o.w8.data(), o.a.data(), kNb, ntok, kNb, out8, 2);
+      k.dot_q4_1_rows(o.w4.data(), 1, o.a.data(), kNb, ntok, kNb, out4, 2);
+      k.dot_q8_0_rows(o.w8.data(), 1, o.a.data(), kNb, ntok, kNb, out8, 2);
       for (int t = 0; t < ntok; ++t) {
         auto [r4, m4] = RefDotQ4_1(o.w4.data(), o.a.data() + t * kNb);
         auto [r8, m8] = RefDotQ8_0(o.w8.data(), o.a.data() + t * kNb);
         // f32 accumulation over 768 terms: 1e-5 of the sum of magnitudes.
         EXPECT_NEAR(out4[2 * t], r4, 1e-5 * m4) << IsaName(isa) << " ntok=" << ntok << " t=" << t;
         EXPECT_NEAR(out8[2 * t], r8, 1e-5 * m8) << IsaName(isa) << " ntok=" << ntok << " t=" << t;
+      }
+    }
+  }
+}
+
+// 21 rows (two 8-row passes and a 5-row tail) of random weights against 4 tokens: every row
+// matches the reference, and each (row, token) value is bit-identical whichever tile size and
+// row range computed it, which is what keeps a sequence's logits independent of its batch.
+TEST(VecTest, DotRowsAreIndependentOfTheBatchAndTheRowSplit) {
+  constexpr int kRows = 21, kTok = 4;
+  std::mt19937_64 rng(14);
+  auto wf = RandomFloats(rng, kRows * kNb * 32, 1.0f);
+  auto xf = RandomFloats(rng, kTok * kNb * 32, 3.0f);
+  std::vector<BlockQ4_1> w4(kRows * kNb);
+  std::vector<BlockQ8_0> w8(kRows * kNb);
+  std::vector<BlockQ8A> a(kTok * kNb);
+  for (int r = 0; r < kRows; ++r) {
+    QuantizeRowQ4_1(wf.data() + r * kNb * 32, kNb * 32, w4.data() + r * kNb);
+    QuantizeRowQ8_0(wf.data() + r * kNb * 32, kNb * 32, w8.data() + r * kNb);
+  }
+  for (int t = 0; t < kTok; ++t) QuantizeRowQ8AScalar(xf.data() + t * kNb * 32, kNb * 32, a.data() + t * kNb);
+  for (Isa isa : TestedIsas()) {
+    const VecKernels& k = KernelsFor(isa);
+    float tile4[kTok * kRows], tile8[kTok * kRows];  // all 4 tokens at once
+    k.dot_q4_1_rows(w4.data(), kRows, a.data(), kNb, kTok, kNb, tile4, kRows);
+    k.dot_q8_0_rows(w8.data(), kRows, a.data(), kNb, kTok, kNb, tile8, kRows);
+    for (int t = 0; t < kTok; ++t) {
+      const BlockQ8A* at = a.data() + t * kNb;
+      float alone4[kRows], alone8[kRows];  // this token alone
+      k.dot_q4_1_rows(w4.data(), kRows, at, kNb, 1, kNb, alone4, 1);
+      k.dot_q8_0_rows(w8.data(), kRows, at, kNb, 1, kNb, alone8, 1);
+      for (int r = 0; r < kRows; ++r) {
+        auto [r4, m4] = RefDotQ4_1(w4.data() + r * kNb, at);
+        auto [r8, m8] = RefDotQ8_0(w8.data() + r * kNb, at);
+        EXPECT_NEAR(tile4[t * kRows + r], r4, 1e-5 * m4) << IsaName(isa) << " r=" << r;
+        EXPECT_NEAR(tile8[t * kRows + r], r8, 1e-5 * m8) << IsaName(isa) << " r=" << r;
+        float row4, row8;  // this row alone
+        k.dot_q4_1_rows(w4.data() + r * kNb, 1, at, kNb, 1, kNb, &row4, 1);
+        k.dot_q8_0_rows(w8.data() + r * kNb, 1, at, kNb, 1, kNb, &row8, 1);
+        EXPECT_EQ(tile4[t * kRows + r], alone4[r]) << IsaName(isa) << " r=" << r << " t=" << t;
+        EXPECT_EQ(alone4[r], row4) << IsaName(isa) << " r=" << r << " t=" << t;
+        EXPECT_EQ(tile8[t * kRows + r], alone8[r]) << IsaName(isa) << " r=" << r << " t=" << t;
+        EXPECT_EQ(alone8[r], row8) << IsaName(isa) << " r=" << r << " t=" << t;
       }
     }
   }

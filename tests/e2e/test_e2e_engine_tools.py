@@ -269,7 +269,10 @@ def test_no_max_tokens_runs_past_256_to_the_configured_default(kvgate_bin, tmp_p
     try:
         r = kg.gateway().client(timeout=300).chat.completions.create(
             model="smollm2", temperature=0,
-            messages=[{"role": "user", "content": "Count from 1 to 1000, separated by commas."}])
+            # A counting pattern already under way: the greedy model keeps going past 300 tokens
+            # (asked only to count, it stopped at 122 after the 8-row kernels changed rounding).
+            messages=[{"role": "user", "content": "Count from 1 to 1000, separated by commas: "
+                                                  "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,"}])
         assert r.usage.completion_tokens == 300, r.usage
         assert r.choices[0].finish_reason == "length"
     finally:

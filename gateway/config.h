@@ -44,10 +44,12 @@ struct ProviderConfig {
   // default: built and unit-tested without a GPU, not yet run on one.
   bool cuda_graphs = false;
   int threads = 0;
-  // Only for type local: the KV offload tier (`offload: {disk: PATH, bytes: N}`), a file of at
-  // most N bytes that keeps the blocks the KV pool evicts (engine.h). Empty path: none.
+  // Only for type local: the KV offload tier, which keeps the blocks the KV pool evicts
+  // (engine.h): `offload: {disk: PATH, bytes: N}`, a file of at most N bytes, or
+  // `offload: {host_bytes: N}`, host memory (pinned on cuda). Empty path and 0: none.
   std::string offload_disk;
   int64_t offload_bytes = 0;
+  int64_t offload_host_bytes = 0;
   // Only for type local: the completion tokens of a request without max_tokens, at most; it also
   // stops at the end of the model's context. 0: the rest of the context, as OpenAI.
   int64_t max_output_tokens_default = 4096;

@@ -8,14 +8,31 @@
 namespace kvgate::gateway::config_internal {
 namespace {
 
-// `offload: {disk: PATH, bytes: N}` of a local provider. Both are required: a tier without a
-// size would be unbounded, and one without a path has nowhere to go.
+// `offload: {disk: PATH, bytes: N}` (a file of at most N bytes; device cpu) or
+// `offload: {host_bytes: N}` (N bytes of host memory, page-locked on cuda) of a local provider.
+// A disk tier needs both keys: without a size it would be unbounded, without a path it has nowhere
+// to go. One tier per provider.
 Status ParseOffload(const json& offload, const std::string& path, ProviderConfig& pc) {
   if (!offload.is_object()) {
     return MakeError(ErrorCode::kInvalidArgument,
-                     path + " must be a mapping {disk: PATH, bytes: N}");
+                     path + " must be a mapping {disk: PATH, bytes: N} or {host_bytes: N}");
   }
-  if (Status s = OnlyKeys(offload, path, {"disk", "bytes"}); !s) return s;
+  if (Status s = OnlyKeys(offload, path, {"disk", "bytes", "host_bytes"}); !s) return s;
+  const bool host = offload.contains("host_bytes");
+  if (host && (offload.contains("disk") || offload.contains("bytes"))) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     path + ": give disk and bytes (a file) or host_bytes (host memory), not "
+                            "both: one tier per provider");
+  }
+  if (host) {
+    const json& n = offload["host_bytes"];
+    if (!n.is_number_integer() || n.get<int64_t>() <= 0) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       path + ".host_bytes must be the tier's size in bytes, a positive integer");
+    }
+    pc.offload_host_bytes = n.get<int64_t>();
+    return {};
+  }
   const auto disk = offload.find("disk");
   if (disk == offload.end() || !disk->is_string() || disk->get<std::string>().empty()) {
     return MakeError(ErrorCode::kInvalidArgument,
@@ -220,7 +237,8 @@ Status ValidateProvider(const ProviderConfig& p, const std::string& where) {
     }
     if (!p.offload_disk.empty() && p.device != "cpu") {
       return MakeError(ErrorCode::kInvalidArgument,
-                       where + ".offload (the disk tier) needs device: cpu");
+                       where + ".offload (the disk tier) needs device: cpu; on " + p.device +
+                           " use offload: {host_bytes: N}");
     }
     const auto dtype = engine::ParseKvCacheDtype(p.kv_cache_dtype);
     if (!dtype) {
@@ -232,7 +250,7 @@ Status ValidateProvider(const ProviderConfig& p, const std::string& where) {
                        where + ".kv_cache_dtype " + p.kv_cache_dtype +
                            " needs device: cpu (the cuda backend's KV cache is f16)");
     }
-  } else if (!p.offload_disk.empty()) {
+  } else if (!p.offload_disk.empty() || p.offload_host_bytes > 0) {
     return MakeError(ErrorCode::kInvalidArgument,
                      where + ".offload is only for type local (the built-in engine)");
   } else if (p.kv_cache_dtype != "f16") {

@@ -48,7 +48,7 @@ constexpr Family kFamilies[] = {
      [](const EngineSnapshot& e) { return D(e.counters.generation_tokens); }},
     // The offload tier (0 everywhere for an engine without one).
     {"kvgate_engine_offload_hits_total", "counter",
-     "Prompt tokens restored from the offload tier (disk) at admission.",
+     "Prompt tokens restored from the offload tier (disk or host memory) at admission.",
      [](const EngineSnapshot& e) { return D(e.cache.offload_hit_tokens); }},
     {"kvgate_engine_offload_restores_total", "counter",
      "Admissions that restored blocks from the offload tier.",
@@ -88,7 +88,8 @@ double KvCacheUsagePerc(const engine::CacheStats& c) {
 json OffloadJson(const engine::CacheStats& c) {
   if (!c.offload) return nullptr;
   const engine::OffloadTierStats& t = c.tier;
-  return json{{"path", c.offload_path},
+  return json{{"kind", c.offload_kind},
+              {"path", c.offload_path},
               {"capacity_bytes", t.capacity_blocks * t.slot_bytes},
               {"used_bytes", t.used_blocks * t.slot_bytes},
               {"capacity_blocks", t.capacity_blocks},

@@ -30,8 +30,8 @@ struct EngineSnapshot {
 // Fraction of the pool's blocks in use (1 = full).
 double KvCacheUsagePerc(const engine::CacheStats& c);
 
-// The offload tier in /api/engine: null when the engine has none, else {"path", "capacity_bytes",
-// "used_bytes", "capacity_blocks", "used_blocks", "hit_tokens", "restores", "restore_seconds",
+// The offload tier in /api/engine: null when the engine has none, else {"kind" ("disk" or
+// "host"), "path" (the file, or which host memory), "capacity_bytes", "used_bytes", "capacity_blocks", "used_blocks", "hit_tokens", "restores", "restore_seconds",
 // "stored_blocks", "store_seconds", "evictions", "corrupt_blocks", "dropped_blocks",
 // "write_errors", "reused_blocks", "bytes_read", "bytes_written"}.
 nlohmann::json OffloadJson(const engine::CacheStats& c);

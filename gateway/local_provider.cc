@@ -475,7 +475,9 @@ class LocalEnginesImpl final : public LocalEngines {
                 {"prompt_tokens", prompt.size()},
                 {"cached_tokens", cached.pool_tokens + cached.offload_tokens},
                 {"cached_tokens_by_tier",
-                 {{"pool", cached.pool_tokens}, {"disk", cached.offload_tokens}}},
+                 {{"pool", cached.pool_tokens},
+                  {"host", stats.offload_kind == "host" ? cached.offload_tokens : 0},
+                  {"disk", stats.offload_kind == "host" ? 0 : cached.offload_tokens}}},
                 {"running", stats.running},
                 {"waiting", stats.waiting}};
   }
@@ -725,7 +727,9 @@ Result<std::unique_ptr<LocalEngines>> LocalEngines::Start(const GatewayConfig& c
     options.kv_cache_dtype = *dtype;
     options.gpu_memory_fraction = p.gpu_memory_fraction;
     options.cuda_graphs = p.cuda_graphs;
-    options.offload = {.disk_path = p.offload_disk, .bytes = p.offload_bytes};
+    options.offload = {.disk_path = p.offload_disk,
+                       .bytes = p.offload_bytes,
+                       .host_bytes = p.offload_host_bytes};
     options.threads = p.threads > 0 ? p.threads
                                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     if (p.kv_cache_tokens > 0) {

@@ -89,6 +89,14 @@ struct DeviceBuffer {
   float* f32() const { return static_cast<float*>(mem.get()); }
 };
 
+// One plane of a whole-block copy (Backend::CopyBlocks): block i is the `block_bytes` bytes at
+// base + i * block_bytes. A KV pool is 2 planes per layer (K, V); an offload tier's host slots
+// mirror them. (BlockCopy, the block pairs, is in block_size.h.)
+struct BlockPlane {
+  std::byte* base = nullptr;
+  int64_t block_bytes = 0;
+};
+
 // How a backend runs one whole step (ModelRunner::Forward between BeginStep and EndStep):
 //   kEager    the ops run as they are issued (the CPU backend, and any step not captured);
 //   kCapture  the ops are recorded, not run; EndStep runs the recording (a CUDA graph);
@@ -134,6 +142,21 @@ class Backend {
   // this backend cannot (the default); the CPU backend can.
   virtual bool CopyFromHost(const void* src, void* dst, size_t bytes) {
     (void)src, (void)dst, (void)bytes;
+    return false;
+  }
+  // Host memory for the offload tier's host slots, zeroed: page-locked on a device backend, so
+  // that CopyBlocks to and from it is DMA queued with the ops; plain memory on the CPU (the
+  // default: Allocate, which is host memory there).
+  virtual Result<DeviceBuffer> AllocateHost(size_t bytes) { return Allocate(bytes); }
+  // For every plane p and copy c: block c.dst of dst[p] <- block c.src of src[p] (src.size() ==
+  // dst.size(), equal block_bytes per plane). Either side may be Allocate() or AllocateHost()
+  // memory. In issue order with the ops: a device backend queues the copy on its stream and does
+  // not wait for it (the host sees dst after Synchronize()), so a restore overlaps whatever the
+  // device is still computing. False when this backend cannot (the default); errors go to
+  // status().
+  virtual bool CopyBlocks(std::span<const BlockPlane> src, std::span<const BlockPlane> dst,
+                          std::span<const BlockCopy> copies) {
+    (void)src, (void)dst, (void)copies;
     return false;
   }
   virtual void Synchronize() = 0;

@@ -29,12 +29,6 @@ struct SequenceBlocks {
   uint64_t salt = 0;                // cache salt (0 = none): separates tenants' caches
 };
 
-// A block whose K/V the caller must copy (src -> dst) before dst is used; -1s: none.
-struct BlockCopy {
-  int32_t src = -1;
-  int32_t dst = -1;
-};
-
 struct BlockManagerStats {
   int64_t num_blocks = 0;
   int64_t used_blocks = 0;          // refcount > 0

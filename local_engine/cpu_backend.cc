@@ -60,6 +60,19 @@ class CpuBackend final : public Backend {
     std::memcpy(dst, src, bytes);
     return true;
   }
+  bool CopyBlocks(std::span<const BlockPlane> src, std::span<const BlockPlane> dst,
+                  std::span<const BlockCopy> copies) override {
+    if (src.size() != dst.size()) return false;
+    for (size_t p = 0; p < src.size(); ++p) {
+      const auto n = static_cast<size_t>(src[p].block_bytes);
+      if (dst[p].block_bytes != src[p].block_bytes) return false;
+      for (const BlockCopy& c : copies) {
+        std::memcpy(dst[p].base + static_cast<size_t>(c.dst) * n,
+                    src[p].base + static_cast<size_t>(c.src) * n, n);
+      }
+    }
+    return true;
+  }
   void Synchronize() override {}
   bool SupportsKvDtype(KvDtype dtype) const override { return CpuKvFormat(dtype).has_value(); }
 

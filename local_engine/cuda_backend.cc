@@ -113,6 +113,7 @@ class CudaBackendImpl final : public CudaBackend {
     cudaStreamSynchronize(stream_);
     graphs_.Clear();
     if (staged_event_) cudaEventDestroy(staged_event_);
+    if (copy_args_event_) cudaEventDestroy(copy_args_event_);
     gemm_.reset();
     dequantized_.clear();
     uploaded_.clear();
@@ -156,6 +157,22 @@ class CudaBackendImpl final : public CudaBackend {
     Check(CudaCall(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "CopyToHost")) &&
         Check(CudaCall(cudaStreamSynchronize(stream_), "CopyToHost sync"));
   }
+
+  // Page-locked, so that the offload tier's host slots are device-addressable (UVA) and CopyBlocks
+  // moves them without a staging copy or a host wait.
+  Result<engine::DeviceBuffer> AllocateHost(size_t bytes) override {
+    void* p = nullptr;
+    if (cudaHostAlloc(&p, std::max<size_t>(bytes, 64), cudaHostAllocDefault) != cudaSuccess) {
+      cudaGetLastError();
+      return MakeError(ErrorCode::kResourceExhausted,
+                       "cuda backend: cannot pin " + std::to_string(bytes) + " bytes of host memory");
+    }
+    std::memset(p, 0, std::max<size_t>(bytes, 64));
+    return engine::DeviceBuffer{std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); }), bytes};
+  }
+
+  bool CopyBlocks(std::span<const engine::BlockPlane> src, std::span<const engine::BlockPlane> dst,
+                  std::span<const engine::BlockCopy> copies) override;
 
   void Synchronize() override {
     if (!error_.ok()) return;
@@ -384,6 +401,10 @@ class CudaBackendImpl final : public CudaBackend {
   Scratch step_meta_;
   PinnedHost staging_;
   cudaEvent_t staged_event_ = nullptr;
+  // CopyBlocks' arguments (plane pointers, sizes, pairs), read by the kernel from pinned memory;
+  // the event marks when the previous copy's have been read.
+  PinnedHost copy_args_;
+  cudaEvent_t copy_args_event_ = nullptr;
   std::vector<int32_t> step_tiles_;
   int step_tile_tokens_ = 0;     // the tile size step_tiles_ were built with
   int prefill_tile_tokens_ = 0;  // the tile size of the last prefill (v2's depends on G)
@@ -581,6 +602,42 @@ engine::StepMode CudaBackendImpl::BeginStep(const engine::BatchMetadata& batch,
       break;
   }
   return engine::StepMode::kEager;
+}
+
+bool CudaBackendImpl::CopyBlocks(std::span<const engine::BlockPlane> src,
+                                  std::span<const engine::BlockPlane> dst,
+                                  std::span<const engine::BlockCopy> copies) {
+  if (src.size() != dst.size()) return false;
+  if (!Live() || copies.empty() || src.empty()) return true;  // errors are in status()
+  if (capturing_) return Check(CudaStatus::Invalid("CopyBlocks inside a recorded step"));
+  const size_t n = src.size(), m = copies.size();
+  for (size_t p = 0; p < n; ++p) {
+    if (src[p].block_bytes != dst[p].block_bytes || src[p].block_bytes % 16 ||
+        (reinterpret_cast<uintptr_t>(src[p].base) | reinterpret_cast<uintptr_t>(dst[p].base)) & 15u)
+      return Check(CudaStatus::Invalid("CopyBlocks: planes must be 16-byte aligned and sized"));
+  }
+  // [src planes][dst planes][bytes per block][pairs]: all 8-byte entries.
+  const size_t bytes = (3 * n + m) * sizeof(int64_t);
+  if (copy_args_event_ == nullptr &&
+      !Check(CudaCall(cudaEventCreateWithFlags(&copy_args_event_, cudaEventDisableTiming), "cudaEventCreate")))
+    return true;
+  if (!Check(CudaCall(cudaEventSynchronize(copy_args_event_), "copy args event")) || !Check(copy_args_.Reserve(bytes)))
+    return true;
+  auto* base = reinterpret_cast<std::byte*>(copy_args_.bytes().data());
+  auto* src_planes = reinterpret_cast<const void**>(base);
+  auto* dst_planes = reinterpret_cast<void**>(base + n * 8);
+  auto* sizes = reinterpret_cast<int64_t*>(base + 2 * n * 8);
+  auto* pairs = reinterpret_cast<int2*>(base + 3 * n * 8);
+  for (size_t p = 0; p < n; ++p) {
+    src_planes[p] = src[p].base;
+    dst_planes[p] = dst[p].base;
+    sizes[p] = src[p].block_bytes;
+  }
+  for (size_t c = 0; c < m; ++c) pairs[c] = int2{copies[c].src, copies[c].dst};
+  const BlockCopyArgs args{src_planes, dst_planes, sizes, static_cast<int>(n), pairs, static_cast<int>(m)};
+  Check(cuda::CopyBlocks(args, stream_)) &&
+      Check(CudaCall(cudaEventRecord(copy_args_event_, stream_), "copy args event record"));
+  return true;
 }
 
 bool CudaBackendImpl::EndStep() {

@@ -155,7 +155,7 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
                       .max_batch_tokens = options.max_batch_tokens,
                       .block_size = kBlockSize},
       *e->blocks_);
-  if (!options.offload.disk_path.empty()) {
+  if (!options.offload.disk_path.empty() || options.offload.host_bytes > 0) {
     if (auto st = e->OpenTier(); !st) return std::unexpected(st.error());
   }
   return e;
@@ -277,7 +277,8 @@ CacheStats Engine::cache_stats() const {
                  scheduler_->preemptions(), aborted_steps_};
   if (tier_) {
     out.offload = true;
-    out.offload_path = tier_->path();
+    out.offload_kind = tier_->kind();
+    out.offload_path = tier_->location();
     out.tier = tier_->stats();
     out.offload_hit_tokens = offload_hit_tokens_;
     out.offload_restores = offload_restores_;

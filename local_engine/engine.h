@@ -27,8 +27,9 @@
 // the cache are shared instead of computed; full blocks are registered in the cache once their K/V
 // is written; finished sequences return their blocks tail-first, evicted LRU.
 //
-// Offload tier (OffloadTier, optional, device cpu): a hashed block the pool evicts is copied to a
-// bounded file first (copy on eviction); at admission, after the pool's hits, the prompt's chain of
+// Offload tier (KvTier, optional: a bounded file on cpu, OffloadTier; or host memory, pinned on
+// cuda, HostTier): a hashed block the pool evicts is copied to the tier first (copy on eviction);
+// at admission, after the pool's hits, the prompt's chain of
 // block hashes continues in the tier, and the blocks found there are copied into the sequence's
 // freshly allocated pool blocks and registered in the prefix cache before its prefill, which then
 // computes only the rest.
@@ -55,7 +56,7 @@
 #include "local_engine/block_manager.h"
 #include "local_engine/device.h"
 #include "local_engine/model.h"
-#include "local_engine/offload_tier.h"
+#include "local_engine/kv_tier.h"
 #include "local_engine/sampler.h"
 #include "local_engine/step_batch.h"
 #include "local_engine/token_trie.h"
@@ -85,7 +86,7 @@ struct Usage {
   int32_t cached_tokens = 0;       // prompt tokens reused from the prefix cache (first admission)
   int32_t completion_tokens = 0;
   int32_t cache_write_tokens = 0;  // prompt tokens this request newly wrote into the cache
-  int32_t cached_offload_tokens = 0;  // of cached_tokens, restored from the offload tier (disk)
+  int32_t cached_offload_tokens = 0;  // of cached_tokens, restored from the offload tier
 };
 
 // How a prompt's leading tokens are cached right now, per tier (block aligned; together at most
@@ -104,7 +105,8 @@ struct CacheStats {
   uint64_t aborted_steps = 0;  // forward passes a cancel stopped between layers
   // The offload tier; all zero when there is none.
   bool offload = false;
-  std::string offload_path;
+  std::string offload_kind;  // "disk" or "host" (KvTier::kind)
+  std::string offload_path;  // the file, or which host memory (KvTier::location)
   OffloadTierStats tier;
   uint64_t offload_hit_tokens = 0;   // prompt tokens restored from the tier at admission
   uint64_t offload_restores = 0;     // admissions that restored at least one block
@@ -166,11 +168,13 @@ struct EngineOptions {
   // only the padding happens (tests use that). Off by default: built and tested without a GPU,
   // never run on one yet (kernels/NOTES.md, "CUDA graphs for decode").
   bool cuda_graphs = false;
-  // The KV offload tier: a file at `disk_path` of at most `bytes` bytes (offload_tier.h) that
-  // keeps the blocks the pool evicts. Empty path: no tier. Device cpu only; needs prefix caching.
+  // The KV offload tier, which keeps the blocks the pool evicts; at most one, and it needs prefix
+  // caching. Either a file at `disk_path` of at most `bytes` bytes (offload_tier.h; device cpu),
+  // or `host_bytes` of host memory, page-locked on cuda (host_tier.h; any device). Neither: none.
   struct Offload {
     std::string disk_path;
     int64_t bytes = 0;
+    int64_t host_bytes = 0;
   } offload;
 };
 
@@ -292,7 +296,7 @@ class Engine {
   // The offload tier (null without one; the pointer is constant after Create, the tier locks its
   // own index) and its writer, the pool's eviction listener, whose list of evicted blocks the
   // engine thread alone touches.
-  std::unique_ptr<OffloadTier> tier_;
+  std::unique_ptr<KvTier> tier_;
   std::unique_ptr<TierWriter> tier_writer_;
   uint64_t offload_hit_tokens_ = 0;  // GUARDED_BY(blocks_mu_)
   uint64_t offload_restores_ = 0;    // GUARDED_BY(blocks_mu_)

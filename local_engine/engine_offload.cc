@@ -1,5 +1,5 @@
-// The engine's side of the KV offload tier (offload_tier.h): which blocks go to disk and when,
-// and where they come back (engine.h, "Offload tier").
+// The engine's side of the KV offload tier (kv_tier.h): which blocks go to the tier and when, and
+// where they come back (engine.h, "Offload tier").
 #include <array>
 #include <chrono>
 #include <cstring>
@@ -8,6 +8,8 @@
 #include <xxhash.h>
 
 #include "local_engine/engine.h"
+#include "local_engine/host_tier.h"
+#include "local_engine/offload_tier.h"
 #include "local_engine/scheduler.h"
 #include "local_engine/sequence.h"
 
@@ -48,6 +50,43 @@ uint64_t KvLayoutKey(const GgufFile& file, const ModelRunner& runner) {
   return XXH3_64bits_digest(&state);
 }
 
+// The disk tier as a KvTier: each block goes through host memory (ModelRunner::ReadBlock and
+// WriteBlock) to its checksummed slot.
+class DiskTier final : public KvTier {
+ public:
+  DiskTier(std::unique_ptr<OffloadTier> file, ModelRunner& runner)
+      : file_(std::move(file)), runner_(runner), bytes_(file_->block_bytes()) {}
+  std::string_view kind() const override { return "disk"; }
+  std::string location() const override { return file_->path(); }
+  bool Contains(const TierKey& key) const override { return file_->Contains(key); }
+  bool Pin(const TierKey& key) override { return file_->Pin(key); }
+  void UnpinAll() override { file_->UnpinAll(); }
+  void StoreBlocks(std::span<const TierBlock> evicted) override {
+    for (const TierBlock& b : evicted) {
+      if (file_->Contains(b.key)) {  // restored from the tier earlier: the same bytes are there
+        file_->Touch(b.key);
+        continue;
+      }
+      if (runner_.ReadBlock(b.pool_block, bytes_)) file_->Store(b.key, bytes_);
+    }
+  }
+  int LoadBlocks(std::span<const TierBlock> blocks) override {
+    int n = 0;
+    for (const TierBlock& b : blocks) {
+      // A corrupt slot is a miss: this block and the rest are computed.
+      if (!file_->Load(b.key, bytes_) || !runner_.WriteBlock(b.pool_block, bytes_)) break;
+      ++n;
+    }
+    return n;
+  }
+  OffloadTierStats stats() const override { return file_->stats(); }
+
+ private:
+  std::unique_ptr<OffloadTier> file_;
+  ModelRunner& runner_;
+  std::vector<std::byte> bytes_;  // one block
+};
+
 }  // namespace
 
 // The pool's eviction listener: notes each evicted hashed block; RunTierIo copies them out before
@@ -71,7 +110,6 @@ struct Engine::TierWriter final : EvictionListener {
     pending.push_back(e);
   }
   std::vector<Evicted> pending;
-  std::vector<std::byte> bytes;  // one block
 };
 
 // Here, where TierWriter is complete (unique_ptr members).
@@ -79,22 +117,32 @@ Engine::Engine() = default;
 Engine::~Engine() = default;
 
 Status Engine::OpenTier() {
-  if (options_.device != Device::kCpu) {
+  const EngineOptions::Offload& o = options_.offload;
+  if (!o.disk_path.empty() && o.host_bytes > 0) {
     return MakeError(ErrorCode::kInvalidArgument,
-                     "offload: the disk tier is supported on device cpu only");
+                     "offload: give disk (with bytes) or host_bytes, not both: one tier per engine");
   }
   if (!options_.enable_prefix_caching) {
-    return MakeError(ErrorCode::kInvalidArgument, "offload: the disk tier needs prefix caching");
+    return MakeError(ErrorCode::kInvalidArgument, "offload: the tier needs prefix caching");
   }
-  const size_t block_bytes = static_cast<size_t>(runner_->KvBytesPerBlock());
-  auto tier = OffloadTier::Open({.path = options_.offload.disk_path,
-                                 .capacity_bytes = options_.offload.bytes,
-                                 .block_bytes = block_bytes,
-                                 .layout_key = KvLayoutKey(*file_, *runner_)});
-  if (!tier) return std::unexpected(tier.error());
-  tier_ = std::move(*tier);
+  if (o.host_bytes > 0) {
+    auto tier = HostTier::Create(*backend_, runner_->KvPlanes(), o.host_bytes);
+    if (!tier) return std::unexpected(tier.error());
+    tier_ = std::move(*tier);
+  } else {
+    if (options_.device != Device::kCpu) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       "offload: the disk tier is supported on device cpu only (host_bytes: a "
+                       "host-memory tier works on every device)");
+    }
+    auto file = OffloadTier::Open({.path = o.disk_path,
+                                   .capacity_bytes = o.bytes,
+                                   .block_bytes = static_cast<size_t>(runner_->KvBytesPerBlock()),
+                                   .layout_key = KvLayoutKey(*file_, *runner_)});
+    if (!file) return std::unexpected(file.error());
+    tier_ = std::make_unique<DiskTier>(std::move(*file), *runner_);
+  }
   tier_writer_ = std::make_unique<TierWriter>();
-  tier_writer_->bytes.resize(block_bytes);
   blocks_->set_eviction_listener(tier_writer_.get());
   return {};
 }
@@ -131,20 +179,18 @@ void Engine::RunTierIo(std::unique_lock<std::mutex>& lock,
   std::vector<TierWriter::Evicted> evicted;
   evicted.swap(tier_writer_->pending);
   if (evicted.empty() && restores.empty()) return;
-  std::vector<std::byte>& bytes = tier_writer_->bytes;
   std::vector<int> restored(restores.size(), 0);
   uint64_t store_ns = 0, restore_ns = 0;
   lock.unlock();
+  // Stores first: a restore may write into a block evicted this step, whose bytes a store reads.
   const auto stores_start = std::chrono::steady_clock::now();
-  for (const TierWriter::Evicted& e : evicted) {
-    const TierKey key{e.hash, e.salt, e.tokens};
-    if (tier_->Contains(key)) {  // restored from the tier earlier: the same bytes are there
-      tier_->Touch(key);
-      continue;
-    }
-    if (runner_->ReadBlock(e.block, bytes)) tier_->Store(key, bytes);
+  if (!evicted.empty()) {
+    std::vector<TierBlock> blocks;
+    blocks.reserve(evicted.size());
+    for (const TierWriter::Evicted& e : evicted) blocks.push_back({e.block, {e.hash, e.salt, e.tokens}});
+    tier_->StoreBlocks(blocks);
+    store_ns = NanosSince(stores_start);
   }
-  if (!evicted.empty()) store_ns = NanosSince(stores_start);
   const auto restores_start = std::chrono::steady_clock::now();
   for (size_t r = 0; r < restores.size(); ++r) {
     const Sequence& s = *restores[r].seq;
@@ -152,12 +198,12 @@ void Engine::RunTierIo(std::unique_lock<std::mutex>& lock,
     const std::vector<uint64_t> chain = BlockManager::HashChain(tokens, s.blocks.salt);
     const size_t first = static_cast<size_t>(s.blocks.num_cached_tokens / kBlockSize);
     const size_t end = std::min(chain.size(), first + static_cast<size_t>(restores[r].tier_blocks));
+    std::vector<TierBlock> blocks;
     for (size_t i = first; i < end; ++i) {
-      const TierKey key{chain[i], s.blocks.salt, tokens.subspan(i * kBlockSize, kBlockSize)};
-      // A corrupt slot is a miss: this block and the rest are computed.
-      if (!tier_->Load(key, bytes) || !runner_->WriteBlock(s.blocks.block_ids[i], bytes)) break;
-      restored[r] += kBlockSize;
+      blocks.push_back({s.blocks.block_ids[i],
+                        {chain[i], s.blocks.salt, tokens.subspan(i * kBlockSize, kBlockSize)}});
     }
+    restored[r] = tier_->LoadBlocks(blocks) * kBlockSize;
   }
   tier_->UnpinAll();
   if (!restores.empty()) restore_ns = NanosSince(restores_start);

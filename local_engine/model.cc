@@ -90,7 +90,24 @@ Status ModelRunner::WriteBlock(int32_t block, std::span<const std::byte> in) {
   return backend_.status();
 }
 
+std::vector<BlockPlane> ModelRunner::KvPlanes() const {
+  const int64_t part = KvBytesPerBlock() / (2 * weights_.dims.n_layers);
+  std::vector<BlockPlane> planes;
+  for (size_t l = 0; l < k_cache_.size(); ++l) {
+    for (const DeviceBuffer* cache : {&k_cache_[l], &v_cache_[l]}) {
+      planes.push_back({static_cast<std::byte*>(cache->data()), part});
+    }
+  }
+  return planes;
+}
+
 Status ModelRunner::CopyBlock(int32_t src, int32_t dst) {
+  if (src < 0 || src >= config_.num_blocks || dst < 0 || dst >= config_.num_blocks) {
+    return MakeError(ErrorCode::kInvalidArgument, "kv cache: bad block copy");
+  }
+  const std::vector<BlockPlane> planes = KvPlanes();
+  const BlockCopy copy{src, dst};
+  if (backend_.CopyBlocks(planes, planes, {&copy, 1})) return backend_.status();
   std::vector<std::byte> bytes(static_cast<size_t>(KvBytesPerBlock()));
   if (auto s = ReadBlock(src, bytes); !s) return s;
   return WriteBlock(dst, bytes);

@@ -75,9 +75,13 @@ class ModelRunner {
   // the backend cannot copy into its memory (Backend::CopyFromHost).
   Status ReadBlock(int32_t block, std::span<std::byte> out);
   Status WriteBlock(int32_t block, std::span<const std::byte> in);
-  // Copies block `src`'s K and V of every layer into block `dst` (a fork's copy on write), through
-  // host memory: WriteBlock's errors.
+  // Copies block `src`'s K and V of every layer into block `dst` (a fork's copy on write): one
+  // Backend::CopyBlocks where the backend has it, else through host memory (WriteBlock's errors).
   Status CopyBlock(int32_t src, int32_t dst);
+  // The pool as Backend::CopyBlocks planes: [layer][K, V], each block's bytes as ReadBlock lays
+  // one layer's K or V out (KvBytesPerBlock() / (2 * layers) per plane). An offload tier's host
+  // slots are planes of the same block_bytes.
+  std::vector<BlockPlane> KvPlanes() const;
 
  private:
   ModelRunner(const ModelWeights& weights, Backend& backend, KvCacheConfig config,

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <unordered_map>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -101,7 +102,7 @@ Result<std::unique_ptr<OffloadTier>> OffloadTier::Open(const OffloadTierOptions&
   t->block_bytes_ = options.block_bytes;
   t->slot_bytes_ = slot_bytes;
   t->layout_key_ = options.layout_key;
-  t->slots_.resize(static_cast<size_t>(slots64));
+  t->index_ = std::make_unique<TierIndex>(static_cast<int32_t>(slots64));
   t->buffer_.resize(static_cast<size_t>(slot_bytes));
   t->stats_.capacity_blocks = slots64;
   t->stats_.slot_bytes = slot_bytes;
@@ -155,7 +156,7 @@ OffloadTier::~OffloadTier() {
 
 Status OffloadTier::Initialize() {
   const std::string where = "offload tier " + path_ + ": ";
-  const int64_t size = kFileHeaderBytes + static_cast<int64_t>(slots_.size()) * slot_bytes_;
+  const int64_t size = kFileHeaderBytes + int64_t{index_->slots()} * slot_bytes_;
   // Truncating to 0 first drops every old slot; the new size is sparse until slots are written.
   if (::ftruncate(fd_, 0) != 0 || ::ftruncate(fd_, size) != 0) {
     return MakeError(ErrorCode::kUnavailable, where + "cannot size the file: " + Errno());
@@ -167,104 +168,69 @@ Status OffloadTier::Initialize() {
   Put<uint64_t>(header, kFhLayout, layout_key_);
   Put<uint64_t>(header, kFhBlockBytes, block_bytes_);
   Put<uint64_t>(header, kFhSlotBytes, static_cast<uint64_t>(slot_bytes_));
-  Put<uint64_t>(header, kFhSlots, slots_.size());
+  Put<uint64_t>(header, kFhSlots, static_cast<uint64_t>(index_->slots()));
   Put<uint64_t>(header, kFhChecksum, XXH3_64bits(header, kFhChecksum));
   if (!WriteAt(fd_, header, sizeof header, 0)) {
     return MakeError(ErrorCode::kUnavailable, where + "cannot write the header: " + Errno());
   }
-  free_.clear();
-  for (int32_t s = static_cast<int32_t>(slots_.size()) - 1; s >= 0; --s) free_.push_back(s);
+  index_ = std::make_unique<TierIndex>(index_->slots());
   return {};
 }
 
 void OffloadTier::RebuildIndex() {
   // Only the slot headers are read here; a slot's checksum is checked when it is loaded.
-  std::vector<int32_t> used;
+  std::unordered_map<uint64_t, TierIndex::Held> newest;  // by hash: an old copy whose index entry
+                                                         // was lost loses to the newer one
   std::byte header[kSlotHeaderBytes];
-  for (int32_t s = 0; s < static_cast<int32_t>(slots_.size()); ++s) {
+  for (int32_t s = 0; s < index_->slots(); ++s) {
     if (!ReadAt(fd_, header, sizeof header, SlotOffset(s)) ||
         Get<uint64_t>(header, kShMagic) != kSlotMagic ||
         Get<uint64_t>(header, kShLayout) != layout_key_) {
       continue;
     }
-    Slot& slot = slots_[static_cast<size_t>(s)];
-    slot.hash = Get<uint64_t>(header, kShHash);
-    slot.salt = Get<uint64_t>(header, kShSalt);
-    slot.stamp = Get<uint64_t>(header, kShStamp);
-    slot.tokens.resize(kBlockSize);
-    std::memcpy(slot.tokens.data(), header + kShTokens, kBlockSize * sizeof(int32_t));
-    if (auto it = index_.find(slot.hash); it != index_.end()) {
-      // The same block twice (an old copy whose index entry was lost): keep the newer one.
-      Slot& other = slots_[static_cast<size_t>(it->second)];
-      if (other.stamp >= slot.stamp) continue;
-      other.used = false;
-      std::erase(used, it->second);
-    }
-    slot.used = true;
-    index_[slot.hash] = s;
-    used.push_back(s);
-    next_stamp_ = std::max(next_stamp_, slot.stamp + 1);
+    TierIndex::Held h{.slot = s,
+                      .hash = Get<uint64_t>(header, kShHash),
+                      .salt = Get<uint64_t>(header, kShSalt),
+                      .stamp = Get<uint64_t>(header, kShStamp),
+                      .tokens = std::vector<int32_t>(kBlockSize)};
+    std::memcpy(h.tokens.data(), header + kShTokens, kBlockSize * sizeof(int32_t));
+    next_stamp_ = std::max(next_stamp_, h.stamp + 1);
+    auto [it, inserted] = newest.try_emplace(h.hash, h);
+    if (!inserted && it->second.stamp < h.stamp) it->second = std::move(h);
   }
   // LRU order across a restart: store order (hits are not written back, so they are forgotten).
-  std::sort(used.begin(), used.end(), [this](int32_t a, int32_t b) {
-    return slots_[static_cast<size_t>(a)].stamp < slots_[static_cast<size_t>(b)].stamp;
-  });
-  for (int32_t s : used) PushTail(s);
-  for (int32_t s = static_cast<int32_t>(slots_.size()) - 1; s >= 0; --s) {
-    if (!slots_[static_cast<size_t>(s)].used) {
-      slots_[static_cast<size_t>(s)].tokens.clear();
-      free_.push_back(s);
-    }
-  }
-  stats_.reused_blocks = static_cast<int64_t>(used.size());
+  std::vector<TierIndex::Held> held;
+  for (auto& [hash, h] : newest) held.push_back(std::move(h));
+  std::sort(held.begin(), held.end(),
+            [](const TierIndex::Held& a, const TierIndex::Held& b) { return a.stamp < b.stamp; });
+  index_->Restore(held);
+  stats_.reused_blocks = static_cast<int64_t>(held.size());
 }
 
 int64_t OffloadTier::SlotOffset(int32_t slot) const {
   return kFileHeaderBytes + static_cast<int64_t>(slot) * slot_bytes_;
 }
 
-int32_t OffloadTier::Find(const TierKey& key) const {
-  auto it = index_.find(key.hash);
-  if (it == index_.end()) return -1;
-  const Slot& slot = slots_[static_cast<size_t>(it->second)];
-  if (slot.salt != key.salt ||
-      !std::equal(slot.tokens.begin(), slot.tokens.end(), key.tokens.begin(), key.tokens.end())) {
-    return -1;  // a hash collision: a miss
-  }
-  return it->second;
-}
-
 bool OffloadTier::Contains(const TierKey& key) const {
   std::lock_guard lock(mu_);
-  return Find(key) >= 0;
+  return index_->Find(key) >= 0;
 }
 
 void OffloadTier::Touch(const TierKey& key) {
   std::lock_guard lock(mu_);
-  if (const int32_t s = Find(key); s >= 0) {
-    Unlink(s);
-    PushTail(s);
-  }
+  if (const int32_t s = index_->Find(key); s >= 0) index_->Touch(s);
 }
 
 bool OffloadTier::Pin(const TierKey& key) {
   std::lock_guard lock(mu_);
-  const int32_t s = Find(key);
-  if (s < 0) return false;
-  Unlink(s);
-  PushTail(s);
-  Slot& slot = slots_[static_cast<size_t>(s)];
-  if (!slot.pinned) {
-    slot.pinned = true;
-    pinned_.push_back(s);
-  }
-  return true;
+  const int32_t s = index_->Find(key);
+  if (s >= 0) index_->Pin(s);
+  return s >= 0;
 }
 
 void OffloadTier::UnpinAll() {
   std::lock_guard lock(mu_);
-  for (int32_t s : pinned_) slots_[static_cast<size_t>(s)].pinned = false;
-  pinned_.clear();
+  index_->UnpinAll();
 }
 
 void OffloadTier::Store(const TierKey& key, std::span<const std::byte> bytes) {
@@ -273,27 +239,17 @@ void OffloadTier::Store(const TierKey& key, std::span<const std::byte> bytes) {
   uint64_t stamp = 0;
   {
     std::lock_guard lock(mu_);
-    if (const int32_t held = Find(key); held >= 0) {
-      Unlink(held);
-      PushTail(held);
+    if (const int32_t held = index_->Find(key); held >= 0) {
+      index_->Touch(held);
       return;
     }
-    // A different block under the same hash (a collision) gives its slot up to the newer one.
-    if (auto it = index_.find(key.hash); it != index_.end()) Drop(it->second);
-    if (free_.empty()) {
-      int32_t victim = head_;
-      while (victim >= 0 && slots_[static_cast<size_t>(victim)].pinned) {
-        victim = slots_[static_cast<size_t>(victim)].next;
-      }
-      if (victim < 0) {
-        ++stats_.dropped_blocks;
-        return;
-      }
-      ++stats_.evictions;
-      Drop(victim);
+    bool evicted = false;
+    s = index_->Take(&evicted);  // neither free nor indexed while it is written
+    if (s < 0) {
+      ++stats_.dropped_blocks;
+      return;
     }
-    s = free_.back();
-    free_.pop_back();  // neither free nor indexed while it is written
+    if (evicted) ++stats_.evictions;
     stamp = next_stamp_++;
   }
   std::byte* b = buffer_.data();
@@ -311,17 +267,10 @@ void OffloadTier::Store(const TierKey& key, std::span<const std::byte> bytes) {
   std::lock_guard lock(mu_);
   if (!written) {
     ++stats_.write_errors;
-    free_.push_back(s);
+    index_->Release(s);
     return;
   }
-  Slot& slot = slots_[static_cast<size_t>(s)];
-  slot.used = true;
-  slot.hash = key.hash;
-  slot.salt = key.salt;
-  slot.stamp = stamp;
-  slot.tokens.assign(key.tokens.begin(), key.tokens.end());
-  index_[key.hash] = s;
-  PushTail(s);
+  index_->Commit(s, key, stamp);
   ++stats_.stored_blocks;
   stats_.bytes_written += n;
 }
@@ -331,7 +280,7 @@ bool OffloadTier::Load(const TierKey& key, std::span<std::byte> out) {
   int32_t s = -1;
   {
     std::lock_guard lock(mu_);
-    s = Find(key);
+    s = index_->Find(key);
   }
   if (s < 0) return false;
   // Only the caller's thread changes which block a slot holds, so it still holds `key` here.
@@ -347,61 +296,19 @@ bool OffloadTier::Load(const TierKey& key, std::span<std::byte> out) {
   std::lock_guard lock(mu_);
   if (!ok) {
     ++stats_.corrupt_blocks;
-    Drop(s);
+    index_->Drop(s);
     return false;
   }
-  Unlink(s);
-  PushTail(s);
+  index_->Touch(s);
   ++stats_.loaded_blocks;
   stats_.bytes_read += n;
   return true;
 }
 
-void OffloadTier::Drop(int32_t s) {
-  Slot& slot = slots_[static_cast<size_t>(s)];
-  if (!slot.used) return;
-  Unlink(s);
-  if (auto it = index_.find(slot.hash); it != index_.end() && it->second == s) index_.erase(it);
-  slot.used = false;
-  slot.tokens.clear();
-  if (slot.pinned) {
-    slot.pinned = false;
-    std::erase(pinned_, s);
-  }
-  free_.push_back(s);
-}
-
-void OffloadTier::PushTail(int32_t s) {
-  Slot& slot = slots_[static_cast<size_t>(s)];
-  slot.prev = tail_;
-  slot.next = -1;
-  if (tail_ >= 0) {
-    slots_[static_cast<size_t>(tail_)].next = s;
-  } else {
-    head_ = s;
-  }
-  tail_ = s;
-}
-
-void OffloadTier::Unlink(int32_t s) {
-  Slot& slot = slots_[static_cast<size_t>(s)];
-  if (slot.prev >= 0) {
-    slots_[static_cast<size_t>(slot.prev)].next = slot.next;
-  } else {
-    head_ = slot.next;
-  }
-  if (slot.next >= 0) {
-    slots_[static_cast<size_t>(slot.next)].prev = slot.prev;
-  } else {
-    tail_ = slot.prev;
-  }
-  slot.prev = slot.next = -1;
-}
-
 OffloadTierStats OffloadTier::stats() const {
   std::lock_guard lock(mu_);
   OffloadTierStats out = stats_;
-  out.used_blocks = static_cast<int64_t>(slots_.size() - free_.size());
+  out.used_blocks = index_->used();
   return out;
 }
 

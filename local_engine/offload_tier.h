@@ -45,11 +45,12 @@
 #include <mutex>
 #include <span>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "common/error.h"
 #include "local_engine/block_manager.h"
+#include "local_engine/kv_tier.h"
+#include "local_engine/tier_index.h"
 
 namespace kvgate::engine {
 
@@ -58,28 +59,6 @@ struct OffloadTierOptions {
   int64_t capacity_bytes = 0;  // slots = capacity_bytes / slot bytes, at least 1
   size_t block_bytes = 0;      // K/V bytes of one block (ModelRunner::KvBytesPerBlock)
   uint64_t layout_key = 0;     // the model and KV layout the bytes belong to
-};
-
-// What identifies one block: the chained hash, the salt and the token ids under it.
-struct TierKey {
-  uint64_t hash = 0;
-  uint64_t salt = 0;
-  std::span<const int32_t> tokens;  // kBlockSize ids
-};
-
-struct OffloadTierStats {
-  int64_t capacity_blocks = 0;  // slots
-  int64_t used_blocks = 0;      // slots holding a block
-  int64_t slot_bytes = 0;       // file bytes per slot (header + block bytes, rounded to 4 KiB)
-  int64_t reused_blocks = 0;    // blocks found in the file when it was opened (restart)
-  uint64_t stored_blocks = 0;   // Store calls that wrote a slot
-  uint64_t loaded_blocks = 0;   // Loads that returned bytes (hits)
-  uint64_t corrupt_blocks = 0;  // Loads that found a bad checksum, header or short read (misses)
-  uint64_t evictions = 0;       // blocks overwritten because the tier was full
-  uint64_t write_errors = 0;    // Stores the file refused (disk full, I/O error): dropped
-  uint64_t dropped_blocks = 0;  // Stores dropped because every slot was pinned
-  uint64_t bytes_written = 0;
-  uint64_t bytes_read = 0;
 };
 
 class OffloadTier {
@@ -114,24 +93,9 @@ class OffloadTier {
   size_t block_bytes() const { return block_bytes_; }
 
  private:
-  struct Slot {
-    bool used = false;
-    uint64_t hash = 0;
-    uint64_t salt = 0;
-    uint64_t stamp = 0;
-    std::vector<int32_t> tokens;
-    bool pinned = false;
-    int32_t prev = -1;  // LRU links among used slots; -1 = none
-    int32_t next = -1;
-  };
-
   OffloadTier() = default;
   Status Initialize();  // writes a fresh header and sizes the file
   void RebuildIndex();  // from the slot headers of a reused file
-  int32_t Find(const TierKey& key) const;
-  void Drop(int32_t slot);
-  void PushTail(int32_t slot);
-  void Unlink(int32_t slot);
   int64_t SlotOffset(int32_t slot) const;
 
   // Constant after Open.
@@ -141,15 +105,10 @@ class OffloadTier {
   int64_t slot_bytes_ = 0;
   uint64_t layout_key_ = 0;
 
-  // The index: everything below but buffer_ is GUARDED_BY(mu_). (Open fills it before anyone
-  // else can see the tier.)
+  // Everything below but buffer_ is GUARDED_BY(mu_). (Open fills it before anyone else can see
+  // the tier.)
   mutable std::mutex mu_;
-  std::vector<Slot> slots_;
-  std::unordered_map<uint64_t, int32_t> index_;  // block hash -> slot
-  std::vector<int32_t> free_;                    // unused slots
-  std::vector<int32_t> pinned_;
-  int32_t head_ = -1;  // least recently used
-  int32_t tail_ = -1;
+  std::unique_ptr<TierIndex> index_;
   uint64_t next_stamp_ = 1;
   OffloadTierStats stats_;
   std::vector<std::byte> buffer_;  // one slot, reused by Store and Load: their thread only

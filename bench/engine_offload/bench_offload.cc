@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "local_engine/engine.h"
+#include "local_engine/offload_tier.h"
 
 using namespace kvgate::engine;
 using Clock = std::chrono::steady_clock;

@@ -12,6 +12,7 @@
 
 #include "local_engine/chat_template.h"
 #include "local_engine/engine.h"
+#include "local_engine/offload_tier.h"
 #include "local_engine/kv_size.h"
 #include "local_engine/model_config.h"
 

@@ -1,7 +1,8 @@
 // The offload tier in the real engine on the real model: a prompt evicted from a small pool comes
-// back from disk (and only the rest of it is computed), a corrupt or truncated tier file is a
-// miss with the same output, the tier's own LRU when it is full, and the engine options it
-// refuses. (The tier's file rules on fake blocks: tests/block_manager/offload_tier_test.cc.)
+// back from the tier (and only the rest of it is computed), greedy output is the same with the
+// tier on and off, and the tier's own LRU when it is full, for both kinds (a file, host memory);
+// a corrupt or truncated tier file is a miss with the same output, a restart reuses the file, and
+// the engine options it refuses. (The tiers' rules on fake blocks: tests/block_manager/.)
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <numeric>
 
 #include "local_engine/engine.h"
+#include "local_engine/offload_tier.h"
 
 namespace kvgate::engine {
 namespace {
@@ -52,7 +54,9 @@ class OffloadEngineTest : public ::testing::Test {
     EngineOptions o;
     o.model_path = kModel;
     o.num_kv_blocks = kPoolBlocks;
-    if (tier_blocks > 0) {
+    if (tier_blocks > 0 && kind_ == "host") {
+      o.offload.host_bytes = tier_blocks * kBlockBytes;
+    } else if (tier_blocks > 0) {
       o.offload.disk_path = tier_path_;
       o.offload.bytes = tier_blocks * SlotBytes();
     }
@@ -60,10 +64,9 @@ class OffloadEngineTest : public ::testing::Test {
     EXPECT_TRUE(e.has_value()) << (e ? "" : e.error().ToString());
     return e ? std::move(*e) : nullptr;
   }
-  static int64_t SlotBytes() {
-    // SmolLM2-135M: 23,040 KV bytes per token.
-    return OffloadTier::SlotBytes(static_cast<size_t>(23040) * kBlockSize);
-  }
+  // SmolLM2-135M: 23,040 KV bytes per token.
+  static constexpr int64_t kBlockBytes = int64_t{23040} * kBlockSize;
+  static int64_t SlotBytes() { return OffloadTier::SlotBytes(static_cast<size_t>(kBlockBytes)); }
   static Generation Generate(Engine& e, std::vector<int32_t> prompt, int max_tokens = 4) {
     Generation run;
     SamplingParams p;
@@ -91,15 +94,29 @@ class OffloadEngineTest : public ::testing::Test {
 
   fs::path dir_;
   std::string tier_path_;
+  std::string kind_ = "disk";  // the tier Make builds: "disk" or "host"
 };
 
-TEST_F(OffloadEngineTest, AnEvictedPromptComesBackFromDisk) {
+// The tests that hold for either kind of tier.
+class OffloadTierKindTest : public OffloadEngineTest,
+                            public ::testing::WithParamInterface<std::string> {
+ protected:
+  void SetUp() override {
+    OffloadEngineTest::SetUp();
+    kind_ = GetParam();
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Kinds, OffloadTierKindTest, ::testing::Values("disk", "host"));
+
+TEST_P(OffloadTierKindTest, AnEvictedPromptComesBackFromTheTier) {
   auto engine = Make(/*tier_blocks=*/64);
   ASSERT_TRUE(engine);
   const Generation first = RunAThenB(*engine);
   EXPECT_EQ(first.usage.cached_tokens, 0);
   CacheStats stats = engine->cache_stats();
   ASSERT_TRUE(stats.offload);
+  EXPECT_EQ(stats.offload_kind, kind_);
   EXPECT_EQ(stats.tier.stored_blocks, 3u);  // A's blocks 1..3
   const auto a = Prompt(kPromptA, 1000);
   const CachedPrefix prefix = engine->LookupCachedPrefix(a);
@@ -108,7 +125,7 @@ TEST_F(OffloadEngineTest, AnEvictedPromptComesBackFromDisk) {
   EXPECT_EQ(engine->LookupCachedTokens(a), 16);  // the pool alone
 
   const Generation again = Generate(*engine, a);
-  EXPECT_EQ(again.usage.cached_tokens, 64);  // 16 from the pool + 48 from disk
+  EXPECT_EQ(again.usage.cached_tokens, 64);  // 16 from the pool + 48 from the tier
   EXPECT_EQ(again.usage.cached_offload_tokens, 48);
   EXPECT_EQ(again.usage.cache_write_tokens, 0);  // restored blocks are reads, not writes
   EXPECT_EQ(again.tokens, first.tokens);
@@ -124,14 +141,14 @@ TEST_F(OffloadEngineTest, AnEvictedPromptComesBackFromDisk) {
   EXPECT_EQ(third.tokens, first.tokens);
 }
 
-TEST_F(OffloadEngineTest, GreedyOutputIsTheSameWithTheTierOnAndOff) {
+TEST_P(OffloadTierKindTest, GreedyOutputIsTheSameWithTheTierOnAndOff) {
   auto with = Make(64);
   auto without = Make(0);
   ASSERT_TRUE(with && without);
   RunAThenB(*with);
   RunAThenB(*without);
-  // A longer prompt that extends A: its prefix comes from disk on one engine, is recomputed on
-  // the other.
+  // A longer prompt that extends A: its prefix comes from the tier on one engine, is recomputed
+  // on the other.
   auto longer = Prompt(kPromptA, 1000);
   const auto tail = Prompt(40, 9000);
   longer.insert(longer.end(), tail.begin(), tail.end());
@@ -180,7 +197,7 @@ TEST_F(OffloadEngineTest, ATruncatedTierFileIsAMissWithTheSameOutput) {
   EXPECT_GE(engine->cache_stats().tier.corrupt_blocks, 1u);
 }
 
-TEST_F(OffloadEngineTest, AFullTierKeepsItsMostRecentBlocks) {
+TEST_P(OffloadTierKindTest, AFullTierKeepsItsMostRecentBlocks) {
   // 2 slots for A's 3 evicted blocks: evicted in order 3, 2, 1, so the tier keeps 2 and 1, the
   // head of A's prompt, which is what a later prefix lookup needs. A again pins them while its
   // own allocation evicts B's blocks (dropped: the tier is full of pinned blocks).
@@ -231,6 +248,16 @@ TEST_F(OffloadEngineTest, RefusesBadOptions) {
   auto uncached = Engine::Create(o);
   ASSERT_FALSE(uncached.has_value());
   EXPECT_NE(uncached.error().message.find("prefix caching"), std::string::npos);
+  o.enable_prefix_caching = true;
+  o.offload.host_bytes = kBlockBytes;
+  auto both = Engine::Create(o);
+  ASSERT_FALSE(both.has_value());
+  EXPECT_NE(both.error().message.find("not both"), std::string::npos);
+  o.offload.disk_path.clear();
+  o.offload.host_bytes = kBlockBytes - 1;
+  auto tiny = Engine::Create(o);
+  ASSERT_FALSE(tiny.has_value());
+  EXPECT_NE(tiny.error().message.find("offload.host_bytes"), std::string::npos);
 }
 
 }  // namespace

@@ -8,13 +8,17 @@ namespace kvgate::gateway {
 using nlohmann::json;
 
 json UsageJson(const engine::Usage& usage) {
-  return json{{"prompt_tokens", usage.prompt_tokens},
-              {"completion_tokens", usage.completion_tokens},
-              {"total_tokens", usage.prompt_tokens + usage.completion_tokens},
-              {"prompt_tokens_details",
-               {{"cached_tokens", usage.cached_tokens},
-                {"cache_write_tokens", usage.cache_write_tokens},
-                {"cache_read_offload_tokens", usage.cached_offload_tokens}}}};
+  json out{{"prompt_tokens", usage.prompt_tokens},
+           {"completion_tokens", usage.completion_tokens},
+           {"total_tokens", usage.prompt_tokens + usage.completion_tokens},
+           {"prompt_tokens_details",
+            {{"cached_tokens", usage.cached_tokens},
+             {"cache_write_tokens", usage.cache_write_tokens},
+             {"cache_read_offload_tokens", usage.cached_offload_tokens}}}};
+  if (!usage.offload_tier.empty()) {
+    out["prompt_tokens_details"]["cache_read_offload_tier"] = usage.offload_tier;
+  }
+  return out;
 }
 
 std::string FinishReasonFor(engine::FinishReason reason) {

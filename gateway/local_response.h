@@ -17,7 +17,8 @@
 
 namespace kvgate::gateway {
 
-// usage with prompt_tokens_details {cached_tokens, cache_write_tokens, cache_read_offload_tokens}.
+// usage with prompt_tokens_details {cached_tokens, cache_write_tokens, cache_read_offload_tokens,
+// and cache_read_offload_tier ("disk" or "host") when the engine has an offload tier}.
 nlohmann::json UsageJson(const engine::Usage& usage);
 // "length" or "stop".
 std::string FinishReasonFor(engine::FinishReason reason);

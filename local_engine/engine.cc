@@ -242,6 +242,7 @@ void Engine::Emit(Sequence& s, int32_t token, std::string_view text, FinishReaso
   ev.finished = reason != FinishReason::kNone;
   ev.finish_reason = reason;
   ev.usage = UsageOf(s);
+  if (tier_) ev.usage.offload_tier = tier_->kind();
   if (reason == FinishReason::kStop) ev.stop_string = s.stop.matched();
   if (s.on_token) s.on_token(ev);
 }
@@ -254,6 +255,7 @@ void Engine::Finish(Sequence& s, FinishReason reason, std::string error) {
   ev.finished = true;
   ev.finish_reason = reason;
   ev.usage = UsageOf(s);
+  if (tier_) ev.usage.offload_tier = tier_->kind();
   ev.error = std::move(error);
   // A request that ends before its prompt was computed never forked its other choices: they end
   // with it, each with its own final event.

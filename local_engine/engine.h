@@ -87,6 +87,7 @@ struct Usage {
   int32_t completion_tokens = 0;
   int32_t cache_write_tokens = 0;  // prompt tokens this request newly wrote into the cache
   int32_t cached_offload_tokens = 0;  // of cached_tokens, restored from the offload tier
+  std::string_view offload_tier;      // that tier's kind ("disk", "host"); empty without one
 };
 
 // How a prompt's leading tokens are cached right now, per tier (block aligned; together at most

@@ -41,9 +41,10 @@ Result<std::unique_ptr<HostTier>> HostTier::Create(Backend& backend, std::vector
 }
 
 std::string HostTier::location() const {
-  return std::string(backend_.Name()) == "cpu" ? "host memory"
-                                               : "pinned host memory (" +
-                                                     std::string(backend_.Name()) + ")";
+  // The CPU backend's names are "cpu-<isa>-<threads>"; a device backend's AllocateHost pins.
+  const std::string_view name = backend_.Name();
+  return name.starts_with("cpu") ? "host memory"
+                                 : "pinned host memory (" + std::string(name) + ")";
 }
 
 bool HostTier::Contains(const TierKey& key) const {

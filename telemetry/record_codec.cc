@@ -33,7 +33,7 @@ bool Bool(const json& j, const char* key) {
 
 #if defined(__x86_64__) && defined(__GLIBCXX__)
 // (Sizes on the platform kvgate ships for; a field added to one of these must be added below.)
-static_assert(sizeof(Usage) == 184, "a Usage field was added: journal it in record_codec.cc");
+static_assert(sizeof(Usage) == 216, "a Usage field was added: journal it in record_codec.cc");
 static_assert(sizeof(Cost) == 64, "a Cost field was added: journal it in record_codec.cc");
 #endif
 
@@ -41,9 +41,10 @@ static_assert(sizeof(Cost) == 64, "a Cost field was added: journal it in record_
 // list serves both directions, so the writer and the reader cannot disagree on it. Binary, not
 // JSON: this runs on every request, and writing the JSON line cost ~20,000 instructions, ten
 // times these copies.
-// Version 2 appended cache_helper, version 3 provider_cache_miss_reason; entries of older versions
-// (an older kvgate's journal) still decode.
-constexpr char kEntryVersion = 3;
+// Version 2 appended cache_helper, version 3 provider_cache_miss_reason, version 4
+// usage.cache_read_offload_tier; entries of older versions (an older kvgate's journal) still
+// decode.
+constexpr char kEntryVersion = 4;
 
 class EntryWriter {
  public:
@@ -173,6 +174,7 @@ void VisitFields(Io& io, Record& r, char version) {
   io.Json(r.attempts);
   if (version >= 2) io.Str(r.cache_helper);
   if (version >= 3) io.Str(r.provider_cache_miss_reason);
+  if (version >= 4) io.Str(r.usage.cache_read_offload_tier);
 }
 
 }  // namespace

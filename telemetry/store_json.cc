@@ -27,7 +27,7 @@ constexpr std::string_view kTurnColumns =
     "cost_total, cost_saved, cost_complete, cost_priced, error, upstream_request_id, finish_reason, "
     "cache_diagnosis, seq, response_id, cache_write_no_ttl, cost_missed, target, key_index, "
     "system_fingerprint, route, attempts, cache_read_offload, cache_helper, "
-    "provider_cache_miss_reason";
+    "provider_cache_miss_reason, cache_read_offload_tier";
 enum Col {
   kRequestId, kThreadId, kCreatedAt, kEndpoint, kModel, kProvider, kProviderType, kUpstreamModel,
   kApiKeyId, kStream, kStatus, kHttpStatus, kUpstreamStatus, kLatency, kTtft, kCacheRead,
@@ -35,7 +35,7 @@ enum Col {
   kCostCacheRead, kCostCacheWrite, kCostUncached, kCostOutput, kCostTotal, kCostSaved, kCostComplete,
   kCostPriced, kError, kUpstreamRequestId, kFinishReason, kDiagnosis, kSeq, kResponseId,
   kCacheWriteNoTtl, kCostMissed, kTarget, kKeyIndex, kSystemFingerprint, kRoute, kAttempts,
-  kCacheReadOffload, kCacheHelper, kProviderCacheMissReason, kColumnCount
+  kCacheReadOffload, kCacheHelper, kProviderCacheMissReason, kCacheReadOffloadTier, kColumnCount
 };
 static_assert(kColumnCount == internal::kTurnColumnCount);
 
@@ -101,11 +101,13 @@ json TurnJson(const internal::RowCursor& s, Detail detail) {
                    {"output", OptInt(s.OptInt(kOutput))},
                    {"reasoning", OptInt(s.OptInt(kReasoning))}};
   // Where the cache reads came from, for a provider with cache tiers (the built-in engine's KV
-  // pool and disk tier); null when it reported none. Beside "usage", whose shape is every
+  // pool and its offload tier, "disk" or "host"; a row that does not name the kind is from before
+  // host tiers existed: disk); null when it reported none. Beside "usage", whose shape is every
   // provider's.
   const std::optional<int64_t> read = s.OptInt(kCacheRead), offload = s.OptInt(kCacheReadOffload);
+  const std::string tier = s.Text(kCacheReadOffloadTier) == "host" ? "host" : "disk";
   turn["cache_read_by_tier"] =
-      read && offload ? json{{"pool", *read - *offload}, {"disk", *offload}} : json(nullptr);
+      read && offload ? json{{"pool", *read - *offload}, {tier, *offload}} : json(nullptr);
   CostParts cost{s.Int(kCostTotal),  s.Int(kCostCacheRead), s.Int(kCostCacheWrite),
                  s.Int(kCostUncached), s.Int(kCostOutput), s.Int(kCostSaved),
                  s.Int(kCostMissed)};
@@ -425,6 +427,7 @@ Result<std::vector<RequestRecord>> LatestTurnsFromRows(RowCursor& s, int* skippe
       r.usage.reasoning = s.OptInt(kReasoning);
       r.usage.reported_input = s.OptInt(kReportedInput);
       r.usage.cache_read_offload = s.OptInt(kCacheReadOffload);
+      r.usage.cache_read_offload_tier = s.Text(kCacheReadOffloadTier);
       r.response_id = s.Text(kResponseId);
       r.prompt_fingerprint = std::make_shared<const PromptFingerprint>(std::move(*fingerprint));
       turns.push_back(std::move(r));

@@ -36,8 +36,8 @@ constexpr std::string_view kRequestColumns =
     "cost_cache_write, cost_uncached, cost_output, cost_total, cost_saved, cost_complete, "
     "cost_priced, error, upstream_request_id, finish_reason, cache_diagnosis, response_id, "
     "cache_write_no_ttl, cost_missed, target, key_index, system_fingerprint, route, attempts, "
-    "cache_read_offload, cache_helper, provider_cache_miss_reason";
-constexpr int kRequestParams = 47;
+    "cache_read_offload, cache_helper, provider_cache_miss_reason, cache_read_offload_tier";
+constexpr int kRequestParams = 48;
 
 // SQLite's upserts (store_sqlite.cc) with PostgreSQL's names: least/greatest for min/max, and
 // the existing row named by its table (an unqualified column would be ambiguous with excluded).
@@ -162,6 +162,7 @@ Status AddRequestParams(const RequestRecord& r, PgParams& p) {
   p.OptInt(u.cache_read_offload);
   p.Text(r.cache_helper);
   p.Text(r.provider_cache_miss_reason);
+  p.Text(u.cache_read_offload_tier);
   return {};
 }
 

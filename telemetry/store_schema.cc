@@ -362,6 +362,13 @@ constexpr std::string_view kEngineOffloadPostgres = R"sql(
 ALTER TABLE requests ADD COLUMN cache_read_offload BIGINT;
 )sql";
 
+// Version 21, the kind of the engine's offload tier: requests.cache_read_offload_tier, "disk" or
+// "host" (Usage::cache_read_offload_tier), '' when unknown (no tier, another provider, a row
+// written before version 21, when "disk" was the only kind).
+constexpr std::string_view kEngineOffloadTier = R"sql(
+ALTER TABLE requests ADD COLUMN cache_read_offload_tier TEXT NOT NULL DEFAULT '';
+)sql";
+
 // Version 10, the API surface's cache helpers (versions 10-19 are the API surface's):
 // requests.cache_helper, the helper that changed the request sent upstream ("prompt_cache_key",
 // "anthropic_auto_cache"), '' when none did.
@@ -408,7 +415,7 @@ constexpr std::string_view kProviderDiagnostics = R"sql(
 ALTER TABLE requests ADD COLUMN provider_cache_miss_reason TEXT NOT NULL DEFAULT '';
 )sql";
 
-constexpr std::array<Migration, 8> kCoreMigrations = {{
+constexpr std::array<Migration, 9> kCoreMigrations = {{
     {1, "requests_and_threads", kRequestsAndThreads, kRequestsAndThreadsPostgres},
     {2, "thread_last_prompt", kThreadLastPrompt, {}},
     {3, "routing", kRouting, {}},
@@ -417,6 +424,7 @@ constexpr std::array<Migration, 8> kCoreMigrations = {{
     {11, "api_keys", kApiKeys, kApiKeysPostgres},
     {12, "provider_cache_diagnostics", kProviderDiagnostics, {}},
     {20, "engine_offload", kEngineOffload, kEngineOffloadPostgres},
+    {21, "engine_offload_tier", kEngineOffloadTier, {}},
 }};
 
 // The version table (PostgreSQL's INTEGER is 32-bit: its times are BIGINT).

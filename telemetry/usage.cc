@@ -319,6 +319,11 @@ Usage NormalizeUsage(UsageFlavor flavor, raw_json::Value usage) {
       case UsageFlavor::kKvgateEngine:
         NormalizeChatShape(u, /*has_writes=*/true, /*write_absent_is_zero=*/false, &out);
         out.cache_read_offload = Count(u, {"prompt_tokens_details", "cache_read_offload_tokens"});
+        if (Node tier = Path(u, {"prompt_tokens_details", "cache_read_offload_tier"})) {
+          // Only a kind this gateway's engine names: the column is a label, not free text.
+          const std::optional<std::string> kind = raw_json::DecodeString(*tier);
+          if (kind && (*kind == "disk" || *kind == "host")) out.cache_read_offload_tier = *kind;
+        }
         break;
       case UsageFlavor::kOpenAICompatible:
       case UsageFlavor::kVllm:

@@ -50,6 +50,9 @@ struct Usage {
   // (the built-in engine's disk offload tier; the rest came from its KV pool). Unknown for
   // providers that do not report tiers.
   std::optional<int64_t> cache_read_offload;
+  // The kind of that tier ("disk", "host": the engine's file or host-memory tier); empty when
+  // unknown (no tier, another provider, an older kvgate's record, which meant "disk").
+  std::string cache_read_offload_tier;
   // True when `uncached` came out negative from the provider's numbers and was clamped to 0.
   bool clamped = false;
   // The usage object as the provider sent it (merged across stream events where the provider

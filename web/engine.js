@@ -1,4 +1,4 @@
-// The built-in engines: KV pool in use, prefix-cache hit rate, blocks, evictions, the disk tier;
+// The built-in engines: KV pool in use, prefix-cache hit rate, blocks, evictions, the offload tier;
 // and "is this prompt cached?" (POST /api/engine/lookup: how much of a prompt the prefix cache
 // holds now, without running it).
 import { api } from './api.js';
@@ -37,7 +37,7 @@ function render(box, engines) {
         stat('Evictions', fmtInt(e.evictions), `${fmtInt(e.cache_written_blocks)} blocks written`),
         stat('Running / waiting', `${fmtInt(e.running)} / ${fmtInt(e.waiting)}`, `${fmtInt(e.preemptions)} preemptions`),
         stat('Requests', fmtInt(e.requests_total), `${fmtInt(e.prompt_tokens_total)} prompt, ${fmtInt(e.generation_tokens_total)} generated tokens`),
-        ...(e.offload ? [stat('Disk tier', `${fmtInt(e.offload.hit_tokens)} tokens restored`,
+        ...(e.offload ? [stat(e.offload.kind === 'host' ? 'Host-memory tier' : 'Disk tier', `${fmtInt(e.offload.hit_tokens)} tokens restored`,
           `${fmtInt(e.offload.used_blocks)} of ${fmtInt(e.offload.capacity_blocks)} blocks used · ${fmtInt(e.offload.corrupt_blocks)} corrupt`)] : [])),
       meter));
   }
@@ -63,10 +63,11 @@ function lookupBox(engines) {
     try {
       const r = await api('/api/engine/lookup', { method: 'POST', body });
       const share = r.prompt_tokens > 0 ? r.cached_tokens / r.prompt_tokens : 0;
-      const disk = r.cached_tokens_by_tier ? r.cached_tokens_by_tier.disk : 0;
+      const t = r.cached_tokens_by_tier || {};
+      const tier = t.host > 0 ? `${fmtInt(t.host)} in host memory` : `${fmtInt(t.disk || 0)} in the disk tier`;
       clear(out).append(h('strong', {}, `${fmtInt(r.cached_tokens)} of ${fmtInt(r.prompt_tokens)} prompt tokens are cached`),
         ` (${fmtPct(share)}) in ${r.model}'s prefix cache right now` +
-        (disk > 0 ? `: ${fmtInt(r.cached_tokens_by_tier.pool)} in the KV pool, ${fmtInt(disk)} in the disk tier.` : '.'));
+        ((t.host || t.disk) > 0 ? `: ${fmtInt(t.pool)} in the KV pool, ${tier}.` : '.'));
     } catch (e) {
       clear(out).append(h('span', { class: 'error' }, e.message));
     }

@@ -192,7 +192,10 @@ export function recordDetail(rec) {
     ['Saved / lost', `${fmtUsd(c.saved)} saved, ${fmtUsd(c.missed)} lost to misses`],
   ];
   const tiers = rec.cache_read_by_tier;
-  if (tiers) facts.push(['Cache read', `${fmtInt(tiers.pool)} from the pool, ${fmtInt(tiers.disk)} from disk`]);
+  if (tiers) {
+    const from = 'host' in tiers ? `${fmtInt(tiers.host)} from host memory` : `${fmtInt(tiers.disk)} from disk`;
+    facts.push(['Cache read', `${fmtInt(tiers.pool)} from the pool, ${from}`]);
+  }
   if (rec.error) facts.push(['Error', rec.error]);
   if (rec.cache_diagnosis) facts.push(['Cache diagnosis', `${causeText(rec.cache_diagnosis, rec)} — ${rec.cache_diagnosis.detail || ''}`]);
   if (rec.provider_cache_diagnosis) facts.push(["Provider's diagnosis", providerDiagnosisText(rec.provider_cache_diagnosis)]);

@@ -86,6 +86,56 @@ TEST(CudaBackendTest, CreationWithoutDeviceIsAClearError) {
   EXPECT_EQ(KvCacheTokensForMemoryFraction(0.5, 1000).error().code, ErrorCode::kUnavailable);
 }
 
+// The offload tier's host tier on cuda: AllocateHost is page-locked memory, and CopyBlocks moves
+// whole blocks of two planes pool -> host slots and back (other slots, other blocks) in stream
+// order, with no wait between the two copies; the host sees them after Synchronize.
+TEST(CudaBackendTest, CopyBlocksMovesBlocksBetweenThePoolAndPinnedHostMemory) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device found: run on a GPU machine";
+  auto created = MakeCudaBackend();
+  ASSERT_TRUE(created.has_value()) << created.error().ToString();
+  CudaBackend& be = **created;
+  constexpr int64_t kPlane[] = {6144, 1536};  // an f16 block of 3 x 64 heads, and a smaller plane
+  constexpr int kPool = 10, kSlots = 4;
+  std::vector<engine::DeviceBuffer> pool, host;
+  std::vector<engine::BlockPlane> pool_planes, host_planes;
+  std::vector<std::vector<uint8_t>> want(2);
+  for (int p = 0; p < 2; ++p) {
+    auto d = be.Allocate(static_cast<size_t>(kPlane[p] * kPool));
+    auto h = be.AllocateHost(static_cast<size_t>(kPlane[p] * kSlots));
+    ASSERT_TRUE(d && h);
+    cudaPointerAttributes attr{};
+    ASSERT_EQ(cudaPointerGetAttributes(&attr, h->data()), cudaSuccess);
+    EXPECT_EQ(attr.type, cudaMemoryTypeHost);  // page-locked, not pageable
+    want[p].resize(static_cast<size_t>(kPlane[p] * kPool));
+    for (size_t i = 0; i < want[p].size(); ++i) want[p][i] = static_cast<uint8_t>((i * 7 + p * 13) & 0xff);
+    cudaMemcpy(d->data(), want[p].data(), want[p].size(), cudaMemcpyHostToDevice);
+    pool.push_back(*d), host.push_back(*h);
+    pool_planes.push_back({static_cast<std::byte*>(d->data()), kPlane[p]});
+    host_planes.push_back({static_cast<std::byte*>(h->data()), kPlane[p]});
+  }
+  const engine::BlockCopy out[] = {{3, 0}, {7, 2}};  // pool block -> host slot
+  const engine::BlockCopy back[] = {{0, 8}, {2, 1}};  // host slot -> another pool block
+  ASSERT_TRUE(be.CopyBlocks(pool_planes, host_planes, out));
+  ASSERT_TRUE(be.CopyBlocks(host_planes, pool_planes, back));
+  be.Synchronize();
+  ASSERT_TRUE(be.status().has_value()) << be.status().error().ToString();
+  for (int p = 0; p < 2; ++p) {
+    const auto n = static_cast<size_t>(kPlane[p]);
+    const auto* slots = static_cast<const uint8_t*>(host[p].data());
+    EXPECT_EQ(0, std::memcmp(slots + 0 * n, want[p].data() + 3 * n, n)) << "plane " << p;
+    EXPECT_EQ(0, std::memcmp(slots + 2 * n, want[p].data() + 7 * n, n)) << "plane " << p;
+    std::vector<uint8_t> got(want[p].size());
+    be.CopyToHost(pool[p].data(), got.data(), got.size());
+    EXPECT_EQ(0, std::memcmp(got.data() + 8 * n, want[p].data() + 3 * n, n)) << "plane " << p;
+    EXPECT_EQ(0, std::memcmp(got.data() + 1 * n, want[p].data() + 7 * n, n)) << "plane " << p;
+    EXPECT_EQ(0, std::memcmp(got.data() + 3 * n, want[p].data() + 3 * n, n)) << "source kept";
+  }
+  // A misaligned plane is an error in status(), not a silent partial copy.
+  const engine::BlockPlane odd[] = {{pool_planes[0].base + 8, kPlane[0]}};
+  be.CopyBlocks(odd, {host_planes.data(), 1}, out);
+  EXPECT_FALSE(be.status().has_value());
+}
+
 TEST(CudaBackendTest, AttentionAndMatMulMatchReferences) {
   if (!HaveDevice()) GTEST_SKIP() << "no CUDA device found: run on a GPU machine";
   GpuCase g(4);

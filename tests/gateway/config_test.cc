@@ -388,9 +388,13 @@ TEST(ConfigTest, LocalProviderOffloadTier) {
 providers:
   - {name: a, type: local, model_path: m.gguf, offload: {disk: /var/tmp/kv.tier, bytes: 1073741824}}
   - {name: b, type: local, model_path: m.gguf}
+  - {name: c, type: local, model_path: m.gguf, device: cuda, offload: {host_bytes: 8589934592}}
 )",
                             env);
   ASSERT_TRUE(config.has_value()) << config.error().message;
+  EXPECT_EQ(config->providers[2].offload_host_bytes, 8589934592) << "a host tier on any device";
+  EXPECT_EQ(config->providers[2].offload_disk, "");
+  EXPECT_EQ(config->providers[0].offload_host_bytes, 0);
   EXPECT_EQ(config->providers[0].offload_disk, "/var/tmp/kv.tier");
   EXPECT_EQ(config->providers[0].offload_bytes, 1073741824);
   EXPECT_EQ(config->providers[1].offload_disk, "") << "no tier unless asked for";
@@ -421,12 +425,21 @@ providers:
        "providers[0].offload.bytes"},
       {"providers: [{name: l, type: local, model_path: m,"
        " offload: {disk: /tmp/kv, bytes: 100, size: 3}}]",
-       "providers[0].offload: unknown key \"size\" (known: disk, bytes)"},
+       "providers[0].offload: unknown key \"size\" (known: disk, bytes, host_bytes)"},
       {"providers: [{name: l, type: local, model_path: m, device: cuda,"
        " offload: {disk: /tmp/kv, bytes: 100}}]",
        "providers[0].offload (the disk tier) needs device: cpu"},
       {"providers: [{name: o, type: openai, base_url: 'https://x', offload: {disk: /tmp/kv, bytes: 1}}]",
        "providers[0].offload is only for type local"},
+      {"providers: [{name: o, type: openai, base_url: 'https://x', offload: {host_bytes: 1}}]",
+       "providers[0].offload is only for type local"},
+      {"providers: [{name: l, type: local, model_path: m, offload: {host_bytes: 0}}]",
+       "providers[0].offload.host_bytes must be the tier's size in bytes, a positive integer"},
+      {"providers: [{name: l, type: local, model_path: m, offload: {host_bytes: 8GB}}]",
+       "providers[0].offload.host_bytes must be"},
+      {"providers: [{name: l, type: local, model_path: m,"
+       " offload: {disk: /tmp/kv, bytes: 100, host_bytes: 100}}]",
+       "providers[0].offload: give disk and bytes (a file) or host_bytes (host memory), not both"},
   };
   for (const Case& c : cases) {
     auto bad = ParseConfig(c.yaml, env, "test.yaml");

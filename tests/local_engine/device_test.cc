@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <nlohmann/json.hpp>
 
 #include "local_engine/cpu_backend.h"
@@ -219,6 +220,45 @@ TEST(DeviceTest, CudaGreedyMatchesCpu) {
   std::printf("cuda KV pool: %lld blocks\n",
               static_cast<long long>((*gpu)->cache_stats().blocks.num_blocks));
   ExpectGreedyMatchesCpu(**gpu);
+}
+
+// The host tier on cuda (page-locked memory, block copies queued on the stream): a prompt evicted
+// from a 12-block pool comes back from it, and its greedy tokens are those of its first, computed
+// run. (The same on cpu, and the block accounting: offload_test.cc, OffloadTierKindTest.)
+TEST(DeviceTest, CudaHostTierRestoresAnEvictedPrompt) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device found: run on a GPU machine";
+  if (!std::filesystem::exists(kModel)) GTEST_SKIP() << "model not fetched: " << kModel;
+  EngineOptions o;
+  o.model_path = kModel;
+  o.device = Device::kCuda;
+  o.num_kv_blocks = 12;
+  o.offload.host_bytes = int64_t{64} * 23040 * kBlockSize;  // 64 blocks of SmolLM2-135M
+  auto e = Engine::Create(o);
+  ASSERT_TRUE(e.has_value()) << e.error().ToString();
+  ASSERT_EQ((*e)->cache_stats().offload_kind, "host");
+  const auto run = [&](int n, int32_t start) {
+    std::vector<int32_t> prompt(static_cast<size_t>(n));
+    std::iota(prompt.begin(), prompt.end(), start);
+    std::pair<std::vector<int32_t>, Usage> out;
+    SamplingParams p;
+    p.max_tokens = 4;
+    p.ignore_eos = true;
+    EXPECT_TRUE((*e)->AddRequest({prompt, p, [&out](const TokenEvent& ev) {
+                                    if (ev.token_id >= 0) out.first.push_back(ev.token_id);
+                                    out.second = ev.usage;
+                                  }}).has_value());
+    for (int guard = 0; (*e)->HasWork() && guard < 10000; ++guard) EXPECT_TRUE((*e)->Step());
+    return out;
+  };
+  const auto first = run(70, 1000);
+  run(170, 5000);  // evicts 3 of the first prompt's 4 full blocks into the tier
+  const auto again = run(70, 1000);
+  EXPECT_EQ(again.second.cached_offload_tokens, 48);
+  EXPECT_EQ(again.second.cached_tokens, 64);
+  EXPECT_EQ(again.first, first.first);
+  std::printf("cuda host tier: %llu blocks stored, %llu restored\n",
+              static_cast<unsigned long long>((*e)->cache_stats().tier.stored_blocks),
+              static_cast<unsigned long long>((*e)->cache_stats().tier.loaded_blocks));
 }
 
 // cuda_graphs pads decode batches to powers of two with dummy sequences on a scratch block and

@@ -45,6 +45,7 @@ RequestRecord Full() {
   r.usage.cache_write_no_ttl = 3;
   r.usage.reasoning = 5;
   r.usage.cache_read_offload = 640;
+  r.usage.cache_read_offload_tier = "host";
   r.cost.missed = 77;
   r.error = "caf\xc3\xa9 \"quoted\"\n";
   r.upstream_request_id = "up_1";
@@ -62,11 +63,20 @@ RequestRecord Full() {
 // provider_cache_miss_reason).
 TEST(JournalTest, OlderEntryVersionsStillDecode) {
   RequestRecord r = Full();
+  r.usage.cache_read_offload_tier.clear();
+  std::string v3 = EncodeJournalEntry(r);
+  ASSERT_EQ(v3.front(), 4);
+  v3.front() = 3;
+  v3.resize(v3.size() - 4);  // version 4's last field: an empty string's length
+  Result<RequestRecord> back3 = DecodeJournalEntry(v3);
+  ASSERT_TRUE(back3.has_value()) << back3.error().message;
+  EXPECT_EQ(back3->provider_cache_miss_reason, r.provider_cache_miss_reason);
+  EXPECT_EQ(back3->usage.cache_read_offload_tier, "");
+
   r.provider_cache_miss_reason.clear();
   std::string v2 = EncodeJournalEntry(r);
-  ASSERT_EQ(v2.front(), 3);
   v2.front() = 2;
-  v2.resize(v2.size() - 4);  // version 3's last field: an empty string's length
+  v2.resize(v2.size() - 8);  // the empty strings of versions 3 and 4
   Result<RequestRecord> back = DecodeJournalEntry(v2);
   ASSERT_TRUE(back.has_value()) << back.error().message;
   EXPECT_EQ(back->cache_helper, "anthropic_auto_cache");
@@ -75,7 +85,7 @@ TEST(JournalTest, OlderEntryVersionsStillDecode) {
   r.cache_helper.clear();
   std::string v1 = EncodeJournalEntry(r);
   v1.front() = 1;
-  v1.resize(v1.size() - 8);  // the two empty strings of versions 2 and 3
+  v1.resize(v1.size() - 12);  // the three empty strings of versions 2, 3 and 4
   back = DecodeJournalEntry(v1);
   ASSERT_TRUE(back.has_value()) << back.error().message;
   EXPECT_EQ(back->request_id, r.request_id);

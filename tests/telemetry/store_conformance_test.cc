@@ -67,6 +67,7 @@ RequestRecord FullRecord() {
   r.cache_helper = "anthropic_auto_cache";
   r.provider_cache_miss_reason = "none";
   r.usage.cache_read_offload = 100;
+  r.usage.cache_read_offload_tier = "host";
   return r;
 }
 
@@ -85,7 +86,7 @@ TEST_P(StoreConformanceTest, GetRequestGivesBackEveryField) {
   EXPECT_EQ(r["usage"]["cache_write_5m"], 100);
   EXPECT_EQ(r["usage"]["uncached"], 20);
   EXPECT_EQ(r["usage"]["reasoning"], nullptr);
-  EXPECT_EQ(r["cache_read_by_tier"], json({{"pool", 800}, {"disk", 100}}));
+  EXPECT_EQ(r["cache_read_by_tier"], json({{"pool", 800}, {"host", 100}}));
   EXPECT_EQ(r["target"], "sonnet");
   EXPECT_EQ(r["key_index"], 2);
   EXPECT_EQ(r["system_fingerprint"], "fp \"quoted\" é");

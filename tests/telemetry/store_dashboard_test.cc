@@ -94,6 +94,13 @@ TEST(StoreDashboardTest, EngineCacheReadsBySourceTier) {
   tiers.provider = tiers.provider_type = "local";
   store->Record(tiers);
   store->Record(Engine("req_plain", "th", kT0 + 1, 32, 0, 40));  // reported no tiers
+  RequestRecord host = MakeRecord(
+      "req_h", "th", kT0 + 2, "smollm2", UsageFlavor::kKvgateEngine,
+      R"({"prompt_tokens": 70, "completion_tokens": 4, "prompt_tokens_details":
+          {"cached_tokens": 64, "cache_write_tokens": 0, "cache_read_offload_tokens": 48,
+           "cache_read_offload_tier": "host"}})");
+  host.provider = host.provider_type = "local";
+  store->Record(host);
   ASSERT_TRUE(store->Flush());
   auto thread = store->GetThread("th");
   ASSERT_TRUE(thread) << thread.error().ToString();
@@ -101,6 +108,8 @@ TEST(StoreDashboardTest, EngineCacheReadsBySourceTier) {
   EXPECT_EQ(first["cache_read_by_tier"], (json{{"pool", 4096}, {"disk", 8192}}));
   EXPECT_EQ(first["usage"]["cache_read"], 12288);
   EXPECT_TRUE((*thread)["turns"][1]["cache_read_by_tier"].is_null());
+  // A host-memory tier names itself (a record without the kind is from a disk-only kvgate).
+  EXPECT_EQ((*thread)["turns"][2]["cache_read_by_tier"], (json{{"pool", 16}, {"host", 48}}));
   auto request = store->GetRequest("req_t");
   ASSERT_TRUE(request);
   EXPECT_EQ((*request)["cache_read_by_tier"]["disk"], 8192);

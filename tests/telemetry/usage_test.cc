@@ -355,6 +355,18 @@ TEST(TelemetryUsageTest, KvgateEngineCacheTiers) {
   EXPECT_EQ(u.cache_read, 12288);
   EXPECT_EQ(u.cache_read_offload, 8192);  // of cache_read: 4,096 from the pool, 8,192 from disk
   EXPECT_EQ(u.uncached, 12);
+  EXPECT_EQ(u.cache_read_offload_tier, "") << "kind not reported";
+  Usage host = N(UsageFlavor::kKvgateEngine, R"({"prompt_tokens": 70, "completion_tokens": 4,
+      "prompt_tokens_details": {"cached_tokens": 64, "cache_write_tokens": 0,
+                                "cache_read_offload_tokens": 48,
+                                "cache_read_offload_tier": "host"}})");
+  EXPECT_EQ(host.cache_read_offload, 48);
+  EXPECT_EQ(host.cache_read_offload_tier, "host");
+  // Only the kinds the engine has: anything else is not a label the store keeps.
+  Usage odd = N(UsageFlavor::kKvgateEngine, R"({"prompt_tokens": 70, "completion_tokens": 4,
+      "prompt_tokens_details": {"cached_tokens": 64, "cache_read_offload_tokens": 48,
+                                "cache_read_offload_tier": "tape"}})");
+  EXPECT_EQ(odd.cache_read_offload_tier, "");
   // Other flavours have no tiers, even when a field of that name shows up.
   Usage other = N(UsageFlavor::kOpenAIChat, R"({"prompt_tokens": 100, "completion_tokens": 1,
       "prompt_tokens_details": {"cached_tokens": 64, "cache_read_offload_tokens": 64}})");

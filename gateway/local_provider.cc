@@ -474,10 +474,10 @@ class LocalEnginesImpl final : public LocalEngines {
     return json{{"model", target.name},
                 {"prompt_tokens", prompt.size()},
                 {"cached_tokens", cached.pool_tokens + cached.offload_tokens},
+                // {"pool", "disk"} (no tier, or a file) or {"pool", "host"}: the tier by its kind.
                 {"cached_tokens_by_tier",
                  {{"pool", cached.pool_tokens},
-                  {"host", stats.offload_kind == "host" ? cached.offload_tokens : 0},
-                  {"disk", stats.offload_kind == "host" ? 0 : cached.offload_tokens}}},
+                  {stats.offload_kind == "host" ? "host" : "disk", cached.offload_tokens}}},
                 {"running", stats.running},
                 {"waiting", stats.waiting}};
   }

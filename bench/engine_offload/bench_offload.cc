@@ -1,6 +1,6 @@
-// kvgate_bench_offload: time to first token of one long prompt served three ways by the built-in
-// engine: from the KV pool (a prefix hit), from the disk offload tier (after the pool evicted it)
-// and recomputed (cold).
+// kvgate_bench_offload: time to first token of one long prompt served four ways by the built-in
+// engine: from the KV pool (a prefix hit), from the disk offload tier and from the host-memory
+// tier (after the pool evicted it), and recomputed (cold).
 //
 //   kvgate_bench_offload --model PATH [--threads 2] [--prompt-tokens 1900] [--reps 3]
 //                        [--tier /tmp/kvgate_bench_offload.tier]
@@ -10,7 +10,9 @@
 // unrelated prompt of the same length (evicting P's blocks into the tier); P again -> disk, with
 // the tier file in the page cache (it was just written); the unrelated prompt again and P once
 // more after the tier file's pages were dropped (fdatasync + POSIX_FADV_DONTNEED on that file
-// only) -> disk (cold). TTFT = AddRequest until the first token's callback; one token generated.
+// only) -> disk (cold). A second engine, the same but for a host-memory tier (offload.host_bytes)
+// in place of the file, takes P, the unrelated prompt, and P again -> host. TTFT = AddRequest
+// until the first token's callback; one token generated.
 // Prints one JSON object per measurement and the medians.
 #include <fcntl.h>
 #include <unistd.h>
@@ -107,15 +109,23 @@ int main(int argc, char** argv) {
   opts.threads = threads;
   // The pool holds one prompt (and its one generated token), so the next prompt evicts it all.
   opts.num_kv_blocks = (prompt_tokens + 1 + kBlockSize - 1) / kBlockSize + 1;
+  EngineOptions host_opts = opts;
   opts.offload.disk_path = tier;
   opts.offload.bytes = int64_t{4} * opts.num_kv_blocks *
                        OffloadTier::SlotBytes(static_cast<size_t>(23040) * kBlockSize);
+  host_opts.offload.host_bytes = int64_t{4} * opts.num_kv_blocks * 23040 * kBlockSize;
   auto engine = Engine::Create(opts);
   if (!engine) {
     std::fprintf(stderr, "%s\n", engine.error().ToString().c_str());
     return 1;
   }
+  auto host_engine = Engine::Create(host_opts);
+  if (!host_engine) {
+    std::fprintf(stderr, "%s\n", host_engine.error().ToString().c_str());
+    return 1;
+  }
   Engine& e = **engine;
+  Engine& h = **host_engine;
   std::printf(
       "{\"context_length\": %lld, \"prompt_tokens\": %d, \"threads\": %d, \"backend\": \"%s\"}\n",
       static_cast<long long>(e.dims().context_length), prompt_tokens, threads,
@@ -140,12 +150,16 @@ int main(int argc, char** argv) {
     Ttft(e, other);  // other from the tier, evicting p from the pool again (p stays in the tier)
     DropPageCache(tier);
     report("disk_cold", rep, Ttft(e, p));
+    Ttft(h, p);
+    Ttft(h, other);  // evicts p into the host tier
+    report("host", rep, Ttft(h, p));
   }
   const double recompute = Median(ttft["recompute"]);
   std::printf(
-      "{\"median_ttft_ms\": {\"pool\": %.1f, \"disk_page_cache\": %.1f, \"disk_cold\": %.1f, "
-      "\"recompute\": %.1f}, \"disk_cold_over_recompute\": %.3f}\n",
-      Median(ttft["pool"]), Median(ttft["disk_page_cache"]), Median(ttft["disk_cold"]), recompute,
+      "{\"median_ttft_ms\": {\"pool\": %.1f, \"host\": %.1f, \"disk_page_cache\": %.1f, "
+      "\"disk_cold\": %.1f, \"recompute\": %.1f}, \"disk_cold_over_recompute\": %.3f}\n",
+      Median(ttft["pool"]), Median(ttft["host"]), Median(ttft["disk_page_cache"]),
+      Median(ttft["disk_cold"]), recompute,
       recompute > 0 ? Median(ttft["disk_cold"]) / recompute : 0.0);
   ::unlink(tier.c_str());
   return 0;

@@ -21,13 +21,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 MODEL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
-def start(binary, kv_tokens, threads, tmp, name):
+def start(binary, kv_tokens, threads, tmp, name, kv_dtype="f16"):
     cfg = os.path.join(tmp, f"{name}.yaml")
     with open(cfg, "w") as f:
         f.write(f"""server: {{listen: 127.0.0.1:0}}
 storage: {{sqlite: {tmp}/{name}.db}}
 providers:
-  - {{name: local, type: local, model_path: {MODEL}, kv_cache_tokens: {kv_tokens}, threads: {threads}}}
+  - {{name: local, type: local, model_path: {MODEL}, kv_cache_tokens: {kv_tokens}, threads: {threads},
+     kv_cache_dtype: {kv_dtype}}}
 models:
   - {{name: smollm2, provider: local}}
 """)
@@ -110,16 +111,19 @@ def cold_warm(binary, threads, tmp):
     return {"prompt_tokens": cold_usage["prompt_tokens"], "cold_s": cold, "warm_s": warm}
 
 
-def eviction(binary, threads, tmp):
-    """2. Eviction order; prints the table, returns [(cached, cacheable)] oldest session first."""
+def eviction(binary, threads, tmp, kv_dtype="f16", pool_tokens=EVICTION_POOL_TOKENS, count=8):
+    """2. Eviction order; prints the table, returns [(cached, cacheable)] oldest session first.
+
+    `count` sessions into a pool of `pool_tokens` tokens of `kv_dtype` (the capacity table sends
+    an 8-bit pool of the same bytes more sessions than it holds)."""
     # Raw prompts (/v1/completions): with the chat template every session would share its first
     # block (the default system message), which rightly stays cached and would blur the pattern.
     session_tokens = SESSION_TOKENS
-    proc, port = start(binary, EVICTION_POOL_TOKENS, threads, tmp, "evict")
+    proc, port = start(binary, pool_tokens, threads, tmp, f"evict_{kv_dtype}", kv_dtype)
     rows = []
     try:
         sessions = []
-        for i in range(8):
+        for i in range(count):
             scale = session_tokens / lookup(port, words(100 + i, session_tokens))["prompt_tokens"]
             messages = words(100 + i, int(session_tokens * scale))
             conn, resp = post(port, "/v1/completions",
@@ -128,7 +132,9 @@ def eviction(binary, threads, tmp):
             resp.read()
             conn.close()
             sessions.append(messages)
-        print(f"\nEviction order: pool of {POOL_SESSIONS} sessions, 8 sessions of ~{session_tokens} tokens, oldest first")
+        print(f"\nEviction order: pool of {pool_tokens / (SESSION_TOKENS + 32):.1f} sessions "
+              f"({pool_tokens} {kv_dtype} tokens), {count} sessions of ~{session_tokens} tokens, "
+              "oldest first")
         for i, messages in enumerate(sessions):
             r = lookup(port, messages)
             full = (r["prompt_tokens"] - 1) // 16 * 16

@@ -66,7 +66,7 @@ def test_an_evicted_conversation_comes_back_from_the_tier(offload_gw):
                                           {"role": "user", "content": "Hello?"}]}))
     assert st == 200, lookup
     tiers = lookup["cached_tokens_by_tier"]
-    assert tiers[kind] > 0 and tiers[other] == 0, lookup
+    assert tiers[kind] > 0 and other not in tiers, lookup
     assert lookup["cached_tokens"] == tiers["pool"] + tiers[kind]
 
     again, d2 = ask(gw, SYSTEM_A, "off-a")

@@ -57,12 +57,16 @@ KVGATE_AVX2 inline void Gather8Halves(const void* base, int64_t stride, __m256* 
   if (second) *second = _mm256_cvtph_ps(_mm256_extracti128_si256(p, 1));
 }
 
-// Slice `b` of `parts` of the `bytes` at `next` (8 rows, contiguous: the group after the next,
-// which measured a little better than the next one), fetched into L1 while the current 8 rows
-// compute. Past the last row it fetches whatever follows (the next
-// chunk's rows, or nothing: a prefetch never faults). Why: decode streams the whole model once per token, and with the
-// hardware prefetcher alone the matrix-vector loop waits on memory (measured: 1.4x the streaming
-// rate with this, on 2.8 GHz Xeon cores).
+// How far ahead the matrix kernels fetch: the 8-row group this many rows on (4 groups ahead).
+// Decode streams the whole model once per token, and with the hardware prefetcher alone the
+// matrix-vector loop waits on memory: on 2.8 GHz Xeon cores, fetching 2 groups ahead made decode
+// 1.4x the rate without, and 4 groups ahead another ~1.25x over 2 (2026-12-04, alternated runs of
+// bench/engine_cpu: 16 rows ahead 83-102 tok/s, 32 rows 88-130; 48 or more did no better).
+constexpr int kPrefetchRowsAhead = 32;
+
+// Slice `b` of `parts` of the `bytes` at `next` (8 rows, contiguous), fetched into L1 while the
+// current 8 rows compute. Past the last row it fetches whatever follows (the next chunk's rows,
+// or nothing: a prefetch never faults).
 KVGATE_AVX2 inline void PrefetchSlice(const void* next, int64_t bytes, int b, int parts) {
   const char* p = static_cast<const char*>(next);
   const int64_t slice = (bytes + parts - 1) / parts;
@@ -104,7 +108,7 @@ KVGATE_AVX2 void Q4_1Rows8(const BlockQ4_1* w8, const BlockQ8A* a, size_t a_stri
   __m256 acc[NT], macc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps(), macc[t] = _mm256_setzero_ps();
   for (int b = 0; b < nb; ++b) {
-    PrefetchSlice(w8 + 16 * nb, 8 * row_bytes, b, nb);
+    PrefetchSlice(w8 + kPrefetchRowsAhead * nb, 8 * row_bytes, b, nb);
     __m256i q[8];
 #pragma GCC unroll 8
     for (int r = 0; r < 8; ++r) q[r] = UnpackQ4(w8[r * nb + b].qs);
@@ -146,7 +150,7 @@ KVGATE_AVX2 void Q8_0Rows8(const BlockQ8_0* w8, const BlockQ8A* a, size_t a_stri
   __m256 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
   for (int b = 0; b < nb; ++b) {
-    PrefetchSlice(w8 + 16 * nb, 8 * row_bytes, b, nb);
+    PrefetchSlice(w8 + kPrefetchRowsAhead * nb, 8 * row_bytes, b, nb);
     __m256 d;
     Gather8Halves(&w8[b].d, row_bytes, &d, nullptr);
     for (int t = 0; t < NT; ++t) {

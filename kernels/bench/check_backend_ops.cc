@@ -57,6 +57,16 @@ uint16_t FloatToHalfRne(float f) {
 
 bool Download(const DeviceBuffer& b, std::vector<float>* v, size_t n) { return b.Download(v, n); }
 
+// Mismatches between a producer's bf16 twin (op_twin.h) and F32ToBf16 of its f32 output, which is
+// what CudaBackend::MatMul would have converted; -1 when the download fails.
+double TwinMismatches(const DeviceBuffer& twin, const std::vector<float>& y) {
+  std::vector<uint16_t> bits;
+  if (!twin.Download(&bits, y.size())) return -1;
+  double bad = 0;
+  for (size_t i = 0; i < y.size(); ++i) bad += Bf16ToFloat(bits[i]) != RoundBf16(y[i]);
+  return bad;
+}
+
 void Push(CheckContext& c, const char* name, const std::string& size, double err, double thresh, bool pass,
           double ms, double bytes, const char* note) {
   // ms < 0: the timing failed; 0: not timed.
@@ -89,12 +99,13 @@ bool CheckBackendOps(CheckContext& c) {
   }
   {  // RMSNorm f32, in place as the engine may call it
     const auto x = RandomF32(n, rng, 2.0f), w = RandomF32(kHidden, rng, 1.0f);
-    DeviceBuffer dx, dw, dy;
-    if (!dx.Alloc(n * 4) || !dw.Alloc(kHidden * 4) || !dy.Alloc(n * 4) || !dx.Upload(x) || !dw.Upload(w) ||
-        !dy.Poison())
+    DeviceBuffer dx, dw, dy, dt;
+    if (!dx.Alloc(n * 4) || !dw.Alloc(kHidden * 4) || !dy.Alloc(n * 4) || !dt.Alloc(n * 2) || !dx.Upload(x) ||
+        !dw.Upload(w) || !dy.Poison() || !dt.Poison())
       return false;
     auto run = [&] {
-      return RmsNormF32(dx.as<float>(), dw.as<float>(), dy.as<float>(), kTokens, kHidden, 1e-5f, c.stream).ok();
+      return RmsNormF32(dx.as<float>(), dw.as<float>(), dy.as<float>(), kTokens, kHidden, 1e-5f, dt.as<bf16>(),
+                        c.stream).ok();
     };
     if (!run() || !Ok(cudaStreamSynchronize(c.stream), "rmsnorm f32")) return false;
     std::vector<float> y;
@@ -107,7 +118,10 @@ bool CheckBackendOps(CheckContext& c) {
       for (int j = 0; j < kHidden; ++j) ref[r * kHidden + j] = x[r * kHidden + j] * inv * w[j];
     }
     const double err = ref::RelError(y, ref);
-    Push(c, "backend rmsnorm f32", tag, err, 1e-5, err <= 1e-5, TimeMs(c.stream, 3, 20, run), 8.0 * n, "");
+    Push(c, "backend rmsnorm f32", tag, err, 1e-5, err <= 1e-5, TimeMs(c.stream, 3, 20, run), 10.0 * n,
+         "with its bf16 twin");
+    const double twin_bad = TwinMismatches(dt, y);
+    Push(c, "backend rmsnorm bf16 twin", tag, twin_bad, 0, twin_bad == 0, 0, 0, "err = mismatches vs F32ToBf16(out)");
   }
   {  // RoPE f32 at positions up to 100K (the long-context range), theta 1e5: the double-precision
      // kernel and the table kernel CudaBackend uses for positions below kRopeMaxPositions
@@ -189,10 +203,14 @@ bool CheckBackendOps(CheckContext& c) {
   {  // SwiGLU and the residual add
     const size_t m = static_cast<size_t>(kTokens) * kFfn;
     const auto g = RandomF32(m, rng, 6.0f), u = RandomF32(m, rng, 2.0f);
-    DeviceBuffer dg, du, dout;
-    if (!dg.Alloc(m * 4) || !du.Alloc(m * 4) || !dout.Alloc(m * 4) || !dg.Upload(g) || !du.Upload(u) || !dout.Poison())
+    DeviceBuffer dg, du, dout, dt;
+    if (!dg.Alloc(m * 4) || !du.Alloc(m * 4) || !dout.Alloc(m * 4) || !dt.Alloc(m * 2) || !dg.Upload(g) ||
+        !du.Upload(u) || !dout.Poison() || !dt.Poison())
       return false;
-    auto run = [&] { return SwiGluF32(dg.as<float>(), du.as<float>(), static_cast<int64_t>(m), dout.as<float>(), c.stream).ok(); };
+    auto run = [&] {
+      return SwiGluF32(dg.as<float>(), du.as<float>(), static_cast<int64_t>(m), dout.as<float>(), dt.as<bf16>(),
+                       c.stream).ok();
+    };
     if (!run() || !Ok(cudaStreamSynchronize(c.stream), "swiglu f32")) return false;
     std::vector<float> y;
     if (!Download(dout, &y, m)) return false;
@@ -200,7 +218,10 @@ bool CheckBackendOps(CheckContext& c) {
     for (size_t i = 0; i < m; ++i) ref[i] = ref::SiluMul(g[i], u[i]);
     const double err = ref::RelError(y, ref);
     Push(c, "backend swiglu f32", std::to_string(kTokens) + "x" + std::to_string(kFfn), err, 1e-5, err <= 1e-5,
-         TimeMs(c.stream, 3, 20, run), 12.0 * m, "");
+         TimeMs(c.stream, 3, 20, run), 14.0 * m, "with its bf16 twin");
+    const double twin_bad = TwinMismatches(dt, y);
+    Push(c, "backend swiglu bf16 twin", std::to_string(kTokens) + "x" + std::to_string(kFfn), twin_bad, 0,
+         twin_bad == 0, 0, 0, "err = mismatches vs F32ToBf16(out)");
     // out += gate (in place): exact f32 addition.
     if (!Ok(AddF32(dout.as<float>(), dg.as<float>(), static_cast<int64_t>(m), c.stream), "AddF32") ||
         !Ok(cudaStreamSynchronize(c.stream), "add f32"))

@@ -29,13 +29,18 @@ __global__ void Bf16ToF32Kernel(const __nv_bfloat16* x, float* y, int64_t n) {
 
 constexpr int kNormThreads = 256;
 __global__ void __launch_bounds__(kNormThreads)
-    RmsNormF32Kernel(const float* x, const float* w, float* out, int64_t cols, float eps) {
+    RmsNormF32Kernel(const float* x, const float* w, float* out, __nv_bfloat16* twin, int64_t cols, float eps) {
   const float* xr = x + blockIdx.x * cols;
   float* yr = out + blockIdx.x * cols;
   float ss = 0.0f;
   for (int64_t c = threadIdx.x; c < cols; c += kNormThreads) ss = fmaf(xr[c], xr[c], ss);
   const float inv = rsqrtf(BlockSum<kNormThreads>(ss) / static_cast<float>(cols) + eps);
-  for (int64_t c = threadIdx.x; c < cols; c += kNormThreads) yr[c] = xr[c] * inv * w[c];
+  __nv_bfloat16* tr = twin ? twin + blockIdx.x * cols : nullptr;
+  for (int64_t c = threadIdx.x; c < cols; c += kNormThreads) {
+    const float y = xr[c] * inv * w[c];
+    yr[c] = y;
+    if (tr) tr[c] = __float2bfloat16_rn(y);
+  }
 }
 
 __global__ void RopeF32Kernel(float* x, int64_t tokens, int64_t heads, int64_t d, const int32_t* pos,
@@ -82,8 +87,12 @@ __global__ void WriteKvF16Kernel(const float* k, const float* v, int64_t tokens,
   }
 }
 
-__global__ void SwiGluF32Kernel(const float* g, const float* u, int64_t n, float* out) {
-  KVGATE_GRID_STRIDE(i, n) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+__global__ void SwiGluF32Kernel(const float* g, const float* u, int64_t n, float* out, __nv_bfloat16* twin) {
+  KVGATE_GRID_STRIDE(i, n) {
+    const float y = g[i] / (1.0f + expf(-g[i])) * u[i];
+    out[i] = y;
+    if (twin) twin[i] = __float2bfloat16_rn(y);
+  }
 }
 __global__ void AddF32Kernel(float* x, const float* y, int64_t n) {
   KVGATE_GRID_STRIDE(i, n) x[i] += y[i];
@@ -134,10 +143,10 @@ CudaStatus Bf16ToF32(const __nv_bfloat16* x, float* y, int64_t n, cudaStream_t s
   return LaunchStatus("Bf16ToF32Kernel");
 }
 CudaStatus RmsNormF32(const float* x, const float* w, float* out, int64_t rows, int64_t cols, float eps,
-                      cudaStream_t s) {
+                      __nv_bfloat16* twin, cudaStream_t s) {
   if (rows <= 0) return CudaStatus::Ok();
   if (cols <= 0 || rows > 0x7fffffff) return CudaStatus::Invalid("rmsnorm f32: bad shape");
-  RmsNormF32Kernel<<<static_cast<unsigned>(rows), kNormThreads, 0, s>>>(x, w, out, cols, eps);
+  RmsNormF32Kernel<<<static_cast<unsigned>(rows), kNormThreads, 0, s>>>(x, w, out, twin, cols, eps);
   return LaunchStatus("RmsNormF32Kernel");
 }
 CudaStatus RopeInterleavedF32(float* x, int64_t tokens, int64_t heads, int64_t head_dim, const int32_t* positions,
@@ -164,9 +173,10 @@ CudaStatus WriteKvF16(const float* k, const float* v, int64_t tokens, int64_t kv
                                                            reinterpret_cast<__half*>(v_cache));
   return LaunchStatus("WriteKvF16Kernel");
 }
-CudaStatus SwiGluF32(const float* gate, const float* up, int64_t n, float* out, cudaStream_t s) {
+CudaStatus SwiGluF32(const float* gate, const float* up, int64_t n, float* out, __nv_bfloat16* twin,
+                     cudaStream_t s) {
   if (n <= 0) return CudaStatus::Ok();
-  SwiGluF32Kernel<<<Blocks(n), 256, 0, s>>>(gate, up, n, out);
+  SwiGluF32Kernel<<<Blocks(n), 256, 0, s>>>(gate, up, n, out, twin);
   return LaunchStatus("SwiGluF32Kernel");
 }
 CudaStatus AddF32(float* x, const float* y, int64_t n, cudaStream_t s) {

@@ -115,6 +115,19 @@ int64_t PrefillTileCount(std::span<const int32_t> q_lens, int tile_tokens) {
   return n;
 }
 
+AttentionRowSplit SplitAttentionRows(std::span<const int32_t> query_start, bool decode_rows_apart) {
+  AttentionRowSplit split;
+  const size_t seqs = query_start.empty() ? 0 : query_start.size() - 1;
+  split.prefill_q_lens.resize(seqs);
+  for (size_t s = 0; s < seqs; ++s) split.prefill_q_lens[s] = query_start[s + 1] - query_start[s];
+  size_t lead = 0;
+  while (lead < seqs && split.prefill_q_lens[lead] == 1) ++lead;
+  if (!decode_rows_apart && lead < seqs) lead = 0;
+  std::fill_n(split.prefill_q_lens.begin(), lead, 0);
+  split.decode_seqs = static_cast<int32_t>(lead);
+  return split;
+}
+
 CudaStatus BuildPrefillTiles(std::span<const int32_t> q_lens, int tile_tokens,
                              std::vector<int32_t>* tiles) {
   tiles->clear();

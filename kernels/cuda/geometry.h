@@ -172,6 +172,22 @@ CudaStatus BuildPrefillTiles(std::span<const int32_t> q_lens, int tile_tokens,
 // The number of tiles BuildPrefillTiles makes; -1 for a negative length or tile_tokens <= 0.
 int64_t PrefillTileCount(std::span<const int32_t> q_lens, int tile_tokens);
 
+// How one attention call's rows divide between the two kernels. A batch's rows are grouped by
+// sequence, and the engine's scheduler plans its decodes first, so the leading sequences with one
+// query token each form a decode batch of their own: rows [0, decode_seqs) go through the decode
+// kernel (one CTA per kv head and sequence, split over the context) instead of a 64-row prefill
+// tile each that holds one live row. prefill_q_lens are the query lengths with those sequences'
+// set to 0: BuildPrefillTiles gives them no tile, and the tiles' sequence indices still address
+// the whole batch's arrays (no offset pointers, one staged copy serves both launches).
+struct AttentionRowSplit {
+  int32_t decode_seqs = 0;
+  std::vector<int32_t> prefill_q_lens;  // [S]
+};
+// `decode_rows_apart` false: the old rule, the decode kernel only when every sequence has one
+// query token (decode_seqs is then S or 0). An empty or non-increasing query_start gives S = 0
+// or lengths as they are (negative ones are BuildPrefillTiles' error to report).
+AttentionRowSplit SplitAttentionRows(std::span<const int32_t> query_start, bool decode_rows_apart);
+
 // Dynamic shared memory of one v2 CTA, in bytes. Every smem K or V tile is [64 keys][D + 8] bf16:
 // the 8-element pad puts the 8 rows an ldmatrix reads in 8 different 16-byte bank groups. A bf16
 // cache is copied straight into kPrefillV2Stages K/V tile pairs. Any other cache (f16, FP8) lands

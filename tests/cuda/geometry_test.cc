@@ -275,6 +275,62 @@ TEST(PrefillTilesTest, TilesCoverEveryRowOnceForEveryVariant) {
   }
 }
 
+// A mixed step: the leading one-token sequences go to the decode kernel, every other row to
+// exactly one prefill tile, and no row to both (a one-token sequence after a prefill stays in
+// prefill: the decode launch takes rows [0, decode_seqs) only).
+TEST(AttentionRowSplitTest, LeadingDecodesGoToTheDecodeKernelEveryOtherRowToOneTile) {
+  const std::vector<int32_t> mixed = {0, 1, 2, 3, 40, 41, 105};  // q_lens 1 1 1 37 1 64
+  AttentionRowSplit split = SplitAttentionRows(mixed, true);
+  EXPECT_EQ(split.decode_seqs, 3);
+  EXPECT_EQ(split.prefill_q_lens, (std::vector<int32_t>{0, 0, 0, 37, 1, 64}));
+  std::vector<int32_t> tiles;
+  ASSERT_TRUE(BuildPrefillTiles(split.prefill_q_lens, 64, &tiles).ok());
+  EXPECT_EQ(tiles, (std::vector<int32_t>{3, 0, 4, 0, 5, 0}));
+  // The old rule: a mixed step is all prefill.
+  split = SplitAttentionRows(mixed, false);
+  EXPECT_EQ(split.decode_seqs, 0);
+  EXPECT_EQ(split.prefill_q_lens, (std::vector<int32_t>{1, 1, 1, 37, 1, 64}));
+  // A pure decode step is all decode under both rules: no tile.
+  const std::vector<int32_t> decode = {0, 1, 2, 3};
+  for (bool apart : {true, false}) {
+    split = SplitAttentionRows(decode, apart);
+    EXPECT_EQ(split.decode_seqs, 3);
+    EXPECT_EQ(PrefillTileCount(split.prefill_q_lens, 64), 0);
+  }
+  // A prefill first: nothing goes to the decode kernel.
+  split = SplitAttentionRows(std::vector<int32_t>{0, 5, 6}, true);
+  EXPECT_EQ(split.decode_seqs, 0);
+  EXPECT_EQ(SplitAttentionRows(std::vector<int32_t>{}, true).decode_seqs, 0);
+  EXPECT_EQ(SplitAttentionRows(std::vector<int32_t>{0}, true).prefill_q_lens.size(), 0u);
+}
+
+// Random batches: the decode rows and the tiles' rows partition [0, T) exactly.
+TEST(AttentionRowSplitTest, DecodeRowsAndTilesPartitionTheBatch) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 300; ++trial) {
+    std::vector<int32_t> q_start = {0};
+    const int seqs = 1 + static_cast<int>(rng() % 7);
+    for (int s = 0; s < seqs; ++s) q_start.push_back(q_start.back() + (rng() % 2 ? 1 : 1 + static_cast<int>(rng() % 150)));
+    const AttentionRowSplit split = SplitAttentionRows(q_start, trial % 3 != 0);
+    std::vector<int> covered(static_cast<size_t>(q_start.back()), 0);
+    for (int s = 0; s < split.decode_seqs; ++s) {
+      ASSERT_EQ(q_start[static_cast<size_t>(s) + 1] - q_start[static_cast<size_t>(s)], 1);
+      ++covered[static_cast<size_t>(q_start[static_cast<size_t>(s)])];
+    }
+    for (int tt : {64, 42, 16}) {
+      std::vector<int> rows = covered;
+      std::vector<int32_t> tiles;
+      ASSERT_TRUE(BuildPrefillTiles(split.prefill_q_lens, tt, &tiles).ok());
+      for (size_t i = 0; i < tiles.size(); i += 2) {
+        const auto seq = static_cast<size_t>(tiles[i]);
+        for (int r = tiles[i + 1]; r < std::min(tiles[i + 1] + tt, split.prefill_q_lens[seq]); ++r)
+          ++rows[static_cast<size_t>(q_start[seq] + r)];
+      }
+      for (int n : rows) ASSERT_EQ(n, 1) << "trial " << trial;
+    }
+  }
+}
+
 // The last split runs to the sequence's end, so a plan made for a shorter context still covers
 // every block exactly once; the other splits are unchanged.
 TEST(DecodeGeometryTest, SplitsCoverEveryBlockOnceEvenPastThePlannedContext) {

@@ -12,6 +12,7 @@
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/geometry.h"
 #include "kernels/cuda/kernels.h"
+#include "kernels/cuda/op_twin.h"
 #include "kernels/cuda/rope_table.h"
 #include "kernels/cuda/status.h"
 #include "kernels/cuda/step_staging.h"
@@ -26,12 +27,6 @@ static_assert(engine::kBlockSize == kBlockTokens, "kernels/cuda and the engine d
 CudaStatus CudaCall(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return CudaStatus::Ok();
   return {CudaStatusKind::kCudaError, static_cast<int>(e), what};
-}
-
-std::vector<int32_t> QueryLengths(std::span<const int32_t> query_start) {
-  std::vector<int32_t> q(query_start.empty() ? 0 : query_start.size() - 1);
-  for (size_t i = 0; i < q.size(); ++i) q[i] = query_start[i + 1] - query_start[i];
-  return q;
 }
 
 // Device memory that only grows; growth waits for the stream so no in-flight kernel reads the old.
@@ -180,7 +175,7 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   void Embed(const engine::WeightMatrix& table, const engine::BatchMetadata& batch, float* out) override {
-    if (!Live()) return;
+    if (!BeginOp()) return;
     const int32_t* ids = InStep(batch) ? step_.at<int32_t>(kStepTokenIds) : Upload(batch.token_ids, 0);
     if (!ids) return;
     Check(EmbedRowsF32(static_cast<const uint8_t*>(table.data), table.type == engine::GgmlType::kQ8_0, table.cols,
@@ -188,19 +183,22 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   void RmsNorm(const float* x, const float* weight, int64_t t, int64_t d, float eps, float* out) override {
+    if (!BeginOp()) return;
+    __nv_bfloat16* twin = Twin(t * d);
     if (!Live()) return;
-    Check(RmsNormF32(x, weight, out, t, d, eps, stream_));
+    if (Check(RmsNormF32(x, weight, out, t, d, eps, twin, stream_)) && twin) twins_.Wrote(out, t * d, twin);
   }
 
   void MatMul(const float* x, int64_t t, int64_t k, std::span<const engine::MatMulOutput> outs) override {
-    if (!Live() || t <= 0) return;
+    if (!BeginOp() || t <= 0) return;
     int64_t max_n = 0;
     for (const auto& o : outs) max_n = std::max(max_n, o.w->rows);
     const size_t xb = static_cast<size_t>(t * k) * 2;
     if (!Reserve(act_, xb + static_cast<size_t>(t * max_n) * 2)) return;
-    auto* xbf = act_.as<__nv_bfloat16>();
+    const auto* twin = options_.bf16_twins ? static_cast<const __nv_bfloat16*>(twins_.TwinOf(x, t * k)) : nullptr;
+    const __nv_bfloat16* xbf = twin ? twin : act_.as<__nv_bfloat16>();
     auto* ybf = act_.as<__nv_bfloat16>(xb);
-    if (!Check(F32ToBf16(x, xbf, t * k, stream_))) return;
+    if (!twin && !Check(F32ToBf16(x, act_.as<__nv_bfloat16>(), t * k, stream_))) return;
     for (const auto& o : outs) {
       const __nv_bfloat16* w = Dequantized(*o.w);
       if (!w) return;
@@ -222,7 +220,7 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   void Rope(float* x, int64_t heads, int64_t head_dim, float theta, const engine::BatchMetadata& batch) override {
-    if (!Live()) return;
+    if (!BeginOp()) return;
     const int32_t* pos = InStep(batch) ? step_.at<int32_t>(kStepPositions) : Upload(batch.positions, 0);
     if (!pos) return;
     // Single precision from the tables (rope_table.h) when every position is inside them; the
@@ -242,7 +240,7 @@ class CudaBackendImpl final : public CudaBackend {
 
   void WriteKv(const float* k, const float* v, int64_t kv_dim, const engine::BatchMetadata& batch,
                const engine::KvCacheLayer& cache) override {
-    if (!Live()) return;
+    if (!BeginOp()) return;
     const int64_t* slots = InStep(batch) ? step_.at<int64_t>(kStepSlots) : Upload(batch.slot_mapping, 0);
     if (!slots) return;
     // f16 only: Backend::SupportsKvDtype's default, so ModelRunner never hands this backend another.
@@ -254,17 +252,19 @@ class CudaBackendImpl final : public CudaBackend {
                  const engine::BatchMetadata& batch, float* out) override;
 
   void SwiGlu(const float* gate, const float* up, int64_t n, float* out) override {
+    if (!BeginOp()) return;
+    __nv_bfloat16* twin = Twin(n);
     if (!Live()) return;
-    Check(SwiGluF32(gate, up, n, out, stream_));
+    if (Check(SwiGluF32(gate, up, n, out, twin, stream_)) && twin) twins_.Wrote(out, n, twin);
   }
 
   void Add(float* x, const float* y, int64_t n) override {
-    if (!Live()) return;
+    if (!BeginOp()) return;
     Check(AddF32(x, y, n, stream_));
   }
 
   void GatherRows(const float* x, int64_t d, std::span<const int32_t> rows, float* out) override {
-    if (!Live()) return;
+    if (!BeginOp()) return;
     const int32_t* r = step_.active && rows.data() == step_.gather_rows ? step_.at<int32_t>(kStepGatherRows)
                                                                         : Upload(rows, 0);
     if (!r) return;
@@ -288,6 +288,17 @@ class CudaBackendImpl final : public CudaBackend {
   std::unexpected<Error> ToStatusError() const { return std::unexpected(status().error()); }
   // Ops do nothing after an error, and for the rest of a capture the backend abandoned.
   bool Live() const { return error_.ok() && !abandoned_; }
+  // The start of every op (OpTwins counts them: a twin is only good for the op right after).
+  bool BeginOp() {
+    twins_.NextOp();
+    return Live();
+  }
+  // Where a producer op writes the bf16 twin of its `elems` outputs; null with twins off or when
+  // the scratch could not grow (the op then runs without one).
+  __nv_bfloat16* Twin(int64_t elems) {
+    if (!options_.bf16_twins || elems <= 0 || !Reserve(twin_, static_cast<size_t>(elems) * 2)) return nullptr;
+    return twin_.as<__nv_bfloat16>();
+  }
   bool InStep(const engine::BatchMetadata& batch) const { return step_.active && step_.batch == &batch; }
 
   // Grows `s` to `bytes`. Growth cannot be recorded (cudaMalloc, a stream sync), so during a capture
@@ -396,6 +407,9 @@ class CudaBackendImpl final : public CudaBackend {
   std::string name_ = "cuda";
   CudaStatus error_;
   Scratch meta_, act_, attn_;
+  // The bf16 twin of the last RMSNorm / SwiGLU output (attention's is its own bf16 output in attn_).
+  Scratch twin_;
+  OpTwins twins_;
   // Whole steps: the staged metadata (pinned host -> step_meta_, one copy per step; the event
   // marks when the host side may be rewritten) and the graphs of recorded decode steps.
   Scratch step_meta_;
@@ -422,7 +436,7 @@ class CudaBackendImpl final : public CudaBackend {
 void CudaBackendImpl::Attention(const float* q, const engine::KvCacheLayer& cache,
                                 const engine::AttentionShape& shape, const engine::BatchMetadata& batch,
                                 float* out) {
-  if (!Live()) return;
+  if (!BeginOp()) return;
   const int64_t t = batch.num_tokens(), s = batch.num_seqs();
   const int h = static_cast<int>(shape.heads), hkv = static_cast<int>(shape.kv_heads),
             d = static_cast<int>(shape.head_dim);
@@ -434,27 +448,33 @@ void CudaBackendImpl::Attention(const float* q, const engine::KvCacheLayer& cach
     Check(CudaStatus::Invalid("cuda backend: KvCacheLayer.num_blocks must be the pool size"));
     return;
   }
-  const bool decode = t == s;  // every sequence has at least one token (ValidateBatch)
-  int max_ctx = 0;
-  for (int32_t c : batch.context_lens) max_ctx = std::max(max_ctx, c);
+  // Rows [0, n_dec) (the leading one-token sequences) go to the decode kernel, the rest to prefill
+  // tiles; n_dec == s is a pure decode step, n_dec == 0 a step of prefill tiles only.
+  const AttentionRowSplit split = SplitAttentionRows(batch.query_start, options_.mixed_decode_rows);
+  const int n_dec = split.decode_seqs;
+  const bool decode = n_dec == s, prefill = n_dec < s;
+  int dec_ctx = 0, pre_ctx = 0;
+  for (int64_t i = 0; i < s; ++i) {
+    int& longest = i < n_dec ? dec_ctx : pre_ctx;
+    longest = std::max(longest, batch.context_lens[i]);
+  }
   // Prefill tiles are the variant's size (v2: 128 / G tokens). BeginStep staged tiles of the size
   // the last prefill used; a step whose size differs uploads its own (never in a capture: only
-  // decode steps are recorded).
+  // pure decode steps are recorded).
   const int tile_tokens = PrefillTileTokens(options_.prefill_variant, hkv > 0 ? h / hkv : 0);
-  if (!decode) prefill_tile_tokens_ = tile_tokens;
+  if (prefill) prefill_tile_tokens_ = tile_tokens;
   const int32_t *tables, *ctx, *qs, *dtiles;
   size_t num_tiles = 0;
+  if (InStep(batch)) dec_ctx = std::max(dec_ctx, step_.geometry_context);
   if (InStep(batch) && (decode || step_tile_tokens_ == tile_tokens)) {
     tables = step_.at<int32_t>(kStepBlockTables);
     ctx = step_.at<int32_t>(kStepContextLens);
     qs = step_.at<int32_t>(kStepQueryStart);
     dtiles = step_.at<int32_t>(kStepPrefillTiles);
     num_tiles = step_tiles_.size() / 2;
-    max_ctx = std::max(max_ctx, step_.geometry_context);
   } else {
-    if (InStep(batch)) max_ctx = std::max(max_ctx, step_.geometry_context);
     std::vector<int32_t> tiles;
-    if (!decode && !Check(BuildPrefillTiles(QueryLengths(batch.query_start), tile_tokens, &tiles))) return;
+    if (prefill && !Check(BuildPrefillTiles(split.prefill_q_lens, tile_tokens, &tiles))) return;
     // Metadata layout in meta_: tables | context_lens | query_start | tiles, each 256-byte aligned.
     auto align = [](size_t x) { return (x + 255) / 256 * 256; };
     const size_t o_ctx = align(batch.block_tables.size_bytes());
@@ -469,49 +489,40 @@ void CudaBackendImpl::Attention(const float* q, const engine::KvCacheLayer& cach
   }
   if (!tables || !ctx || !qs || !dtiles) return;
   // The tiles must be the ones this launch's geometry expects: a count built for another tile size
-  // would leave rows unwritten (v2 given v1's tiles) or run rows twice.
-  if (!decode && static_cast<int64_t>(num_tiles) != PrefillTileCount(QueryLengths(batch.query_start), tile_tokens)) {
+  // or another split of the rows would leave rows unwritten (v2 given v1's tiles) or run rows twice.
+  if (prefill && static_cast<int64_t>(num_tiles) != PrefillTileCount(split.prefill_q_lens, tile_tokens)) {
     Check(CudaStatus::Invalid("cuda backend: prefill tiles do not match the variant's tile size"));
     return;
   }
   const PagedKv kv{cache.k, cache.v, nullptr, nullptr, cache.num_blocks, hkv, d, KvDtype::kF16};
   const size_t qo = static_cast<size_t>(t) * h * d * 2;
-  size_t ws_floats = 0;
   DecodeGeometry dg;
   PrefillGeometry pg;
-  if (decode) {
-    DecodeShape shape_d{static_cast<int>(s), h, hkv, d, max_ctx};
+  size_t ws_dec = 0, ws_pre = 0;  // floats; the two launches' workspaces are separate regions
+  if (n_dec > 0) {
+    DecodeShape shape_d{n_dec, h, hkv, d, dec_ctx};
     shape_d.variant = options_.decode_variant;
     shape_d.ctas_per_sm = DecodeCtasPerSmFor(d, hkv > 0 ? h / hkv : 0);
     if (shape_d.ctas_per_sm < 0) return;
     if (!Check(ChooseDecodeGeometry(shape_d, num_sms_, &dg))) return;
-    ws_floats = dg.workspace_floats;
-  } else {
-    PrefillShape shape_p{static_cast<int>(s), static_cast<int>(t), h, hkv, d, max_ctx};
+    ws_dec = dg.workspace_floats;
+  }
+  if (prefill) {
+    PrefillShape shape_p{static_cast<int>(s), static_cast<int>(t), h, hkv, d, pre_ctx};
     shape_p.variant = options_.prefill_variant;
     if (!Check(ChoosePrefillGeometry(shape_p, static_cast<int>(num_tiles), num_sms_, &pg))) return;
-    ws_floats = pg.workspace_floats;
+    ws_pre = pg.workspace_floats;
   }
-  if (!Reserve(attn_, 2 * qo + ws_floats * 4)) return;
+  if (!Reserve(attn_, 2 * qo + (ws_dec + ws_pre) * 4)) return;
   auto* qb = attn_.as<__nv_bfloat16>();
   auto* ob = attn_.as<__nv_bfloat16>(qo);
-  float* ws = ws_floats ? attn_.as<float>(2 * qo) : nullptr;
+  float* ws_d = ws_dec ? attn_.as<float>(2 * qo) : nullptr;
+  float* ws_p = ws_pre ? attn_.as<float>(2 * qo + ws_dec * 4) : nullptr;
   if (!Check(F32ToBf16(q, qb, t * h * d, stream_))) return;
-  if (decode) {
-    DecodeAttentionArgs a;
-    a.q = qb;
-    a.q_stride = static_cast<int64_t>(h) * d;
-    a.out = ob;
-    a.kv = kv;
-    a.block_tables = tables;
-    a.block_table_stride = batch.max_blocks_per_seq;
-    a.context_lens = ctx;
-    a.num_q_heads = h;
-    a.softmax_scale = shape.scale;
-    a.geo = dg;
-    a.workspace = ws;
-    if (!Check(DecodeAttention(a, stream_))) return;
-  } else {
+  // Prefill first: with a split context its reduce writes every one of the T output rows, the
+  // decode rows too (from workspace no tile wrote). The decode launch after it writes those rows
+  // again, correctly; in the other order the reduce would overwrite them.
+  if (prefill) {
     PrefillAttentionArgs a;
     a.q = qb;
     a.q_stride = static_cast<int64_t>(h) * d;
@@ -526,10 +537,27 @@ void CudaBackendImpl::Attention(const float* q, const engine::KvCacheLayer& cach
     a.num_q_heads = h;
     a.softmax_scale = shape.scale;
     a.geo = pg;
-    a.workspace = ws;
+    a.workspace = ws_p;
     if (!Check(PrefillAttention(a, stream_))) return;
   }
-  Check(Bf16ToF32(ob, out, t * h * d, stream_));
+  if (n_dec > 0) {
+    // The decode sequences lead the batch with one token each, so sequence i's query row, block
+    // table row and context length are all at index i of the batch's arrays.
+    DecodeAttentionArgs a;
+    a.q = qb;
+    a.q_stride = static_cast<int64_t>(h) * d;
+    a.out = ob;
+    a.kv = kv;
+    a.block_tables = tables;
+    a.block_table_stride = batch.max_blocks_per_seq;
+    a.context_lens = ctx;
+    a.num_q_heads = h;
+    a.softmax_scale = shape.scale;
+    a.geo = dg;
+    a.workspace = ws_d;
+    if (!Check(DecodeAttention(a, stream_))) return;
+  }
+  if (Check(Bf16ToF32(ob, out, t * h * d, stream_))) twins_.Wrote(out, t * h * d, ob);
 }
 
 engine::StepMode CudaBackendImpl::BeginStep(const engine::BatchMetadata& batch,
@@ -540,7 +568,9 @@ engine::StepMode CudaBackendImpl::BeginStep(const engine::BatchMetadata& batch,
   const bool decode = batch.num_tokens() == batch.num_seqs();
   step_tiles_.clear();
   step_tile_tokens_ = prefill_tile_tokens_;
-  if (!decode && !Check(BuildPrefillTiles(QueryLengths(batch.query_start), step_tile_tokens_, &step_tiles_)))
+  if (!decode &&
+      !Check(BuildPrefillTiles(SplitAttentionRows(batch.query_start, options_.mixed_decode_rows).prefill_q_lens,
+                               step_tile_tokens_, &step_tiles_)))
     return engine::StepMode::kEager;
   StepSources src;
   auto add = [&src](StepArray a, auto span) {

@@ -33,6 +33,12 @@ struct CudaBackendOptions {
   // (kernels/bench/run_device_checks.sh) has verified it (k{Prefill,Decode}V2Verified), else v1.
   PrefillVariant prefill_variant = kPrefillV2Verified ? PrefillVariant::kV2 : PrefillVariant::kV1;
   DecodeVariant decode_variant = kDecodeV2Verified ? DecodeVariant::kV2 : DecodeVariant::kV1;
+  // A mixed step's decode rows (the leading sequences with one new token) go through the decode
+  // kernel while the rest go through prefill tiles; false: the whole step through prefill tiles.
+  bool mixed_decode_rows = true;
+  // RMSNorm, SwiGLU and attention write a bf16 copy of their output, which the MatMul right after
+  // reads instead of converting its f32 input (kernels/cuda/op_twin.h); false: always convert.
+  bool bf16_twins = true;
 };
 
 // status() (from engine::Backend) reports the first error an op met.

@@ -1,6 +1,6 @@
 // CudaBackend (engine Backend interface). Without a GPU only the creation errors are checked; with
 // one, attention (decode and prefill paths, f16 cache) and the Q8_0 matmul are compared with the
-// CPU references.
+// CPU references, and so are mixed decode/prefill steps and the bf16 twins MatMul reads.
 #include "local_engine/cuda_backend.h"
 
 #include <cuda_runtime_api.h>
@@ -288,6 +288,108 @@ TEST(CudaBackendTest, DecodeStepsAreCapturedAndReplayed) {
         ref::AttendOne(g.kv, &g.tables[s * 4], ctx[s], hh / 3, &q[(static_cast<size_t>(s) * h + hh) * d], 0.125,
                        &ref_out[(static_cast<size_t>(s) * h + hh) * d]);
     EXPECT_LT(ref::RelError(got, ref_out), 1e-2) << "step " << step;
+  }
+}
+
+// A mixed step: two decode sequences lead the batch, a 20-token prefill follows. With
+// mixed_decode_rows the decode rows go through the decode kernel and the prefill's through tiles
+// (two launches into one output); without it every row goes through tiles. Both, in and out of a
+// step, against the reference, with the output poisoned first so an unwritten row fails.
+TEST(CudaBackendTest, MixedStepsSplitDecodeRowsFromPrefillTiles) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device found: run on a GPU machine";
+  for (const bool apart : {true, false}) {
+    CudaBackendOptions options;
+    options.mixed_decode_rows = apart;
+    GpuCase g(6, options);
+    ASSERT_TRUE(g.ok()) << g.error;
+    CudaBackend& be = *g.backend;
+    const int h = 9, hkv = GpuCase::kKvHeads, d = GpuCase::kHeadDim;
+    std::vector<int32_t> tables = g.tables;
+    tables.insert(tables.end(), {4, 6, 8, 9});
+    const std::vector<int32_t> q_start = {0, 1, 2, 22}, ctx = {40, 63, 50};
+    const int t = q_start.back();
+    std::vector<int32_t> ids(static_cast<size_t>(t), 0), pos(static_cast<size_t>(t), 0);
+    std::vector<int64_t> slots(static_cast<size_t>(t), -1);
+    engine::BatchMetadata batch{ids, pos, slots, q_start, ctx, tables, 4, 16};
+    for (const bool in_step : {false, true}) {
+      std::vector<float> q(static_cast<size_t>(t) * h * d);
+      for (auto& x : q) x = g.val();
+      auto dq = be.Allocate(q.size() * 4), dout = be.Allocate(q.size() * 4);
+      ASSERT_TRUE(dq && dout);
+      cudaMemcpy(dq->data(), q.data(), q.size() * 4, cudaMemcpyHostToDevice);
+      cudaMemset(dout->data(), 0xff, q.size() * 4);
+      if (in_step) {
+        EXPECT_EQ(be.BeginStep(batch, {}, engine::StepKey{t, t, 4, 1, false}), engine::StepMode::kEager);
+      }
+      be.Attention(dq->f32(), g.cache, {h, hkv, d, 0.125f}, batch, dout->f32());
+      if (in_step) {
+        EXPECT_TRUE(be.EndStep());
+      }
+      std::vector<float> got(q.size());
+      be.CopyToHost(dout->data(), got.data(), got.size() * 4);
+      ASSERT_TRUE(be.status().has_value()) << be.status().error().ToString();
+      std::vector<double> want(q.size());
+      for (int s = 0; s < 3; ++s)
+        for (int row = q_start[s]; row < q_start[s + 1]; ++row)
+          for (int hh = 0; hh < h; ++hh)
+            ref::AttendOne(g.kv, &tables[s * 4], ctx[s] - (q_start[s + 1] - row) + 1, hh / 3,
+                           &q[(static_cast<size_t>(row) * h + hh) * d], 0.125,
+                           &want[(static_cast<size_t>(row) * h + hh) * d]);
+      EXPECT_LT(ref::RelError(got, want), 1e-2) << "apart " << apart << " in step " << in_step;
+    }
+  }
+}
+
+// A MatMul right after RMSNorm or SwiGLU reads the producer's bf16 twin; an Add in between breaks
+// the twin, so that MatMul converts its f32 input. The twin is the conversion bit for bit, so the
+// two products are identical.
+TEST(CudaBackendTest, MatMulOnABf16TwinEqualsMatMulOnTheConvertedInput) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device found: run on a GPU machine";
+  GpuCase g(7);
+  ASSERT_TRUE(g.ok()) << g.error;
+  CudaBackend& be = *g.backend;
+  const int n = 64, k = 64, t = 5;
+  std::vector<uint8_t> w(static_cast<size_t>(n) * (k / 32) * 34);
+  for (size_t b = 0; b < w.size() / 34; ++b) {
+    const uint16_t dh = 0x2000;  // 2^-7
+    std::memcpy(&w[b * 34], &dh, 2);
+    for (int j = 0; j < 32; ++j) w[b * 34 + 2 + j] = static_cast<uint8_t>(g.rng());
+  }
+  auto dw = be.UploadWeights(w.data(), w.size());
+  ASSERT_TRUE(dw.has_value());
+  const engine::WeightMatrix wm{engine::GgmlType::kQ8_0, *dw, n, k};
+  std::vector<float> x(static_cast<size_t>(t) * k), up(x.size()), norm_w(k);
+  for (auto& v : x) v = g.val() * 3.1f;  // not exact in bf16: the rounding is exercised
+  for (auto& v : up) v = g.val();
+  for (auto& v : norm_w) v = 1.0f + g.val() / 7.0f;
+  auto upload = [&](const std::vector<float>& host) {
+    auto b = be.Allocate(host.size() * 4);
+    if (b) cudaMemcpy(b->data(), host.data(), host.size() * 4, cudaMemcpyHostToDevice);
+    return b;
+  };
+  auto dx = upload(x), dup = upload(up), dw_norm = upload(norm_w), zero = upload(std::vector<float>(x.size(), 0.0f));
+  auto act = be.Allocate(x.size() * 4), y_twin = be.Allocate(static_cast<size_t>(t) * n * 4),
+       y_conv = be.Allocate(static_cast<size_t>(t) * n * 4);
+  ASSERT_TRUE(dx && dup && dw_norm && zero && act && y_twin && y_conv);
+  for (const bool swiglu : {false, true}) {
+    auto produce = [&] {
+      if (swiglu) {
+        be.SwiGlu(dx->f32(), dup->f32(), t * k, act->f32());
+      } else {
+        be.RmsNorm(dx->f32(), dw_norm->f32(), t, k, 1e-5f, act->f32());
+      }
+    };
+    const engine::MatMulOutput mo_twin{&wm, y_twin->f32()}, mo_conv{&wm, y_conv->f32()};
+    produce();
+    be.MatMul(act->f32(), t, k, std::span(&mo_twin, 1));
+    produce();
+    be.Add(act->f32(), zero->f32(), t * k);
+    be.MatMul(act->f32(), t, k, std::span(&mo_conv, 1));
+    std::vector<float> a(static_cast<size_t>(t) * n), b(a.size());
+    be.CopyToHost(y_twin->data(), a.data(), a.size() * 4);
+    be.CopyToHost(y_conv->data(), b.data(), b.size() * 4);
+    ASSERT_TRUE(be.status().has_value()) << be.status().error().ToString();
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << (swiglu ? "swiglu" : "rmsnorm");
   }
 }
 

@@ -76,6 +76,32 @@ struct GpuCase {
   float val() { return GridValue(rng); }
 };
 
+// The reference attention of every query row of a batch (9 heads over the case's 3 kv heads, scale
+// 0.125): row r of sequence s sees the context up to its own position.
+std::vector<double> ReferenceAttention(const GpuCase& g, std::span<const int32_t> tables,
+                                       std::span<const int32_t> q_start, std::span<const int32_t> ctx,
+                                       const std::vector<float>& q, int h, int d) {
+  std::vector<double> want(q.size());
+  for (size_t s = 0; s + 1 < q_start.size(); ++s)
+    for (int row = q_start[s]; row < q_start[s + 1]; ++row)
+      for (int hh = 0; hh < h; ++hh)
+        ref::AttendOne(g.kv, &tables[s * 4], ctx[s] - (q_start[s + 1] - row) + 1, hh / 3,
+                       &q[(static_cast<size_t>(row) * h + hh) * d], 0.125,
+                       &want[(static_cast<size_t>(row) * h + hh) * d]);
+  return want;
+}
+
+// A Q8_0 weight [n][k] (k % 32 == 0) of random codes, every block scale 2^-7.
+std::vector<uint8_t> RandomQ8_0(std::mt19937& rng, int n, int k) {
+  std::vector<uint8_t> w(static_cast<size_t>(n) * (k / 32) * 34);
+  for (size_t b = 0; b < w.size() / 34; ++b) {
+    const uint16_t dh = 0x2000;  // 2^-7
+    std::memcpy(&w[b * 34], &dh, 2);
+    for (int j = 0; j < 32; ++j) w[b * 34 + 2 + j] = static_cast<uint8_t>(rng());
+  }
+  return w;
+}
+
 TEST(CudaBackendTest, CreationWithoutDeviceIsAClearError) {
   EXPECT_EQ(KvCacheTokensForMemoryFraction(1.5, 1000).error().code, ErrorCode::kInvalidArgument);
   if (HaveDevice()) GTEST_SKIP() << "a CUDA device is present";
@@ -158,23 +184,12 @@ TEST(CudaBackendTest, AttentionAndMatMulMatchReferences) {
     std::vector<float> got(q.size());
     be.CopyToHost(dout->data(), got.data(), got.size() * 4);
     ASSERT_TRUE(be.status().has_value()) << be.status().error().ToString();
-    std::vector<double> want(q.size());
-    for (int s = 0; s < 2; ++s)
-      for (int row = q_start[s]; row < q_start[s + 1]; ++row)
-        for (int hh = 0; hh < h; ++hh)
-          ref::AttendOne(g.kv, &g.tables[s * 4], ctx[s] - (q_start[s + 1] - row) + 1, hh / 3,
-                         &q[(static_cast<size_t>(row) * h + hh) * d], 0.125,
-                         &want[(static_cast<size_t>(row) * h + hh) * d]);
+    const std::vector<double> want = ReferenceAttention(g, g.tables, q_start, ctx, q, h, d);
     EXPECT_LT(ref::RelError(got, want), 1e-2) << (decode ? "decode" : "prefill");
   }
   // MatMul against a Q8_0 weight [N = 64][K = 64]: the backend uses bf16 activations and weights.
   const int n = 64, k = 64, tt = 3;
-  std::vector<uint8_t> w(static_cast<size_t>(n) * (k / 32) * 34);
-  for (size_t b = 0; b < w.size() / 34; ++b) {
-    const uint16_t dh = 0x2000;  // 2^-7
-    std::memcpy(&w[b * 34], &dh, 2);
-    for (int j = 0; j < 32; ++j) w[b * 34 + 2 + j] = static_cast<uint8_t>(g.rng());
-  }
+  const std::vector<uint8_t> w = RandomQ8_0(g.rng, n, k);
   auto dw = be.UploadWeights(w.data(), w.size());
   ASSERT_TRUE(dw.has_value());
   const engine::WeightMatrix wm{engine::GgmlType::kQ8_0, *dw, n, k};
@@ -236,13 +251,7 @@ TEST(CudaBackendTest, V2KernelsMatchTheReferenceInAndOutOfSteps) {
     std::vector<float> got(q.size());
     be.CopyToHost(dout->data(), got.data(), got.size() * 4);
     ASSERT_TRUE(be.status().has_value()) << be.status().error().ToString();
-    std::vector<double> want(q.size());
-    for (int s = 0; s < 2; ++s)
-      for (int row = q_start[s]; row < q_start[s + 1]; ++row)
-        for (int hh = 0; hh < h; ++hh)
-          ref::AttendOne(g.kv, &g.tables[s * 4], ctx[s] - (q_start[s + 1] - row) + 1, hh / 3,
-                         &q[(static_cast<size_t>(row) * h + hh) * d], 0.125,
-                         &want[(static_cast<size_t>(row) * h + hh) * d]);
+    const std::vector<double> want = ReferenceAttention(g, g.tables, q_start, ctx, q, h, d);
     EXPECT_LT(ref::RelError(got, want), 1e-2) << "mode " << mode;
   }
 }
@@ -328,13 +337,7 @@ TEST(CudaBackendTest, MixedStepsSplitDecodeRowsFromPrefillTiles) {
       std::vector<float> got(q.size());
       be.CopyToHost(dout->data(), got.data(), got.size() * 4);
       ASSERT_TRUE(be.status().has_value()) << be.status().error().ToString();
-      std::vector<double> want(q.size());
-      for (int s = 0; s < 3; ++s)
-        for (int row = q_start[s]; row < q_start[s + 1]; ++row)
-          for (int hh = 0; hh < h; ++hh)
-            ref::AttendOne(g.kv, &tables[s * 4], ctx[s] - (q_start[s + 1] - row) + 1, hh / 3,
-                           &q[(static_cast<size_t>(row) * h + hh) * d], 0.125,
-                           &want[(static_cast<size_t>(row) * h + hh) * d]);
+      const std::vector<double> want = ReferenceAttention(g, tables, q_start, ctx, q, h, d);
       EXPECT_LT(ref::RelError(got, want), 1e-2) << "apart " << apart << " in step " << in_step;
     }
   }
@@ -349,12 +352,7 @@ TEST(CudaBackendTest, MatMulOnABf16TwinEqualsMatMulOnTheConvertedInput) {
   ASSERT_TRUE(g.ok()) << g.error;
   CudaBackend& be = *g.backend;
   const int n = 64, k = 64, t = 5;
-  std::vector<uint8_t> w(static_cast<size_t>(n) * (k / 32) * 34);
-  for (size_t b = 0; b < w.size() / 34; ++b) {
-    const uint16_t dh = 0x2000;  // 2^-7
-    std::memcpy(&w[b * 34], &dh, 2);
-    for (int j = 0; j < 32; ++j) w[b * 34 + 2 + j] = static_cast<uint8_t>(g.rng());
-  }
+  const std::vector<uint8_t> w = RandomQ8_0(g.rng, n, k);
   auto dw = be.UploadWeights(w.data(), w.size());
   ASSERT_TRUE(dw.has_value());
   const engine::WeightMatrix wm{engine::GgmlType::kQ8_0, *dw, n, k};

@@ -55,6 +55,7 @@ int main(int argc, char** argv) {
   };
   std::vector<Named> checks = {
       {"ceilings", MeasureCeilings},         {"gemm", CheckGemm},
+      {"gemm fp8", CheckGemmFp8},
       {"fp8 encode", CheckFp8Encode},        {"dequant", CheckDequant},
       {"rmsnorm", CheckRmsNorm},             {"rope", CheckRope},
       {"silu_mul", CheckSiluMul},            {"cache bf16", CheckCacheWriteBf16},

@@ -1,6 +1,8 @@
 // The device checks, split by file: check_kernels.cc (ceilings, GEMM, elementwise, cache, copy,
-// FP8, dequant), check_attention.cc (decode and prefill attention), check_backend_ops.cc (the f32 /
-// f16 kernels CudaBackend runs), e2e_model.cc (Qwen3-8B-shaped model). Each check appends rows to the table; it returns false only when a CUDA call fails.
+// FP8, dequant), check_gemm_fp8.cc (the FP8 GEMM), check_attention.cc (decode and prefill
+// attention), check_backend_ops.cc (the f32 / f16 kernels CudaBackend runs), e2e_model.cc
+// (Qwen3-8B-shaped model). Each check appends rows to the table; it returns false only when a CUDA
+// call fails.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -37,6 +39,7 @@ std::vector<float> Bf16ToFloatVec(const std::vector<uint16_t>& v);
 
 bool MeasureCeilings(CheckContext& c);
 bool CheckGemm(CheckContext& c);
+bool CheckGemmFp8(CheckContext& c);  // check_gemm_fp8.cc: GemmFp8 next to GemmBf16
 bool CheckFp8Encode(CheckContext& c);
 bool CheckDequant(CheckContext& c);
 bool CheckRmsNorm(CheckContext& c);

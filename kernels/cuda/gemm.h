@@ -7,11 +7,11 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <memory>
-#include <tuple>
+#include <utility>
 
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/lt_matmul.h"
 
 namespace kvgate::cuda {
 
@@ -46,20 +46,13 @@ class GemmBf16 {
                  int64_t ldy, int64_t m, int64_t n, int64_t k, float alpha, float beta, cudaStream_t stream);
 
  private:
-  struct Plan;
   CudaStatus RunTyped(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t ldw, void* y,
                       bool y_f32, int64_t ldy, int64_t m, int64_t n, int64_t k, float alpha, float beta,
                       cudaStream_t stream);
-  GemmBf16() = default;
-  void* handle_ = nullptr;      // cublasLtHandle_t
-  void* workspace_ = nullptr;   // device memory
-  size_t workspace_bytes_ = 0;
-  // (m, n, k, ldx, ldw, ldy, beta != 0, alignment of x, w, y, y is f32) -> descriptors and
-  // algorithm, created on first use. The algorithm is chosen for the alignments of the pointers it
-  // first saw (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*), so a less aligned call gets a plan of its own.
-  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, uint32_t, uint32_t, uint32_t, bool>,
-           std::unique_ptr<Plan>>
-      plans_;
+  explicit GemmBf16(std::unique_ptr<LtMatmul> lt) : lt_(std::move(lt)) {}
+  // The handle, workspace and per-shape plans (keyed by the pointers' alignments too: a less
+  // aligned call gets a plan of its own).
+  std::unique_ptr<LtMatmul> lt_;
 };
 
 }  // namespace kvgate::cuda

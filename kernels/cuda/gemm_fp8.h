@@ -9,11 +9,11 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <memory>
-#include <tuple>
+#include <utility>
 
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/lt_matmul.h"
 
 namespace kvgate::cuda {
 
@@ -39,18 +39,11 @@ class GemmFp8 {
                  float beta, cudaStream_t stream);
 
  private:
-  struct Plan;
   CudaStatus RunTyped(const __nv_fp8_e4m3* x, int64_t ldx, const float* x_scale, const __nv_fp8_e4m3* w,
                       int64_t ldw, const float* w_scale, void* y, bool y_f32, int64_t ldy, int64_t m,
                       int64_t n, int64_t k, float beta, cudaStream_t stream);
-  GemmFp8() = default;
-  void* handle_ = nullptr;     // cublasLtHandle_t
-  void* workspace_ = nullptr;  // device memory
-  size_t workspace_bytes_ = 0;
-  // (m, n, k, ldx, ldw, ldy, beta != 0, alignment of x, w, y, y is f32) -> descriptors and algorithm.
-  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, uint32_t, uint32_t, uint32_t, bool>,
-           std::unique_ptr<Plan>>
-      plans_;
+  explicit GemmFp8(std::unique_ptr<LtMatmul> lt) : lt_(std::move(lt)) {}
+  std::unique_ptr<LtMatmul> lt_;  // handle, workspace, per-shape plans
 };
 
 }  // namespace kvgate::cuda

@@ -13,16 +13,10 @@
 
 #include "kernels/bench/reference.h"
 #include "kernels/cuda/bf16_host.h"
+#include "tests/cuda/have_device.h"
 
 namespace kvgate::cuda {
 namespace {
-
-bool HaveDevice() {
-  int n = 0;
-  const bool ok = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-  cudaGetLastError();
-  return ok;
-}
 
 uint16_t ToHalf(float f) {  // exact for the small values used here (multiples of 1/1024 in [-2, 2])
   for (uint32_t h = 0; h < 65536; ++h)

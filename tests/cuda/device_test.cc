@@ -14,16 +14,10 @@
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/status.h"
+#include "tests/cuda/have_device.h"
 
 namespace kvgate::cuda {
 namespace {
-
-bool HaveDevice() {
-  int n = 0;
-  const bool ok = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-  cudaGetLastError();
-  return ok;
-}
 
 TEST(CudaDeviceTest, NoDeviceIsAClearError) {
   if (HaveDevice()) GTEST_SKIP() << "a CUDA device is present";

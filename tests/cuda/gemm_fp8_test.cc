@@ -11,16 +11,10 @@
 #include "kernels/cuda/fp8_quant.h"
 #include "kernels/cuda/fp8_quant_math.h"
 #include "kernels/cuda/gemm_fp8.h"
+#include "tests/cuda/have_device.h"
 
 namespace kvgate::cuda {
 namespace {
-
-bool HaveDevice() {
-  int n = 0;
-  const bool ok = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-  cudaGetLastError();
-  return ok;
-}
 
 TEST(GemmFp8Test, NoDeviceIsAClearError) {
   if (HaveDevice()) GTEST_SKIP() << "a CUDA device is present";

@@ -195,7 +195,7 @@ class CudaBackendImpl final : public CudaBackend {
     for (const auto& o : outs) max_n = std::max(max_n, o.w->rows);
     const size_t xb = static_cast<size_t>(t * k) * 2;
     if (!Reserve(act_, xb + static_cast<size_t>(t * max_n) * 2)) return;
-    const auto* twin = options_.bf16_twins ? static_cast<const __nv_bfloat16*>(twins_.TwinOf(x, t * k)) : nullptr;
+    const auto* twin = static_cast<const __nv_bfloat16*>(twins_.TwinOf(x, t * k));  // none with twins off
     const __nv_bfloat16* xbf = twin ? twin : act_.as<__nv_bfloat16>();
     auto* ybf = act_.as<__nv_bfloat16>(xb);
     if (!twin && !Check(F32ToBf16(x, act_.as<__nv_bfloat16>(), t * k, stream_))) return;
@@ -557,7 +557,7 @@ void CudaBackendImpl::Attention(const float* q, const engine::KvCacheLayer& cach
     a.workspace = ws_d;
     if (!Check(DecodeAttention(a, stream_))) return;
   }
-  if (Check(Bf16ToF32(ob, out, t * h * d, stream_))) twins_.Wrote(out, t * h * d, ob);
+  if (Check(Bf16ToF32(ob, out, t * h * d, stream_)) && options_.bf16_twins) twins_.Wrote(out, t * h * d, ob);
 }
 
 engine::StepMode CudaBackendImpl::BeginStep(const engine::BatchMetadata& batch,

@@ -54,6 +54,10 @@ struct WeightMatrix {
   const void* data = nullptr;
   int64_t rows = 0;  // N
   int64_t cols = 0;  // K, a multiple of 32
+  // The model's output head (the logits' MatMul): a backend that lowers the GEMM precision of the
+  // other weights (CudaBackendOptions::fp8_gemm) keeps this one as it is, the way FP8 checkpoints
+  // leave the head unquantized (bench/fp8_gemm measured why: it halves the cost).
+  bool output_head = false;
 };
 
 // One matmul target: out [T, w->rows] = x [T, K] * w^T.

@@ -144,6 +144,7 @@ Result<ModelWeights> LoadWeights(const GgufFile& f, Backend& backend) {
     w.output = w.token_embd;
     w.tied_embeddings = true;
   }
+  w.output.output_head = true;
   w.layers.resize(d.n_layers);
   for (int64_t i = 0; i < d.n_layers; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";

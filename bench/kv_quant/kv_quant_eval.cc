@@ -13,6 +13,7 @@
 //       completion has exactly N tokens (default 64). One JSON line per (dtype, prompt):
 //       {"dtype", "prompt", "tokens"}.
 // Both run on the cpu backend (the only one that serves every dtype).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -23,6 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/model_eval/model_eval.h"
 #include "kernels/cpu/thread_pool.h"
 #include "local_engine/chat_template.h"
 #include "local_engine/cpu_backend.h"
@@ -53,104 +55,30 @@ int Fail(const std::string& what) {
   return 1;
 }
 
-bool ReadFile(const std::string& path, std::string* out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  std::ostringstream s;
-  s << in.rdbuf();
-  *out = s.str();
-  return true;
-}
-
-// Row-wise log-softmax of logits [n, V], in double for the sums.
-void LogSoftmax(std::vector<float>& rows, int64_t vocab) {
-  for (size_t r = 0; r * vocab < rows.size(); ++r) {
-    float* x = rows.data() + r * vocab;
-    float mx = x[0];
-    for (int64_t i = 1; i < vocab; ++i) mx = std::max(mx, x[i]);
-    double sum = 0;
-    for (int64_t i = 0; i < vocab; ++i) sum += std::exp(double(x[i]) - mx);
-    const float lse = mx + static_cast<float>(std::log(sum));
-    for (int64_t i = 0; i < vocab; ++i) x[i] -= lse;
-  }
-}
-
-// Log-probabilities [n, V] of every position of `ids` with a cache of `dtype`.
-Result<std::vector<float>> TextLogProbs(const ModelWeights& weights, Backend& backend, KvDtype dtype,
-                                        const std::vector<int32_t>& ids) {
-  const int32_t n = static_cast<int32_t>(ids.size());
-  const int32_t blocks = (n + kBlockSize - 1) / kBlockSize;
-  auto runner = ModelRunner::Create(weights, backend, KvCacheConfig{blocks, kBlockSize, dtype});
-  if (!runner) return std::unexpected(runner.error());
-  std::vector<int32_t> table(blocks);
-  for (int32_t b = 0; b < blocks; ++b) table[b] = b;
-  const int64_t vocab = weights.dims.vocab;
-  std::vector<float> all(static_cast<size_t>(n) * vocab), logits;
-  constexpr int32_t kChunk = 512;
-  for (int32_t start = 0; start < n; start += kChunk) {
-    const int32_t len = std::min(kChunk, n - start);
-    std::vector<int32_t> chunk(ids.begin() + start, ids.begin() + start + len), positions(len);
-    std::vector<int64_t> slots(len);
-    for (int32_t i = 0; i < len; ++i) positions[i] = start + i, slots[i] = start + i;
-    const std::vector<int32_t> query_start{0, len}, context_lens{start + len};
-    const BatchMetadata batch{.token_ids = chunk,
-                              .positions = positions,
-                              .slot_mapping = slots,
-                              .query_start = query_start,
-                              .context_lens = context_lens,
-                              .block_tables = table,
-                              .max_blocks_per_seq = blocks,
-                              .block_size = kBlockSize};
-    if (auto s = (*runner)->Forward(batch, LogitsMode::kAllTokens, logits); !s) {
-      return std::unexpected(s.error());
-    }
-    std::copy(logits.begin(), logits.end(), all.begin() + static_cast<size_t>(start) * vocab);
-  }
-  LogSoftmax(all, vocab);
-  return all;
-}
-
 int Score(const Args& a) {
   if (a.dtypes.front() != KvDtype::kFp16) return Fail("score: the first dtype must be f16");
   std::string text;
-  if (!ReadFile(a.text, &text)) return Fail("cannot read " + a.text);
+  if (!bench::ReadTextFile(a.text, &text)) return Fail("cannot read " + a.text);
   auto file = GgufFile::Open(a.model);
   if (!file) return Fail(file.error().ToString());
   auto tok = Tokenizer::FromGguf(**file);
   if (!tok) return Fail(tok.error().ToString());
-  std::vector<int32_t> ids;
-  if ((*tok)->bos_id()) ids.push_back(*(*tok)->bos_id());
-  const auto body = (*tok)->Encode(text, /*parse_special=*/false);
-  ids.insert(ids.end(), body.begin(), body.end());
+  const std::vector<int32_t> ids = bench::TextTokenIds(**tok, text);
   kernels::cpu::ThreadPool pool(a.threads);
   auto backend = MakeCpuBackend(&pool, kernels::cpu::BestIsa());
   auto weights = LoadWeights(**file, *backend);
   if (!weights) return Fail(weights.error().ToString());
   const int64_t vocab = weights->dims.vocab;
-  const size_t positions = ids.size() - 1;  // the last token predicts nothing we have
   std::vector<float> ref;
   for (KvDtype dtype : a.dtypes) {
-    auto lp = TextLogProbs(*weights, *backend, dtype, ids);
+    auto lp = bench::TextLogProbs(*weights, *backend, dtype, ids);
     if (!lp) return Fail(std::string(KvDtypeName(dtype)) + ": " + lp.error().ToString());
     if (dtype == KvDtype::kFp16 && ref.empty()) ref = *lp;
-    json nll = json::array(), kl = json::array(), top1 = json::array();
-    for (size_t i = 0; i < positions; ++i) {
-      const float* p = ref.data() + i * vocab;
-      const float* q = lp->data() + i * vocab;
-      double d = 0;
-      int64_t arg_p = 0, arg_q = 0;
-      for (int64_t v = 0; v < vocab; ++v) {
-        d += std::exp(double(p[v])) * (double(p[v]) - q[v]);
-        if (p[v] > p[arg_p]) arg_p = v;
-        if (q[v] > q[arg_q]) arg_q = v;
-      }
-      nll.push_back(-q[ids[i + 1]]);
-      kl.push_back(std::max(0.0, d));
-      top1.push_back(arg_p == arg_q);
-    }
+    const json scores = bench::ScorePositions(ref, *lp, ids, vocab);
     std::cout << json{{"mode", "score"}, {"dtype", KvDtypeName(dtype)},
                       {"kv_bytes_per_token", KvBytesPerToken(weights->dims, dtype)},
-                      {"tokens", ids.size()}, {"nll", nll}, {"kl", kl}, {"top1", top1}}
+                      {"tokens", ids.size()}, {"nll", scores["nll"]}, {"kl", scores["kl"]},
+                      {"top1", scores["top1"]}}
                      .dump()
               << "\n" << std::flush;
   }
@@ -159,33 +87,23 @@ int Score(const Args& a) {
 
 int Generate(const Args& a) {
   std::string all;
-  if (!ReadFile(a.prompts, &all)) return Fail("cannot read " + a.prompts);
-  std::vector<std::string> prompts;
-  std::istringstream lines(all);
-  for (std::string line; std::getline(lines, line);) {
-    if (!line.empty()) prompts.push_back(line);
-  }
+  if (!bench::ReadTextFile(a.prompts, &all)) return Fail("cannot read " + a.prompts);
+  const auto lines = std::count(all.begin(), all.end(), '\n') + 1;  // >= the prompts: all in one batch
   for (KvDtype dtype : a.dtypes) {
     EngineOptions opts{.model_path = a.model, .threads = a.threads};
     opts.kv_cache_dtype = dtype;
-    opts.max_running = static_cast<int32_t>(prompts.size());
+    opts.max_running = static_cast<int32_t>(lines);
     auto engine = Engine::Create(opts);
     if (!engine) return Fail(engine.error().ToString());
     Engine& e = **engine;
-    auto tmpl = ChatTemplateFromGguf(e.gguf());
-    if (!tmpl) return Fail(tmpl.error().ToString());
-    std::vector<std::vector<int32_t>> out(prompts.size());
-    for (size_t p = 0; p < prompts.size(); ++p) {
-      auto text = ApplyChatTemplate(*tmpl, {ChatMessage{"user", prompts[p]}}, true);
-      if (!text) return Fail(text.error().ToString());
-      std::vector<int32_t> ids;
-      if (e.tokenizer().add_bos() && e.tokenizer().bos_id()) ids.push_back(*e.tokenizer().bos_id());
-      const auto body = e.tokenizer().Encode(*text, /*parse_special=*/true);
-      ids.insert(ids.end(), body.begin(), body.end());
+    auto prompts = bench::ChatPromptIds(e.gguf(), e.tokenizer(), a.prompts);
+    if (!prompts) return Fail(prompts.error().ToString());
+    std::vector<std::vector<int32_t>> out(prompts->size());
+    for (size_t p = 0; p < prompts->size(); ++p) {
       SamplingParams sp;
       sp.max_tokens = a.max_tokens;
       sp.ignore_eos = true;
-      auto id = e.AddRequest(EngineRequest{ids, sp, [&out, p](const TokenEvent& ev) {
+      auto id = e.AddRequest(EngineRequest{(*prompts)[p], sp, [&out, p](const TokenEvent& ev) {
                                              if (ev.token_id >= 0) out[p].push_back(ev.token_id);
                                            }});
       if (!id) return Fail(id.error().ToString());
@@ -193,7 +111,7 @@ int Generate(const Args& a) {
     while (e.HasWork()) {
       if (auto s = e.Step(); !s) return Fail(s.error().ToString());
     }
-    for (size_t p = 0; p < prompts.size(); ++p) {
+    for (size_t p = 0; p < out.size(); ++p) {
       std::cout << json{{"mode", "generate"}, {"dtype", KvDtypeName(dtype)}, {"prompt", p},
                         {"tokens", out[p]}}
                        .dump()

@@ -7,7 +7,6 @@ agreement with f16), then prints one markdown table row per dtype. Standard libr
 """
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
@@ -15,22 +14,13 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "bench", "model_eval"))
+from eval_summary import summary_row  # noqa: E402
 
 
 def run_tool(tool, args):
     out = subprocess.run([tool] + args, check=True, capture_output=True, text=True).stdout
     return [json.loads(line) for line in out.splitlines() if line.strip()]
-
-
-def greedy_agreement(ref, cand):
-    """(identical positions, tokens before the first difference) between two token lists."""
-    same = sum(1 for a, b in zip(ref, cand) if a == b)
-    prefix = 0
-    for a, b in zip(ref, cand):
-        if a != b:
-            break
-        prefix += 1
-    return same, prefix
 
 
 def main():
@@ -64,7 +54,6 @@ def main():
         by_dtype.setdefault(g["dtype"], {})[g["prompt"]] = g["tokens"]
 
     ref = by_dtype["f16"]
-    ref_ppl = math.exp(sum(scores["f16"]["nll"]) / len(scores["f16"]["nll"]))
     print(f"text: {scores['f16']['tokens']} tokens ({os.path.relpath(a.text, ROOT)}); "
           f"prompts: {len(ref)} x {a.max_tokens} greedy tokens ({os.path.relpath(a.prompts, ROOT)}); "
           f"score {t1 - t0:.0f} s, generate {t2 - t1:.0f} s")
@@ -76,33 +65,13 @@ def main():
     rows = {}
     for dtype in a.dtypes.split(","):
         s = scores[dtype]
-        n = len(s["nll"])
-        ppl = math.exp(sum(s["nll"]) / n)
-        same = prefix = total = identical = 0
-        for p, toks in ref.items():
-            cand = by_dtype[dtype][p]
-            sm, pr = greedy_agreement(toks, cand)
-            same += sm
-            prefix += pr
-            total += len(toks)
-            identical += sm == len(toks) == len(cand)
-        row = {
-            "kv_bytes_per_token": s["kv_bytes_per_token"],
-            "greedy_same": same / total,
-            "greedy_prefix": prefix / total,
-            "prompts_identical": identical,
-            "prompts": len(ref),
-            "mean_kl": sum(s["kl"]) / n,
-            "max_kl": max(s["kl"]),
-            "top1": sum(s["top1"]) / n,
-            "perplexity": ppl,
-            "perplexity_change": ppl / ref_ppl - 1.0,
-        }
+        row = {"kv_bytes_per_token": s["kv_bytes_per_token"]}
+        row.update(summary_row(s, scores["f16"], by_dtype[dtype], ref))
         rows[dtype] = row
         print(f"| {dtype} | {row['kv_bytes_per_token']:,} | {row['greedy_same']:.1%} | "
-              f"{row['greedy_prefix']:.1%} | {identical}/{len(ref)} | {row['mean_kl']:.5f} | "
-              f"{row['max_kl']:.4f} | {row['top1']:.1%} | {ppl:.3f} | "
-              f"{row['perplexity_change']:+.2%} |")
+              f"{row['greedy_prefix']:.1%} | {row['prompts_identical']}/{row['prompts']} | "
+              f"{row['mean_kl']:.5f} | {row['max_kl']:.4f} | {row['top1']:.1%} | "
+              f"{row['perplexity']:.3f} | {row['perplexity_change']:+.2%} |")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"summary": rows, "score": scores, "generate": by_dtype}, f)

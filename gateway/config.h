@@ -43,6 +43,9 @@ struct ProviderConfig {
   // device cuda only: record decode steps as CUDA graphs (EngineOptions::cuda_graphs). Off by
   // default: built and unit-tested without a GPU, not yet run on one.
   bool cuda_graphs = false;
+  // device cuda only: MatMul in FP8 (EngineOptions::fp8_gemm). Off by default: built, never run
+  // on a GPU; its accuracy on the bundled model is in docs/engine.md.
+  bool fp8_gemm = false;
   int threads = 0;
   // Only for type local: the KV offload tier, which keeps the blocks the KV pool evicts
   // (engine.h): `offload: {disk: PATH, bytes: N}`, a file of at most N bytes, or

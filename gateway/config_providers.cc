@@ -130,7 +130,7 @@ Result<ProviderConfig> ParseProvider(const json& p, const std::string& path) {
   if (Status s = OnlyKeys(p, r.path,
                           {"name", "type", "base_url", "api_key", "api_keys", "model_path",
                            "device", "kv_cache_tokens", "kv_cache_dtype", "threads",
-                           "gpu_memory_fraction", "cuda_graphs", "offload",
+                           "gpu_memory_fraction", "cuda_graphs", "fp8_gemm", "offload",
                            "max_output_tokens_default", "prompt_cache_key",
                            "anthropic_auto_cache", "anthropic_cache_diagnostics"});
       !s) {
@@ -169,6 +169,9 @@ Result<ProviderConfig> ParseProvider(const json& p, const std::string& path) {
   auto graphs = r.Bool("cuda_graphs", pc.cuda_graphs);
   if (!graphs) return std::unexpected(graphs.error());
   pc.cuda_graphs = *graphs;
+  auto fp8 = r.Bool("fp8_gemm", pc.fp8_gemm);
+  if (!fp8) return std::unexpected(fp8.error());
+  pc.fp8_gemm = *fp8;
   if (auto offload = p.find("offload"); offload != p.end() && !offload->is_null()) {
     if (auto s = ParseOffload(*offload, r.path + ".offload", pc); !s) {
       return std::unexpected(s.error());
@@ -234,6 +237,9 @@ Status ValidateProvider(const ProviderConfig& p, const std::string& where) {
     }
     if (p.cuda_graphs && p.device != "cuda") {
       return MakeError(ErrorCode::kInvalidArgument, where + ".cuda_graphs needs device: cuda");
+    }
+    if (p.fp8_gemm && p.device != "cuda") {
+      return MakeError(ErrorCode::kInvalidArgument, where + ".fp8_gemm needs device: cuda");
     }
     if (!p.offload_disk.empty() && p.device != "cpu") {
       return MakeError(ErrorCode::kInvalidArgument,

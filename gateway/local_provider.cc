@@ -727,6 +727,7 @@ Result<std::unique_ptr<LocalEngines>> LocalEngines::Start(const GatewayConfig& c
     options.kv_cache_dtype = *dtype;
     options.gpu_memory_fraction = p.gpu_memory_fraction;
     options.cuda_graphs = p.cuda_graphs;
+    options.fp8_gemm = p.fp8_gemm;
     options.offload = {.disk_path = p.offload_disk,
                        .bytes = p.offload_bytes,
                        .host_bytes = p.offload_host_bytes};

@@ -16,11 +16,12 @@ constexpr const char* kUsage =
     "usage: kvgate generate --model PATH [--chat] --prompt TEXT [--max-tokens N] "
     "[--temperature T] [--seed S] [--device cpu|cuda] [--threads N] [--top-k K] [--top-p P] "
     "[--min-p P] [--repeat-penalty R] [--stop STR]... [--ignore-eos] [--verbose] [--cuda-graphs]\n"
-    "[--kv-cache-dtype f16|bf16|int8|fp8]\n"
+    "[--fp8-gemm] [--kv-cache-dtype f16|bf16|int8|fp8]\n"
     "  --kv-cache-dtype: the KV cache's element type (default f16; int8 and fp8 take half the\n"
     "  memory per token, cpu only)\n"
     "  --cuda-graphs: with --device cuda, replay decode steps as CUDA graphs (experimental: not yet\n"
-    "  run on a GPU)\n";
+    "  run on a GPU)\n"
+    "  --fp8-gemm: with --device cuda, MatMul in FP8 E4M3 (experimental: not yet run on a GPU)\n";
 
 template <class T>
 std::optional<T> Parse(const std::string& s) {
@@ -64,6 +65,8 @@ int RunGenerateCommand(int argc, char** argv) {
       sp.ignore_eos = true;
     } else if (a == "--cuda-graphs") {
       opts.cuda_graphs = true;
+    } else if (a == "--fp8-gemm") {
+      opts.fp8_gemm = true;
     } else if (a == "--help" || a == "-h") {
       std::fputs(kUsage, stdout);
       return 0;
@@ -136,6 +139,10 @@ int RunGenerateCommand(int argc, char** argv) {
   opts.model_path = model;
   if (opts.cuda_graphs && opts.device != Device::kCuda) {
     std::fprintf(stderr, "kvgate generate: --cuda-graphs needs --device cuda\n%s", kUsage);
+    return 2;
+  }
+  if (opts.fp8_gemm && opts.device != Device::kCuda) {
+    std::fprintf(stderr, "kvgate generate: --fp8-gemm needs --device cuda\n%s", kUsage);
     return 2;
   }
   if (auto s = CheckDevice(opts.device); !s) {

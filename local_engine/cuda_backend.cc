@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/cuda/backend_ops.h"
+#include "kernels/cuda/fp8_linear.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/geometry.h"
 #include "kernels/cuda/kernels.h"
@@ -97,8 +98,9 @@ struct ActiveStep {
 
 class CudaBackendImpl final : public CudaBackend {
  public:
-  CudaBackendImpl(const CudaBackendOptions& options, cudaStream_t stream, int num_sms, std::unique_ptr<GemmBf16> gemm)
-      : options_(options), stream_(stream), num_sms_(num_sms), gemm_(std::move(gemm)),
+  CudaBackendImpl(const CudaBackendOptions& options, cudaStream_t stream, int num_sms, std::unique_ptr<GemmBf16> gemm,
+                  std::unique_ptr<Fp8Linear> fp8)
+      : options_(options), stream_(stream), num_sms_(num_sms), gemm_(std::move(gemm)), fp8_(std::move(fp8)),
         prefill_tile_tokens_(PrefillTileTokens(options.prefill_variant, 1)) {}
   ~CudaBackendImpl() override {
     if (capturing_) {
@@ -110,6 +112,7 @@ class CudaBackendImpl final : public CudaBackend {
     if (staged_event_) cudaEventDestroy(staged_event_);
     if (copy_args_event_) cudaEventDestroy(copy_args_event_);
     gemm_.reset();
+    fp8_.reset();
     dequantized_.clear();
     uploaded_.clear();
     cudaStreamDestroy(stream_);
@@ -195,27 +198,29 @@ class CudaBackendImpl final : public CudaBackend {
     for (const auto& o : outs) max_n = std::max(max_n, o.w->rows);
     const size_t xb = static_cast<size_t>(t * k) * 2;
     if (!Reserve(act_, xb + static_cast<size_t>(t * max_n) * 2)) return;
-    const auto* twin = static_cast<const __nv_bfloat16*>(twins_.TwinOf(x, t * k));  // none with twins off
-    const __nv_bfloat16* xbf = twin ? twin : act_.as<__nv_bfloat16>();
-    auto* ybf = act_.as<__nv_bfloat16>(xb);
-    if (!twin && !Check(F32ToBf16(x, act_.as<__nv_bfloat16>(), t * k, stream_))) return;
+    // With fp8_gemm every product but the output head's goes through Fp8Linear (the activations
+    // quantized once for all of them), except one whose shape or alignment cuBLASLt FP8 refuses,
+    // which runs in bf16. The head is alone in its call (ModelRunner), so a call is one or the other.
+    const bool fp8 = fp8_ != nullptr && !outs.front().w->output_head;
+    if (fp8 && (!Fp8Ready(outs, t * k) || !Check(fp8_->QuantizeActivations(x, t, k, stream_)))) return;
+    const __nv_bfloat16* xbf = nullptr;  // the bf16 input, made when a bf16 product first needs it
     for (const auto& o : outs) {
       const __nv_bfloat16* w = Dequantized(*o.w);
       if (!w) return;
-      // cuBLASLt writes the f32 output directly (no bf16 rounding, no conversion kernel). Where it
-      // has no algorithm for that (checked once), the bf16 output and a conversion, as before.
-      if (gemm_f32_out_) {
-        const CudaStatus st = gemm_->Run(xbf, k, w, k, o.out, o.w->rows, t, o.w->rows, k, 1.0f, 0.0f, stream_);
+      if (fp8) {
+        const CudaStatus st = fp8_->Run(w, o.w->rows, o.out, t, k, stream_);
         if (st.ok()) continue;
-        if (st.kind != CudaStatusKind::kCublasError) {
+        if (st.kind != CudaStatusKind::kInvalidArgument) {
           Check(st);
           return;
         }
-        gemm_f32_out_ = false;
       }
-      if (!Check(gemm_->Run(xbf, k, w, k, ybf, o.w->rows, t, o.w->rows, k, 1.0f, 0.0f, stream_)) ||
-          !Check(Bf16ToF32(ybf, o.out, t * o.w->rows, stream_)))
-        return;
+      if (!xbf) {
+        xbf = static_cast<const __nv_bfloat16*>(twins_.TwinOf(x, t * k));  // none with twins off
+        if (!xbf && !Check(F32ToBf16(x, act_.as<__nv_bfloat16>(), t * k, stream_))) return;
+        if (!xbf) xbf = act_.as<__nv_bfloat16>();
+      }
+      if (!MatMulBf16(xbf, w, o, t, k, act_.as<__nv_bfloat16>(xb))) return;
     }
   }
 
@@ -400,10 +405,48 @@ class CudaBackendImpl final : public CudaBackend {
     return dst;
   }
 
+  // One bf16 product into o.out (f32). cuBLASLt writes the f32 output directly (no bf16 rounding,
+  // no conversion kernel); where it has no algorithm for that (checked once), the bf16 output in
+  // `ybf` [t][N] and a conversion.
+  bool MatMulBf16(const __nv_bfloat16* xbf, const __nv_bfloat16* w, const engine::MatMulOutput& o, int64_t t,
+                  int64_t k, __nv_bfloat16* ybf) {
+    const int64_t n = o.w->rows;
+    if (gemm_f32_out_) {
+      const CudaStatus st = gemm_->Run(xbf, k, w, k, o.out, n, t, n, k, 1.0f, 0.0f, stream_);
+      if (st.ok()) return true;
+      if (st.kind != CudaStatusKind::kCublasError) return Check(st);
+      gemm_f32_out_ = false;
+    }
+    return Check(gemm_->Run(xbf, k, w, k, ybf, n, t, n, k, 1.0f, 0.0f, stream_)) &&
+           Check(Bf16ToF32(ybf, o.out, t * n, stream_));
+  }
+
+  // The FP8 weights of `outs` quantized and the activation scratch grown for `elems`: both
+  // allocate, so a capture that needs either is abandoned (its eager rerun does them).
+  bool Abandon() {
+    abandoned_ = true;
+    return false;
+  }
+  bool Fp8Ready(std::span<const engine::MatMulOutput> outs, int64_t elems) {
+    for (const auto& o : outs) {
+      const __nv_bfloat16* w = Dequantized(*o.w);
+      if (!w) return false;
+      if (fp8_->HasWeight(w)) continue;
+      if (capturing_) return Abandon();
+      if (!Check(fp8_->PrepareWeight(w, o.w->rows, o.w->cols, stream_))) return false;
+    }
+    if (fp8_->ActivationsFit(elems)) return true;
+    if (capturing_) return Abandon();
+    if (!Check(fp8_->ReserveActivations(elems, stream_))) return false;
+    graphs_.Clear();  // recorded steps read the old scratch
+    return true;
+  }
+
   const CudaBackendOptions options_;
   cudaStream_t stream_;
   int num_sms_;
   std::unique_ptr<GemmBf16> gemm_;
+  std::unique_ptr<Fp8Linear> fp8_;  // set with options.fp8_gemm
   std::string name_ = "cuda";
   CudaStatus error_;
   Scratch meta_, act_, attn_;
@@ -722,10 +765,15 @@ Result<std::unique_ptr<CudaBackend>> MakeCudaBackend(const CudaBackendOptions& o
   if (Status s = ToStatus(DeviceSmCount(&sms)); !s) return std::unexpected(s.error());
   std::unique_ptr<GemmBf16> gemm;
   if (Status s = ToStatus(GemmBf16::Create(options.gemm_workspace_bytes, &gemm)); !s) return std::unexpected(s.error());
+  std::unique_ptr<Fp8Linear> fp8;
+  if (options.fp8_gemm) {
+    if (Status s = ToStatus(Fp8Linear::Create(options.gemm_workspace_bytes, &fp8)); !s)
+      return std::unexpected(s.error());
+  }
   cudaStream_t stream = nullptr;
   if (Status s = ToStatus(CudaCall(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate")); !s)
     return std::unexpected(s.error());
-  return std::unique_ptr<CudaBackend>(new CudaBackendImpl(options, stream, sms, std::move(gemm)));
+  return std::unique_ptr<CudaBackend>(new CudaBackendImpl(options, stream, sms, std::move(gemm), std::move(fp8)));
 }
 
 Result<int64_t> KvCacheTokensForMemoryFraction(double fraction, int64_t kv_bytes_per_token, int device) {

@@ -34,11 +34,12 @@ Status CheckDevice(Device device) {
 Result<std::unique_ptr<Backend>> MakeBackend(const BackendSpec& spec) {
   if (auto s = CheckDevice(spec.device); !s) return std::unexpected(s.error());
   if (spec.device == Device::kCpu) {
+    if (spec.fp8_gemm) return MakeError(ErrorCode::kInvalidArgument, "fp8_gemm needs device cuda");
     if (spec.pool == nullptr)
       return MakeError(ErrorCode::kInvalidArgument, "device cpu: no thread pool");
     return MakeCpuBackend(spec.pool, spec.isa);
   }
-  auto backend = cuda_seam::MakeCudaBackend();
+  auto backend = cuda_seam::MakeCudaBackend({.fp8_gemm = spec.fp8_gemm});
   if (!backend) return MakeError(backend.error().code, "device cuda: " + backend.error().message);
   return backend;
 }

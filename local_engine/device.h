@@ -42,6 +42,8 @@ struct BackendSpec {
   // cpu only: the worker pool (REQUIRED there; must outlive the backend) and the kernel ISA.
   kernels::cpu::ThreadPool* pool = nullptr;
   kernels::cpu::Isa isa = kernels::cpu::Isa::kScalar;
+  // cuda only: MatMul in FP8 (CudaBackendOptions::fp8_gemm).
+  bool fp8_gemm = false;
 };
 
 // The backend for `spec.device`: CheckDevice's errors, or the CUDA backend's creation errors.

@@ -95,7 +95,7 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
     return MakeError(ErrorCode::kInvalidArgument, "gpu_memory_fraction must be in (0, 1]");
   }
   // The device first: a missing GPU is reported before the model is read.
-  BackendSpec spec{.device = options.device};
+  BackendSpec spec{.device = options.device, .fp8_gemm = options.fp8_gemm};
   if (options.device == Device::kCpu) {
     e->pool_ = std::make_unique<kernels::cpu::ThreadPool>(options.threads);
     spec.pool = e->pool_.get();

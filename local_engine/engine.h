@@ -169,6 +169,10 @@ struct EngineOptions {
   // only the padding happens (tests use that). Off by default: built and tested without a GPU,
   // never run on one yet (kernels/NOTES.md, "CUDA graphs for decode").
   bool cuda_graphs = false;
+  // MatMul in FP8 (E4M3, per-tensor scales) on device cuda (kernels/cuda/fp8_linear.h): the
+  // GEMMs at about twice the bf16 rate, at the accuracy bench/fp8_gemm measures (docs/engine.md).
+  // Off by default: built, never run on a GPU. kInvalidArgument on cpu.
+  bool fp8_gemm = false;
   // The KV offload tier, which keeps the blocks the pool evicts; at most one, and it needs prefix
   // caching. Either a file at `disk_path` of at most `bytes` bytes (offload_tier.h; device cpu),
   // or `host_bytes` of host memory, page-locked on cuda (host_tier.h; any device). Neither: none.

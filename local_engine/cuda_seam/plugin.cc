@@ -21,8 +21,10 @@ int DeviceCount(std::string* why) {
   return count > 0 ? count : 0;
 }
 
-Result<std::unique_ptr<Backend>> MakeCudaBackend() {
-  auto backend = cuda::MakeCudaBackend();
+Result<std::unique_ptr<Backend>> MakeCudaBackend(const CudaBackendChoice& choice) {
+  cuda::CudaBackendOptions options;
+  options.fp8_gemm = choice.fp8_gemm;
+  auto backend = cuda::MakeCudaBackend(options);
   if (!backend) return std::unexpected(backend.error());
   return std::unique_ptr<Backend>(std::move(*backend));
 }

@@ -70,10 +70,10 @@ int DeviceCount(std::string* why) {
   return plugin.api->device_count(why);
 }
 
-Result<std::unique_ptr<Backend>> MakeCudaBackend() {
+Result<std::unique_ptr<Backend>> MakeCudaBackend(const CudaBackendChoice& choice) {
   const Plugin& plugin = TheLoadedPlugin();
   if (plugin.api == nullptr) return MakeError(ErrorCode::kUnavailable, plugin.error);
-  return plugin.api->make_backend();
+  return plugin.api->make_backend(choice);
 }
 
 Result<int64_t> KvTokensForMemoryFraction(double fraction, int64_t kv_bytes_per_token) {

@@ -10,7 +10,7 @@ int DeviceCount(std::string* why) {
   return 0;
 }
 
-Result<std::unique_ptr<Backend>> MakeCudaBackend() {
+Result<std::unique_ptr<Backend>> MakeCudaBackend(const CudaBackendChoice&) {
   return MakeError(ErrorCode::kUnavailable, "this kvgate was built without CUDA");
 }
 

@@ -1,6 +1,7 @@
 // CudaBackend (engine Backend interface). Without a GPU only the creation errors are checked; with
 // one, attention (decode and prefill paths, f16 cache) and the Q8_0 matmul are compared with the
-// CPU references, and so are mixed decode/prefill steps and the bf16 twins MatMul reads.
+// CPU references, and so are mixed decode/prefill steps, the bf16 twins MatMul reads and the FP8
+// MatMul (against the host emulation of its numerics).
 #include "local_engine/cuda_backend.h"
 
 #include <cuda_runtime_api.h>
@@ -13,6 +14,7 @@
 
 #include "kernels/bench/reference.h"
 #include "kernels/cuda/bf16_host.h"
+#include "kernels/cuda/gemm_emulation.h"
 #include "tests/cuda/have_device.h"
 
 namespace kvgate::cuda {
@@ -382,6 +384,56 @@ TEST(CudaBackendTest, MatMulOnABf16TwinEqualsMatMulOnTheConvertedInput) {
     be.CopyToHost(y_conv->data(), b.data(), b.size() * 4);
     ASSERT_TRUE(be.status().has_value()) << be.status().error().ToString();
     EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << (swiglu ? "swiglu" : "rmsnorm");
+  }
+}
+
+// fp8_gemm: the product is the host emulation's (E4M3 operands under per-tensor scales) up to
+// accumulation rounding, far closer to it than the bf16 product is; an output width cuBLASLt FP8
+// refuses (ldy = 90 f32 is not 16 bytes a row) runs in bf16 and equals the bf16 backend's.
+TEST(CudaBackendTest, Fp8MatMulIsTheEmulatedFp8ProductAndFallsBackToBf16ForRefusedShapes) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device found: run on a GPU machine";
+  CudaBackendOptions fp8_options;
+  fp8_options.fp8_gemm = true;
+  GpuCase g8(8, fp8_options), g16(8);
+  ASSERT_TRUE(g8.ok() && g16.ok()) << g8.error << g16.error;
+  const int k = 128, t = 5;
+  std::vector<float> x(static_cast<size_t>(t) * k);
+  for (auto& v : x) v = g8.val() * 3.1f;
+  for (const int n : {96, 90}) {
+    const std::vector<uint8_t> w = RandomQ8_0(g8.rng, n, k);
+    std::vector<float> wf(static_cast<size_t>(n) * k);  // codes * 2^-7: exact in bf16
+    for (int r = 0; r < n; ++r)
+      for (int c = 0; c < k; ++c)
+        wf[static_cast<size_t>(r) * k + c] = static_cast<int8_t>(w[(static_cast<size_t>(r) * (k / 32) + c / 32) * 34 + 2 + c % 32]) / 128.0f;
+    std::vector<float> emu(static_cast<size_t>(t) * n);
+    EmulatedGemmColumns(MakeGemmOperand(x.data(), t, k, GemmFormat::kFp8Tensor),
+                        MakeGemmOperand(wf.data(), n, k, GemmFormat::kFp8Tensor), 0, n, emu.data(), n);
+    auto product = [&](CudaBackend& be) {
+      std::vector<float> y(static_cast<size_t>(t) * n, std::nanf(""));
+      auto dw = be.UploadWeights(w.data(), w.size());
+      auto dx = be.Allocate(x.size() * 4), dy = be.Allocate(y.size() * 4);
+      if (!dw || !dx || !dy) return y;
+      cudaMemcpy(dx->data(), x.data(), x.size() * 4, cudaMemcpyHostToDevice);
+      const engine::WeightMatrix wm{engine::GgmlType::kQ8_0, *dw, n, k};
+      const engine::MatMulOutput mo{&wm, dy->f32()};
+      be.MatMul(dx->f32(), t, k, std::span(&mo, 1));
+      be.CopyToHost(dy->data(), y.data(), y.size() * 4);
+      return y;
+    };
+    const std::vector<float> y8 = product(*g8.backend), y16 = product(*g16.backend);
+    ASSERT_TRUE(g8.backend->status().has_value()) << g8.backend->status().error().ToString();
+    ASSERT_TRUE(g16.backend->status().has_value()) << g16.backend->status().error().ToString();
+    auto rel = [&](const std::vector<float>& y) {
+      double num = 0, den = 0;
+      for (size_t i = 0; i < y.size(); ++i) num += (y[i] - emu[i]) * (y[i] - emu[i]), den += double(emu[i]) * emu[i];
+      return std::sqrt(num / den);
+    };
+    if (n == 90) {
+      EXPECT_EQ(std::memcmp(y8.data(), y16.data(), y8.size() * 4), 0) << "n = 90 runs in bf16";
+      continue;
+    }
+    EXPECT_LT(rel(y8), 1e-3) << "the FP8 product is the emulated one";
+    EXPECT_GT(rel(y16), 10 * rel(y8)) << "and not the bf16 one";
   }
 }
 

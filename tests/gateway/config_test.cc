@@ -240,7 +240,7 @@ providers:
   - {name: b, type: local, model_path: m.gguf, device: cuda, gpu_memory_fraction: 0.5}
   - {name: c, type: local, model_path: m.gguf, device: cpu, gpu_memory_fraction: 1}
   - {name: d, type: local, model_path: m.gguf, device: cuda, gpu_memory_fraction: "0.25",
-     kv_cache_tokens: 4096, cuda_graphs: true}
+     kv_cache_tokens: 4096, cuda_graphs: true, fp8_gemm: true}
 )",
                             env);
   ASSERT_TRUE(config.has_value()) << config.error().message;
@@ -254,6 +254,8 @@ providers:
   EXPECT_EQ(config->providers[3].kv_cache_tokens, 4096);
   EXPECT_FALSE(config->providers[1].cuda_graphs) << "cuda graphs are off unless asked for";
   EXPECT_TRUE(config->providers[3].cuda_graphs);
+  EXPECT_FALSE(config->providers[1].fp8_gemm) << "fp8 GEMMs are off unless asked for";
+  EXPECT_TRUE(config->providers[3].fp8_gemm);
 
   struct Case {
     const char* yaml;
@@ -279,6 +281,10 @@ providers:
        "providers[0].cuda_graphs needs device: cuda"},
       {"providers: [{name: l, type: local, model_path: m, device: cuda, cuda_graphs: 1}]",
        "providers[0].cuda_graphs must be true or false"},
+      {"providers: [{name: l, type: local, model_path: m, fp8_gemm: true}]",
+       "providers[0].fp8_gemm needs device: cuda"},
+      {"providers: [{name: l, type: local, model_path: m, device: cuda, fp8_gemm: yes please}]",
+       "providers[0].fp8_gemm must be true or false"},
   };
   for (const Case& c : cases) {
     auto bad = ParseConfig(c.yaml, env, "test.yaml");

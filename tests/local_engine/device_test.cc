@@ -13,6 +13,7 @@
 #include <numeric>
 #include <nlohmann/json.hpp>
 
+#include "kernels/cpu/thread_pool.h"
 #include "local_engine/cpu_backend.h"
 #include "local_engine/engine.h"
 
@@ -76,6 +77,21 @@ TEST(DeviceTest, CudaWithoutDeviceIsUnavailable) {
   auto tokens = KvTokensForMemoryFraction(Device::kCuda, 0.5, 1024);
   ASSERT_FALSE(tokens.has_value());
   EXPECT_EQ(tokens.error().code, ErrorCode::kUnavailable);
+}
+
+// fp8_gemm is a CUDA backend option: asking a cpu engine for it is an error, not ignored.
+TEST(DeviceTest, Fp8GemmNeedsDeviceCuda) {
+  kernels::cpu::ThreadPool pool(1);
+  auto backend = MakeBackend({.device = Device::kCpu, .pool = &pool, .fp8_gemm = true});
+  ASSERT_FALSE(backend.has_value());
+  EXPECT_EQ(backend.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_EQ(backend.error().message, "fp8_gemm needs device cuda");
+  EngineOptions o;
+  o.model_path = kModel;
+  o.fp8_gemm = true;
+  auto e = Engine::Create(o);
+  ASSERT_FALSE(e.has_value());
+  EXPECT_EQ(e.error().message, "fp8_gemm needs device cuda");
 }
 
 TEST(DeviceTest, OptionsAreChecked) {

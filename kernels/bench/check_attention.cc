@@ -1,7 +1,8 @@
 // Device checks of paged decode and prefill attention against ref::AttendOne (double precision over
 // the same cache contents), on random pools with shuffled block tables and NaN-poisoned unused slots.
 // Decode and prefill run every case on v1 and then on v2 (DecodeVariant, PrefillVariant), each on
-// the same inputs (rebuilt from the same seeds), so a fault in v2 cannot cost v1's rows.
+// the same inputs (rebuilt from the same seeds), so a fault in v2 cannot cost v1's rows; prefill then runs
+// the FP8 cases on kV2Fp8Qk (FP8 Q K^T), against the reference of its own quantized Q.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include "kernels/bench/checks.h"
 #include "kernels/bench/reference.h"
 #include "kernels/cuda/bf16_host.h"
+#include "kernels/cuda/fp8_quant_math.h"
 #include "kernels/cuda/geometry.h"
 #include "kernels/cuda/kernels.h"
 
@@ -273,9 +275,22 @@ struct PrefillSpec {
   bool plant = false;    // bf16 only: keys aligned with the last row's q at PlantedPositions
 };
 
-const char* VariantName(PrefillVariant v) { return v == PrefillVariant::kV2 ? "v2" : "v1"; }
+const char* VariantName(PrefillVariant v) {
+  return v == PrefillVariant::kV2 ? "v2" : v == PrefillVariant::kV2Fp8Qk ? "v2 fp8 Q.K" : "v1";
+}
 
-// Runs one case on one kernel variant. *passed: the row's verdict. *ms: the median time.
+// q as kV2Fp8Qk multiplies it: each (token, head) row of D values quantized to E4M3 under its own
+// scale (amax / 448), then decoded times that scale.
+void QuantizeQRow(std::vector<float>& row) {
+  float amax = 0.0f;
+  for (float x : row) amax = std::max(amax, std::fabs(x));
+  const float scale = Fp8TensorScale(amax), inv = Fp8TensorInvScale(amax);
+  for (float& x : row) x = DequantizeE4M3(QuantizeE4M3(x, inv), scale);
+}
+
+// Runs one case on one kernel variant. *passed: the row's verdict. *ms: the median time. kV2Fp8Qk
+// is held to the reference of its own arithmetic (Q quantized as the kernel does); its error
+// against the unquantized reference, what FP8 Q K^T costs, goes to the note.
 bool RunPrefill(CheckContext& c, const PrefillSpec& sp, PrefillVariant variant, bool* passed, double* ms_out) {
   auto rng = Rng(c, 200 + sp.q_lens.size() * 13 + static_cast<uint64_t>(sp.ctx.back()));
   Pool pool;
@@ -345,7 +360,8 @@ bool RunPrefill(CheckContext& c, const PrefillSpec& sp, PrefillVariant variant, 
         if (sp.samples == 0 || i == sp.q_lens[static_cast<size_t>(seq)] - 1 || i == 0 ||
             rng() % static_cast<uint64_t>(std::max<int64_t>(1, static_cast<int64_t>(t) * sp.hq / sp.samples)) == 0)
           picks.push_back({seq, i, h});
-  std::vector<double> ref(picks.size() * static_cast<size_t>(sp.d));
+  const bool q8 = variant == PrefillVariant::kV2Fp8Qk;
+  std::vector<double> ref(picks.size() * static_cast<size_t>(sp.d)), ref_exact(q8 ? ref.size() : 0);
   std::vector<float> got(ref.size());
   ref::ParallelFor(static_cast<int64_t>(picks.size()), [&](int64_t k) {
     const auto [seq, i, h] = picks[static_cast<size_t>(k)];
@@ -353,8 +369,13 @@ bool RunPrefill(CheckContext& c, const PrefillSpec& sp, PrefillVariant variant, 
     std::vector<float> qf(static_cast<size_t>(sp.d));
     for (int j = 0; j < sp.d; ++j) qf[static_cast<size_t>(j)] = Bf16ToFloat(q[static_cast<size_t>(tok * q_stride + h * sp.d + j)]);
     const int visible = sp.ctx[static_cast<size_t>(seq)] - sp.q_lens[static_cast<size_t>(seq)] + i + 1;
-    ref::AttendOne(pool.host, &pool.table_host[static_cast<size_t>(seq) * pool.max_blocks], visible, h / g, qf.data(),
-                   1.0 / std::sqrt(static_cast<double>(sp.d)), &ref[static_cast<size_t>(k) * sp.d]);
+    const int32_t* row_table = &pool.table_host[static_cast<size_t>(seq) * pool.max_blocks];
+    const double scale = 1.0 / std::sqrt(static_cast<double>(sp.d));
+    if (q8) {
+      ref::AttendOne(pool.host, row_table, visible, h / g, qf.data(), scale, &ref_exact[static_cast<size_t>(k) * sp.d]);
+      QuantizeQRow(qf);
+    }
+    ref::AttendOne(pool.host, row_table, visible, h / g, qf.data(), scale, &ref[static_cast<size_t>(k) * sp.d]);
     for (int j = 0; j < sp.d; ++j)
       got[static_cast<size_t>(k) * sp.d + j] = Bf16ToFloat(out[static_cast<size_t>((tok * sp.hq + h) * sp.d + j)]);
   });
@@ -371,12 +392,18 @@ bool RunPrefill(CheckContext& c, const PrefillSpec& sp, PrefillVariant variant, 
   const bool pass = err <= 1e-2 && all_written && ms > 0;
   std::string note = std::string(VariantName(variant)) + " splits=" + std::to_string(geo.splits) +
                      " rows=" + std::to_string(picks.size()) + (all_written ? "" : " UNWRITTEN OUTPUT");
-  if (variant == PrefillVariant::kV2 && *ms_out > 0 && ms > 0) {  // *ms_out: v1's time on this case
+  if (variant != PrefillVariant::kV1 && *ms_out > 0 && ms > 0) {  // *ms_out: the time to compare with
     char speedup[48];
-    std::snprintf(speedup, sizeof(speedup), " %.2fx v1", *ms_out / ms);
+    std::snprintf(speedup, sizeof(speedup), " %.2fx %s", *ms_out / ms, q8 ? "v2" : "v1");
     note += speedup;
   }
-  c.rows->push_back({sp.name + (variant == PrefillVariant::kV2 ? " [v2]" : ""), size, err, 1e-2, pass, ms,
+  if (q8) {
+    char cost[64];
+    std::snprintf(cost, sizeof(cost), " err vs unquantized q %.2e", ref::RelError(got, ref_exact));
+    note += cost;
+  }
+  const std::string tag = variant == PrefillVariant::kV1 ? "" : std::string(" [") + VariantName(variant) + "]";
+  c.rows->push_back({sp.name + tag, size, err, 1e-2, pass, ms,
                      flops / ms / 1e9, "TFLOP/s", c.gemm_tflops, note});
   *passed = pass;
   *ms_out = ms;
@@ -465,6 +492,8 @@ bool CheckPrefillAttention(CheckContext& c) {
       {"prefill attn bf16 peaked", 32, 8, 128, {300, 200, 1, 64}, {301, 1003, 77, 69}, bf, 0, 32.0f, true},
       {"prefill attn bf16 G=3 D=64 peaked", 9, 3, 64, {130, 50}, {133, 509}, bf, 0, 16.0f, true},
       {"prefill attn warm tail peaked", 32, 8, 128, {16}, {long_ctx - 7}, bf, 32, 16.0f, true},
+      // The cold chunk on an FP8 cache: v2 against kV2Fp8Qk (below) at the size that matters.
+      {"prefill attn fp8 chunk", 32, 8, 128, {chunk}, {chunk}, KvDtype::kFp8E4M3, 64},
   };
   // v1 first for every case (its rows survive a v2 fault), then v2 on the same inputs.
   std::vector<double> v1_ms(specs.size(), 0.0);
@@ -474,14 +503,26 @@ bool CheckPrefillAttention(CheckContext& c) {
   }
   c.prefill_v2_passed = false;
   bool all_v2 = true;
+  std::vector<double> v2_ms(specs.size(), 0.0);
   for (size_t i = 0; i < specs.size(); ++i) {
     bool passed = false;
-    double ms = v1_ms[i];
-    if (!RunPrefill(c, specs[i], PrefillVariant::kV2, &passed, &ms)) return false;
+    v2_ms[i] = v1_ms[i];
+    if (!RunPrefill(c, specs[i], PrefillVariant::kV2, &passed, &v2_ms[i])) return false;
     all_v2 &= passed;
   }
   c.prefill_v2_passed = all_v2;
   std::printf("prefill v2: %s\n", all_v2 ? "every case matches the reference" : "FAILED at least one case");
+  std::fflush(stdout);
+  // FP8 Q K^T (kV2Fp8Qk) on every FP8 case, timed against v2 on the same inputs.
+  bool all_q8 = true;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (specs[i].dtype != KvDtype::kFp8E4M3) continue;
+    bool passed = false;
+    double ms = v2_ms[i];
+    if (!RunPrefill(c, specs[i], PrefillVariant::kV2Fp8Qk, &passed, &ms)) return false;
+    all_q8 &= passed;
+  }
+  std::printf("prefill v2 fp8 Q.K: %s\n", all_q8 ? "every case matches its reference" : "FAILED at least one case");
   return true;
 }
 

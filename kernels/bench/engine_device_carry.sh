@@ -7,9 +7,9 @@
 # (sha256 checked) and runs:
 #   - kvgate_cuda_device_tests and kvgate_cuda_backend_tests (kernels and CudaBackend vs references),
 #   - kvgate_engine_device_tests --gtest_filter='DeviceTest.Cuda*' (greedy tokens vs the CPU's),
-#   - `kvgate generate` on cpu, on cuda and on cuda with --cuda-graphs for a few prompts (text and
-#     tokens/s side by side; 1000 / tok/s is the decode step time in ms with and without graphs),
-#     and whether the graphs' text equals the eager cuda text.
+#   - `kvgate generate` on cpu, on cuda, on cuda with --cuda-graphs and on cuda with --fp8-gemm for
+#     a few prompts (text and tokens/s side by side; 1000 / tok/s is the decode step time in ms),
+#     whether the graphs' text equals the eager cuda text, and the start of the FP8 text.
 # The kvgate CLI's libraries (yaml-cpp, OpenSSL, SQLite, curl and its dependencies) travel as a
 # tarball with LD_LIBRARY_PATH set; the device image (Ubuntu 24.04, glibc 2.39) runs Debian 12
 # binaries as they are.
@@ -105,13 +105,16 @@ timeout 240 "$WORK/bin/kvgate_engine_device_tests" --gtest_filter='DeviceTest.Cu
   grep -E "case|pool|OK|FAIL|PASSED|Failure|graphs"
 M=$SRC/models/SmolLM2-135M-Instruct.Q4_1.gguf
 for p in "1, 2, 3, 4, 5, 6," "Write a haiku about the sea." "Explain what a KV cache is."; do
-  for run in cpu cuda cuda-graphs; do
-    flags=(--device "${run%-graphs}")
+  for run in cpu cuda cuda-graphs cuda-fp8; do
+    flags=(--device "${run%%-*}")
     [ "$run" = cuda-graphs ] && flags+=(--cuda-graphs)
+    [ "$run" = cuda-fp8 ] && flags+=(--fp8-gemm)
     timeout 120 "$WORK/bin/kvgate" generate --model "$M" --prompt "$p" --max-tokens 128 --ignore-eos \
       "${flags[@]}" > "$WORK/$run.txt" 2> "$WORK/$run.err"
     echo "$run: $(tail -1 "$WORK/$run.err")"
   done
   if cmp -s "$WORK/cpu.txt" "$WORK/cuda.txt"; then echo "-- '$p': cpu, cuda same text"; else echo "-- '$p': cpu, cuda texts differ"; fi
   if cmp -s "$WORK/cuda.txt" "$WORK/cuda-graphs.txt"; then echo "-- '$p': cuda, cuda-graphs same text"; else echo "-- '$p': cuda, cuda-graphs texts differ"; fi
+  # fp8_gemm changes the numbers (docs/engine.md, "FP8 GEMMs"): the text may differ; it must be text.
+  echo "-- '$p': cuda-fp8 text: $(head -c 160 "$WORK/cuda-fp8.txt" | tr '\n' ' ')"
 done

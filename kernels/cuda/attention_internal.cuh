@@ -134,8 +134,9 @@ struct PrefillParams {
 };
 
 // Launches the prefill v2 kernel (attention_prefill_v2.cu) for a validated launch; grid from
-// PrefillGeometry (variant kV2). Does not run the split reduction.
-CudaStatus LaunchPrefillV2(const PrefillParams& p, KvDtype dtype, int head_dim, dim3 grid,
+// PrefillGeometry (variant kV2, or kV2Fp8Qk with fp8_qk and an FP8 cache). Does not run the split
+// reduction.
+CudaStatus LaunchPrefillV2(const PrefillParams& p, KvDtype dtype, int head_dim, bool fp8_qk, dim3 grid,
                            cudaStream_t stream);
 
 inline constexpr float kLog2e = 1.4426950408889634f;

@@ -21,6 +21,13 @@
 //   position, and masks only tiles that reach past its first row's position. Tiles are scheduled
 //   last first (the longest causal rows start first, so the short ones fill the tail).
 // - Softmax exponentials use ex2.approx directly.
+//
+// kQk8 (PrefillVariant::kV2Fp8Qk, FP8 cache only): S = Q K^T on FP8 tensor cores, mma m16n8k32
+// e4m3, which do twice the bf16 rate. K's codes are multiplied as the cache stores them, read by
+// ldmatrix straight from the raw stage (rows padded to D + 16 bytes), and only V is converted to
+// bf16 for P V. Q is quantized once per CTA: each (token, head) row to E4M3 under its own scale
+// (amax / 448, Fp8BlockScale), so S = dot(codes) x q row scale x K block scale, applied with the
+// softmax scale. What that costs against bf16 Q K^T the device check reports ("fp8 Q.K" rows).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -39,14 +46,18 @@ namespace kvgate::cuda {
 namespace {
 
 // Shared-memory layout of one CTA, in bytes (PrefillV2SmemBytes is the host's copy, checked below).
-template <typename CacheT, int D>
+template <typename CacheT, int Dim, bool Qk8 = false>
 struct Layout {
+  static constexpr int D = Dim;
   static constexpr int kStages = kPrefillV2Stages;
   static constexpr bool kDirect = std::is_same_v<CacheT, __nv_bfloat16>;  // cp.async into bf16 tiles
   static constexpr bool kFp8 = std::is_same_v<CacheT, uint8_t>;
+  static constexpr bool kQk8 = Qk8;
+  static_assert(!kQk8 || kFp8, "FP8 Q.K^T reads an FP8 cache");
   static constexpr int kPitch = D + 8;  // bf16 elements per tile row (272 or 144 bytes: 16 mod 128)
   static constexpr int kTileBytes = kPrefillKvTile * kPitch * 2;
   static constexpr int kRowBytes = D * static_cast<int>(sizeof(CacheT));  // one key's head in cache
+  static constexpr int kRawPitch = kRowBytes + (kQk8 ? 16 : 0);            // ... in a raw stage
   static constexpr int kChunks = kRowBytes / 16;                           // cp.async chunks per key
   // Each thread copies chunk (tid % kChunks) of key rows tid / kChunks + i * kRowsPerPass.
   static constexpr int kRowsPerPass = kPrefillV2Threads / kChunks;
@@ -54,18 +65,25 @@ struct Layout {
   static_assert(kPrefillV2Threads % kChunks == 0 && kPasses >= 1, "chunk mapping");
   // Direct: stage s = K tile at s * kStageBytes, V tile right after. Converted: the bf16 K/V pair
   // at 0, then stage s = raw K, raw V, (FP8) scales [K|V][kPasses][threads] floats.
-  static constexpr int kRawTileBytes = kPrefillKvTile * kRowBytes;
+  static constexpr int kRawTileBytes = kPrefillKvTile * kRawPitch;
   static constexpr int kScaleBytes = kFp8 ? 2 * kPasses * kPrefillV2Threads * 4 : 0;
   static constexpr int kStageBytes = kDirect ? 2 * kTileBytes : 2 * kRawTileBytes + kScaleBytes;
   static constexpr int kStageBase = kDirect ? 0 : 2 * kTileBytes;
   static constexpr int kVOffset = kDirect ? kTileBytes : kRawTileBytes;  // V tile within a stage
-  static constexpr int kStagePitch = kDirect ? kPitch * 2 : kRowBytes;   // row pitch of a stage tile
+  static constexpr int kStagePitch = kDirect ? kPitch * 2 : kRawPitch;   // row pitch of a stage tile
   static constexpr int kBytes = kStageBase + kStages * kStageBytes;
   // Q [128][kPitch] is staged where the last direct stage (first filled inside the key loop) or the
   // converted pair will go.
   static constexpr int kQBase = kDirect ? (kStages - 1) * kStageBytes : 0;
   static_assert(kPrefillV2Rows * kPitch * 2 == 2 * kTileBytes, "Q fits one K/V tile pair");
   static_assert(kStages >= 2, "at least one tile in flight");
+  // kQk8: the quantized Q [128][D + 16] codes go to the last raw pair (not filled before the key
+  // loop), its row scales [128] to that pair's scale slots.
+  static constexpr int kQ8Pitch = D + 16;
+  static constexpr int kQ8Base = kStageBase + (kStages - 1) * kStageBytes;
+  static constexpr int kQScaleBase = kQ8Base + 2 * kRawTileBytes;
+  static_assert(!kQk8 || (kPrefillV2Rows * kQ8Pitch == kQScaleBase - kQ8Base &&
+                          kQScaleBase + kPrefillV2Rows * 4 <= kBytes), "quantized Q fits the last raw pair");
 };
 
 // The physical block of each key row this thread copies from tile `tile`; -1 past the context
@@ -116,18 +134,19 @@ __device__ __forceinline__ void IssueTile(const PrefillParams& p, int kvh, const
 // tiles at `tiles` (K [64][kPitch], then V): f16 copied as it is (the kernel multiplies f16 with
 // f16 mma, as v1 does), FP8 decoded times its block scale into bf16. Exactly v1's conversions, so
 // both kernels multiply the same values.
+// kQk8: V only (K is multiplied as its codes).
 template <typename CacheT, class L>
 __device__ __forceinline__ void ConvertChunks(const uint8_t* raw, __nv_bfloat16* tiles) {
   const int tid = static_cast<int>(threadIdx.x);
   const int r0 = tid / L::kChunks, c = tid % L::kChunks;
 #pragma unroll
-  for (int kv = 0; kv < 2; ++kv) {
+  for (int kv = L::kQk8 ? 1 : 0; kv < 2; ++kv) {
     const uint8_t* src = raw + kv * L::kRawTileBytes;
     __nv_bfloat16* tile = tiles + kv * kPrefillKvTile * L::kPitch;
 #pragma unroll
     for (int i = 0; i < L::kPasses; ++i) {
       const int r = r0 + i * L::kRowsPerPass;
-      const uint4 in = *reinterpret_cast<const uint4*>(src + r * L::kRowBytes + c * 16);
+      const uint4 in = *reinterpret_cast<const uint4*>(src + r * L::kRawPitch + c * 16);
       if constexpr (std::is_same_v<CacheT, __half>) {  // 8 elements per chunk, bits unchanged
         *reinterpret_cast<uint4*>(tile + r * L::kPitch + c * 8) = in;
       } else {  // FP8: 16 elements per chunk
@@ -147,9 +166,47 @@ __device__ __forceinline__ void ConvertChunks(const uint8_t* raw, __nv_bfloat16*
   }
 }
 
-template <typename CacheT, int D>
+// kQk8: the staged bf16 Q tile -> E4M3 codes at L::kQ8Base, one scale per row at L::kQScaleBase.
+// Thread tid quantizes half of row tid / 2; the pair's lanes combine their amax.
+template <class L>
+__device__ __forceinline__ void QuantizeQRows(uint8_t* smem) {
+  constexpr int kHalf = L::D / 2;
+  const int tid = static_cast<int>(threadIdx.x), row = tid >> 1, half = tid & 1;
+  const __nv_bfloat16* q = reinterpret_cast<const __nv_bfloat16*>(smem + L::kQBase) + row * L::kPitch + half * kHalf;
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kHalf; i += 8) {
+    float f[8];
+    Bf16x8ToFloat(*reinterpret_cast<const uint4*>(q + i), f);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(f[j]));
+  }
+  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+  const float scale = Fp8BlockScale(amax), inv = 1.0f / scale;
+  uint8_t* dst = smem + L::kQ8Base + row * L::kQ8Pitch + half * kHalf;
+#pragma unroll
+  for (int i = 0; i < kHalf; i += 8) {
+    float f[8];
+    Bf16x8ToFloat(*reinterpret_cast<const uint4*>(q + i), f);
+    uint32_t w[2] = {0, 0};
+#pragma unroll
+    for (int j = 0; j < 8; ++j) w[j / 4] |= static_cast<uint32_t>(EncodeFp8Hw(f[j] * inv)) << (8 * (j % 4));
+    *reinterpret_cast<uint2*>(dst + i) = make_uint2(w[0], w[1]);
+  }
+  if (half == 0) reinterpret_cast<float*>(smem + L::kQScaleBase)[row] = scale;
+}
+
+// kQk8: the block scale of key block b (keys 16 b .. 16 b + 15) of a landed raw stage: the slot
+// IssueTile gave the thread that copied chunk 0 of the block's first row.
+template <class L>
+__device__ __forceinline__ float KBlockScale(const uint8_t* raw, int b) {
+  const int r = b * kBlockTokens, pass = r / L::kRowsPerPass, tid = (r % L::kRowsPerPass) * L::kChunks;
+  return reinterpret_cast<const float*>(raw + 2 * L::kRawTileBytes)[pass * kPrefillV2Threads + tid];
+}
+
+template <typename CacheT, int D, bool kQk8>
 __global__ void __launch_bounds__(kPrefillV2Threads, kPrefillV2CtasPerSm) PrefillV2Kernel(const PrefillParams p) {
-  using L = Layout<CacheT, D>;
+  using L = Layout<CacheT, D, kQk8>;
   using M = MmaOps<std::is_same_v<CacheT, __half>>;
   constexpr int kNT = kPrefillKvTile / 8;  // 8-key column tiles of S
   constexpr int kDT = D / 8;               // 8-wide column tiles of O
@@ -219,17 +276,34 @@ __global__ void __launch_bounds__(kPrefillV2Threads, kPrefillV2CtasPerSm) Prefil
     // (L >> 4) * 8, so matrix 0 = rows 0-7 x dims 0-7 of the k-step, 1 = rows 8-15 x dims 0-7,
     // 2 = rows 0-7 x dims 8-15, 3 = rows 8-15 x dims 8-15; r[m] = M_m[g][2t, 2t+1] is then
     // A[g][2t..], A[g+8][2t..], A[g][2t+8..], A[g+8][2t+8..] = a[0..3] of the mma A layout.
-    uint32_t qf[kKS][4];
+    // kQk8: the same ldmatrix addresses over the codes (16-byte rows of 16 codes instead of 8
+    // bf16, so a k-step is 32 dims) give the m16n8k32 A registers (mma_sm80.cuh, Mma16832E4M3).
+    uint32_t qf[kQk8 ? 1 : kKS][4];
+    uint32_t qf8[kQk8 ? D / 32 : 1][4];
+    float qs_a = 1.0f, qs_b = 1.0f;  // kQk8: the scales of rows row_a, row_b
     CpAsyncWait<L::kStages - 2>();  // the first group: Q and tile t_begin
     __syncthreads();
+    if constexpr (kQk8) {
+      QuantizeQRows<L>(smem);
+      __syncthreads();
 #pragma unroll
-    for (int kk = 0; kk < kKS; ++kk) {
-      const prefill_v2::RowCol a = prefill_v2::QAddr(lane, warp, kk);
-      LdMatrixX4(qf[kk], smem_base + L::kQBase + a.row * kRowPitchBytes + a.col * 2);
+      for (int kk = 0; kk < D / 32; ++kk) {
+        const prefill_v2::RowCol a = prefill_v2::QAddr(lane, warp, kk);
+        LdMatrixX4(qf8[kk], smem_base + L::kQ8Base + a.row * L::kQ8Pitch + a.col * 2);
+      }
+      const float* q_scale = reinterpret_cast<const float*>(smem + L::kQScaleBase);
+      qs_a = q_scale[row_a];
+      qs_b = q_scale[row_b];
+    } else {
 #pragma unroll
-      for (int r = 0; r < 4; ++r) qf[kk][r] = M::FromBf16x2(qf[kk][r]);  // f16 cache: Q as f16 too
+      for (int kk = 0; kk < kKS; ++kk) {
+        const prefill_v2::RowCol a = prefill_v2::QAddr(lane, warp, kk);
+        LdMatrixX4(qf[kk], smem_base + L::kQBase + a.row * kRowPitchBytes + a.col * 2);
+#pragma unroll
+        for (int r = 0; r < 4; ++r) qf[kk][r] = M::FromBf16x2(qf[kk][r]);  // f16 cache: Q as f16 too
+      }
     }
-    __syncthreads();  // the Q staging area is free for the tile that goes there
+    __syncthreads();  // the Q staging areas are free for the tiles that go there
 
     // The ldmatrix addresses of the K and V tiles (prefill_v2_layout.h, used in the loops below).
     // K, for S = Q K^T (B[k = dim][n = key] = K[key][dim]), ldmatrix.x4 without .trans at
@@ -257,10 +331,11 @@ __global__ void __launch_bounds__(kPrefillV2Threads, kPrefillV2CtasPerSm) Prefil
       CpAsyncCommit();  // possibly empty: keeps "all but the newest stages - 1 groups" = tile jt
       CpAsyncWait<L::kStages - 1>();
       uint32_t k_tile;
+      const uint8_t* raw = smem + L::kStageBase + stage * L::kStageBytes;  // converted caches' landed stage
       if constexpr (L::kDirect) {
         k_tile = smem_base + stage * L::kStageBytes;
       } else {
-        ConvertChunks<CacheT, L>(smem + L::kStageBase + stage * L::kStageBytes, reinterpret_cast<__nv_bfloat16*>(smem));
+        ConvertChunks<CacheT, L>(raw, reinterpret_cast<__nv_bfloat16*>(smem));
         k_tile = smem_base;
       }
       const uint32_t v_tile = k_tile + L::kTileBytes;
@@ -273,15 +348,40 @@ __global__ void __launch_bounds__(kPrefillV2Threads, kPrefillV2CtasPerSm) Prefil
         float s[kNT][4];
 #pragma unroll
         for (int n = 0; n < kNT; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+        if constexpr (kQk8) {
+          // The K codes in the raw stage, by KAddr over 16-byte rows of codes (k-steps of 32).
+          const uint32_t k8_tile = SmemAddr(raw);
 #pragma unroll
-        for (int kk = 0; kk < kKS; ++kk) {
+          for (int kk = 0; kk < D / 32; ++kk) {
 #pragma unroll
-          for (int np = 0; np < kNT / 2; ++np) {
-            const prefill_v2::RowCol ka = prefill_v2::KAddr(lane, np, kk);
-            uint32_t b[4];
-            LdMatrixX4(b, k_tile + ka.row * kRowPitchBytes + ka.col * 2);
-            M::Mma(s[2 * np], qf[kk], b[0], b[1]);
-            M::Mma(s[2 * np + 1], qf[kk], b[2], b[3]);
+            for (int np = 0; np < kNT / 2; ++np) {
+              const prefill_v2::RowCol ka = prefill_v2::KAddr(lane, np, kk);
+              uint32_t b[4];
+              LdMatrixX4(b, k8_tile + ka.row * L::kRawPitch + ka.col * 2);
+              Mma16832E4M3(s[2 * np], qf8[kk], b[0], b[1]);
+              Mma16832E4M3(s[2 * np + 1], qf8[kk], b[2], b[3]);
+            }
+          }
+          // dot(codes) -> q . k: key tile n lies in block n / 2 of the 64-key tile.
+          float kb[kPrefillKvTile / kBlockTokens];
+#pragma unroll
+          for (int b = 0; b < kPrefillKvTile / kBlockTokens; ++b) kb[b] = KBlockScale<L>(raw, b);
+#pragma unroll
+          for (int n = 0; n < kNT; ++n) {
+#pragma unroll
+            for (int c = 0; c < 4; ++c) s[n][c] *= (c < 2 ? qs_a : qs_b) * kb[n >> 1];
+          }
+        } else {
+#pragma unroll
+          for (int kk = 0; kk < kKS; ++kk) {
+#pragma unroll
+            for (int np = 0; np < kNT / 2; ++np) {
+              const prefill_v2::RowCol ka = prefill_v2::KAddr(lane, np, kk);
+              uint32_t b[4];
+              LdMatrixX4(b, k_tile + ka.row * kRowPitchBytes + ka.col * 2);
+              M::Mma(s[2 * np], qf[kk], b[0], b[1]);
+              M::Mma(s[2 * np + 1], qf[kk], b[2], b[3]);
+            }
           }
         }
         // Mask only where a key of the tile is past the warp's first row (keys >= ctx always are:
@@ -397,25 +497,30 @@ __global__ void __launch_bounds__(kPrefillV2Threads, kPrefillV2CtasPerSm) Prefil
   }
 }
 
-template <typename CacheT, int D>
+template <typename CacheT, int D, bool kQk8>
 CudaStatus Launch(const PrefillParams& p, dim3 grid, cudaStream_t stream) {
-  using L = Layout<CacheT, D>;
-  static_assert(L::kBytes == PrefillV2SmemBytes(D, sizeof(CacheT), L::kDirect), "smem plan mismatch");
+  using L = Layout<CacheT, D, kQk8>;
+  static_assert(L::kBytes == PrefillV2SmemBytes(D, sizeof(CacheT), L::kDirect, kQk8), "smem plan mismatch");
   // Above 48 KB a kernel must opt in to its dynamic shared memory; the call is cheap and keeps the
   // launcher free of "configured already" state.
-  const cudaError_t e =
-      cudaFuncSetAttribute(PrefillV2Kernel<CacheT, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes);
+  const cudaError_t e = cudaFuncSetAttribute(PrefillV2Kernel<CacheT, D, kQk8>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes);
   if (e != cudaSuccess) return {CudaStatusKind::kCudaError, static_cast<int>(e), "cudaFuncSetAttribute(PrefillV2Kernel)"};
-  PrefillV2Kernel<CacheT, D><<<grid, kPrefillV2Threads, L::kBytes, stream>>>(p);
+  PrefillV2Kernel<CacheT, D, kQk8><<<grid, kPrefillV2Threads, L::kBytes, stream>>>(p);
   return LaunchStatus("PrefillV2Kernel");
 }
 
 }  // namespace
 
-CudaStatus LaunchPrefillV2(const PrefillParams& p, KvDtype dtype, int head_dim, dim3 grid, cudaStream_t stream) {
+CudaStatus LaunchPrefillV2(const PrefillParams& p, KvDtype dtype, int head_dim, bool fp8_qk, dim3 grid,
+                           cudaStream_t stream) {
+  if (fp8_qk) {
+    if (dtype != KvDtype::kFp8E4M3) return CudaStatus::Invalid("prefill FP8 Q.K needs an FP8 cache");
+    return head_dim == 128 ? Launch<uint8_t, 128, true>(p, grid, stream) : Launch<uint8_t, 64, true>(p, grid, stream);
+  }
   CudaStatus st = CudaStatus::Ok();
   DispatchCacheTypeAndHeadDim(dtype, head_dim, [&](auto type, auto d) {
-    st = Launch<typename decltype(type)::type, decltype(d)::value>(p, grid, stream);
+    st = Launch<typename decltype(type)::type, decltype(d)::value, false>(p, grid, stream);
   });
   return st;
 }

@@ -122,7 +122,13 @@ constexpr size_t DecodeV2SmemBytes(int head_dim, int cache_elem_bytes) {
 
 // The prefill attention kernel a launch uses. kV1 is the default everywhere: kV2 has been compiled
 // but never run on a GPU (kernels/NOTES.md, "prefill v2"); a caller opts in per launch.
-enum class PrefillVariant { kV1, kV2 };
+// kV2Fp8Qk is v2 with S = Q K^T on FP8 tensor cores (mma m16n8k32 e4m3) for an FP8 cache: K's
+// codes are multiplied as stored, Q is quantized per (token, head) row in shared memory, P V stays
+// bf16 (kernels/NOTES.md, "FP8 attention"; built, never run on a GPU). Same tiles and geometry as v2.
+enum class PrefillVariant { kV1, kV2, kV2Fp8Qk };
+
+// Whether a variant runs the v2 kernel (its CTA shape, tiles and geometry).
+constexpr bool IsPrefillV2(PrefillVariant v) { return v != PrefillVariant::kV1; }
 
 struct PrefillShape {
   int num_seqs = 0;            // S
@@ -195,9 +201,12 @@ AttentionRowSplit SplitAttentionRows(std::span<const int32_t> query_start, bool 
 // pair; FP8 adds each stage's block scales, one float per (K|V, copy pass, thread): D / 64 passes.
 // The Q tile [128][D + 8] is staged before the key loop in a pair's place (the same size), so it
 // adds nothing. attention_prefill_v2.cu static_asserts its layout against this.
-constexpr size_t PrefillV2SmemBytes(int head_dim, int cache_elem_bytes, bool cache_is_bf16) {
+// kV2Fp8Qk pads each raw FP8 row by 16 bytes (D + 16: ldmatrix reads K's codes straight from the
+// stage, conflict-free) and stages the quantized Q [128][D + 16] bytes in the last raw pair, which
+// that size fits exactly, with its row scales in the pair's scale slots.
+constexpr size_t PrefillV2SmemBytes(int head_dim, int cache_elem_bytes, bool cache_is_bf16, bool fp8_qk = false) {
   const size_t tile = static_cast<size_t>(kPrefillKvTile) * (head_dim + 8) * 2;
-  const size_t raw = static_cast<size_t>(kPrefillKvTile) * head_dim * cache_elem_bytes;
+  const size_t raw = static_cast<size_t>(kPrefillKvTile) * (head_dim * cache_elem_bytes + (fp8_qk ? 16 : 0));
   if (cache_is_bf16) return kPrefillV2Stages * 2 * tile;
   const size_t scales = cache_elem_bytes == 1 ? 2 * static_cast<size_t>(head_dim / 64) * kPrefillV2Threads * 4 : 0;
   return 2 * tile + kPrefillV2Stages * (2 * raw + scales);

@@ -97,6 +97,25 @@ struct MmaOps {
   }
 };
 
+// c [16x8 f32] += a [16x32 E4M3, row] . b [32x8 E4M3, col] (sm_89 and later: prefill kV2Fp8Qk).
+// PTX ISA, "Matrix Fragments for mma.m16n8k32": each A register holds 4 consecutive k of one row,
+// a[0] = row g, k 4t..4t+3; a[1] = row g + 8, same k; a[2], a[3] = the same rows, k + 16. Each B
+// register 4 consecutive k of column g: b0 = k 4t..4t+3, b1 = k 16 + 4t..; the lowest k in the
+// lowest byte. C as m16n8k16's. (g = lane / 4, t = lane % 4.) ldmatrix of 16-byte rows of codes
+// hands out exactly these registers (prefill_v2_layout.h, "FP8").
+__device__ __forceinline__ void Mma16832E4M3(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  (void)c, (void)a, (void)b0, (void)b1;
+  __trap();  // FP8 tensor cores start with sm_89; the build targets sm_90a
+#endif
+}
+
 // Shared-memory address (the 32-bit .shared window) of a generic pointer into shared memory.
 __device__ __forceinline__ uint32_t SmemAddr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));

@@ -79,6 +79,14 @@ TEST(CudaDeviceTest, LaunchersRejectBadArgumentsBeforeLaunching) {
   p.q_stride = 32 * 128;
   p.q = reinterpret_cast<const bf16*>(fake + 2);
   EXPECT_EQ(PrefillAttention(p, nullptr).kind, CudaStatusKind::kInvalidArgument);
+  // FP8 Q K^T multiplies the cache's codes: a bf16 cache is refused before anything launches.
+  shape.variant = PrefillVariant::kV2Fp8Qk;
+  ASSERT_TRUE(ChoosePrefillGeometry(shape, 1, 132, &p.geo).ok());
+  p.tile_tokens = p.geo.tile_tokens;
+  p.q = reinterpret_cast<const bf16*>(fake);
+  EXPECT_EQ(PrefillAttention(p, nullptr).kind, CudaStatusKind::kInvalidArgument);
+  EXPECT_STREQ(PrefillAttention(p, nullptr).what, "prefill FP8 Q.K needs an FP8 cache");
+  p.q = reinterpret_cast<const bf16*>(fake + 2);
   // v1 with q at an odd bf16 element: its 32-bit Q loads would fault, so it is refused too; the
   // same v1 arguments with q aligned pass the checks (and then fail only at the launch, no GPU).
   shape.variant = PrefillVariant::kV1;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <random>
 #include <utility>
+#include <tuple>
 #include <vector>
 
 namespace kvgate::cuda {
@@ -232,6 +233,34 @@ TEST(PrefillGeometryTest, V2SharedMemoryFitsAnSm) {
   // The padded row pitch is 16 bytes past a multiple of 128: an ldmatrix's 8 rows hit 8 bank groups.
   EXPECT_EQ((128 + 8) * 2 % 128, 16);
   EXPECT_EQ((64 + 8) * 2 % 128, 16);
+  // kV2Fp8Qk: raw FP8 rows padded to D + 16 bytes; the quantized Q [128][D + 16] fills one raw pair
+  // exactly, its 128 row scales fit that pair's scale slots.
+  for (int d : {64, 128}) {
+    const size_t raw_pair = size_t{2} * 64 * (d + 16), scales = size_t{2} * (d / 64) * 256 * 4;
+    EXPECT_EQ(PrefillV2SmemBytes(d, 1, false, true),
+              size_t{2} * 64 * (d + 8) * 2 + size_t{kPrefillV2Stages} * (raw_pair + scales));
+    EXPECT_LE(PrefillV2SmemBytes(d, 1, false, true) * kPrefillV2CtasPerSm, kSmemPerBlockOptin);
+    EXPECT_EQ(size_t{kPrefillV2Rows} * (d + 16), raw_pair);
+    EXPECT_LE(size_t{kPrefillV2Rows} * 4, scales);
+  }
+}
+
+TEST(PrefillGeometryTest, Fp8QkIsV2sGeometry) {
+  EXPECT_TRUE(IsPrefillV2(PrefillVariant::kV2Fp8Qk));
+  EXPECT_TRUE(IsPrefillV2(PrefillVariant::kV2));
+  EXPECT_FALSE(IsPrefillV2(PrefillVariant::kV1));
+  for (int g = 1; g <= 8; ++g) EXPECT_EQ(PrefillTileTokens(PrefillVariant::kV2Fp8Qk, g), PrefillTileTokens(PrefillVariant::kV2, g));
+  for (const int tiles : {1, 256}) {
+    PrefillShape shape{1, 8192, 32, 8, 128, 100000};
+    PrefillGeometry v2, q8;
+    shape.variant = PrefillVariant::kV2;
+    ASSERT_TRUE(ChoosePrefillGeometry(shape, tiles, kH200Sms, &v2).ok());
+    shape.variant = PrefillVariant::kV2Fp8Qk;
+    ASSERT_TRUE(ChoosePrefillGeometry(shape, tiles, kH200Sms, &q8).ok());
+    EXPECT_EQ(q8.variant, PrefillVariant::kV2Fp8Qk);
+    EXPECT_EQ(std::tuple(q8.tile_tokens, q8.splits, q8.grid_x, q8.grid_y, q8.grid_z, q8.threads, q8.workspace_floats),
+              std::tuple(v2.tile_tokens, v2.splits, v2.grid_x, v2.grid_y, v2.grid_z, v2.threads, v2.workspace_floats));
+  }
 }
 
 TEST(PrefillTilesTest, TilesPerSequence) {

@@ -163,6 +163,106 @@ TEST(PrefillV2LayoutTest, WarpFragmentsGiveQKtAndPV) {
     for (int warp : {0, 5, 7}) ReplayWarp(d, warp);
 }
 
+// The FP8 Q K^T of kV2Fp8Qk: the same ldmatrix addresses over rows of one-byte codes (a 16-byte
+// chunk holds 16 codes, so an address's bf16 column c is byte 2c and a k-step kk covers 32 dims),
+// and mma.m16n8k32 (e4m3) rebuilt from the PTX fragment layout restated in mma_sm80.cuh
+// (Mma16832E4M3). One register holds four consecutive bytes; the lowest address is element 0.
+using Quad = std::array<float, 4>;
+
+// ldmatrix.x4 (no .trans) over byte rows: register m of lane L = bytes 4 (L % 4) .. + 3 of row
+// L / 4 of matrix m, whose row i is addressed by lane 8m + i (row, bf16 column of the chunk).
+template <class Addr>
+std::array<std::array<Quad, 4>, 32> LdMatrixX4Bytes(const Matrix& smem, Addr addr) {
+  std::array<std::array<Quad, 4>, 32> r{};
+  for (int lane = 0; lane < 32; ++lane) {
+    for (int m = 0; m < 4; ++m) {
+      const int g = lane / 4, t = lane % 4;
+      const RowCol rc = addr(8 * m + g);
+      for (int j = 0; j < 4; ++j)
+        r[static_cast<size_t>(lane)][static_cast<size_t>(m)][static_cast<size_t>(j)] =
+            smem[static_cast<size_t>(rc.row)][static_cast<size_t>(rc.col * 2 + 4 * t + j)];
+    }
+  }
+  return r;
+}
+
+// mma.m16n8k32: a[0] = row g, k 4t..4t+3; a[1] = row g + 8; a[2], a[3] = the same rows, k + 16;
+// b0 = k 4t..4t+3 of column g, b1 = k + 16; C as m16n8k16.
+void Mma16832(WarpAcc& c, const std::array<std::array<Quad, 4>, 32>& a, const std::array<std::array<Quad, 4>, 32>& b,
+              int b_first) {
+  float am[16][32] = {}, bm[32][8] = {}, cm[16][8] = {};
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane / 4, t = lane % 4;
+    const auto& ar = a[static_cast<size_t>(lane)];
+    const auto& br = b[static_cast<size_t>(lane)];
+    for (int j = 0; j < 4; ++j) {
+      am[g][4 * t + j] = ar[0][static_cast<size_t>(j)];
+      am[g + 8][4 * t + j] = ar[1][static_cast<size_t>(j)];
+      am[g][16 + 4 * t + j] = ar[2][static_cast<size_t>(j)];
+      am[g + 8][16 + 4 * t + j] = ar[3][static_cast<size_t>(j)];
+      bm[4 * t + j][g] = br[static_cast<size_t>(b_first)][static_cast<size_t>(j)];
+      bm[16 + 4 * t + j][g] = br[static_cast<size_t>(b_first + 1)][static_cast<size_t>(j)];
+    }
+    for (int j = 0; j < 2; ++j) {
+      cm[g][2 * t + j] = c[static_cast<size_t>(lane)][static_cast<size_t>(j)];
+      cm[g + 8][2 * t + j] = c[static_cast<size_t>(lane)][static_cast<size_t>(2 + j)];
+    }
+  }
+  for (int i = 0; i < 16; ++i)
+    for (int n = 0; n < 8; ++n)
+      for (int k = 0; k < 32; ++k) cm[i][n] += am[i][k] * bm[k][n];
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane / 4, t = lane % 4;
+    for (int j = 0; j < 2; ++j) {
+      c[static_cast<size_t>(lane)][static_cast<size_t>(j)] = cm[g][2 * t + j];
+      c[static_cast<size_t>(lane)][static_cast<size_t>(2 + j)] = cm[g + 8][2 * t + j];
+    }
+  }
+}
+
+TEST(PrefillV2LayoutTest, Fp8WarpFragmentsGiveQKt) {
+  constexpr int kKeys = 64, kNT = kKeys / 8;
+  for (int d : {64, 128}) {
+    for (int warp : {0, 3, 7}) {
+      std::mt19937 rng(static_cast<unsigned>(d * 16 + warp));
+      const Matrix q = Random(128, d, rng), k = Random(kKeys, d, rng);  // one element per byte
+      std::vector<std::array<std::array<Quad, 4>, 32>> qf;
+      for (int kk = 0; kk < d / 32; ++kk)
+        qf.push_back(LdMatrixX4Bytes(q, [&](int lane) { return prefill_v2::QAddr(lane, warp, kk); }));
+      std::vector<WarpAcc> s(kNT, WarpAcc{});
+      for (int kk = 0; kk < d / 32; ++kk) {
+        for (int np = 0; np < kNT / 2; ++np) {
+          const auto b = LdMatrixX4Bytes(k, [&](int lane) { return prefill_v2::KAddr(lane, np, kk); });
+          Mma16832(s[static_cast<size_t>(2 * np)], qf[static_cast<size_t>(kk)], b, 0);
+          Mma16832(s[static_cast<size_t>(2 * np + 1)], qf[static_cast<size_t>(kk)], b, 2);
+        }
+      }
+      Matrix want(16, std::vector<float>(kKeys, 0.0f));
+      for (int i = 0; i < 16; ++i)
+        for (int key = 0; key < kKeys; ++key)
+          for (int j = 0; j < d; ++j)
+            want[static_cast<size_t>(i)][static_cast<size_t>(key)] +=
+                q[static_cast<size_t>(warp * 16 + i)][static_cast<size_t>(j)] * k[static_cast<size_t>(key)][static_cast<size_t>(j)];
+      for (int n = 0; n < kNT; ++n) ExpectTileEquals(s[static_cast<size_t>(n)], want, 0, n * 8, "S fp8");
+    }
+  }
+}
+
+// The FP8 stages' pitch (D + 16 bytes): the 8 rows of each matrix land in 8 distinct bank groups.
+TEST(PrefillV2LayoutTest, Fp8RowPitchIsConflictFree) {
+  for (int d : {64, 128}) {
+    for (int m = 0; m < 4; ++m) {
+      std::vector<int> banks;
+      for (int i = 0; i < 8; ++i) {
+        const RowCol ka = prefill_v2::KAddr(8 * m + i, 1, 1);
+        banks.push_back((ka.row * (d + 16) + ka.col * 2) / 16 % 8);
+      }
+      std::sort(banks.begin(), banks.end());
+      EXPECT_EQ(std::unique(banks.begin(), banks.end()), banks.end()) << "matrix " << m << " D=" << d;
+    }
+  }
+}
+
 // Each ldmatrix row address is 16-byte aligned (8 bf16 elements) and within its tile, and the 8
 // rows one matrix reads are 8 distinct rows (with the D + 8 pitch: 8 distinct bank groups).
 TEST(PrefillV2LayoutTest, AddressesAreAlignedRowsInsideTheTiles) {

@@ -2,7 +2,9 @@
 // the same cache contents), on random pools with shuffled block tables and NaN-poisoned unused slots.
 // Decode and prefill run every case on v1 and then on v2 (DecodeVariant, PrefillVariant), each on
 // the same inputs (rebuilt from the same seeds), so a fault in v2 cannot cost v1's rows; prefill then runs
-// the FP8 cases on kV2Fp8Qk (FP8 Q K^T), against the reference of its own quantized Q.
+// the FP8 cases on kV2Fp8Qk (FP8 Q K^T), against the reference of its own quantized Q, and the bf16
+// and f16 cases run on v3 (wgmma + TMA) in a check of their own, the last of the run, because a
+// fault there (a hang, a trap) can end the process.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -276,7 +278,13 @@ struct PrefillSpec {
 };
 
 const char* VariantName(PrefillVariant v) {
-  return v == PrefillVariant::kV2 ? "v2" : v == PrefillVariant::kV2Fp8Qk ? "v2 fp8 Q.K" : "v1";
+  switch (v) {
+    case PrefillVariant::kV1: return "v1";
+    case PrefillVariant::kV2: return "v2";
+    case PrefillVariant::kV2Fp8Qk: return "v2 fp8 Q.K";
+    case PrefillVariant::kV3: return "v3";
+  }
+  return "?";
 }
 
 // q as kV2Fp8Qk multiplies it: each (token, head) row of D values quantized to E4M3 under its own
@@ -394,7 +402,7 @@ bool RunPrefill(CheckContext& c, const PrefillSpec& sp, PrefillVariant variant, 
                      " rows=" + std::to_string(picks.size()) + (all_written ? "" : " UNWRITTEN OUTPUT");
   if (variant != PrefillVariant::kV1 && *ms_out > 0 && ms > 0) {  // *ms_out: the time to compare with
     char speedup[48];
-    std::snprintf(speedup, sizeof(speedup), " %.2fx %s", *ms_out / ms, q8 ? "v2" : "v1");
+    std::snprintf(speedup, sizeof(speedup), " %.2fx %s", *ms_out / ms, variant == PrefillVariant::kV2 ? "v1" : "v2");
     note += speedup;
   }
   if (q8) {
@@ -472,10 +480,13 @@ bool CheckDecodeAttention(CheckContext& c) {
   return true;
 }
 
-bool CheckPrefillAttention(CheckContext& c) {
+namespace {
+
+// The prefill cases, v1 to v3 alike.
+std::vector<PrefillSpec> PrefillSpecs(const CheckContext& c) {
   const int chunk = c.quick ? 2048 : 8192, prefix_ctx = c.quick ? 16384 : 65536, long_ctx = c.quick ? 20000 : 100000;
   const KvDtype bf = KvDtype::kBf16;
-  const std::vector<PrefillSpec> specs = {
+  return {
       {"prefill attn bf16 varlen", 32, 8, 128, {300, 200, 1, 64}, {300, 1000, 77, 64}, bf, 0},
       {"prefill attn fp8 varlen", 32, 8, 128, {300, 200, 1, 64}, {300, 1000, 77, 64}, KvDtype::kFp8E4M3, 0},
       {"prefill attn f16 varlen", 32, 8, 128, {300, 200, 1, 64}, {300, 1000, 77, 64}, KvDtype::kF16, 0},
@@ -494,7 +505,15 @@ bool CheckPrefillAttention(CheckContext& c) {
       {"prefill attn warm tail peaked", 32, 8, 128, {16}, {long_ctx - 7}, bf, 32, 16.0f, true},
       // The cold chunk on an FP8 cache: v2 against kV2Fp8Qk (below) at the size that matters.
       {"prefill attn fp8 chunk", 32, 8, 128, {chunk}, {chunk}, KvDtype::kFp8E4M3, 64},
+      // ... and on the engine's cache type, f16 (v3's f16 wgmma at the size that matters).
+      {"prefill attn f16 chunk", 32, 8, 128, {chunk}, {chunk}, KvDtype::kF16, 64},
   };
+}
+
+}  // namespace
+
+bool CheckPrefillAttention(CheckContext& c) {
+  const std::vector<PrefillSpec> specs = PrefillSpecs(c);
   // v1 first for every case (its rows survive a v2 fault), then v2 on the same inputs.
   std::vector<double> v1_ms(specs.size(), 0.0);
   for (size_t i = 0; i < specs.size(); ++i) {
@@ -523,6 +542,21 @@ bool CheckPrefillAttention(CheckContext& c) {
     all_q8 &= passed;
   }
   std::printf("prefill v2 fp8 Q.K: %s\n", all_q8 ? "every case matches its reference" : "FAILED at least one case");
+  c.prefill_v2_ms = v2_ms;
+  return true;
+}
+
+bool CheckPrefillAttentionV3(CheckContext& c) {
+  const std::vector<PrefillSpec> specs = PrefillSpecs(c);
+  bool all_v3 = true;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (specs[i].dtype == KvDtype::kFp8E4M3) continue;
+    bool passed = false;
+    double ms = i < c.prefill_v2_ms.size() ? c.prefill_v2_ms[i] : 0.0;
+    if (!RunPrefill(c, specs[i], PrefillVariant::kV3, &passed, &ms)) return false;
+    all_v3 &= passed;
+  }
+  std::printf("prefill v3: %s\n", all_v3 ? "every case matches the reference" : "FAILED at least one case");
   return true;
 }
 

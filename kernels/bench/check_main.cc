@@ -64,6 +64,7 @@ int main(int argc, char** argv) {
       {"backend ops", CheckBackendOps},
   };
   if (e2e) checks.push_back({"end to end", RunEndToEnd});
+  checks.push_back({"prefill attention v3", CheckPrefillAttentionV3});  // last: see checks.h
   bool infra_ok = true;
   for (const Named& n : checks) {
     const auto t0 = std::chrono::steady_clock::now();

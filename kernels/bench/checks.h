@@ -28,6 +28,8 @@ struct CheckContext {
   // Set by CheckPrefillAttention: every prefill v2 case matched the reference in this run. The
   // end-to-end run uses v2 only then (v2 has not been verified on a GPU before).
   bool prefill_v2_passed = false;
+  // Set by CheckPrefillAttention: v2's median time per prefill case (CheckPrefillAttentionV3's ratios).
+  std::vector<double> prefill_v2_ms;
 };
 
 // Fresh generator per check: seed mixed with a per-check tag.
@@ -50,6 +52,9 @@ bool CheckCacheWriteFp8(CheckContext& c);
 bool CheckCopyBlocks(CheckContext& c);
 bool CheckDecodeAttention(CheckContext& c);
 bool CheckPrefillAttention(CheckContext& c);
+// Prefill v3 on the bf16 and f16 cases of CheckPrefillAttention, timed against its v2 rows. A
+// check of its own, run last: a v3 fault (a hang on a barrier, a trap) can end the process.
+bool CheckPrefillAttentionV3(CheckContext& c);
 bool CheckBackendOps(CheckContext& c);  // check_backend_ops.cc: CudaBackend's f32 / f16 kernels
 bool RunEndToEnd(CheckContext& c);
 

@@ -52,11 +52,14 @@ if command -v cuobjdump >/dev/null 2>&1 && [ -n "$lib" ]; then
   # may touch local memory (LDL/STL: all of it v1 decode's group-8 spill).
   echo "SASS census: HMMA $(grep -c HMMA "$OUT/sass.txt"), LDG.E.128 $(grep -c 'LDG.E.128' "$OUT/sass.txt")," \
        "LDSM $(grep -c LDSM "$OUT/sass.txt"), LDGSTS $(grep -c LDGSTS "$OUT/sass.txt")," \
-       "local memory LDL/STL $(grep -cE '\bLDL|\bSTL' "$OUT/sass.txt")"
+       "local memory LDL/STL $(grep -cE '\bLDL|\bSTL' "$OUT/sass.txt")," \
+       "prefill v3's wgmma HGMMA $(grep -c HGMMA "$OUT/sass.txt"), TMA UTMALDG $(grep -c UTMALDG "$OUT/sass.txt")"
   awk '/Function .*PrefillV2Kernel/ { n = $0; sub(/.*PrefillV2KernelI/, "", n); sub(/EEEvNS.*/, "", n);
          getline; print "prefill v2 " n ": " $1, $2, $3, $4 }' "$OUT/resource_usage.txt" || true
   # Decode v2 (cp.async ring; expect REG <= 128 for group <= 4, STACK 0, LOCAL 0 everywhere; SHARED
   # is the static merge arrays only, the ring is dynamic: DecodeV2SmemBytes).
+  awk '/Function .*PrefillV3Kernel/ { n = $0; sub(/.*PrefillV3KernelI/, "", n); sub(/EEEvNS.*/, "", n);
+         getline; print "prefill v3 " n ": " $1, $2, $3, $4 }' "$OUT/resource_usage.txt" || true
   awk '/Function .*DecodeV2Kernel/ { n = $0; sub(/.*DecodeV2KernelI/, "", n); sub(/EEEvNS.*/, "", n);
          getline; print "decode v2 " n ": " $1, $2, $3, $4 }' "$OUT/resource_usage.txt" || true
   gzip -f "$OUT/sass.txt" || true

@@ -139,6 +139,11 @@ struct PrefillParams {
 CudaStatus LaunchPrefillV2(const PrefillParams& p, KvDtype dtype, int head_dim, bool fp8_qk, dim3 grid,
                            cudaStream_t stream);
 
+// Launches the prefill v3 kernel (attention_prefill_v3.cu) for a validated launch on a bf16 or f16
+// cache `kv` (its two planes get a TMA tensor map each); grid from PrefillGeometry (variant kV3).
+// Does not run the split reduction.
+CudaStatus LaunchPrefillV3(const PrefillParams& p, const PagedKv& kv, dim3 grid, cudaStream_t stream);
+
 inline constexpr float kLog2e = 1.4426950408889634f;
 
 // The attention launchers' one dispatch from run-time (cache element type, head dim) to the

@@ -247,13 +247,14 @@ CudaStatus PrefillAttention(const PrefillAttentionArgs& a, cudaStream_t stream) 
   if (reinterpret_cast<uintptr_t>(a.q) % 4 != 0 || reinterpret_cast<uintptr_t>(a.out) % 4 != 0)
     return CudaStatus::Invalid("prefill attention needs q and out 4-byte aligned");
   const int group = a.num_q_heads / hkv;
-  const bool v2 = IsPrefillV2(a.geo.variant);
-  const bool fp8_qk = a.geo.variant == PrefillVariant::kV2Fp8Qk;
+  const bool v2 = PrefillPacksHeads(a.geo.variant);
+  const bool fp8_qk = a.geo.variant == PrefillVariant::kV2Fp8Qk, v3 = a.geo.variant == PrefillVariant::kV3;
   if (fp8_qk && a.kv.dtype != KvDtype::kFp8E4M3) return CudaStatus::Invalid("prefill FP8 Q.K needs an FP8 cache");
+  if (v3 && a.kv.dtype == KvDtype::kFp8E4M3) return CudaStatus::Invalid("prefill v3 reads a bf16 or f16 cache");
   if (a.geo.grid_x != (v2 ? hkv : a.num_q_heads) || a.geo.num_tiles <= 0 || a.geo.grid_y != a.geo.num_tiles ||
       a.geo.splits < 1 || a.geo.grid_z != a.geo.splits ||
       a.geo.tile_tokens != PrefillTileTokens(a.geo.variant, group) || a.tile_tokens != a.geo.tile_tokens ||
-      a.geo.threads != (v2 ? kPrefillV2Threads : kAttnThreads))
+      a.geo.threads != PrefillThreads(a.geo.variant))
     return CudaStatus::Invalid("prefill geometry does not match the arguments");
   // v2 copies Q, K and V rows in 16-byte cp.async chunks.
   if (v2 && (a.q_stride % 8 != 0 || reinterpret_cast<uintptr_t>(a.q) % 16 != 0 ||
@@ -284,7 +285,9 @@ CudaStatus PrefillAttention(const PrefillAttentionArgs& a, cudaStream_t stream) 
   p.workspace = a.workspace;
   const dim3 grid(static_cast<unsigned>(a.geo.grid_x), static_cast<unsigned>(a.geo.grid_y),
                   static_cast<unsigned>(a.geo.grid_z));
-  if (v2) {
+  if (v3) {
+    if (CudaStatus st = LaunchPrefillV3(p, a.kv, grid, stream); !st.ok()) return st;
+  } else if (v2) {
     if (CudaStatus st = LaunchPrefillV2(p, a.kv.dtype, d, fp8_qk, grid, stream); !st.ok()) return st;
   } else {
     DispatchCacheTypeAndHeadDim(a.kv.dtype, d, [&](auto type, auto head_dim) {

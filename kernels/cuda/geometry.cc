@@ -64,7 +64,7 @@ CudaStatus ChooseDecodeGeometry(const DecodeShape& s, int num_sms, DecodeGeometr
 
 int PrefillTileTokens(PrefillVariant variant, int group) {
   if (group < 1 || group > 8) return 0;
-  return IsPrefillV2(variant) ? kPrefillV2Rows / group : kPrefillQTile;
+  return PrefillPacksHeads(variant) ? kPrefillV2Rows / group : kPrefillQTile;
 }
 
 CudaStatus ChoosePrefillGeometry(const PrefillShape& s, int num_tiles, int num_sms,
@@ -75,7 +75,7 @@ CudaStatus ChoosePrefillGeometry(const PrefillShape& s, int num_tiles, int num_s
   if (s.max_context_tokens <= 0) return CudaStatus::Invalid("context must be positive");
   if (num_sms <= 0) return CudaStatus::Invalid("num_sms must be positive");
   if (num_tiles > 65535) return CudaStatus::Invalid("too many query tiles for one launch");
-  const bool v2 = IsPrefillV2(s.variant);
+  const bool v2 = PrefillPacksHeads(s.variant);
   const int kv_tiles = CeilDiv(s.max_context_tokens, kPrefillKvTile);
   const int max_splits = std::min(std::max(1, kv_tiles / 4), kMaxSplits);
   int splits = 1;
@@ -99,7 +99,7 @@ CudaStatus ChoosePrefillGeometry(const PrefillShape& s, int num_tiles, int num_s
   out->grid_x = v2 ? s.num_kv_heads : s.num_q_heads;
   out->grid_y = num_tiles;
   out->grid_z = splits;
-  out->threads = v2 ? kPrefillV2Threads : kAttnThreads;
+  out->threads = PrefillThreads(s.variant);
   out->workspace_floats = SplitWorkspaceFloats(static_cast<size_t>(s.num_q_tokens), s.num_q_heads,
                                                splits, s.head_dim);
   return CudaStatus::Ok();

@@ -125,10 +125,19 @@ constexpr size_t DecodeV2SmemBytes(int head_dim, int cache_elem_bytes) {
 // kV2Fp8Qk is v2 with S = Q K^T on FP8 tensor cores (mma m16n8k32 e4m3) for an FP8 cache: K's
 // codes are multiplied as stored, Q is quantized per (token, head) row in shared memory, P V stays
 // bf16 (kernels/NOTES.md, "FP8 attention"; built, never run on a GPU). Same tiles and geometry as v2.
-enum class PrefillVariant { kV1, kV2, kV2Fp8Qk };
+// kV3 is wgmma with TMA-fed K/V and producer / consumer warpgroups, bf16 or f16 caches
+// (attention_prefill_v3.cu, prefill_v3_layout.h; built, never run on a GPU): v2's tiles and split
+// rule, kPrefillV3Threads threads.
+enum class PrefillVariant { kV1, kV2, kV2Fp8Qk, kV3 };
 
-// Whether a variant runs the v2 kernel (its CTA shape, tiles and geometry).
-constexpr bool IsPrefillV2(PrefillVariant v) { return v != PrefillVariant::kV1; }
+// Whether a variant's CTA holds 128 (token, head) rows of one kv head's G heads (v2's tiles, tile
+// sizes and split rule): every variant but v1.
+constexpr bool PrefillPacksHeads(PrefillVariant v) { return v != PrefillVariant::kV1; }
+inline constexpr int kPrefillV3Threads = 384;  // 3 warpgroups: a TMA producer, two wgmma consumers
+// Threads of a variant's CTA.
+constexpr int PrefillThreads(PrefillVariant v) {
+  return v == PrefillVariant::kV1 ? kAttnThreads : v == PrefillVariant::kV3 ? kPrefillV3Threads : kPrefillV2Threads;
+}
 
 struct PrefillShape {
   int num_seqs = 0;            // S

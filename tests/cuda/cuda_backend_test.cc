@@ -214,41 +214,45 @@ TEST(CudaBackendTest, AttentionAndMatMulMatchReferences) {
 // prefill v2's tiles are 128 / G = 42 tokens for this G = 3, and sequence 0's 50 query rows need
 // two of them (v1's 64-token tiles, or 128-token ones, would be one tile: rows 42..49 unwritten).
 // The first step's staged tiles are of the previous prefill's size, the second's are right.
+// Prefill v3 (wgmma + TMA) the same way, on the backend's f16 cache.
 TEST(CudaBackendTest, V2KernelsMatchTheReferenceInAndOutOfSteps) {
   if (!HaveDevice()) GTEST_SKIP() << "no CUDA device found: run on a GPU machine";
-  CudaBackendOptions options;
-  options.prefill_variant = PrefillVariant::kV2;
-  options.decode_variant = DecodeVariant::kV2;
-  GpuCase g(5, options);
-  ASSERT_TRUE(g.ok()) << g.error;
-  CudaBackend& be = *g.backend;
-  const int h = 9, hkv = GpuCase::kKvHeads, d = GpuCase::kHeadDim;
-  for (const int mode : {0, 1, 2, 3}) {  // 0: prefill, no step; 1, 2: prefill steps; 3: decode step
-    const bool decode = mode == 3;
-    const std::vector<int32_t> q_start = decode ? std::vector<int32_t>{0, 1, 2} : std::vector<int32_t>{0, 50, 61};
-    const std::vector<int32_t> ctx = decode ? std::vector<int32_t>{40, 63} : std::vector<int32_t>{60, 41};
-    const int t = q_start.back();
-    std::vector<int32_t> ids(static_cast<size_t>(t), 0), pos(static_cast<size_t>(t), 0);
-    std::vector<int64_t> slots(static_cast<size_t>(t), -1);
-    engine::BatchMetadata batch{ids, pos, slots, q_start, ctx, g.tables, 4, 16};
-    std::vector<float> q(static_cast<size_t>(t) * h * d);
-    for (auto& x : q) x = g.val();
-    auto dq = be.Allocate(q.size() * 4), dout = be.Allocate(q.size() * 4);
-    ASSERT_TRUE(dq && dout);
-    cudaMemcpy(dq->data(), q.data(), q.size() * 4, cudaMemcpyHostToDevice);
-    cudaMemset(dout->data(), 0xff, q.size() * 4);  // NaN: an unwritten row fails the comparison
-    if (mode > 0) {
-      EXPECT_EQ(be.BeginStep(batch, {}, engine::StepKey{t, t, 4, 1, false}), engine::StepMode::kEager);
+  for (const PrefillVariant prefill : {PrefillVariant::kV2, PrefillVariant::kV3}) {
+    SCOPED_TRACE(prefill == PrefillVariant::kV3 ? "prefill v3" : "prefill v2");
+    CudaBackendOptions options;
+    options.prefill_variant = prefill;
+    options.decode_variant = DecodeVariant::kV2;
+    GpuCase g(5, options);
+    ASSERT_TRUE(g.ok()) << g.error;
+    CudaBackend& be = *g.backend;
+    const int h = 9, hkv = GpuCase::kKvHeads, d = GpuCase::kHeadDim;
+    for (const int mode : {0, 1, 2, 3}) {  // 0: prefill, no step; 1, 2: prefill steps; 3: decode step
+      const bool decode = mode == 3;
+      const std::vector<int32_t> q_start = decode ? std::vector<int32_t>{0, 1, 2} : std::vector<int32_t>{0, 50, 61};
+      const std::vector<int32_t> ctx = decode ? std::vector<int32_t>{40, 63} : std::vector<int32_t>{60, 41};
+      const int t = q_start.back();
+      std::vector<int32_t> ids(static_cast<size_t>(t), 0), pos(static_cast<size_t>(t), 0);
+      std::vector<int64_t> slots(static_cast<size_t>(t), -1);
+      engine::BatchMetadata batch{ids, pos, slots, q_start, ctx, g.tables, 4, 16};
+      std::vector<float> q(static_cast<size_t>(t) * h * d);
+      for (auto& x : q) x = g.val();
+      auto dq = be.Allocate(q.size() * 4), dout = be.Allocate(q.size() * 4);
+      ASSERT_TRUE(dq && dout);
+      cudaMemcpy(dq->data(), q.data(), q.size() * 4, cudaMemcpyHostToDevice);
+      cudaMemset(dout->data(), 0xff, q.size() * 4);  // NaN: an unwritten row fails the comparison
+      if (mode > 0) {
+        EXPECT_EQ(be.BeginStep(batch, {}, engine::StepKey{t, t, 4, 1, false}), engine::StepMode::kEager);
+      }
+      be.Attention(dq->f32(), g.cache, {h, hkv, d, 0.125f}, batch, dout->f32());
+      if (mode > 0) {
+        EXPECT_TRUE(be.EndStep());
+      }
+      std::vector<float> got(q.size());
+      be.CopyToHost(dout->data(), got.data(), got.size() * 4);
+      ASSERT_TRUE(be.status().has_value()) << be.status().error().ToString();
+      const std::vector<double> want = ReferenceAttention(g, g.tables, q_start, ctx, q, h, d);
+      EXPECT_LT(ref::RelError(got, want), 1e-2) << "mode " << mode;
     }
-    be.Attention(dq->f32(), g.cache, {h, hkv, d, 0.125f}, batch, dout->f32());
-    if (mode > 0) {
-      EXPECT_TRUE(be.EndStep());
-    }
-    std::vector<float> got(q.size());
-    be.CopyToHost(dout->data(), got.data(), got.size() * 4);
-    ASSERT_TRUE(be.status().has_value()) << be.status().error().ToString();
-    const std::vector<double> want = ReferenceAttention(g, g.tables, q_start, ctx, q, h, d);
-    EXPECT_LT(ref::RelError(got, want), 1e-2) << "mode " << mode;
   }
 }
 

@@ -86,6 +86,16 @@ TEST(CudaDeviceTest, LaunchersRejectBadArgumentsBeforeLaunching) {
   p.q = reinterpret_cast<const bf16*>(fake);
   EXPECT_EQ(PrefillAttention(p, nullptr).kind, CudaStatusKind::kInvalidArgument);
   EXPECT_STREQ(PrefillAttention(p, nullptr).what, "prefill FP8 Q.K needs an FP8 cache");
+  // v3 reads 16-bit caches through TMA: an FP8 cache is refused, a v2 CTA size is not v3's.
+  shape.variant = PrefillVariant::kV3;
+  ASSERT_TRUE(ChoosePrefillGeometry(shape, 1, 132, &p.geo).ok());
+  EXPECT_EQ(p.geo.threads, kPrefillV3Threads);
+  p.kv.dtype = KvDtype::kFp8E4M3;
+  p.kv.k_scale = p.kv.v_scale = reinterpret_cast<float*>(fake);
+  EXPECT_STREQ(PrefillAttention(p, nullptr).what, "prefill v3 reads a bf16 or f16 cache");
+  p.kv = {fake, fake, nullptr, nullptr, 1, 8, 128, KvDtype::kBf16};
+  p.geo.threads = kPrefillV2Threads;
+  EXPECT_EQ(PrefillAttention(p, nullptr).kind, CudaStatusKind::kInvalidArgument);
   p.q = reinterpret_cast<const bf16*>(fake + 2);
   // v1 with q at an odd bf16 element: its 32-bit Q loads would fault, so it is refused too; the
   // same v1 arguments with q aligned pass the checks (and then fail only at the launch, no GPU).

@@ -245,10 +245,26 @@ TEST(PrefillGeometryTest, V2SharedMemoryFitsAnSm) {
   }
 }
 
+TEST(PrefillGeometryTest, V3HasV2sTilesAndThreeWarpgroups) {
+  EXPECT_TRUE(PrefillPacksHeads(PrefillVariant::kV3));
+  EXPECT_EQ(PrefillThreads(PrefillVariant::kV3), 384);
+  EXPECT_EQ(PrefillThreads(PrefillVariant::kV2), kPrefillV2Threads);
+  EXPECT_EQ(PrefillThreads(PrefillVariant::kV1), kAttnThreads);
+  PrefillShape shape{1, 16, 32, 8, 128, 100000};
+  PrefillGeometry v2, v3;
+  shape.variant = PrefillVariant::kV2;
+  ASSERT_TRUE(ChoosePrefillGeometry(shape, 1, kH200Sms, &v2).ok());
+  shape.variant = PrefillVariant::kV3;
+  ASSERT_TRUE(ChoosePrefillGeometry(shape, 1, kH200Sms, &v3).ok());
+  EXPECT_EQ(v3.threads, kPrefillV3Threads);
+  EXPECT_EQ(std::tuple(v3.tile_tokens, v3.splits, v3.grid_x, v3.grid_y, v3.grid_z, v3.workspace_floats),
+            std::tuple(v2.tile_tokens, v2.splits, v2.grid_x, v2.grid_y, v2.grid_z, v2.workspace_floats));
+}
+
 TEST(PrefillGeometryTest, Fp8QkIsV2sGeometry) {
-  EXPECT_TRUE(IsPrefillV2(PrefillVariant::kV2Fp8Qk));
-  EXPECT_TRUE(IsPrefillV2(PrefillVariant::kV2));
-  EXPECT_FALSE(IsPrefillV2(PrefillVariant::kV1));
+  EXPECT_TRUE(PrefillPacksHeads(PrefillVariant::kV2Fp8Qk));
+  EXPECT_TRUE(PrefillPacksHeads(PrefillVariant::kV2));
+  EXPECT_FALSE(PrefillPacksHeads(PrefillVariant::kV1));
   for (int g = 1; g <= 8; ++g) EXPECT_EQ(PrefillTileTokens(PrefillVariant::kV2Fp8Qk, g), PrefillTileTokens(PrefillVariant::kV2, g));
   for (const int tiles : {1, 256}) {
     PrefillShape shape{1, 8192, 32, 8, 128, 100000};

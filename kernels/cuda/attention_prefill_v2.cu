@@ -40,6 +40,7 @@
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/mma_sm80.cuh"
+#include "kernels/cuda/prefill_tile_math.cuh"
 #include "kernels/cuda/prefill_v2_layout.h"
 
 namespace kvgate::cuda {
@@ -231,7 +232,6 @@ __global__ void __launch_bounds__(kPrefillV2Threads, kPrefillV2CtasPerSm) Prefil
 
   // This thread's two rows (g and g + 8 of the warp's 16) and the warp's position range.
   const int row_a = warp * 16 + g, row_b = row_a + 8;
-  const bool valid_a = row_a < rows_valid, valid_b = row_b < rows_valid;
   const int pos_a = pos0 + row_a / G, pos_b = pos0 + row_b / G;
   const bool warp_active = warp * 16 < rows_valid;  // warp-uniform
   const int warp_pos_lo = pos0 + (warp * 16) / G;
@@ -403,42 +403,7 @@ __global__ void __launch_bounds__(kPrefillV2Threads, kPrefillV2CtasPerSm) Prefil
             for (int c = 0; c < 4; ++c) s[n][c] *= p.scale_log2;
           }
         }
-        float mx_a = -INFINITY, mx_b = -INFINITY;
-#pragma unroll
-        for (int n = 0; n < kNT; ++n) {
-          mx_a = fmaxf(mx_a, fmaxf(s[n][0], s[n][1]));
-          mx_b = fmaxf(mx_b, fmaxf(s[n][2], s[n][3]));
-        }
-        // A row's 64 scores are spread over the 4 lanes of its quad (same g).
-#pragma unroll
-        for (int off = 1; off < 4; off <<= 1) {
-          mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, off));
-          mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, off));
-        }
-        const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
-        // A row with no visible key yet keeps m = -inf; 0 as the reference makes exp2 give 0, not NaN.
-        const float ref_a = mn_a == -INFINITY ? 0.0f : mn_a, ref_b = mn_b == -INFINITY ? 0.0f : mn_b;
-        const float alpha_a = Exp2Approx(m_a - ref_a), alpha_b = Exp2Approx(m_b - ref_b);
-        m_a = mn_a;
-        m_b = mn_b;
-        l_a *= alpha_a;
-        l_b *= alpha_b;
-#pragma unroll
-        for (int n = 0; n < kNT; ++n) {
-          s[n][0] = Exp2Approx(s[n][0] - ref_a);
-          s[n][1] = Exp2Approx(s[n][1] - ref_a);
-          s[n][2] = Exp2Approx(s[n][2] - ref_b);
-          s[n][3] = Exp2Approx(s[n][3] - ref_b);
-          l_a += s[n][0] + s[n][1];
-          l_b += s[n][2] + s[n][3];
-        }
-#pragma unroll
-        for (int n = 0; n < kDT; ++n) {
-          o[n][0] *= alpha_a;
-          o[n][1] *= alpha_a;
-          o[n][2] *= alpha_b;
-          o[n][3] *= alpha_b;
-        }
+        OnlineSoftmaxStep(s, o, m_a, m_b, l_a, l_b);
         // P as the A operand of k-step k2 (keys k2*16..+15) straight from the S accumulators: key
         // tile 2 k2 holds P[g][2t..], P[g+8][2t..] (a[0], a[1]) and tile 2 k2 + 1 the same rows 8
         // keys on (a[2], a[3]).
@@ -465,36 +430,7 @@ __global__ void __launch_bounds__(kPrefillV2Threads, kPrefillV2CtasPerSm) Prefil
   }
 
   // ---- epilogue: normalise and write, as v1 (rows mapped back to (token, head)) ----------------
-#pragma unroll
-  for (int off = 1; off < 4; off <<= 1) {
-    l_a += __shfl_xor_sync(0xffffffffu, l_a, off);
-    l_b += __shfl_xor_sync(0xffffffffu, l_b, off);
-  }
-  const float inv_a = l_a > 0.0f ? 1.0f / l_a : 0.0f, inv_b = l_b > 0.0f ? 1.0f / l_b : 0.0f;
-  const int rows[2] = {row_a, row_b};
-  const bool valid[2] = {valid_a, valid_b};
-  const float invs[2] = {inv_a, inv_b}, ls[2] = {l_a, l_b}, ms[2] = {m_a, m_b};
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    if (!valid[half]) continue;
-    const int64_t tok = static_cast<int64_t>(qs) + q0 + rows[half] / G;
-    const int h = kvh * G + rows[half] % G;
-    if (p.splits == 1) {
-      __nv_bfloat16* dst = p.out + (tok * p.num_q_heads + h) * D + 2 * t;
-#pragma unroll
-      for (int n = 0; n < kDT; ++n)
-        *reinterpret_cast<uint32_t*>(dst + n * 8) = PackBf16(o[n][2 * half] * invs[half], o[n][2 * half + 1] * invs[half]);
-    } else {
-      const int64_t n_rows = static_cast<int64_t>(p.num_q_tokens) * p.num_q_heads * p.splits;
-      const int64_t r = (tok * p.num_q_heads + h) * p.splits + split;
-#pragma unroll
-      for (int n = 0; n < kDT; ++n) {
-        p.workspace[r * D + n * 8 + 2 * t] = o[n][2 * half] * invs[half];
-        p.workspace[r * D + n * 8 + 2 * t + 1] = o[n][2 * half + 1] * invs[half];
-      }
-      if (t == 0) p.workspace[n_rows * D + r] = ls[half] > 0.0f ? ms[half] + log2f(ls[half]) : -INFINITY;
-    }
-  }
+  WritePrefillRows<D>(p, o, l_a, l_b, m_a, m_b, static_cast<int64_t>(qs) + q0, kvh, row_a, rows_valid, split, t);
 }
 
 template <typename CacheT, int D, bool kQk8>

@@ -24,6 +24,7 @@
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/mma_sm80.cuh"
+#include "kernels/cuda/prefill_tile_math.cuh"
 #include "kernels/cuda/prefill_v3_layout.h"
 
 namespace kvgate::cuda {
@@ -230,22 +231,22 @@ __global__ void __launch_bounds__(v3::kThreads, 1)
   const int warp = (static_cast<int>(threadIdx.x) / 32) % 4, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane >> 2, t = lane & 3;
   const int row_a = cw * 64 + warp * 16 + g, row_b = row_a + 8;
-  const bool valid_a = row_a < rows_valid, valid_b = row_b < rows_valid;
   const int pos_a = pos0 + row_a / G, pos_b = pos0 + row_b / G;
   // Warpgroup-uniform (a wgmma runs on all 128 threads or none).
   const bool wg_active = cw * 64 < rows_valid;
   const int wg_pos_lo = pos0 + (cw * 64) / G;
   const int wg_pos_hi = pos0 + min(cw * 64 + 63, rows_valid - 1) / G;
 
-  // O [64][D] as the wgmma accumulator: o[4j + c] is row g (c < 2) or g + 8, column 8j + 2t + (c & 1).
-  float o[D / 2];
+  // O [64][D] as the wgmma accumulator: o[j][c] is row g (c < 2) or g + 8, column 8j + 2t + (c & 1)
+  // (wgmma's m64nN accumulator is mma.m16n8's per warp, one 8-column group after another).
+  float o[kDT][4];
 #pragma unroll
-  for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
+  for (int j = 0; j < kDT; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
   float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
 
   for (int jt = t_begin, i = 0; jt < t_end; ++jt, ++i) {
-    const int s = i % v3::kStages;
-    MbarWait(base + L.full(s), (i / v3::kStages) & 1);
+    const int stage = i % v3::kStages;
+    MbarWait(base + L.full(stage), (i / v3::kStages) & 1);
     const int kbase = jt * v3::kKeys;
     if (kbase + v3::kKeys > ctx) {
       // CTA-uniform: the tile ends past the context. Its last block's rows past ctx hold whatever
@@ -256,21 +257,21 @@ __global__ void __launch_bounds__(v3::kThreads, 1)
       for (int e = static_cast<int>(threadIdx.x) - 128; e < n; e += v3::kConsumerThreads) {
         const int r = first + e / kRowChunks, piece = e % kRowChunks;
         const int c = piece / 8, p16 = piece % 8;
-        *reinterpret_cast<uint4*>(smem + L.v(s) + c * v3::ChunkBytes(v3::kKeys) + r * 128 + p16 * 16) =
+        *reinterpret_cast<uint4*>(smem + L.v(stage) + c * v3::ChunkBytes(v3::kKeys) + r * 128 + p16 * 16) =
             make_uint4(0, 0, 0, 0);
       }
       FenceProxyAsync();
       ConsumerBarrier();
     }
     if (wg_active && kbase <= wg_pos_hi) {
-      float sacc[32];
+      float s[kNT][4];
       WgmmaFence();
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk)
-        WgmmaS<kF16>(sacc, v3::QDescriptor(base + L.q(), cw, kk), v3::KDescriptor(base + L.k(s), kk), kk > 0);
+        WgmmaS<kF16>(&s[0][0], v3::QDescriptor(base + L.q(), cw, kk), v3::KDescriptor(base + L.k(stage), kk), kk > 0);
       WgmmaCommit();
       WgmmaWaitAll();
-      PinRegisters<32>(sacc);
+      PinRegisters<kNT * 4>(&s[0][0]);
       // Scale, causal mask (a select: never a product with a masked score), online softmax: v2's.
       const bool mask = kbase + v3::kKeys - 1 > wg_pos_lo;
 #pragma unroll
@@ -278,97 +279,34 @@ __global__ void __launch_bounds__(v3::kThreads, 1)
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
           const int key = kbase + n * 8 + 2 * t + (c & 1);
-          float& x = sacc[4 * n + c];
+          float& x = s[n][c];
           x = !mask || key <= (c < 2 ? pos_a : pos_b) ? x * p.scale_log2 : -INFINITY;
         }
       }
-      float mx_a = -INFINITY, mx_b = -INFINITY;
-#pragma unroll
-      for (int n = 0; n < kNT; ++n) {
-        mx_a = fmaxf(mx_a, fmaxf(sacc[4 * n], sacc[4 * n + 1]));
-        mx_b = fmaxf(mx_b, fmaxf(sacc[4 * n + 2], sacc[4 * n + 3]));
-      }
-#pragma unroll
-      for (int off = 1; off < 4; off <<= 1) {
-        mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, off));
-        mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, off));
-      }
-      const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
-      const float ref_a = mn_a == -INFINITY ? 0.0f : mn_a, ref_b = mn_b == -INFINITY ? 0.0f : mn_b;
-      const float alpha_a = Exp2Approx(m_a - ref_a), alpha_b = Exp2Approx(m_b - ref_b);
-      m_a = mn_a;
-      m_b = mn_b;
-      l_a *= alpha_a;
-      l_b *= alpha_b;
-#pragma unroll
-      for (int n = 0; n < kNT; ++n) {
-        sacc[4 * n] = Exp2Approx(sacc[4 * n] - ref_a);
-        sacc[4 * n + 1] = Exp2Approx(sacc[4 * n + 1] - ref_a);
-        sacc[4 * n + 2] = Exp2Approx(sacc[4 * n + 2] - ref_b);
-        sacc[4 * n + 3] = Exp2Approx(sacc[4 * n + 3] - ref_b);
-        l_a += sacc[4 * n] + sacc[4 * n + 1];
-        l_b += sacc[4 * n + 2] + sacc[4 * n + 3];
-      }
-#pragma unroll
-      for (int j = 0; j < kDT; ++j) {
-        o[4 * j] *= alpha_a;
-        o[4 * j + 1] *= alpha_a;
-        o[4 * j + 2] *= alpha_b;
-        o[4 * j + 3] *= alpha_b;
-      }
+      OnlineSoftmaxStep(s, o, m_a, m_b, l_a, l_b);
       // P as wgmma A registers, k-step k2 = keys 16 k2 ..: the m64nNk16 A layout per warp is
       // mma.m16n8k16's, so column groups 2 k2 and 2 k2 + 1 of S pack straight into it.
       uint32_t a[v3::kKeys / 16][4];
 #pragma unroll
       for (int k2 = 0; k2 < v3::kKeys / 16; ++k2) {
-        a[k2][0] = M::Pack(sacc[8 * k2], sacc[8 * k2 + 1]);
-        a[k2][1] = M::Pack(sacc[8 * k2 + 2], sacc[8 * k2 + 3]);
-        a[k2][2] = M::Pack(sacc[8 * k2 + 4], sacc[8 * k2 + 5]);
-        a[k2][3] = M::Pack(sacc[8 * k2 + 6], sacc[8 * k2 + 7]);
+        a[k2][0] = M::Pack(s[2 * k2][0], s[2 * k2][1]);
+        a[k2][1] = M::Pack(s[2 * k2][2], s[2 * k2][3]);
+        a[k2][2] = M::Pack(s[2 * k2 + 1][0], s[2 * k2 + 1][1]);
+        a[k2][3] = M::Pack(s[2 * k2 + 1][2], s[2 * k2 + 1][3]);
       }
-      PinRegisters<D / 2>(o);
+      PinRegisters<D / 2>(&o[0][0]);
       WgmmaFence();
 #pragma unroll
-      for (int k2 = 0; k2 < v3::kKeys / 16; ++k2) WgmmaO<kF16, D>(o, a[k2], v3::VDescriptor(base + L.v(s), k2));
+      for (int k2 = 0; k2 < v3::kKeys / 16; ++k2) WgmmaO<kF16, D>(&o[0][0], a[k2], v3::VDescriptor(base + L.v(stage), k2));
       WgmmaCommit();
       WgmmaWaitAll();
-      PinRegisters<D / 2>(o);
+      PinRegisters<D / 2>(&o[0][0]);
     }
-    MbarArrive(base + L.empty(s));  // this thread is done with the stage
+    MbarArrive(base + L.empty(stage));  // this thread is done with the stage
   }
 
-  // ---- epilogue: v2's, over the wgmma accumulator layout ---------------------------------------
-#pragma unroll
-  for (int off = 1; off < 4; off <<= 1) {
-    l_a += __shfl_xor_sync(0xffffffffu, l_a, off);
-    l_b += __shfl_xor_sync(0xffffffffu, l_b, off);
-  }
-  const float inv_a = l_a > 0.0f ? 1.0f / l_a : 0.0f, inv_b = l_b > 0.0f ? 1.0f / l_b : 0.0f;
-  const int rows[2] = {row_a, row_b};
-  const bool valid[2] = {valid_a, valid_b};
-  const float invs[2] = {inv_a, inv_b}, ls[2] = {l_a, l_b}, ms[2] = {m_a, m_b};
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    if (!valid[half]) continue;
-    const int64_t tok = static_cast<int64_t>(qs) + q0 + rows[half] / G;
-    const int h = kvh * G + rows[half] % G;
-    if (p.splits == 1) {
-      __nv_bfloat16* dst = p.out + (tok * p.num_q_heads + h) * D + 2 * t;
-#pragma unroll
-      for (int j = 0; j < kDT; ++j)
-        *reinterpret_cast<uint32_t*>(dst + j * 8) =
-            PackBf16(o[4 * j + 2 * half] * invs[half], o[4 * j + 2 * half + 1] * invs[half]);
-    } else {
-      const int64_t n_rows = static_cast<int64_t>(p.num_q_tokens) * p.num_q_heads * p.splits;
-      const int64_t r = (tok * p.num_q_heads + h) * p.splits + split;
-#pragma unroll
-      for (int j = 0; j < kDT; ++j) {
-        p.workspace[r * D + j * 8 + 2 * t] = o[4 * j + 2 * half] * invs[half];
-        p.workspace[r * D + j * 8 + 2 * t + 1] = o[4 * j + 2 * half + 1] * invs[half];
-      }
-      if (t == 0) p.workspace[n_rows * D + r] = ls[half] > 0.0f ? ms[half] + log2f(ls[half]) : -INFINITY;
-    }
-  }
+  // ---- epilogue: v2's (the wgmma accumulator layout is mma's, 16 rows per warp) ---------------
+  WritePrefillRows<D>(p, o, l_a, l_b, m_a, m_b, static_cast<int64_t>(qs) + q0, kvh, row_a, rows_valid, split, t);
 #else
   (void)p, (void)tk, (void)tv, (void)num_slots;
   __trap();

@@ -25,6 +25,7 @@
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/mma_sm80.cuh"
+#include "kernels/cuda/prefill_tile_math.cuh"
 
 namespace kvgate::cuda {
 namespace {
@@ -132,7 +133,6 @@ __global__ void __launch_bounds__(kAttnThreads) PrefillKernel(const PrefillParam
         M::Mma(s[n], qf[kk], b0, b1);
       }
     }
-    float mx_a = -INFINITY, mx_b = -INFINITY;
 #pragma unroll
     for (int n = 0; n < kNT; ++n) {
 #pragma unroll
@@ -141,38 +141,8 @@ __global__ void __launch_bounds__(kAttnThreads) PrefillKernel(const PrefillParam
         const int pos = c < 2 ? pos_a : pos_b;
         s[n][c] = key <= pos ? s[n][c] * p.scale_log2 : -INFINITY;
       }
-      mx_a = fmaxf(mx_a, fmaxf(s[n][0], s[n][1]));
-      mx_b = fmaxf(mx_b, fmaxf(s[n][2], s[n][3]));
     }
-#pragma unroll
-    for (int off = 1; off < 4; off <<= 1) {
-      mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, off));
-      mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, off));
-    }
-    const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
-    // A row with no visible key yet keeps m = -inf; use 0 as the reference so exp2 gives 0, not NaN.
-    const float ref_a = mn_a == -INFINITY ? 0.0f : mn_a, ref_b = mn_b == -INFINITY ? 0.0f : mn_b;
-    const float alpha_a = exp2f(m_a - ref_a), alpha_b = exp2f(m_b - ref_b);
-    m_a = mn_a;
-    m_b = mn_b;
-    l_a *= alpha_a;
-    l_b *= alpha_b;
-#pragma unroll
-    for (int n = 0; n < kNT; ++n) {
-      s[n][0] = exp2f(s[n][0] - ref_a);
-      s[n][1] = exp2f(s[n][1] - ref_a);
-      s[n][2] = exp2f(s[n][2] - ref_b);
-      s[n][3] = exp2f(s[n][3] - ref_b);
-      l_a += s[n][0] + s[n][1];
-      l_b += s[n][2] + s[n][3];
-    }
-#pragma unroll
-    for (int n = 0; n < kDT; ++n) {
-      o[n][0] *= alpha_a;
-      o[n][1] *= alpha_a;
-      o[n][2] *= alpha_b;
-      o[n][3] *= alpha_b;
-    }
+    OnlineSoftmaxStep</*kFastExp=*/false>(s, o, m_a, m_b, l_a, l_b);
 #pragma unroll
     for (int k2 = 0; k2 < kPrefillKvTile / 16; ++k2) {
       uint32_t a[4];

@@ -1,8 +1,8 @@
-// What prefill v2 and v3 do alike with a tile's scores and results (nvcc only). A thread holds two
+// What the prefill kernels do alike with a tile's scores and results (nvcc only). A thread holds two
 // rows of a 16-row slice, a = g and b = g + 8 (g = lane / 4), as the mma / wgmma accumulator
 // layout gives them: s[n][c] is 8-key column group n, element c (row a for c < 2, b otherwise,
-// key 8n + 2t + (c & 1)); o[j][c] the same for 8-dim output group j. v1 keeps its own copy: it ran
-// on an H200 as it is (exp2f, not ex2.approx), and its numbers stand for that code.
+// key 8n + 2t + (c & 1)); o[j][c] the same for 8-dim output group j. v1 shares the softmax step
+// with exp2f (kFastExp false: the arithmetic it ran with on the H200), v2 and v3 use ex2.approx.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -20,9 +20,10 @@ namespace kvgate::cuda {
 // masked) and leaves as probabilities against the rows' running maxima m; l (the rows' sums of
 // this thread's columns) and o are rescaled to the new maxima. A row's 64 scores are spread over
 // the 4 lanes of its quad, which exchange their maxima.
-template <int kNT, int kDT>
+template <bool kFastExp = true, int kNT, int kDT>
 __device__ __forceinline__ void OnlineSoftmaxStep(float (&s)[kNT][4], float (&o)[kDT][4], float& m_a, float& m_b,
                                                   float& l_a, float& l_b) {
+  auto exp2 = [](float x) { return kFastExp ? Exp2Approx(x) : exp2f(x); };
   float mx_a = -INFINITY, mx_b = -INFINITY;
 #pragma unroll
   for (int n = 0; n < kNT; ++n) {
@@ -37,17 +38,17 @@ __device__ __forceinline__ void OnlineSoftmaxStep(float (&s)[kNT][4], float (&o)
   const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
   // A row with no visible key yet keeps m = -inf; 0 as the reference makes exp2 give 0, not NaN.
   const float ref_a = mn_a == -INFINITY ? 0.0f : mn_a, ref_b = mn_b == -INFINITY ? 0.0f : mn_b;
-  const float alpha_a = Exp2Approx(m_a - ref_a), alpha_b = Exp2Approx(m_b - ref_b);
+  const float alpha_a = exp2(m_a - ref_a), alpha_b = exp2(m_b - ref_b);
   m_a = mn_a;
   m_b = mn_b;
   l_a *= alpha_a;
   l_b *= alpha_b;
 #pragma unroll
   for (int n = 0; n < kNT; ++n) {
-    s[n][0] = Exp2Approx(s[n][0] - ref_a);
-    s[n][1] = Exp2Approx(s[n][1] - ref_a);
-    s[n][2] = Exp2Approx(s[n][2] - ref_b);
-    s[n][3] = Exp2Approx(s[n][3] - ref_b);
+    s[n][0] = exp2(s[n][0] - ref_a);
+    s[n][1] = exp2(s[n][1] - ref_a);
+    s[n][2] = exp2(s[n][2] - ref_b);
+    s[n][3] = exp2(s[n][3] - ref_b);
     l_a += s[n][0] + s[n][1];
     l_b += s[n][2] + s[n][3];
   }

@@ -202,12 +202,13 @@ class CudaBackendImpl final : public CudaBackend {
     // quantized once for all of them), except one whose shape or alignment cuBLASLt FP8 refuses,
     // which runs in bf16. The head is alone in its call (ModelRunner), so a call is one or the other.
     const bool fp8 = fp8_ != nullptr && !outs.front().w->output_head;
-    if (fp8 && (!Fp8Ready(outs, t * k) || !Check(fp8_->QuantizeActivations(x, t, k, stream_)))) return;
+    if (fp8 && (!Fp8ActivationsFit(t * k) || !Check(fp8_->QuantizeActivations(x, t, k, stream_)))) return;
     const __nv_bfloat16* xbf = nullptr;  // the bf16 input, made when a bf16 product first needs it
     for (const auto& o : outs) {
       const __nv_bfloat16* w = Dequantized(*o.w);
       if (!w) return;
       if (fp8) {
+        if (!Fp8WeightReady(w, *o.w)) return;
         const CudaStatus st = fp8_->Run(w, o.w->rows, o.out, t, k, stream_);
         if (st.ok()) continue;
         if (st.kind != CudaStatusKind::kInvalidArgument) {
@@ -299,9 +300,12 @@ class CudaBackendImpl final : public CudaBackend {
     return Live();
   }
   // Where a producer op writes the bf16 twin of its `elems` outputs; null with twins off or when
-  // the scratch could not grow (the op then runs without one).
+  // the scratch could not grow (the op then runs without one). None with fp8_gemm either: its
+  // MatMuls quantize the f32 activations, and only the output head (one conversion a step) and a
+  // refused shape read bf16.
   __nv_bfloat16* Twin(int64_t elems) {
-    if (!options_.bf16_twins || elems <= 0 || !Reserve(twin_, static_cast<size_t>(elems) * 2)) return nullptr;
+    if (!options_.bf16_twins || fp8_ || elems <= 0) return nullptr;
+    if (!Reserve(twin_, static_cast<size_t>(elems) * 2)) return nullptr;
     return twin_.as<__nv_bfloat16>();
   }
   bool InStep(const engine::BatchMetadata& batch) const { return step_.active && step_.batch == &batch; }
@@ -421,22 +425,23 @@ class CudaBackendImpl final : public CudaBackend {
            Check(Bf16ToF32(ybf, o.out, t * n, stream_));
   }
 
-  // The FP8 weights of `outs` quantized and the activation scratch grown for `elems`: both
-  // allocate, so a capture that needs either is abandoned (its eager rerun does them).
-  bool Abandon() {
-    abandoned_ = true;
-    return false;
-  }
-  bool Fp8Ready(std::span<const engine::MatMulOutput> outs, int64_t elems) {
-    for (const auto& o : outs) {
-      const __nv_bfloat16* w = Dequantized(*o.w);
-      if (!w) return false;
-      if (fp8_->HasWeight(w)) continue;
-      if (capturing_) return Abandon();
-      if (!Check(fp8_->PrepareWeight(w, o.w->rows, o.w->cols, stream_))) return false;
+  // The FP8 codes of weight `w` (its bf16 copy `bf`), quantized on first use, and the activation
+  // scratch grown to `elems` codes. Both allocate, so a capture that needs either is abandoned
+  // (its eager rerun makes them), as Dequantized does.
+  bool Fp8WeightReady(const __nv_bfloat16* bf, const engine::WeightMatrix& w) {
+    if (fp8_->HasWeight(bf)) return true;
+    if (capturing_) {
+      abandoned_ = true;
+      return false;
     }
+    return Check(fp8_->PrepareWeight(bf, w.rows, w.cols, stream_));
+  }
+  bool Fp8ActivationsFit(int64_t elems) {
     if (fp8_->ActivationsFit(elems)) return true;
-    if (capturing_) return Abandon();
+    if (capturing_) {
+      abandoned_ = true;
+      return false;
+    }
     if (!Check(fp8_->ReserveActivations(elems, stream_))) return false;
     graphs_.Clear();  // recorded steps read the old scratch
     return true;

@@ -38,6 +38,7 @@ struct CudaBackendOptions {
   bool mixed_decode_rows = true;
   // RMSNorm, SwiGLU and attention write a bf16 copy of their output, which the MatMul right after
   // reads instead of converting its f32 input (kernels/cuda/op_twin.h); false: always convert.
+  // RMSNorm and SwiGLU write none with fp8_gemm, whose MatMuls read the f32 activations.
   bool bf16_twins = true;
   // MatMul in FP8 (E4M3, per-tensor scales) through cuBLASLt (kernels/cuda/fp8_linear.h) instead
   // of bf16: about twice the tensor-core rate, at the accuracy bench/fp8_gemm measures. Off by

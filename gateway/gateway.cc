@@ -391,12 +391,7 @@ asio::awaitable<void> Gateway::HandleOther(http::Request& request, http::Respons
       co_await SendMethodNotAllowed(writer, request, "GET, HEAD");
     } else if (path == "/healthz") {
       // Still 200 when telemetry cannot be written: the gateway serves; the body says what ails.
-      telemetry::TelemetryStore::Stats stats = deps_.store->stats();
-      std::string health = R"({"status":"ok"})";
-      if (stats.failing) {
-        health = JsonText(json{{"status", "degraded"}, {"telemetry", "failing: " + stats.last_error}});
-      }
-      co_await writer.Send(200, kJson, std::move(health));
+      co_await writer.Send(200, kJson, JsonText(telemetry::StoreHealth(deps_.store->stats())));
     } else {
       std::string text = deps_.metrics->registry().Expose();
       co_await writer.Send(200, "text/plain; version=0.0.4; charset=utf-8", std::move(text));

@@ -1,6 +1,7 @@
 #include "telemetry/metrics.h"
 #include "telemetry/diagnosis.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -535,14 +536,41 @@ void ExposeStoreStats(const TelemetryStore::Stats& stats, std::string& out) {
          "kvgate_telemetry_records_total{outcome=\"written\"} ";
   out += std::to_string(stats.written);
   out += "\nkvgate_telemetry_records_total{outcome=\"failed\"} ";
-  out += std::to_string(stats.write_errors);
+  out += std::to_string(stats.write_errors - std::min(stats.dropped, stats.write_errors));
+  out += "\nkvgate_telemetry_records_total{outcome=\"dropped\"} ";
+  out += std::to_string(stats.dropped);
   out += "\n# HELP kvgate_telemetry_queue_depth Records waiting for the telemetry writer.\n"
          "# TYPE kvgate_telemetry_queue_depth gauge\nkvgate_telemetry_queue_depth ";
   out += std::to_string(stats.queue_depth);
+  out +=
+      "\n# HELP kvgate_telemetry_oldest_queued_seconds How long the oldest record not yet "
+      "written has waited.\n# TYPE kvgate_telemetry_oldest_queued_seconds gauge\n"
+      "kvgate_telemetry_oldest_queued_seconds ";
+  out += FormatMetricValue(static_cast<double>(stats.oldest_queued_age_us) / 1e6);
   out += "\n# HELP kvgate_telemetry_store_failing 1 while the telemetry store's latest write "
          "failed.\n# TYPE kvgate_telemetry_store_failing gauge\nkvgate_telemetry_store_failing ";
   out += stats.failing ? "1" : "0";
   out += "\n";
+}
+
+nlohmann::json StoreHealth(const TelemetryStore::Stats& stats) {
+  const bool stalled =
+      stats.oldest_queued_age_us >=
+      std::chrono::duration_cast<std::chrono::microseconds>(kStalledQueueAge).count();
+  const double oldest_s = std::round(static_cast<double>(stats.oldest_queued_age_us) / 1e5) / 10;
+  nlohmann::json health = {{"status", stats.failing || stalled ? "degraded" : "ok"}};
+  if (stats.failing) {
+    health["telemetry"] = "failing: " + stats.last_error;
+  } else if (stalled) {
+    health["telemetry"] = "stalled: the oldest of " + std::to_string(stats.queue_depth) +
+                          " records waiting to be written has waited " +
+                          std::to_string(stats.oldest_queued_age_us / 1'000'000) + " s";
+  }
+  if (stats.failing || stalled || stats.dropped > 0) {
+    health["telemetry_queue"] = {
+        {"records", stats.queue_depth}, {"oldest_age_s", oldest_s}, {"dropped", stats.dropped}};
+  }
+  return health;
 }
 
 }  // namespace kvgate::telemetry

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -163,10 +164,28 @@ std::string EscapeHelp(std::string_view help);         // \ -> \\, newline -> \n
 std::string FormatMetricValue(double value);           // shortest round-trip; +Inf, -Inf, NaN
 
 // The telemetry store's own health, for a SectionWriter:
-//   kvgate_telemetry_records_total{outcome="written"|"failed"}  records committed / given up on
+//   kvgate_telemetry_records_total{outcome="written"|"failed"|"dropped"}  records committed /
+//       given up on / dropped, oldest first, beyond StoreOptions::max_queued_records
 //   kvgate_telemetry_queue_depth                                 recorded, not yet committed
+//   kvgate_telemetry_oldest_queued_seconds                       the oldest of those's wait
 //   kvgate_telemetry_store_failing                               1 while the latest write failed
 void ExposeStoreStats(const TelemetryStore::Stats& stats, std::string& out);
+
+// How long the oldest record not yet written may wait before /healthz says "degraded". A healthy
+// writer commits every group-commit interval (20 ms by default, at most 10 s by configuration,
+// which an operator who sets it knows about); a disk or lock that holds a batch for seconds is a
+// stall worth a health check's attention, while one slow fsync is not.
+inline constexpr std::chrono::seconds kStalledQueueAge{5};
+
+// The telemetry store's part of /healthz (still answered with 200: requests are served):
+//   {"status": "ok"} while records are written;
+//   {"status": "degraded", "telemetry": why (the last error, or how long the writer has stalled),
+//    "telemetry_queue": {"records": waiting, "oldest_age_s": the oldest one's wait,
+//                        "dropped": records dropped to the queue's bound since start}}
+//   while the latest write failed or the oldest waiting record is kStalledQueueAge old or more;
+//   "telemetry_queue" is given with "ok" too once records were dropped, so that the loss stays
+//   visible after the outage.
+nlohmann::json StoreHealth(const TelemetryStore::Stats& stats);
 
 // The gateway's metric set on top of a registry. Thread safe.
 class GatewayMetrics {

@@ -32,6 +32,7 @@ Result<bool> Stmt::Step() {
   const int rc = sqlite3_step(stmt_);
   if (rc == SQLITE_ROW) return true;
   if (rc == SQLITE_DONE) return false;
+  if (failure_code_ != nullptr) *failure_code_ = sqlite3_extended_errcode(sqlite3_db_handle(stmt_));
   return MakeError(ErrorCode::kUnavailable,
                    std::string("sqlite: ") + sqlite3_errmsg(sqlite3_db_handle(stmt_)));
 }
@@ -61,7 +62,7 @@ Result<std::unique_ptr<Db>> Db::Open(const std::string& path, bool read_only) {
     return MakeError(ErrorCode::kUnavailable, "sqlite open " + path + ": " + message);
   }
   std::unique_ptr<Db> db(new Db(raw));
-  sqlite3_busy_timeout(raw, 5000);
+  sqlite3_busy_timeout(raw, kDefaultBusyTimeoutMs);
   sqlite3_extended_result_codes(raw, 1);
   if (read_only) {
     if (Status s = db->Exec("PRAGMA query_only = ON"); !s) return std::unexpected(s.error());
@@ -78,6 +79,7 @@ Status Db::Exec(std::string_view sql) {
   char* error = nullptr;
   const std::string text(sql);
   if (sqlite3_exec(db_, text.c_str(), nullptr, nullptr, &error) != SQLITE_OK) {
+    last_failure_code_ = sqlite3_extended_errcode(db_);
     std::string message = error != nullptr ? error : sqlite3_errmsg(db_);
     sqlite3_free(error);
     return MakeError(ErrorCode::kUnavailable, "sqlite: " + message);
@@ -91,11 +93,12 @@ Result<std::unique_ptr<Stmt>> Db::Prepare(std::string_view sql) {
     sqlite3_stmt* stmt = nullptr;
     if (sqlite3_prepare_v3(db_, sql.data(), static_cast<int>(sql.size()), SQLITE_PREPARE_PERSISTENT,
                            &stmt, nullptr) != SQLITE_OK) {
+      last_failure_code_ = sqlite3_extended_errcode(db_);
       return MakeError(ErrorCode::kInternal, "sqlite prepare: " + std::string(sqlite3_errmsg(db_)));
     }
     it = cache_.emplace(std::string(sql), stmt).first;
   }
-  return std::make_unique<Stmt>(it->second);
+  return std::make_unique<Stmt>(it->second, &last_failure_code_);
 }
 
 int64_t Db::Changes() const { return sqlite3_changes64(db_); }
@@ -103,5 +106,22 @@ int64_t Db::Changes() const { return sqlite3_changes64(db_); }
 std::string Db::LastError() const { return sqlite3_errmsg(db_); }
 
 bool Db::InTransaction() const { return sqlite3_get_autocommit(db_) == 0; }
+
+void Db::SetBusyTimeout(int milliseconds) { sqlite3_busy_timeout(db_, milliseconds); }
+
+bool IsOutage(int sqlite_result_code) {
+  switch (sqlite_result_code & 0xff) {
+    case SQLITE_FULL:
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+    case SQLITE_PROTOCOL:
+    case SQLITE_IOERR:
+    case SQLITE_CANTOPEN:
+    case SQLITE_READONLY:
+      return true;
+    default:
+      return false;
+  }
+}
 
 }  // namespace kvgate::telemetry::internal

@@ -20,7 +20,9 @@ namespace kvgate::telemetry::internal {
 // A prepared statement borrowed from a Db's cache; reset and unbound when the borrow ends.
 class Stmt {
  public:
-  explicit Stmt(sqlite3_stmt* stmt) : stmt_(stmt) {}
+  // `failure_code`, when given, receives the result code of a failed Step() (Db::LastFailureCode).
+  explicit Stmt(sqlite3_stmt* stmt, int* failure_code = nullptr)
+      : stmt_(stmt), failure_code_(failure_code) {}
   Stmt(const Stmt&) = delete;
   Stmt& operator=(const Stmt&) = delete;
   ~Stmt();
@@ -48,11 +50,14 @@ class Stmt {
 
  private:
   sqlite3_stmt* stmt_;
+  int* failure_code_;
 };
 
 class Db {
  public:
-  // Opens `path`; read_only connections are query_only. Sets busy_timeout.
+  static constexpr int kDefaultBusyTimeoutMs = 5000;
+  // Opens `path`; read_only connections are query_only. Sets busy_timeout
+  // (kDefaultBusyTimeoutMs).
   static Result<std::unique_ptr<Db>> Open(const std::string& path, bool read_only);
   Db(const Db&) = delete;
   Db& operator=(const Db&) = delete;
@@ -68,11 +73,27 @@ class Db {
   std::string LastError() const;
   // True while inside a transaction (SQLite may roll back on its own after I/O errors).
   bool InTransaction() const;
+  // The extended result code (SQLITE_FULL, SQLITE_BUSY_SNAPSHOT, ...) of the latest Exec(),
+  // Prepare() or borrowed Stmt::Step() that failed on this connection; 0 (SQLITE_OK) when none
+  // has. Kept until ClearLastFailure(), so that it survives the ROLLBACK that follows an error.
+  int LastFailureCode() const { return last_failure_code_; }
+  void ClearLastFailure() { last_failure_code_ = 0; }
+  // How long a statement waits for another connection's lock before it fails with SQLITE_BUSY.
+  void SetBusyTimeout(int milliseconds);
 
  private:
   explicit Db(sqlite3* db) : db_(db) {}
   sqlite3* db_;
+  int last_failure_code_ = 0;
   std::map<std::string, sqlite3_stmt*, std::less<>> cache_;
 };
+
+// Whether a result code says the database cannot be written *now* rather than that the data is
+// wrong: the disk is full (SQLITE_FULL), another connection holds a lock (SQLITE_BUSY,
+// SQLITE_LOCKED, SQLITE_PROTOCOL), the disk failed an I/O (SQLITE_IOERR_*), or the file cannot be
+// opened or written (SQLITE_CANTOPEN, SQLITE_READONLY: a read-only remount, a file moved away).
+// Writing the same records again may succeed once the cause is gone, so they must be kept.
+// Extended codes are accepted (compared by their primary code).
+bool IsOutage(int sqlite_result_code);
 
 }  // namespace kvgate::telemetry::internal

@@ -6,8 +6,10 @@
 // - SQLite in WAL mode (synchronous=NORMAL), the embedded default; queries run on separate
 //   read-only connections, so reads never wait for the writer.
 // - PostgreSQL through libpq (OpenPostgres), for several gateway replicas; batches are multi-row
-//   INSERTs, and an unreachable server is waited out: records queue (within
-//   StoreOptions::max_queued_records) and are written once it is back.
+//   INSERTs.
+// A database that cannot be written for now (an unreachable server; a full disk, a lock held by
+// another process or an I/O error under SQLite) is waited out: records queue (within
+// StoreOptions::max_queued_records) and are written once it is back.
 // Schema changes are numbered migrations, the same list for both (with the SQL per dialect where
 // it must differ), recorded in `schema_migrations`.
 //
@@ -71,10 +73,18 @@ struct StoreOptions {
   // Where the journal's files go: "" = beside the SQLite file (`<path>-journal`). The PostgreSQL
   // store has no local file and needs one (a path prefix on local disk, one per process).
   std::string journal_path;
-  // While the database cannot be reached (a PostgreSQL server restarting), records wait in
-  // memory: up to this many recorded but not yet written; beyond it Record() discards them
-  // (counted in write_errors), so an outage cannot exhaust the gateway's memory.
+  // While the database cannot be written (a PostgreSQL server restarting; a SQLite file on a
+  // full disk, locked by another process, or failing I/O), records wait in memory and in the
+  // journal, and the writer retries: up to this many recorded but not yet written. Beyond it the
+  // OLDEST waiting records are dropped (counted in Stats::dropped and write_errors, logged, their
+  // journal entries released), so an outage can exhaust neither memory nor disk while the newest
+  // records, the ones an operator looks at first, are kept. The bound is checked whenever a
+  // record arrives while the writer holds no batch and whenever a batch is handed back after a
+  // failed attempt, so it can be passed by the records that arrive during one attempt.
   size_t max_queued_records = 200'000;
+  // SQLite only: how long one write waits for a lock another connection holds before the
+  // database counts as unavailable for this attempt (the batch is kept and offered again).
+  std::chrono::milliseconds busy_timeout{5'000};
 };
 
 // Filters for ListThreads. Threads are conversations with a non-empty thread id.
@@ -121,6 +131,12 @@ class TelemetryStore {
     uint64_t batches = 0;       // transactions committed (or given up on)
     uint64_t queue_depth = 0;   // recorded but not yet committed or failed
     uint64_t write_errors = 0;  // records that could not be written (and were discarded)
+    // Of write_errors, the records dropped because StoreOptions::max_queued_records were
+    // waiting (oldest first).
+    uint64_t dropped = 0;
+    // How long the oldest record not yet committed has waited (by the store's Clock); 0 when
+    // none waits. Beyond a group commit interval or so, the writer is stalled.
+    int64_t oldest_queued_age_us = 0;
     // Whether the latest transaction failed (or the database is unreachable and records are
     // waiting), and why: the store is degraded until one succeeds.
     bool failing = false;
@@ -150,11 +166,11 @@ class TelemetryStore {
   TelemetryStore& operator=(const TelemetryStore&) = delete;
   virtual ~TelemetryStore() = default;  // implementations call Close()
 
-  // Enqueues a record; never blocks on disk, never drops while open (the queue is unbounded: the
-  // writer drains all of it in each transaction). A record with created_at_us == 0 is stamped with
-  // the clock. Text that is not UTF-8 is stored with U+FFFD in place of the bad bytes
-  // (MakeTextValid), so every stored row serializes. After Close() the record is discarded and
-  // counted in write_errors.
+  // Enqueues a record; never blocks on disk, never drops while open unless
+  // StoreOptions::max_queued_records are waiting (then the oldest go). A record with created_at_us
+  // == 0 is stamped with the clock. Text that is not UTF-8 is stored with U+FFFD in place of the
+  // bad bytes (MakeTextValid), so every stored row serializes. After Close() the record is
+  // discarded and counted in write_errors.
   virtual void Record(RequestRecord record) = 0;
 
   // Crash durability for a record whose answer is about to complete. The record's answer leaves

@@ -5,7 +5,9 @@
 #include <thread>
 #include <tuple>
 #include <exception>
+#include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -19,7 +21,8 @@ namespace kvgate::telemetry {
 namespace internal {
 namespace {
 
-// Transaction attempts per batch before its records are given up (disk full, I/O error).
+// Transaction attempts per batch before its records are given up (an error that is not an
+// outage: a schema that does not match, a corrupt file). Outages are retried by the writer.
 constexpr int kBatchAttempts = 3;
 
 constexpr const char* kInsertRequest = R"sql(
@@ -145,70 +148,69 @@ TelemetryStore::Stats SqliteTelemetryStore::stats() const { return writer_.stats
 
 BatchSink::Outcome SqliteTelemetryStore::WriteBatch(std::deque<RequestRecord>& batch) {
   Outcome outcome;
-  outcome.failed = WriteBatch(batch, &outcome.error);
-  return outcome;
-}
-
-uint64_t SqliteTelemetryStore::WriteBatch(std::deque<RequestRecord>& batch, std::string* error) {
   for (int attempt = 0; attempt < kBatchAttempts; ++attempt) {
     if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(50 << (2 * attempt)));
+    writer_db_->ClearLastFailure();
+    // The transaction could not be completed: with an outage's error, the records are kept for
+    // the writer to offer again (not counted as lost); with any other, this attempt is over.
+    auto lost = [&](const Error& e) {
+      outcome.error = e.message;
+      const int code = writer_db_->LastFailureCode();  // before a failing ROLLBACK replaces it
+      if (writer_db_->InTransaction()) (void)writer_db_->Exec("ROLLBACK");
+      return IsOutage(code);
+    };
     if (Status s = writer_db_->Exec("BEGIN IMMEDIATE"); !s) {
-      *error = s.error().message;
+      if (lost(s.error())) return Outcome{.unavailable = true, .error = outcome.error};
       continue;
     }
     // A record that violates a constraint (a duplicate request_id) fails alone; the transaction
     // survives unless SQLite rolled it back itself (I/O errors), which the retry handles.
     // Thread aggregates are summed per thread over the batch and written once per thread.
     uint64_t rejected = 0;
-    bool transaction_lost = false;
+    std::optional<Error> transaction_error;
     std::map<std::string_view, ThreadDelta> threads;
     std::map<MinuteKey, MinuteDelta> minutes;
     for (const RequestRecord& record : batch) {
       if (Status s = InsertRequest(record); !s) {
-        *error = s.error().message;
-        if (!writer_db_->InTransaction()) {
-          transaction_lost = true;
+        if (!writer_db_->InTransaction() || IsOutage(writer_db_->LastFailureCode())) {
+          transaction_error = s.error();
           break;
         }
+        outcome.error = s.error().message;
         ++rejected;
         continue;
       }
       if (!record.thread_id.empty()) threads[record.thread_id].Add(record);
       minutes[MinuteKeyOf(record)].Add(record);
     }
+    // An aggregate that cannot be written fails the batch.
     for (const auto& [thread_id, delta] : threads) {
-      if (transaction_lost) break;
-      if (Status s = UpsertThread(thread_id, delta); !s) {
-        *error = s.error().message;
-        transaction_lost = true;  // an aggregate that cannot be written fails the batch
-      }
+      if (transaction_error) break;
+      if (Status s = UpsertThread(thread_id, delta); !s) transaction_error = s.error();
     }
     for (const auto& [key, delta] : minutes) {
-      if (transaction_lost) break;
-      if (Status s = UpsertMinute(key, delta); !s) {
-        *error = s.error().message;
-        transaction_lost = true;
-      }
+      if (transaction_error) break;
+      if (Status s = UpsertMinute(key, delta); !s) transaction_error = s.error();
     }
-    if (transaction_lost) {
-      if (writer_db_->InTransaction()) (void)writer_db_->Exec("ROLLBACK");
+    if (!transaction_error) {
+      if (Status s = writer_db_->Exec("COMMIT"); !s) transaction_error = s.error();
+    }
+    if (transaction_error) {
+      if (lost(*transaction_error)) return Outcome{.unavailable = true, .error = outcome.error};
       continue;
     }
-    if (Status s = writer_db_->Exec("COMMIT"); !s) {
-      *error = s.error().message;
-      if (writer_db_->InTransaction()) (void)writer_db_->Exec("ROLLBACK");
-      continue;
-    }
-    return rejected;
+    outcome.failed = rejected;
+    return outcome;
   }
-  return batch.size();
+  outcome.failed = batch.size();
+  return outcome;
 }
 
 Status SqliteTelemetryStore::InsertRequest(const RequestRecord& r) {
   // No SAVEPOINT per record: a sub-journal costs ~20 page writes per record. A duplicate
   // request_id is detected by ON CONFLICT DO NOTHING, and its record is left out of the thread
   // aggregates; any other failure is an I/O-level error that loses the transaction, which
-  // WriteBatch retries.
+  // WriteBatch retries or reports as an outage.
   auto fail = [](Error e) -> Status { return std::unexpected(std::move(e)); };
   std::string diagnosis, attempts;
   const std::string& route = r.route;  // JSON text already
@@ -394,6 +396,8 @@ Result<std::unique_ptr<TelemetryStore>> TelemetryStore::Open(const std::string& 
   }
   Result<std::unique_ptr<internal::Db>> db = internal::Db::Open(path, /*read_only=*/false);
   if (!db) return std::unexpected(db.error());
+  (*db)->SetBusyTimeout(static_cast<int>(
+      std::clamp<int64_t>(options.busy_timeout.count(), 0, std::numeric_limits<int>::max())));
   // WAL lets readers run while the writer commits; NORMAL sync is durable across process crashes
   // (an OS crash may lose the last transactions, never corrupt the file).
   // A 32 MiB page cache and an in-memory temp store keep big batches from spilling to disk mid-

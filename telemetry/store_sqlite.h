@@ -95,11 +95,11 @@ class SqliteTelemetryStore final : public TelemetryStore, private BatchSink {
   };
   Result<std::unique_ptr<Reader>> AcquireReader() const;
 
-  // BatchSink, on the writer thread: the batch in one transaction, retried a few times.
+  // BatchSink, on the writer thread: the batch in one transaction, retried a few times. An
+  // error that IsOutage() (disk full, a lock held elsewhere, an I/O error) makes it report the
+  // database unavailable at once, so the writer keeps the batch and offers it again later.
   Outcome WriteBatch(std::deque<RequestRecord>& batch) override;
   std::string Describe() const override { return path_; }
-  // Returns how many records could not be written; *error gets the last error message.
-  uint64_t WriteBatch(std::deque<RequestRecord>& batch, std::string* error);
   // One request row; kInvalidArgument for a duplicate request_id (the row is left as it was).
   Status InsertRequest(const RequestRecord& record);
   // Adds a batch's turns of one thread to its aggregates and model list.

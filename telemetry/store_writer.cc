@@ -93,17 +93,6 @@ std::optional<BatchWriter::JournalMark> BatchWriter::Checkpoint(const RequestRec
 }
 
 void BatchWriter::Record(RequestRecord record, std::optional<JournalMark> checkpoint) {
-  // Over the bound (the database has been away for long): discarded before it is journaled, so
-  // the journal cannot grow without bound either. A checkpointed record stays in the journal
-  // and is written by the next process.
-  if (pending_.load(std::memory_order_relaxed) >= max_queued_records_) {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++stats_.recorded;
-    ++stats_.write_errors;
-    stats_.last_error = "the telemetry queue is full (" + std::to_string(max_queued_records_) +
-                        " records wait for " + sink_.Describe() + "): records are discarded";
-    return;
-  }
   MakeTextValid(record);
   if (record.created_at_us == 0) record.created_at_us = clock_.NowUnixMicros();
   JournalRefs refs;
@@ -113,7 +102,9 @@ void BatchWriter::Record(RequestRecord record, std::optional<JournalMark> checkp
   if (journal_ && (!checkpoint || record.status != "ok")) {
     if (auto segment = journal_->Append(record)) refs.entry = *segment;
   }
+  refs.queued_ns = clock_.MonotonicNanos();
   bool wake = false;
+  std::vector<Journal::Segment> released;
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.recorded;
@@ -124,12 +115,37 @@ void BatchWriter::Record(RequestRecord record, std::optional<JournalMark> checkp
     queue_.push_back(std::move(record));
     queue_journal_.push_back(refs);
     ++enqueued_seq_;
-    pending_.fetch_add(1, std::memory_order_relaxed);
+    // Over the bound (the database has been away for long): the oldest go, with their journal
+    // entries, so neither memory nor the journal grows without bound.
+    if (DropOverflowLocked(&released) > 0 && flush_waiters_ > 0) written_cv_.notify_all();
     // The writer needs a wake-up only to start a batch or to cut a full one short; any other
     // notify would be a futex call per request for nothing.
     wake = queue_.size() == 1 || queue_.size() == max_batch_records_;
   }
+  if (journal_) journal_->Release(released);
   if (wake) work_cv_.notify_one();
+}
+
+size_t BatchWriter::DropOverflowLocked(std::vector<Journal::Segment>* released) {
+  // While the writer holds a batch, the oldest records are in it; it calls here again when it
+  // hands the batch back or finishes it.
+  if (batch_in_flight_ || queue_.size() <= max_queued_records_) return 0;
+  const size_t n = queue_.size() - max_queued_records_;
+  for (size_t i = 0; i < n; ++i) {
+    const JournalRefs& r = queue_journal_.front();
+    if (r.entry) released->push_back(r.entry);
+    if (r.checkpoint) released->push_back(r.checkpoint);
+    queue_.pop_front();
+    queue_journal_.pop_front();
+  }
+  // The queue held records committed_seq_ + 1 ... enqueued_seq_, oldest first: the dropped ones
+  // are done (and lost, which the next Flush() reports).
+  committed_seq_ += n;
+  failed_through_seq_ = committed_seq_;
+  stats_.dropped += n;
+  stats_.write_errors += n;
+  drops_unreported_ += n;
+  return n;
 }
 
 Status BatchWriter::Flush() {
@@ -165,10 +181,20 @@ TelemetryStore::Stats BatchWriter::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   TelemetryStore::Stats s = stats_;
   s.queue_depth = enqueued_seq_ - committed_seq_;
+  std::optional<int64_t> oldest_ns;
+  if (batch_in_flight_) {
+    oldest_ns = batch_oldest_ns_;
+  } else if (!queue_journal_.empty()) {
+    oldest_ns = queue_journal_.front().queued_ns;
+  }
+  if (oldest_ns) {
+    s.oldest_queued_age_us = std::max<int64_t>(0, (clock_.MonotonicNanos() - *oldest_ns) / 1000);
+  }
   return s;
 }
 
 void BatchWriter::WriterLoop() {
+  std::chrono::milliseconds pause = kFirstOutageRetry;
   for (;;) {
     std::deque<RequestRecord> batch;
     std::deque<JournalRefs> journal_refs;
@@ -184,20 +210,33 @@ void BatchWriter::WriterLoop() {
       batch.swap(queue_);
       journal_refs.swap(queue_journal_);
       batch_end = enqueued_seq_;
+      batch_in_flight_ = true;
+      batch_oldest_ns_ = journal_refs.front().queued_ns;
     }
-    BatchSink::Outcome outcome = WriteWithRetries(batch);
+    BatchSink::Outcome outcome = sink_.WriteBatch(batch);
     if (!outcome.unavailable) {
+      if (outage_reported_) {
+        std::fprintf(stderr,
+                     "kvgate: telemetry: %s can be written again; the queued records are "
+                     "being written\n",
+                     sink_.Describe().c_str());
+        outage_reported_ = false;
+      }
+      pause = kFirstOutageRetry;
       Finish(batch.size(), batch_end, journal_refs, outcome, /*keep_journal=*/false);
+      ReportDrops(/*force=*/false);
       continue;
     }
-    // Closing while the database is unreachable: this batch and whatever is still queued stay
-    // in the journal for the next process (Start() writes them), and count as not written here.
+    if (Requeue(batch, journal_refs, outcome, pause)) {
+      pause = std::min(pause * 2, kMaxOutageRetry);
+      continue;
+    }
+    // Closing while the database cannot be written: whatever is queued stays in the journal for
+    // the next process (Start() writes it), and counts as not written here.
     {
       std::lock_guard<std::mutex> lock(mu_);
-      for (RequestRecord& r : queue_) batch.push_back(std::move(r));
-      for (JournalRefs& r : queue_journal_) journal_refs.push_back(r);
-      queue_.clear();
-      queue_journal_.clear();
+      batch.swap(queue_);
+      journal_refs.swap(queue_journal_);
       batch_end = enqueued_seq_;
     }
     outcome.failed = batch.size();
@@ -207,6 +246,7 @@ void BatchWriter::WriterLoop() {
     Finish(batch.size(), batch_end, journal_refs, outcome, /*keep_journal=*/true);
     break;
   }
+  ReportDrops(/*force=*/true);
   {
     std::lock_guard<std::mutex> lock(mu_);
     writer_exited_ = true;
@@ -214,30 +254,31 @@ void BatchWriter::WriterLoop() {
   written_cv_.notify_all();
 }
 
-BatchSink::Outcome BatchWriter::WriteWithRetries(std::deque<RequestRecord>& batch) {
-  BatchSink::Outcome outcome = sink_.WriteBatch(batch);
-  std::chrono::milliseconds pause = kFirstOutageRetry;
-  while (outcome.unavailable) {
-    size_t queued = 0;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      stats_.failing = true;
-      stats_.last_error = outcome.error;
-      queued = batch.size() + queue_.size();
-      // Woken early only by Close(); new records just wait with this batch.
-      work_cv_.wait_for(lock, pause, [&] { return stopping_; });
-      if (stopping_) return outcome;
-    }
-    ReportUnavailable(queued, outcome.error);
-    pause = std::min(pause * 2, kMaxOutageRetry);
-    outcome = sink_.WriteBatch(batch);
+bool BatchWriter::Requeue(std::deque<RequestRecord>& batch, std::deque<JournalRefs>& refs,
+                          const BatchSink::Outcome& outcome, std::chrono::milliseconds pause) {
+  std::vector<Journal::Segment> released;
+  size_t queued = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // The records that arrived during the attempt go behind the batch's.
+    for (RequestRecord& r : queue_) batch.push_back(std::move(r));
+    for (const JournalRefs& r : queue_journal_) refs.push_back(r);
+    queue_.swap(batch);
+    queue_journal_.swap(refs);
+    batch.clear();
+    refs.clear();
+    batch_in_flight_ = false;
+    if (DropOverflowLocked(&released) > 0 && flush_waiters_ > 0) written_cv_.notify_all();
+    stats_.failing = true;
+    stats_.last_error = outcome.error;
+    queued = queue_.size();
   }
-  if (outage_reported_) {
-    std::fprintf(stderr, "kvgate: telemetry: %s is reachable again; the queued records are being "
-                 "written\n", sink_.Describe().c_str());
-    outage_reported_ = false;
-  }
-  return outcome;
+  if (journal_) journal_->Release(released);
+  ReportUnavailable(queued, outcome.error);
+  ReportDrops(/*force=*/false);
+  std::unique_lock<std::mutex> lock(mu_);
+  // Woken early only by Close(); new records just wait with the others.
+  return !work_cv_.wait_for(lock, pause, [&] { return stopping_; });
 }
 
 void BatchWriter::Finish(size_t batch_size, uint64_t batch_end, std::deque<JournalRefs>& refs,
@@ -254,13 +295,16 @@ void BatchWriter::Finish(size_t batch_size, uint64_t batch_end, std::deque<Journ
   }
   const uint64_t failed = outcome.failed;
   bool was_failing = false;
+  std::vector<Journal::Segment> released;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.written += batch_size - failed;
     stats_.write_errors += failed;
     ++stats_.batches;
     committed_seq_ = batch_end;
-    pending_.fetch_sub(batch_size, std::memory_order_relaxed);
+    batch_in_flight_ = false;
+    // Records that arrived during a long attempt may have passed the bound.
+    DropOverflowLocked(&released);
     was_failing = stats_.failing;
     stats_.failing = failed > 0;
     if (failed > 0) {
@@ -269,6 +313,7 @@ void BatchWriter::Finish(size_t batch_size, uint64_t batch_end, std::deque<Journ
     }
   }
   written_cv_.notify_all();
+  if (journal_) journal_->Release(released);
   ReportWriteOutcome(failed, batch_size, was_failing, outcome.error);
 }
 
@@ -299,10 +344,33 @@ void BatchWriter::ReportWriteOutcome(uint64_t failed, size_t batch_size, bool wa
 void BatchWriter::ReportUnavailable(size_t queued, const std::string& error) {
   const auto now = std::chrono::steady_clock::now();
   if (outage_reported_ && now - last_failure_report_ < std::chrono::minutes(1)) return;
-  std::fprintf(stderr, "kvgate: telemetry: %s cannot be reached (%s); %zu records wait in memory "
-               "and in the journal, retrying\n", sink_.Describe().c_str(), error.c_str(), queued);
+  std::fprintf(stderr,
+               "kvgate: telemetry: %s cannot be written now (%s); %zu records wait in "
+               "memory and in the journal, retrying\n",
+               sink_.Describe().c_str(), error.c_str(), queued);
   outage_reported_ = true;
   last_failure_report_ = now;
+}
+
+// Records dropped to the queue's bound are the one loss an outage causes by design: said at
+// once, then at most every ten seconds while drops go on, with how many.
+void BatchWriter::ReportDrops(bool force) {
+  const auto now = std::chrono::steady_clock::now();
+  uint64_t dropped = 0, total = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (drops_unreported_ == 0) return;
+    if (!force && last_drop_report_ && now - *last_drop_report_ < std::chrono::seconds(10)) return;
+    dropped = drops_unreported_;
+    total = stats_.dropped;
+    drops_unreported_ = 0;
+  }
+  last_drop_report_ = now;
+  std::fprintf(stderr,
+               "kvgate: telemetry: %llu records dropped, the oldest first (%llu in all): "
+               "%zu records (the most the queue holds) wait for %s\n",
+               static_cast<unsigned long long>(dropped), static_cast<unsigned long long>(total),
+               max_queued_records_, sink_.Describe().c_str());
 }
 
 }  // namespace kvgate::telemetry::internal

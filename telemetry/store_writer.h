@@ -3,15 +3,16 @@
 // Record() journals a record (journal.h) and queues it in memory; one writer thread takes the
 // whole queue every group-commit interval and hands it to the store's BatchSink, which writes it
 // in one transaction. A record's journal entry is released once its batch is written (or given
-// up on). When the sink reports the database unreachable, the writer keeps the batch, retries it
-// with a growing pause and meanwhile lets records queue up to StoreOptions::max_queued_records;
-// the store reads as degraded (Stats::failing) until a batch is written. A shutdown during an
-// outage leaves the unwritten records in the journal, so the next process writes them.
+// up on). When the sink reports the database unavailable (unreachable, or a full disk, a lock or
+// an I/O error), the writer hands the batch back to the front of the queue, retries it with a
+// growing pause and meanwhile lets records queue up to StoreOptions::max_queued_records, dropping
+// the oldest beyond it; the store reads as degraded (Stats::failing) until a batch is written. A
+// shutdown during an outage leaves the unwritten records in the journal, so the next process
+// writes them.
 //
 // Thread safety: every public method may be called from any thread.
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -21,6 +22,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/clock.h"
 #include "telemetry/journal.h"
@@ -73,22 +75,35 @@ class BatchWriter {
   TelemetryStore::Stats stats() const;
 
  private:
-  // The journal segments holding a queued record (0: none), released once it is written.
+  // What is kept beside a queued record: the journal segments holding it (0: none), released
+  // once it is written or dropped, and when it was queued (Clock::MonotonicNanos), for
+  // Stats::oldest_queued_age_us.
   struct JournalRefs {
     uint64_t entry = 0, checkpoint = 0;
+    int64_t queued_ns = 0;
   };
 
   void WriterLoop();
-  // Offers `batch` to the sink until it is written or given up on, or until Close() is called
-  // while the database is unreachable (then the outcome says unavailable).
-  BatchSink::Outcome WriteWithRetries(std::deque<RequestRecord>& batch);
+  // The sink could not write `batch` now: it goes back to the front of the queue (the oldest
+  // records first again) and the writer waits `pause` before the next attempt. Returns false
+  // when Close() was called meanwhile: then the whole queue, this batch included, is left in the
+  // journal for the next process and counted as not written.
+  bool Requeue(std::deque<RequestRecord>& batch, std::deque<JournalRefs>& refs,
+               const BatchSink::Outcome& outcome, std::chrono::milliseconds pause);
   // Releases the batch's journal entries (unless `keep_journal`) and advances the counters.
   void Finish(size_t batch_size, uint64_t batch_end, std::deque<JournalRefs>& refs,
               const BatchSink::Outcome& outcome, bool keep_journal);
-  // Rate-limited stderr lines for failures, outages and the recovery. Writer thread.
+  // REQUIRES: mu_ held. Applies max_queued_records while the writer holds no batch (the queue
+  // then holds every record not yet done, oldest first): drops the oldest beyond it, counting
+  // them done and lost, and appends their journal entries to *released for the caller to
+  // release once mu_ is dropped. Returns how many were dropped.
+  size_t DropOverflowLocked(std::vector<Journal::Segment>* released);
+  // Rate-limited stderr lines for failures, outages, drops and the recovery. Writer thread.
   void ReportWriteOutcome(uint64_t failed, size_t batch_size, bool was_failing,
                           const std::string& error);
   void ReportUnavailable(size_t queued, const std::string& error);
+  // `force`: report drops not yet reported even if the last report was recent.
+  void ReportDrops(bool force);
 
   // Constant after construction.
   BatchSink& sink_;
@@ -103,10 +118,7 @@ class BatchWriter {
   uint64_t failures_since_report_ = 0;
   std::chrono::steady_clock::time_point last_failure_report_;
   bool outage_reported_ = false;
-
-  // Recorded and not yet written or given up on; read without mu_ by Record() to apply the
-  // queue's bound before journaling (an approximate bound is enough there).
-  std::atomic<uint64_t> pending_{0};
+  std::optional<std::chrono::steady_clock::time_point> last_drop_report_;
 
   // mu_ guards the queue, the lifecycle flags and the counters. Held only to move records in or
   // out of the queue and to update counters: never across I/O.
@@ -116,6 +128,11 @@ class BatchWriter {
   std::condition_variable written_cv_;  // signalled: committed_seq_ advanced, or writer exited
   std::deque<RequestRecord> queue_;     // GUARDED_BY(mu_)
   std::deque<JournalRefs> queue_journal_;  // GUARDED_BY(mu_): parallel to queue_
+  // Whether the writer has taken a batch out of the queue and not yet finished or handed it
+  // back, and when the batch's oldest record was queued.
+  bool batch_in_flight_ = false;        // GUARDED_BY(mu_)
+  int64_t batch_oldest_ns_ = 0;         // GUARDED_BY(mu_)
+  uint64_t drops_unreported_ = 0;       // GUARDED_BY(mu_): dropped records not yet logged
   bool started_ = false;                // GUARDED_BY(mu_)
   bool stopping_ = false;               // GUARDED_BY(mu_): no more Record() accepted
   bool writer_exited_ = false;          // GUARDED_BY(mu_)
@@ -124,7 +141,8 @@ class BatchWriter {
   uint64_t committed_seq_ = 0;          // GUARDED_BY(mu_): records done (written or failed)
   uint64_t failed_through_seq_ = 0;     // GUARDED_BY(mu_): seq end of the last failed batch
   uint64_t reported_failure_seq_ = 0;   // GUARDED_BY(mu_): failure already returned by Flush()
-  TelemetryStore::Stats stats_;         // GUARDED_BY(mu_), except queue_depth (derived)
+  // GUARDED_BY(mu_), except queue_depth and oldest_queued_age_us (derived in stats()).
+  TelemetryStore::Stats stats_;
 
   // close_mu_ serialises Close() callers (joining the writer), taken before mu_, never after.
   std::mutex close_mu_;

@@ -79,14 +79,25 @@ std::vector<std::pair<uint64_t, std::string>> ExistingSegments(const std::string
 }
 
 // A segment in the format before framing: one journal line per entry.
-std::vector<RequestRecord> ReadLines(std::string_view bytes) {
+std::vector<RequestRecord> ReadLines(std::string_view bytes, JournalDamage& damage) {
   std::vector<RequestRecord> out;
   while (!bytes.empty()) {
     const size_t end = std::min(bytes.find('\n'), bytes.size());
-    if (Result<RequestRecord> r = FromJournalLine(bytes.substr(0, end))) out.push_back(std::move(*r));
+    if (Result<RequestRecord> r = FromJournalLine(bytes.substr(0, end))) {
+      out.push_back(std::move(*r));
+    } else {
+      ++damage.entries_skipped;
+      damage.bytes_skipped += end;
+    }
     bytes.remove_prefix(std::min(bytes.size(), end + 1));
   }
   return out;
+}
+
+// How many of these bytes are not zero (unused space in a preallocated segment is zeros).
+size_t NonZeroBytes(std::string_view bytes) {
+  return static_cast<size_t>(
+      std::count_if(bytes.begin(), bytes.end(), [](char c) { return c != 0; }));
 }
 
 }  // namespace
@@ -97,8 +108,11 @@ std::string FrameJournalEntry(std::string_view body, Journal::Segment segment) {
   return out;
 }
 
-std::vector<RequestRecord> ReadJournalSegment(std::string_view bytes, Journal::Segment segment) {
-  if (!bytes.empty() && bytes.front() == '{') return ReadLines(bytes);
+std::vector<RequestRecord> ReadJournalSegment(std::string_view bytes, Journal::Segment segment,
+                                              JournalDamage* damage) {
+  JournalDamage ignored;
+  JournalDamage& d = damage != nullptr ? *damage : ignored;
+  if (!bytes.empty() && bytes.front() == '{') return ReadLines(bytes, d);
   std::vector<RequestRecord> out;
   size_t at = 0;
   while (at + kFrameBytes <= bytes.size()) {
@@ -106,6 +120,7 @@ std::vector<RequestRecord> ReadJournalSegment(std::string_view bytes, Journal::S
     uint64_t check = 0;
     std::memcpy(&magic, bytes.data() + at, 4);
     if (magic != kMagic) {
+      d.bytes_skipped += NonZeroBytes(bytes.substr(at, kAlign));
       at += kAlign;
       continue;
     }
@@ -115,12 +130,22 @@ std::vector<RequestRecord> ReadJournalSegment(std::string_view bytes, Journal::S
     const std::string_view body =
         length <= room ? bytes.substr(at + kFrameBytes, length) : std::string_view();
     if (length > room || Check(body, segment) != check) {
-      at += kAlign;  // torn or corrupt: look for the next entry
+      // Torn or corrupt: look for the next entry. Its body's bytes count as skipped as the scan
+      // passes over them.
+      ++d.entries_skipped;
+      d.bytes_skipped += kAlign;
+      at += kAlign;
       continue;
     }
-    if (Result<RequestRecord> r = DecodeJournalEntry(body)) out.push_back(std::move(*r));
+    if (Result<RequestRecord> r = DecodeJournalEntry(body)) {
+      out.push_back(std::move(*r));
+    } else {
+      ++d.entries_skipped;
+      d.bytes_skipped += Padded(kFrameBytes + length);
+    }
     at += Padded(kFrameBytes + length);
   }
+  d.bytes_skipped += NonZeroBytes(bytes.substr(at));  // a frame cut short at the very end
   return out;
 }
 
@@ -147,11 +172,21 @@ Result<std::unique_ptr<Journal>> Journal::Open(std::string base, size_t segment_
   std::unordered_map<std::string, size_t> index;  // request id -> position in *recovered
   for (const auto& [number, path] : ExistingSegments(journal->base_)) {
     journal->last_number_ = std::max(journal->last_number_, number);
-    journal->recovered_files_.push_back(path);
+    journal->recovered_files_.push_back({path, false});
     if (!recovered) continue;
     std::ifstream in(path, std::ios::binary);
     const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    for (RequestRecord& r : ReadJournalSegment(bytes, number)) {
+    JournalDamage damage;
+    std::vector<RequestRecord> records = ReadJournalSegment(bytes, number, &damage);
+    if (damage.any()) {
+      journal->recovered_files_.back().damaged = true;
+      std::fprintf(stderr,
+                   "kvgate: telemetry journal: %s is damaged: %zu records read, %zu "
+                   "entries and %zu bytes skipped; it is kept aside once its records are "
+                   "committed\n",
+                   path.c_str(), records.size(), damage.entries_skipped, damage.bytes_skipped);
+    }
+    for (RequestRecord& r : records) {
       auto [it, added] = index.emplace(r.request_id, recovered->size());
       if (added) {
         recovered->push_back(std::move(r));
@@ -259,7 +294,29 @@ void Journal::Release(const std::vector<Segment>& entries) {
 
 void Journal::ReleaseRecovered() {
   std::lock_guard lock(mu_);
-  for (const std::string& path : recovered_files_) ::unlink(path.c_str());
+  for (const RecoveredFile& file : recovered_files_) {
+    if (!file.damaged) {
+      ::unlink(file.path.c_str());
+      continue;
+    }
+    // Kept under a name the next Open() does not read (it is not `<base>.<number>`).
+    std::error_code ec;
+    std::string aside;
+    for (int k = 1;; ++k) {
+      aside = file.path + ".damaged-" + std::to_string(k);
+      if (!std::filesystem::exists(aside, ec)) break;
+    }
+    std::filesystem::rename(file.path, aside, ec);
+    if (ec) {
+      // Left where it is: the next start reads it again and skips the records already
+      // committed (by request id).
+      std::fprintf(stderr, "kvgate: telemetry journal: cannot keep %s aside as %s (%s)\n",
+                   file.path.c_str(), aside.c_str(), ec.message().c_str());
+    } else {
+      std::fprintf(stderr, "kvgate: telemetry journal: the damaged segment is kept as %s\n",
+                   aside.c_str());
+    }
+  }
   recovered_files_.clear();
 }
 

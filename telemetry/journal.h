@@ -17,7 +17,10 @@
 // then the body (EncodeJournalEntry, record_codec.cc), padded to 8 bytes. At replay an entry whose
 // frame does not check out (the entry being copied when the process died) is skipped, and the
 // scan goes on at the next 8-byte boundary, so one torn entry cannot hide the entries after it.
-// Segments in the format before this one (JSON lines) are still read.
+// Segments in the format before this one (JSON lines) are still read. A segment in which anything
+// was skipped is not deleted once its records are committed but kept aside as
+// `<base>.<n>.damaged-<k>` (k: the first free number), and said on stderr with the counts, so that
+// the bytes that could not be read are there to be looked at.
 //
 // Thread safety: every method may be called from any thread. Appends reserve their space with
 // one atomic add and copy concurrently; only a rotation waits for them.
@@ -74,6 +77,12 @@ class Journal {
   Status RotateLocked(size_t entry_bytes);
   std::string PathOf(Segment segment) const;
 
+  // A recovered segment and whether anything in it was skipped (then it is kept aside).
+  struct RecoveredFile {
+    std::string path;
+    bool damaged = false;
+  };
+
   const std::string base_;
   const size_t segment_bytes_;
   // Appends hold map_mu_ shared while they copy; a rotation holds it exclusively. mu_ guards the
@@ -86,14 +95,25 @@ class Journal {
   // both locks, so read under either.
   Segment last_number_ = 0;
   std::map<Segment, uint64_t> open_;  // GUARDED_BY(mu_): entries not yet released, per segment
-  std::vector<std::string> recovered_files_;  // GUARDED_BY(mu_)
+  std::vector<RecoveredFile> recovered_files_;  // GUARDED_BY(mu_)
   uint64_t bytes_appended_ = 0;       // GUARDED_BY(mu_)
   bool rotation_failure_reported_ = false;  // GUARDED_BY(mu_)
 };
 
+// What a segment's scan had to skip: entries whose frame or body did not check out (or lines
+// that did not parse), and the bytes outside any readable entry that are not the zeros of unused
+// space.
+struct JournalDamage {
+  size_t entries_skipped = 0;
+  size_t bytes_skipped = 0;
+  bool any() const { return entries_skipped > 0 || bytes_skipped > 0; }
+};
+
 // The framing, exposed for tests: an entry's bytes in a segment numbered `segment`, and the
-// records a segment's bytes hold (torn or corrupt entries skipped).
+// records a segment's bytes hold (torn or corrupt entries skipped, and counted in *damage when
+// given).
 std::string FrameJournalEntry(std::string_view body, Journal::Segment segment);
-std::vector<RequestRecord> ReadJournalSegment(std::string_view bytes, Journal::Segment segment);
+std::vector<RequestRecord> ReadJournalSegment(std::string_view bytes, Journal::Segment segment,
+                                              JournalDamage* damage = nullptr);
 
 }  // namespace kvgate::telemetry::internal

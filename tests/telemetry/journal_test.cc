@@ -5,7 +5,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "telemetry/journal.h"
 #include "telemetry/store.h"
@@ -307,6 +310,59 @@ TEST(JournalTest, WithoutAJournalNothingIsWritten) {
   EXPECT_FALSE((*store)->Checkpoint(Full()).has_value());
   (*store)->Record(Full());
   EXPECT_EQ(JournalFiles(dir), 0u);
+}
+
+// A segment with an entry that does not check out (a bit flipped on disk, a torn copy) gives up
+// that entry alone, is said on stderr with its counts, and is kept aside as
+// `<segment>.damaged-<k>` once its readable records are committed, not deleted.
+TEST(JournalTest, ADamagedSegmentIsKeptAsideAndItsValidRecordsRecovered) {
+  TempDir dir;
+  FakeClock clock;
+  const std::string path = dir.File("t.db");
+  {
+    auto store = TelemetryStore::Open(path, clock, StoreOptions{.journal_segment_bytes = 64 << 10});
+    ASSERT_TRUE(store.has_value());
+    for (int i = 0; i < 5; ++i) {
+      RequestRecord r = Full();
+      r.request_id = "req_" + std::to_string(i);
+      ASSERT_TRUE((*store)->Checkpoint(r).has_value());  // answered, then the process "died"
+    }
+  }
+  const std::string segment = path + "-journal.1";
+  std::string bytes;
+  {
+    std::ifstream in(segment, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  // The third entry's body gets a flipped bit.
+  std::vector<size_t> entries;
+  for (size_t at = bytes.find("KVJ1"); at != std::string::npos; at = bytes.find("KVJ1", at + 8)) {
+    entries.push_back(at);
+  }
+  ASSERT_EQ(entries.size(), 5u);
+  bytes[entries[2] + 40] ^= 0x10;
+  {
+    std::ofstream out(segment, std::ios::binary | std::ios::trunc);
+    out << bytes;
+  }
+  internal::JournalDamage damage;
+  EXPECT_EQ(internal::ReadJournalSegment(bytes, 1, &damage).size(), 4u);
+  EXPECT_EQ(damage.entries_skipped, 1u);
+  EXPECT_GT(damage.bytes_skipped, 0u);
+
+  auto store = TelemetryStore::Open(path, clock);
+  ASSERT_TRUE(store.has_value()) << store.error().message;
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ((*store)->GetRequest("req_" + std::to_string(i)).has_value(), i != 2) << i;
+  }
+  EXPECT_FALSE(std::filesystem::exists(segment)) << "the segment is replayed only once";
+  const std::string aside = segment + ".damaged-1";
+  ASSERT_TRUE(std::filesystem::exists(aside)) << "the damaged segment was deleted";
+  EXPECT_EQ(std::filesystem::file_size(aside), bytes.size());
+  // A clean segment from the same crash would be gone; this one stays through the next start.
+  store->reset();
+  ASSERT_TRUE(TelemetryStore::Open(path, clock).has_value());
+  EXPECT_TRUE(std::filesystem::exists(aside));
 }
 
 }  // namespace

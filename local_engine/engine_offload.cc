@@ -2,7 +2,9 @@
 // where they come back (engine.h, "Offload tier").
 #include <array>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <optional>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -67,7 +69,11 @@ class DiskTier final : public KvTier {
         file_->Touch(b.key);
         continue;
       }
-      if (runner_.ReadBlock(b.pool_block, bytes_)) file_->Store(b.key, bytes_);
+      if (runner_.ReadBlock(b.pool_block, bytes_)) {
+        file_->Store(b.key, bytes_);
+      } else {
+        NoteUnreadBlock();
+      }
     }
   }
   int LoadBlocks(std::span<const TierBlock> blocks) override {
@@ -82,9 +88,25 @@ class DiskTier final : public KvTier {
   OffloadTierStats stats() const override { return file_->stats(); }
 
  private:
+  // A block the pool could not hand over is not stored (the tier is a cache), but not silently:
+  // said at the first, then at most once a minute with the count.
+  void NoteUnreadBlock() {
+    ++unread_blocks_;
+    const auto now = std::chrono::steady_clock::now();
+    if (last_unread_report_ && now - *last_unread_report_ < std::chrono::minutes(1)) return;
+    std::fprintf(stderr,
+                 "kvgate: offload tier %s: %llu evicted blocks could not be read from the "
+                 "KV pool and were not stored\n",
+                 file_->path().c_str(), static_cast<unsigned long long>(unread_blocks_));
+    last_unread_report_ = now;
+  }
+
   std::unique_ptr<OffloadTier> file_;
   ModelRunner& runner_;
   std::vector<std::byte> bytes_;  // one block
+  // The engine's tier I/O (RunTierIo) is the only caller of StoreBlocks: no lock.
+  uint64_t unread_blocks_ = 0;
+  std::optional<std::chrono::steady_clock::time_point> last_unread_report_;
 };
 
 }  // namespace

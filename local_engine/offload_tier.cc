@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <unordered_map>
 
@@ -263,11 +264,25 @@ void OffloadTier::Store(const TierKey& key, std::span<const std::byte> bytes) {
   std::memcpy(b + kSlotHeaderBytes, bytes.data(), block_bytes_);
   Put<uint64_t>(b, kShChecksum, SlotChecksum(b, block_bytes_));
   const size_t n = kSlotHeaderBytes + block_bytes_;
+  errno = 0;
   const bool written = WriteAt(fd_, b, n, SlotOffset(s));
+  const std::string why = written ? std::string() : (errno != 0 ? Errno() : "short write");
   std::lock_guard lock(mu_);
   if (!written) {
     ++stats_.write_errors;
     index_->Release(s);
+    // The block is only dropped (the tier is a cache), but a disk that refuses writes makes the
+    // tier useless: said at the first error, then at most once a minute while errors go on.
+    const auto now = std::chrono::steady_clock::now();
+    if (!last_write_error_report_ || now - *last_write_error_report_ >= std::chrono::minutes(1)) {
+      std::fprintf(stderr,
+                   "kvgate: offload tier %s: a block could not be written (%s); %llu "
+                   "write errors so far (%llu since the last report), those blocks are dropped\n",
+                   path_.c_str(), why.c_str(), static_cast<unsigned long long>(stats_.write_errors),
+                   static_cast<unsigned long long>(stats_.write_errors - write_errors_reported_));
+      last_write_error_report_ = now;
+      write_errors_reported_ = stats_.write_errors;
+    }
     return;
   }
   index_->Commit(s, key, stamp);

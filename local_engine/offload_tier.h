@@ -39,10 +39,12 @@
 // outside the index's mutex, so a Contains from another thread never waits for the disk.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -111,6 +113,9 @@ class OffloadTier {
   std::unique_ptr<TierIndex> index_;
   uint64_t next_stamp_ = 1;
   OffloadTierStats stats_;
+  // When write errors were last logged, and how many had been counted then.
+  std::optional<std::chrono::steady_clock::time_point> last_write_error_report_;
+  uint64_t write_errors_reported_ = 0;
   std::vector<std::byte> buffer_;  // one slot, reused by Store and Load: their thread only
 };
 

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <iterator>
+#include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -142,6 +144,13 @@ size_t BatchWriter::DropOverflowLocked(std::vector<Journal::Segment>* released) 
   // are done (and lost, which the next Flush() reports).
   committed_seq_ += n;
   failed_through_seq_ = committed_seq_;
+  // Said first in the error, before the outage's cause (kept after it).
+  constexpr std::string_view kFull = "the telemetry queue is full";
+  if (!stats_.last_error.starts_with(kFull)) {
+    stats_.last_error = std::string(kFull) + " (" + std::to_string(max_queued_records_) +
+                        " records wait for " + sink_.Describe() + "): the oldest are dropped" +
+                        (stats_.last_error.empty() ? "" : "; " + stats_.last_error);
+  }
   stats_.dropped += n;
   stats_.write_errors += n;
   drops_unreported_ += n;
@@ -268,9 +277,9 @@ bool BatchWriter::Requeue(std::deque<RequestRecord>& batch, std::deque<JournalRe
     batch.clear();
     refs.clear();
     batch_in_flight_ = false;
-    if (DropOverflowLocked(&released) > 0 && flush_waiters_ > 0) written_cv_.notify_all();
     stats_.failing = true;
     stats_.last_error = outcome.error;
+    if (DropOverflowLocked(&released) > 0 && flush_waiters_ > 0) written_cv_.notify_all();
     queued = queue_.size();
   }
   if (journal_) journal_->Release(released);

@@ -1,6 +1,7 @@
 #include "gateway/alerting.h"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 
 namespace kvgate::gateway {
@@ -93,6 +94,14 @@ Result<std::unique_ptr<Alerting>> Alerting::Start(const json& config,
   a->monitors_ = std::make_unique<alerts::MonitorService>(*a->store_, *a->engine_);
   if (auto s = a->engine_->Init(); !s) return std::unexpected(s.error());
   if (auto s = a->monitors_->Init(); !s) return std::unexpected(s.error());
+  // A bad stored row (an older kvgate's, or a hand edit) costs that monitor, not the gateway: on
+  // PostgreSQL a refusal here would keep every replica down.
+  for (const alerts::InvalidMonitor& bad : a->monitors_->Invalid()) {
+    std::fprintf(stderr,
+                 "kvgate: warning: stored monitor %s is disabled: %s (replace it with PUT "
+                 "/api/monitors/%s or remove it with DELETE)\n",
+                 bad.id.c_str(), bad.error.c_str(), bad.id.c_str());
+  }
   if (auto s = a->monitors_->Upsert(monitors); !s) {
     return MakeError(ErrorCode::kInvalidArgument, "alerts.monitors: " + s.error().message);
   }
@@ -107,7 +116,12 @@ Alerting::~Alerting() {
 Result<json> Alerting::ListMonitors() const {
   json out = json::array();
   for (const auto& rule : monitors_->List()) out.push_back(alerts::ToJson(rule));
-  return json{{"monitors", out}};
+  // (As List read them.)
+  json invalid = json::array();
+  for (const auto& bad : monitors_->Invalid()) {
+    invalid.push_back({{"id", bad.id}, {"enabled", false}, {"error", bad.error}});
+  }
+  return json{{"monitors", out}, {"invalid", invalid}};
 }
 
 Result<json> Alerting::GetMonitor(const std::string& id) const {

@@ -175,6 +175,15 @@ GatewayConfig DefaultConfig(const EnvLookup& env, const std::string& bundled_mod
 // types, URLs).
 Status ValidateConfig(const GatewayConfig& config);
 
+// Bounds on a key's limits, the same for the config file, POST /api/keys and the keys read back
+// from the database: budgets fit pico-USD in an int64, periods fit microseconds, and the counts
+// stay exact as doubles (the token buckets') and far from int64's end.
+inline constexpr double kMaxKeyBudgetUsd = 1'000'000;
+inline constexpr int64_t kMaxBudgetDurationSeconds = 3650 * 86400;
+inline constexpr int64_t kMaxKeyRpm = 1'000'000'000;
+inline constexpr int64_t kMaxKeyTpm = 1'000'000'000'000;
+inline constexpr int64_t kMaxKeyParallel = 1'000'000;
+
 // The limit fields of a key object (models, max_budget_usd, budget_duration, rpm, tpm,
 // max_parallel; config_keys.cc), the form POST /api/keys takes too. `known_extra` are further
 // keys the caller reads itself (name, key); any other key is an error. Errors name
@@ -183,8 +192,12 @@ Result<KeyLimits> ParseKeyLimits(const nlohmann::json& object, const std::string
                                  std::initializer_list<std::string_view> known_extra);
 // server.api_keys: strings and objects ({name?, key, limits...}), errors naming the entry.
 Result<std::vector<ApiKeyConfig>> ParseApiKeys(const nlohmann::json& list);
-// "45s", "30m", "1h", "30d" -> seconds; kInvalidArgument otherwise.
+// "45s", "30m", "1h", "30d" -> seconds, at most kMaxBudgetDurationSeconds; kInvalidArgument
+// otherwise.
 Result<int64_t> ParseBudgetDuration(const nlohmann::json& value, const std::string& path);
+// A key's optional name (config and POST /api/keys alike): 1-64 letters, digits, '-', '_' or
+// '.', since names appear in metric labels, URLs and logs. Errors name "<path>".
+Status ValidateKeyName(const std::string& name, const std::string& path);
 
 // SHA-256 hex of a gateway API key, the form stored in memory and logged as key id prefix.
 std::string HashApiKey(std::string_view key);

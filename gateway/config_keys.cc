@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <set>
+#include <tuple>
 
 #include "gateway/config.h"
 #include "gateway/config_internal.h"
@@ -13,9 +14,6 @@ namespace {
 
 using nlohmann::json;
 using config_internal::Reader;
-
-// The most a budget may be: pico-USD must fit an int64 with room for the spend to pass it.
-constexpr double kMaxBudgetUsd = 1'000'000;
 
 Error Invalid(std::string message) { return Error{ErrorCode::kInvalidArgument, std::move(message)}; }
 
@@ -29,12 +27,14 @@ bool PlainName(const std::string& name) {
   return true;
 }
 
-Result<int64_t> PositiveCount(const Reader& r, const char* key) {
+Result<int64_t> PositiveCount(const Reader& r, const char* key, int64_t max) {
+  const std::string what =
+      r.path + "." + key + " must be a positive integer, at most " + std::to_string(max);
   auto v = r.Int(key, 0);
-  if (!v) return std::unexpected(Invalid(r.path + "." + key + " must be a positive integer"));
-  if (r.object.contains(key) && !r.object[key].is_null() && *v <= 0) {
-    return std::unexpected(Invalid(r.path + "." + key + " must be a positive integer, got " +
-                                   std::to_string(*v)));
+  if (!v) return std::unexpected(Invalid(what));
+  // (A JSON integer above INT64_MAX reads as negative here.)
+  if (r.object.contains(key) && !r.object[key].is_null() && (*v <= 0 || *v > max)) {
+    return std::unexpected(Invalid(what + ", got " + r.object[key].dump()));
   }
   return *v;
 }
@@ -62,8 +62,16 @@ Result<int64_t> ParseBudgetDuration(const json& value, const std::string& path) 
     case 'd': scale = 86400; break;
     default: return bad();
   }
-  if (n <= 0 || n > 3650 * 86400 / scale) return bad();
+  if (n <= 0 || n > kMaxBudgetDurationSeconds / scale) return bad();
   return n * scale;
+}
+
+Status ValidateKeyName(const std::string& name, const std::string& path) {
+  if (!PlainName(name)) {
+    return std::unexpected(
+        Invalid(path + " must be 1-64 letters, digits, '-', '_' or '.', got " + json(name).dump()));
+  }
+  return {};
 }
 
 Result<KeyLimits> ParseKeyLimits(const json& object, const std::string& path,
@@ -99,7 +107,7 @@ Result<KeyLimits> ParseKeyLimits(const json& object, const std::string& path,
     if (!usd || raw.is_boolean()) {
       return std::unexpected(Invalid(path + ".max_budget_usd must be a number of USD"));
     }
-    if (*usd < 0 || *usd > kMaxBudgetUsd) {
+    if (!std::isfinite(*usd) || *usd < 0 || *usd > kMaxKeyBudgetUsd) {
       return std::unexpected(Invalid(path + ".max_budget_usd must be between 0 and 1000000"));
     }
     limits.max_budget_pico = std::llround(*usd * 1e12);
@@ -113,9 +121,10 @@ Result<KeyLimits> ParseKeyLimits(const json& object, const std::string& path,
     }
     limits.budget_duration_s = *seconds;
   }
-  for (auto [key, slot] : {std::pair{"rpm", &limits.rpm}, {"tpm", &limits.tpm},
-                           {"max_parallel", &limits.max_parallel}}) {
-    auto v = PositiveCount(r, key);
+  for (auto [key, slot, max] : {std::tuple{"rpm", &limits.rpm, kMaxKeyRpm},
+                                {"tpm", &limits.tpm, kMaxKeyTpm},
+                                {"max_parallel", &limits.max_parallel, kMaxKeyParallel}}) {
+    auto v = PositiveCount(r, key, max);
     if (!v) return std::unexpected(v.error());
     *slot = *v;
   }
@@ -152,9 +161,10 @@ Result<std::vector<ApiKeyConfig>> ParseApiKeys(const json& list) {
       key.key_hash = HashApiKey(*secret);
       auto name = r.String("name");
       if (!name) return std::unexpected(name.error());
-      if (entry.contains("name") && !PlainName(*name)) {
-        return std::unexpected(Invalid(path + ".name must be 1-64 letters, digits, '-', '_' or "
-                                              "'.', got \"" + *name + "\""));
+      if (entry.contains("name")) {
+        if (Status s = ValidateKeyName(*name, path + ".name"); !s) {
+          return std::unexpected(s.error());
+        }
       }
       key.name = std::move(*name);
     } else {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "common/ids.h"
 #include "common/thread_name.h"
@@ -68,6 +69,18 @@ void AddLimits(const KeyLimits& l, json& j) {
 }
 
 Error Invalid(std::string message) { return Error{ErrorCode::kInvalidArgument, std::move(message)}; }
+
+// A stored key read back with the checks POST /api/keys made, which an older kvgate or a hand
+// edit may not have passed. Errors name the key's id and the field.
+Result<KeyLimits> ValidStoredKey(const telemetry::StoredKey& s) {
+  const std::string path = "api key " + s.id;
+  if (!s.name.empty()) {
+    if (Status named = ValidateKeyName(s.name, path + ".name"); !named) {
+      return std::unexpected(named.error());
+    }
+  }
+  return ParseKeyLimits(s.limits, path, {});
+}
 
 }  // namespace
 
@@ -218,8 +231,8 @@ Status VirtualKeys::RefreshKeys() {
   }
   for (const telemetry::StoredKey& s : *stored) {
     if (FindById(s.id) != nullptr) continue;
-    auto limits = ParseKeyLimits(s.limits, "api key " + s.id, {});
-    if (!limits) continue;  // (validated by the replica that made it)
+    auto limits = ValidStoredKey(s);
+    if (!limits) continue;  // (validated by the replica that made it; else warned of at Load)
     auto key = std::make_shared<KeyState>(s.id, s.name, false, std::move(*limits),
                                           s.created_at_us, now);
     key->key_hash_ = s.key_hash;
@@ -280,6 +293,7 @@ Status VirtualKeys::Seed(KeyState& key) {
 Status VirtualKeys::Load(const std::vector<ApiKeyConfig>& config_keys) {
   const int64_t now = clock_.NowUnixMicros();
   std::vector<std::shared_ptr<KeyState>> keys;
+  std::vector<InvalidKey> invalid;
   for (const ApiKeyConfig& c : config_keys) {
     // The id config keys always had (requests.api_key_id): derived from the secret.
     auto key = std::make_shared<KeyState>("key_" + c.key_hash.substr(0, 12), c.name, true,
@@ -291,8 +305,16 @@ Status VirtualKeys::Load(const std::vector<ApiKeyConfig>& config_keys) {
     auto stored = store_->List();
     if (!stored) return std::unexpected(stored.error());
     for (const telemetry::StoredKey& s : *stored) {
-      auto limits = ParseKeyLimits(s.limits, "api key " + s.id, {});
-      if (!limits) return std::unexpected(limits.error());
+      auto limits = ValidStoredKey(s);
+      if (!limits) {
+        // One bad row costs its key, not the gateway (on PostgreSQL, every replica's start).
+        std::fprintf(stderr,
+                     "kvgate: warning: stored key %s is disabled: %s (its requests get 401; "
+                     "make a new key with POST /api/keys)\n",
+                     s.id.c_str(), limits.error().message.c_str());
+        invalid.push_back({.id = s.id, .name = s.name, .error = limits.error().message});
+        continue;
+      }
       for (const auto& c : config_keys) {
         if (!c.name.empty() && c.name == s.name) {
           return MakeError(ErrorCode::kInvalidArgument,
@@ -312,6 +334,10 @@ Status VirtualKeys::Load(const std::vector<ApiKeyConfig>& config_keys) {
     if (Status s = Seed(*key); !s) return s;
   }
   std::unique_lock lock(mu_);
+  // A disabled key still says that requests must show a key: losing the only one must not open
+  // the gateway.
+  if (!invalid.empty()) any_key_ = true;
+  invalid_ = std::move(invalid);
   for (auto& key : keys) {
     if (by_id_.contains(key->id_)) {  // (two secrets whose hashes share 48 bits)
       return MakeError(ErrorCode::kInvalidArgument,
@@ -500,7 +526,13 @@ Result<json> VirtualKeys::List() const {
   std::shared_lock lock(mu_);
   json keys = json::array();
   for (const auto& [_, key] : by_id_) keys.push_back(Describe(*key));
-  return json{{"keys", std::move(keys)}};
+  json invalid = json::array();
+  for (const InvalidKey& k : invalid_) {
+    invalid.push_back({{"id", k.id},
+                       {"name", k.name.empty() ? json(nullptr) : json(k.name)},
+                       {"error", k.error}});
+  }
+  return json{{"keys", std::move(keys)}, {"invalid", std::move(invalid)}};
 }
 
 Result<json> VirtualKeys::Get(const std::string& id) const {
@@ -525,15 +557,9 @@ Result<json> VirtualKeys::Create(const json& body, const std::vector<std::string
   }
   std::string name;  // optional, as in the config: a key without one is shown by its id
   if (auto it = body.find("name"); it != body.end() && !it->is_null()) {
-    const bool plain = it->is_string() && !it->get<std::string>().empty() &&
-                       it->get<std::string>().size() <= 64 &&
-                       std::all_of(it->get_ref<const std::string&>().begin(),
-                                   it->get_ref<const std::string&>().end(), [](char c) {
-                                     return std::isalnum(static_cast<unsigned char>(c)) ||
-                                            c == '-' || c == '_' || c == '.';
-                                   });
-    if (!plain) {
-      return std::unexpected(Invalid("body.name must be 1-64 letters, digits, '-', '_' or '.'"));
+    if (!it->is_string()) return std::unexpected(Invalid("body.name must be a string"));
+    if (Status s = ValidateKeyName(it->get<std::string>(), "body.name"); !s) {
+      return std::unexpected(s.error());
     }
     name = it->get<std::string>();
   }

@@ -143,7 +143,9 @@ class VirtualKeys {
   VirtualKeys& operator=(const VirtualKeys&) = delete;
 
   // The config's keys and the stored ones, with each key's spend in its current period read from
-  // the store. Errors: the store's; a stored key whose name a config key also has.
+  // the store. A stored key that does not validate (an older kvgate's row, a hand edit) is left
+  // out with a warning on stderr and listed under "invalid"; it still makes keys required.
+  // Errors: the store's; a stored key whose name a config key also has.
   Status Load(const std::vector<ApiKeyConfig>& config_keys);
 
   // Whether requests must show a key: some key is configured or was ever made (a revoked last
@@ -204,6 +206,10 @@ class VirtualKeys {
   std::unordered_map<std::string, std::shared_ptr<KeyState>> by_hash_;  // GUARDED_BY(mu_): active
   std::map<std::string, std::shared_ptr<KeyState>> by_id_;  // GUARDED_BY(mu_): all, revoked too
   bool any_key_ = false;                                    // GUARDED_BY(mu_)
+  struct InvalidKey {
+    std::string id, name, error;
+  };
+  std::vector<InvalidKey> invalid_;  // GUARDED_BY(mu_): stored keys left out at Load
 
   // The shared-store refresh (Refresh), with refresh_period > 0.
   const std::chrono::milliseconds refresh_period_;

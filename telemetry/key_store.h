@@ -44,7 +44,8 @@ class KeyStore {
   static Result<std::unique_ptr<KeyStore>> OpenPostgres(const std::string& conninfo);
   ~KeyStore();
 
-  // Every key, revoked ones too, oldest first.
+  // Every key, revoked ones too, oldest first. Limits are as stored, unchecked: null where the
+  // column is not JSON.
   Result<std::vector<StoredKey>> List() const;
   // kInvalidArgument when the name is taken.
   Status Insert(const StoredKey& key);

@@ -206,7 +206,8 @@ void AlertEngine::ReloadMonitors(int64_t now_us) {
   if (!stored) return;  // kept as they are; tried again at the next period
   std::lock_guard lock(mu_);
   // A SetRules while the store was read is newer than what was read.
-  if (generation == rules_generation_) new_rules_ = std::move(*stored);
+  // (Rows that do not parse are left out; MonitorService reports them.)
+  if (generation == rules_generation_) new_rules_ = std::move(stored->rules);
 }
 
 void AlertEngine::Ingest(const Queued& q) {

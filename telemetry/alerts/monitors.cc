@@ -10,7 +10,8 @@ Status MonitorService::Init() {
   auto stored = store_.LoadMonitors();
   if (!stored) return std::unexpected(stored.error());
   std::lock_guard lock(mu_);
-  rules_ = std::move(*stored);
+  rules_ = std::move(stored->rules);
+  invalid_ = std::move(stored->invalid);
   engine_.SetRules(rules_);
   return {};
 }
@@ -18,7 +19,10 @@ Status MonitorService::Init() {
 void MonitorService::RefreshLocked() const {
   // Another replica on the same database may have changed them; a store that cannot answer
   // leaves the last known set.
-  if (auto stored = store_.LoadMonitors()) rules_ = std::move(*stored);
+  if (auto stored = store_.LoadMonitors()) {
+    rules_ = std::move(stored->rules);
+    invalid_ = std::move(stored->invalid);
+  }
 }
 
 std::vector<AlertRule> MonitorService::List() const {
@@ -27,11 +31,22 @@ std::vector<AlertRule> MonitorService::List() const {
   return rules_;
 }
 
+std::vector<InvalidMonitor> MonitorService::Invalid() const {
+  std::lock_guard lock(mu_);
+  return invalid_;
+}
+
 Result<AlertRule> MonitorService::Get(const std::string& id) const {
   std::lock_guard lock(mu_);
   RefreshLocked();
   for (const AlertRule& r : rules_) {
     if (r.id == id) return r;
+  }
+  for (const InvalidMonitor& m : invalid_) {
+    if (m.id == id) {
+      return MakeError(ErrorCode::kNotFound,
+                       "monitor '" + id + "' is stored but disabled, invalid: " + m.error);
+    }
   }
   return MakeError(ErrorCode::kNotFound, "no monitor with id '" + id + "'");
 }
@@ -54,6 +69,7 @@ Result<AlertRule> MonitorService::Validate(const nlohmann::json& body) const {
 
 Status MonitorService::Store(AlertRule rule) {
   if (Status s = store_.SaveMonitor(rule); !s) return s;
+  std::erase_if(invalid_, [&](const InvalidMonitor& m) { return m.id == rule.id; });
   auto it = std::find_if(rules_.begin(), rules_.end(),
                          [&](const AlertRule& r) { return r.id == rule.id; });
   if (it != rules_.end()) {
@@ -73,7 +89,9 @@ Result<AlertRule> MonitorService::Create(const nlohmann::json& body) {
   if (rule->id.empty()) {
     rule->id = NewId("mon");
   } else if (std::any_of(rules_.begin(), rules_.end(),
-                         [&](const AlertRule& r) { return r.id == rule->id; })) {
+                         [&](const AlertRule& r) { return r.id == rule->id; }) ||
+             std::any_of(invalid_.begin(), invalid_.end(),
+                         [&](const InvalidMonitor& m) { return m.id == rule->id; })) {
     return MakeError(ErrorCode::kInvalidArgument, "monitor.id: '" + rule->id + "' already exists");
   }
   if (Status s = Store(*rule); !s) return std::unexpected(s.error());
@@ -90,7 +108,10 @@ Result<AlertRule> MonitorService::Update(const std::string& id, const nlohmann::
   rule->id = id;
   std::lock_guard lock(mu_);
   RefreshLocked();
-  if (std::none_of(rules_.begin(), rules_.end(), [&](const AlertRule& r) { return r.id == id; })) {
+  // A stored row that does not validate may be replaced too: that is how it is repaired.
+  if (std::none_of(rules_.begin(), rules_.end(), [&](const AlertRule& r) { return r.id == id; }) &&
+      std::none_of(invalid_.begin(), invalid_.end(),
+                   [&](const InvalidMonitor& m) { return m.id == id; })) {
     return MakeError(ErrorCode::kNotFound, "no monitor with id '" + id + "'");
   }
   if (Status s = Store(*rule); !s) return std::unexpected(s.error());
@@ -104,6 +125,7 @@ Status MonitorService::Delete(const std::string& id) {
   if (!deleted) return std::unexpected(deleted.error());
   const size_t before = rules_.size();
   std::erase_if(rules_, [&](const AlertRule& r) { return r.id == id; });
+  std::erase_if(invalid_, [&](const InvalidMonitor& m) { return m.id == id; });
   if (!*deleted && before == rules_.size()) {
     return MakeError(ErrorCode::kNotFound, "no monitor with id '" + id + "'");
   }

@@ -23,10 +23,15 @@ class MonitorService {
   // `store` and `engine` must outlive this object.
   MonitorService(AlertStore& store, AlertEngine& engine) : store_(store), engine_(engine) {}
 
-  // Loads stored monitors and hands them to the engine. Call once at start.
+  // Loads stored monitors and hands them to the engine. Call once at start. A stored row that
+  // does not validate is left out (see Invalid()), never an error: errors are the store's.
   Status Init();
 
   std::vector<AlertRule> List() const;
+  // The stored rows left out because they do not validate (InvalidMonitor), as of the last read
+  // of the store (Init, List, Get and the changes read it). PUT replaces one with a valid
+  // monitor; DELETE removes it.
+  std::vector<InvalidMonitor> Invalid() const;
   Result<AlertRule> Get(const std::string& id) const;  // kNotFound
   // Validates (ParseRule, then: every channel exists) and stores. An "id" in the body is kept if
   // unused (kInvalidArgument if taken), else one is minted ("mon_...").
@@ -53,6 +58,7 @@ class MonitorService {
   AlertEngine& engine_;
   mutable std::mutex mu_;
   mutable std::vector<AlertRule> rules_;  // GUARDED_BY(mu_), in creation order; the store's
+  mutable std::vector<InvalidMonitor> invalid_;  // GUARDED_BY(mu_); the store's
 };
 
 }  // namespace kvgate::telemetry::alerts

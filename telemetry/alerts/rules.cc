@@ -108,11 +108,13 @@ std::string_view ChannelTypeName(ChannelConfig::Type t) { return NameOf(kChannel
 Result<int64_t> ParseDurationSeconds(const nlohmann::json& value) {
   auto bad = [] {
     return MakeError(ErrorCode::kInvalidArgument,
-                     "expected a duration like \"30s\", \"5m\", \"1h\", \"1d\" or seconds");
+                     "expected a duration like \"30s\", \"5m\", \"1h\", \"1d\" or seconds, "
+                     "from 1s to 366d");
   };
   if (value.is_number_integer()) {
+    // (A JSON integer above INT64_MAX reads as negative here.)
     const int64_t v = value.get<int64_t>();
-    if (v <= 0) return bad();
+    if (v <= 0 || v > kMaxMonitorDurationSeconds) return bad();
     return v;
   }
   if (!value.is_string()) return bad();
@@ -121,7 +123,7 @@ Result<int64_t> ParseDurationSeconds(const nlohmann::json& value) {
   size_t digits = 0;
   while (digits < s.size() && s[digits] >= '0' && s[digits] <= '9') ++digits;
   if (digits == 0) return bad();
-  const int64_t n = std::stoll(s.substr(0, digits));
+  const int64_t n = std::stoll(s.substr(0, digits));  // at most 12 digits: no overflow
   const std::string unit = s.substr(digits);
   int64_t scale = 0;
   if (unit.empty() || unit == "s") {
@@ -135,7 +137,8 @@ Result<int64_t> ParseDurationSeconds(const nlohmann::json& value) {
   } else {
     return bad();
   }
-  if (n <= 0) return bad();
+  // Compared before multiplying, so that no product can overflow.
+  if (n <= 0 || n > kMaxMonitorDurationSeconds / scale) return bad();
   return n * scale;
 }
 
@@ -192,8 +195,9 @@ Result<AlertRule> ParseRule(const nlohmann::json& j) {
     rule.cooldown_seconds = *c;
   }
   if (auto m = j.find("min_requests"); m != j.end()) {
-    if (!m->is_number_integer() || m->get<int64_t>() < 1) {
-      return std::unexpected(Invalid("monitor.min_requests: must be an integer >= 1"));
+    if (!m->is_number_integer() || m->get<int64_t>() < 1 || m->get<int64_t>() > kMaxMinRequests) {
+      return std::unexpected(Invalid("monitor.min_requests: must be an integer from 1 to " +
+                                     std::to_string(kMaxMinRequests)));
     }
     rule.min_requests = m->get<int64_t>();
   }

@@ -48,7 +48,14 @@ struct AlertRule {
   bool enabled = true;
 };
 
-// Parses "45s", "5m", "2h", "1d" or a bare number of seconds (string or JSON integer).
+// Bounds on what a monitor may say, the same for the config file, the admin API and the rows
+// read back from the database (one parser for all three). A window or cooldown of more than a
+// year has no use, and the bound keeps every duration far from overflowing once in microseconds.
+inline constexpr int64_t kMaxMonitorDurationSeconds = 366 * 86400;
+inline constexpr int64_t kMaxMinRequests = 1'000'000'000;
+
+// Parses "45s", "5m", "2h", "1d" or a bare number of seconds (string or JSON integer), between 1 s
+// and kMaxMonitorDurationSeconds.
 Result<int64_t> ParseDurationSeconds(const nlohmann::json& value);
 
 // {"id"?, "name", "metric", "scope"?, "condition", "threshold", "window"?, "min_requests"?,

@@ -156,18 +156,20 @@ Result<std::vector<DeliveryAttempt>> SqlAlertStore::ListAttempts(const std::stri
   return out;
 }
 
-Result<std::vector<AlertRule>> SqlAlertStore::LoadMonitors() {
+Result<StoredMonitors> SqlAlertStore::LoadMonitors() {
   std::lock_guard lock(mu_);
   auto rows = sql_->Query(
-      "SELECT rule_json FROM monitors ORDER BY " + std::string(sql_->InsertionOrder()), {});
+      "SELECT id, rule_json FROM monitors ORDER BY " + std::string(sql_->InsertionOrder()), {});
   if (!rows) return std::unexpected(rows.error());
-  std::vector<AlertRule> out;
+  StoredMonitors out;
   for (const auto& row : *rows) {
-    auto rule = ParseRule(nlohmann::json::parse(row[0], nullptr, /*allow_exceptions=*/false));
+    auto rule = ParseRule(nlohmann::json::parse(row[1], nullptr, /*allow_exceptions=*/false));
     if (!rule) {
-      return MakeError(ErrorCode::kCorruptData, "stored monitor: " + rule.error().message);
+      out.invalid.push_back({.id = row[0], .error = rule.error().message});
+      continue;
     }
-    out.push_back(std::move(*rule));
+    rule->id = row[0];  // the key DELETE and PUT go by, whatever the JSON says
+    out.rules.push_back(std::move(*rule));
   }
   return out;
 }

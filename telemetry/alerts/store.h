@@ -44,6 +44,19 @@ struct IncidentClaim {
   int64_t stale_us = 0;     // an open incident whose holder was silent this long may be taken
 };
 
+// A stored monitor that today's ParseRule refuses (written by an older kvgate, or by hand). It is
+// left in the table, out of the rule set, so that one bad row never stops kvgate from starting.
+struct InvalidMonitor {
+  std::string id;
+  std::string error;  // names the field: "monitor.window: ..."
+};
+
+// The monitors table as read: the rules, in insertion order, and the rows that are not rules.
+struct StoredMonitors {
+  std::vector<AlertRule> rules;
+  std::vector<InvalidMonitor> invalid;
+};
+
 // Who may attempt a delivery now: AlertStore::LeaseDelivery.
 enum class DeliveryLease {
   kLeased,   // the caller holds it until the lease's end, or until it records an attempt
@@ -68,7 +81,8 @@ class AlertStore {
   virtual Result<std::vector<DeliveryRecord>> ListDeliveries(const std::string& event_id) = 0;
   virtual Result<std::vector<DeliveryAttempt>> ListAttempts(const std::string& delivery_id) = 0;
 
-  virtual Result<std::vector<AlertRule>> LoadMonitors() = 0;
+  // Errors are the database's only: a row that does not parse is reported in `invalid`.
+  virtual Result<StoredMonitors> LoadMonitors() = 0;
   virtual Status SaveMonitor(const AlertRule& rule) = 0;          // insert or replace by id
   virtual Result<bool> DeleteMonitor(const std::string& id) = 0;  // false when absent
 
@@ -112,7 +126,7 @@ class SqlAlertStore : public AlertStore {
   Result<std::vector<AlertEvent>> ListEvents(int limit) override;
   Result<std::vector<DeliveryRecord>> ListDeliveries(const std::string& event_id) override;
   Result<std::vector<DeliveryAttempt>> ListAttempts(const std::string& delivery_id) override;
-  Result<std::vector<AlertRule>> LoadMonitors() override;
+  Result<StoredMonitors> LoadMonitors() override;
   Status SaveMonitor(const AlertRule& rule) override;
   Result<bool> DeleteMonitor(const std::string& id) override;
   Result<bool> HoldIncident(const IncidentClaim& claim) override;

@@ -425,6 +425,64 @@ TEST_F(EngineTest, MonitorServiceCrudValidatesAndPersists) {
   EXPECT_EQ(reloaded.TestFire("missing").error().code, ErrorCode::kNotFound);
 }
 
+// Rows an older kvgate stored (its parser let a window of 99999999999d through, written back as
+// "8639999999913600s") or a hand edit: each costs its own monitor, never the start.
+TEST_F(EngineTest, BadStoredMonitorsAreDisabledNotFatal) {
+  {
+    MonitorService monitors(*store_, *engine_);
+    ASSERT_TRUE(monitors.Init().has_value());
+    ASSERT_TRUE(monitors
+                    .Create(json::parse(R"({"id":"mon_good","name":"spend","metric":"cost",
+        "condition":"above","threshold":0,"channels":["hook"]})"))
+                    .has_value());
+  }
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(dir_.File("kvgate.db").c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db,
+                           "INSERT INTO monitors (id, rule_json) VALUES "
+                           "('mon_huge', '{\"id\":\"mon_huge\",\"name\":\"h\",\"metric\":"
+                           "\"cost\",\"condition\":\"above\",\"threshold\":1,"
+                           "\"window\":\"8639999999913600s\"}'), "
+                           "('mon_junk', 'not json')",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(db);
+  }
+  OpenEngine();
+  MonitorService monitors(*store_, *engine_);
+  ASSERT_TRUE(monitors.Init().has_value());
+  ASSERT_EQ(monitors.List().size(), 1u);
+  EXPECT_EQ(monitors.List()[0].id, "mon_good");
+  auto invalid = monitors.Invalid();
+  ASSERT_EQ(invalid.size(), 2u);
+  EXPECT_EQ(invalid[0].id, "mon_huge");
+  EXPECT_NE(invalid[0].error.find("monitor.window"), std::string::npos) << invalid[0].error;
+  EXPECT_EQ(invalid[1].id, "mon_junk");
+  EXPECT_EQ(monitors.Get("mon_huge").error().code, ErrorCode::kNotFound);
+  // Its id stays taken; PUT repairs it, DELETE removes it.
+  EXPECT_FALSE(monitors
+                   .Create(json::parse(R"({"id":"mon_huge","name":"h","metric":"cost",
+      "condition":"above","threshold":1})"))
+                   .has_value());
+  auto repaired = monitors.Update("mon_huge", json::parse(R"({"name":"h","metric":"cost",
+      "condition":"above","threshold":1,"window":"1d"})"));
+  ASSERT_TRUE(repaired.has_value()) << repaired.error().ToString();
+  EXPECT_EQ(monitors.Get("mon_huge")->window_seconds, 86400);
+  ASSERT_TRUE(monitors.Delete("mon_junk").has_value());
+  EXPECT_TRUE(monitors.Invalid().empty());
+  EXPECT_EQ(monitors.List().size(), 2u);
+
+  // The good monitor still fires.
+  RequestRecord r = Record();
+  r.cost.priced = true;
+  r.cost.total = 5;
+  engine_->Submit(r);
+  engine_->RunOnce();
+  ASSERT_EQ(Received().size(), 1u);
+  EXPECT_EQ(Received()[0]["rule_id"], "mon_good");
+}
+
 TEST(AlertStoreTest, AVersionOneDatabaseGainsIncidentsAndLeasesAndKeepsItsRows) {
   TempDir dir;
   const std::string path = dir.File("v1.db");

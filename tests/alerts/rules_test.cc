@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 namespace kvgate::telemetry::alerts {
 namespace {
 
@@ -18,6 +20,63 @@ TEST(DurationTest, ParsesUnitsAndRejectsGarbage) {
                    json("-5m"), json("99999999999999h")}) {
     EXPECT_FALSE(ParseDurationSeconds(bad).has_value()) << bad.dump();
   }
+}
+
+// A duration that fits the 12-character form but not a year, or not an int64 once in
+// microseconds, used to be accepted, then written back as "8639999999913600s", which the same
+// parser refused at the next start.
+TEST(DurationTest, IsBoundedToAYearSoNothingOverflows) {
+  EXPECT_EQ(ParseDurationSeconds(json("366d")).value(), kMaxMonitorDurationSeconds);
+  EXPECT_EQ(ParseDurationSeconds(json(kMaxMonitorDurationSeconds)).value(),
+            kMaxMonitorDurationSeconds);
+  EXPECT_EQ(ParseDurationSeconds(json("8784h")).value(), kMaxMonitorDurationSeconds);
+  for (json bad : {json("367d"), json("99999999999d"), json("999999999999"), json("8785h"),
+                   json(kMaxMonitorDurationSeconds + 1), json(std::numeric_limits<int64_t>::max()),
+                   json(std::numeric_limits<uint64_t>::max()), json("8639999999913600s")}) {
+    auto parsed = ParseDurationSeconds(bad);
+    ASSERT_FALSE(parsed.has_value()) << bad.dump() << " -> " << parsed.value();
+    EXPECT_NE(parsed.error().message.find("366d"), std::string::npos) << parsed.error().message;
+  }
+}
+
+TEST(RuleTest, NumbersOutOfBoundsNameTheirField) {
+  const json base = json::parse(R"({"name":"x","metric":"cost","condition":"above",
+      "threshold":1})");
+  struct Case {
+    const char* field;
+    json value;
+    const char* named;
+  };
+  const Case cases[] = {
+      {"window", "99999999999d", "monitor.window"},
+      {"window", std::numeric_limits<int64_t>::max(), "monitor.window"},
+      {"cooldown", "99999999999d", "monitor.cooldown"},
+      {"cooldown", "400d", "monitor.cooldown"},
+      {"min_requests", int64_t{1} << 40, "monitor.min_requests"},
+      {"min_requests", std::numeric_limits<uint64_t>::max(), "monitor.min_requests"},
+      {"threshold", std::numeric_limits<double>::quiet_NaN(), "monitor.threshold"},
+      {"threshold", std::numeric_limits<double>::infinity(), "monitor.threshold"},
+      {"threshold", -0.5, "monitor.threshold"},
+  };
+  for (const Case& c : cases) {
+    json body = base;
+    body[c.field] = c.value;
+    auto rule = ParseRule(body);
+    ASSERT_FALSE(rule.has_value()) << body.dump();
+    EXPECT_EQ(rule.error().code, ErrorCode::kInvalidArgument);
+    EXPECT_NE(rule.error().message.find(c.named), std::string::npos)
+        << body.dump() << " -> " << rule.error().message;
+  }
+  // At the bounds a rule is accepted, and what it is stored as reads back the same.
+  json edge = base;
+  edge["window"] = "366d";
+  edge["cooldown"] = kMaxMonitorDurationSeconds;
+  edge["min_requests"] = kMaxMinRequests;
+  auto rule = ParseRule(edge);
+  ASSERT_TRUE(rule.has_value()) << rule.error().ToString();
+  auto again = ParseRule(ToJson(*rule));
+  ASSERT_TRUE(again.has_value()) << again.error().ToString();
+  EXPECT_EQ(ToJson(*again), ToJson(*rule));
 }
 
 TEST(RuleTest, ParsesAFullRule) {

@@ -1,6 +1,8 @@
 // server.api_keys: strings, objects with limits, mixed lists, and the errors that name the field.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "gateway/config.h"
 
 namespace kvgate::gateway {
@@ -109,6 +111,49 @@ TEST(ConfigKeysTest, BudgetDurations) {
     ASSERT_FALSE(parsed) << bad.dump();
     EXPECT_NE(parsed.error().message.find("x.budget_duration"), std::string::npos);
   }
+}
+
+// Counts used to be unbounded (an rpm of INT64_MAX overflowed the remaining-requests header) and
+// a NaN budget passed both range checks.
+TEST(ConfigKeysTest, LimitsAreBoundedAndErrorsNameTheField) {
+  using nlohmann::json;
+  struct Case {
+    const char* field;
+    json value;
+  };
+  const Case cases[] = {
+      {"rpm", std::numeric_limits<int64_t>::max()},
+      {"rpm", kMaxKeyRpm + 1},
+      {"rpm", std::numeric_limits<uint64_t>::max()},
+      {"tpm", kMaxKeyTpm + 1},
+      {"max_parallel", kMaxKeyParallel + 1},
+      {"max_budget_usd", std::numeric_limits<double>::quiet_NaN()},
+      {"max_budget_usd", std::numeric_limits<double>::infinity()},
+      {"max_budget_usd", "nan"},
+      {"max_budget_usd", 1e300},
+  };
+  for (const Case& c : cases) {
+    const json body = {{c.field, c.value}};
+    auto limits = ParseKeyLimits(body, "body", {});
+    ASSERT_FALSE(limits) << body.dump();
+    EXPECT_NE(limits.error().message.find(std::string("body.") + c.field), std::string::npos)
+        << body.dump() << " -> " << limits.error().message;
+  }
+  auto edge = ParseKeyLimits(json{{"rpm", kMaxKeyRpm},
+                                  {"tpm", kMaxKeyTpm},
+                                  {"max_parallel", kMaxKeyParallel},
+                                  {"max_budget_usd", 1000000},
+                                  {"budget_duration", "3650d"}},
+                             "body", {});
+  ASSERT_TRUE(edge) << edge.error().message;
+  EXPECT_EQ(edge->tpm, kMaxKeyTpm);
+  EXPECT_EQ(edge->budget_duration_s, kMaxBudgetDurationSeconds);
+  EXPECT_NE(ErrorOf("[{key: k, rpm: 9223372036854775807}]").find("server.api_keys[0].rpm"),
+            std::string::npos);
+  EXPECT_TRUE(ValidateKeyName("team-a.1", "body.name"));
+  auto spaced = ValidateKeyName("a b", "body.name");
+  ASSERT_FALSE(spaced);
+  EXPECT_NE(spaced.error().message.find("body.name"), std::string::npos);
 }
 
 TEST(ConfigKeysTest, TheApiBodyTakesTheSameFields) {

@@ -10,6 +10,8 @@
 
 #include <atomic>
 #include <filesystem>
+#include <limits>
+#include <map>
 #include <thread>
 
 namespace kvgate::gateway {
@@ -320,6 +322,71 @@ TEST(VirtualKeysTest, StoredKeysAndSpendSurviveARestart) {
   // A config key may not take the name of a stored one.
   auto clash = again.Load({{.name = "daily", .key_hash = HashApiKey("sk-c")}});
   EXPECT_FALSE(clash);
+  (*store)->Close();
+  std::filesystem::remove_all(dir);
+}
+
+// Rows an older kvgate or a hand edit left in api_keys that today's checks refuse: each costs its
+// own key (with a warning), never the start, and keys stay required.
+TEST(VirtualKeysTest, AStoredKeyThatDoesNotValidateIsDisabledNotFatal) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("kvgate_bad_keys_test_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "kvgate.db").string();
+  FakeClock clock(1'767'225'600'000'000);
+  auto store = telemetry::TelemetryStore::Open(path, clock);
+  ASSERT_TRUE(store) << store.error().message;
+  auto key_store = telemetry::KeyStore::Open(path);
+  ASSERT_TRUE(key_store) << key_store.error().message;
+  auto insert = [&](const std::string& id, const std::string& name, nlohmann::json limits) {
+    ASSERT_TRUE((*key_store)
+                    ->Insert({.id = id,
+                              .name = name,
+                              .key_hash = HashApiKey("sk-" + id),
+                              .limits = std::move(limits),
+                              .created_at_us = clock.NowUnixMicros()}));
+  };
+  insert("key_period", "", {{"max_budget_usd", 1}, {"budget_duration", "99999999999d"}});
+  insert("key_rpm", "fast", {{"rpm", std::numeric_limits<int64_t>::max()}});
+  insert("key_name", "a b", nlohmann::json::object());
+  insert("key_fine", "fine", {{"rpm", 5}});
+  VirtualKeys keys(clock, key_store->get());
+  ASSERT_TRUE(keys.Load({}));
+  EXPECT_TRUE(keys.required());
+  EXPECT_NE(keys.Find(HashApiKey("sk-key_fine")), nullptr);
+  for (const char* id : {"key_period", "key_rpm", "key_name"}) {
+    EXPECT_EQ(keys.Find(HashApiKey(std::string("sk-") + id)), nullptr) << id;
+    EXPECT_EQ(keys.Get(id).error().code, ErrorCode::kNotFound) << id;
+  }
+  auto listed = keys.List();
+  ASSERT_TRUE(listed);
+  ASSERT_EQ((*listed)["keys"].size(), 1u);
+  std::map<std::string, std::string> invalid;  // id -> error
+  for (const nlohmann::json& k : (*listed)["invalid"]) invalid[k["id"]] = k["error"];
+  ASSERT_EQ(invalid.size(), 3u) << (*listed)["invalid"].dump();
+  EXPECT_NE(invalid["key_period"].find("api key key_period.budget_duration"), std::string::npos)
+      << invalid["key_period"];
+  EXPECT_NE(invalid["key_rpm"].find("api key key_rpm.rpm"), std::string::npos)
+      << invalid["key_rpm"];
+  EXPECT_NE(invalid["key_name"].find("api key key_name.name"), std::string::npos)
+      << invalid["key_name"];
+
+  // A gateway whose only stored key is disabled still asks for a key.
+  const std::string lone_path = (dir / "lone.db").string();
+  auto lone_store = telemetry::TelemetryStore::Open(lone_path, clock);
+  ASSERT_TRUE(lone_store) << lone_store.error().message;
+  auto lone_keys = telemetry::KeyStore::Open(lone_path);
+  ASSERT_TRUE(lone_keys);
+  ASSERT_TRUE((*lone_keys)
+                  ->Insert({.id = "key_only",
+                            .key_hash = HashApiKey("sk-only"),
+                            .limits = {{"tpm", -1}},
+                            .created_at_us = clock.NowUnixMicros()}));
+  VirtualKeys lone(clock, lone_keys->get());
+  ASSERT_TRUE(lone.Load({}));
+  EXPECT_TRUE(lone.required());
+  (*lone_store)->Close();
   (*store)->Close();
   std::filesystem::remove_all(dir);
 }

@@ -18,6 +18,7 @@ keys (api_keys), both of which must be redacted.
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import os
 import urllib.parse
@@ -52,15 +53,13 @@ def find_leaks(blob: bytes) -> list[str]:
             if form in blob]
 
 
-class SecretsKvgate:
-    """Writes this module's config: its keys, its simulator."""
-
-    def __init__(self, process_class):
-        class WithKeys(process_class):
-            def _write_config(self):
-                sim = f"http://127.0.0.1:{self.sim_port}"
-                ds_keys = ", ".join(f'"{k}"' for k in DEEPSEEK_KEYS)
-                self.config_path.write_text(f"""\
+def with_secret_keys(process_class):
+    """`process_class` writing this module's config: its keys, its simulator."""
+    class WithKeys(process_class):
+        def _write_config(self):
+            sim = f"http://127.0.0.1:{self.sim_port}"
+            ds_keys = ", ".join(f'"{k}"' for k in DEEPSEEK_KEYS)
+            self.config_path.write_text(f"""\
 server:   {{listen: "127.0.0.1:0", admin_token: {ADMIN_TOKEN}, api_keys: [{GATEWAY_KEY}]}}
 storage:  {{sqlite: {self.db_path}}}
 providers:
@@ -73,7 +72,7 @@ models:
   - {{name: claude-sonnet-4-5, provider: claude, upstream_model: claude-sonnet-4-5}}
   - {{name: deepseek-chat, provider: ds, upstream_model: deepseek-chat}}
 """)
-        self.cls = WithKeys
+    return WithKeys
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +89,7 @@ def secret_sim(tmp_path_factory):
 @pytest.fixture(scope="module")
 def secret_kvgate(kvgate_bin, secret_sim, kvgate_process_class, tmp_path_factory):
     os.environ[ENV_VAR] = OPENAI_KEY
-    kg = SecretsKvgate(kvgate_process_class).cls(
+    kg = with_secret_keys(kvgate_process_class)(
         kvgate_bin, tmp_path_factory.mktemp("kvgate-secrets"), secret_sim.port)
     try:
         kg.start()
@@ -135,7 +134,6 @@ CASES = {
 def post(kg, path: str, body: dict, thread: str):
     """Raw POST (the answer's bytes as they came: an SDK would raise on the error or hide the
     stream's error event); returns (status, headers, body bytes)."""
-    import http.client
     conn = http.client.HTTPConnection("127.0.0.1", kg.port, timeout=30)
     try:
         conn.request("POST", path, body=json.dumps(body), headers={
@@ -198,7 +196,6 @@ def test_multi_key_provider_answers_carry_no_key(answers):
 
 
 def admin_get(kg, path: str):
-    import http.client
     conn = http.client.HTTPConnection("127.0.0.1", kg.port, timeout=30)
     try:
         conn.request("GET", path, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
@@ -216,6 +213,8 @@ def test_no_key_in_read_api_database_journal_or_stderr(answers, secret_kvgate):
     ids = [rid for name, (_, rid, _) in answers.items() if name != "count-tokens"]
     records = [gw.wait_request(rid) for rid in ids]
     for record in records:
+        assert not find_leaks(json.dumps(record).encode()), (find_leaks(json.dumps(record).encode()),
+                                                             record)
         assert "[redacted]" in (record.get("error") or ""), record
 
     pages = {}
@@ -244,6 +243,9 @@ def test_no_key_in_read_api_database_journal_or_stderr(answers, secret_kvgate):
     # While kvgate runs (the WAL and the journal hold the latest records), then after it stopped
     # (checkpointed into the database file).
     running = files_on_disk()
+    # (The crash journal, kvgate.db-journal.N, sits beside the database: docs/configuration.md.)
+    assert any("-journal" in n for n in running) and any(n.endswith("-wal") for n in running), (
+        sorted(running))
     assert kg.terminate() == 0, kg.stderr_tail()
     stopped = files_on_disk()
     for when, files in (("running", running), ("stopped", stopped)):

@@ -185,17 +185,23 @@ asio::awaitable<void> Gateway::HandleCountTokens(http::Request& request,
 }
 
 providers::ClientError Gateway::UpstreamCountRefusal(const Result<upstream::Response>& response,
-                                                    const ProviderConnection& connection) const {
+                                                     const ProviderConnection& connection) const {
+  providers::ClientError refusal;
   if (!response) {
     const bool timeout = response.error().code == ErrorCode::kDeadlineExceeded;
-    return Refusal(timeout ? 504 : 502,
-                   "upstream " + connection.name + " did not answer: " + response.error().message,
-                   "upstream_error", timeout ? "upstream_timeout" : "upstream_unreachable");
+    refusal =
+        Refusal(timeout ? 504 : 502,
+                "upstream " + connection.name + " did not answer: " + response.error().message,
+                "upstream_error", timeout ? "upstream_timeout" : "upstream_unreachable");
+  } else {
+    // Its errors as for /v1/messages: the status kvgate answers with, in Anthropic's shape (an
+    // upstream 401 is kvgate's credentials at fault, a 502, not the client's).
+    refusal = providers::ToAnthropicError(
+        providers::TranslateUpstreamError(connection.type, response->status, response->body));
   }
-  // Its errors as for /v1/messages: the status kvgate answers with, in Anthropic's shape (an
-  // upstream 401 is kvgate's credentials at fault, a 502, not the client's).
-  return providers::ToAnthropicError(
-      providers::TranslateUpstreamError(connection.type, response->status, response->body));
+  // An upstream's error text may quote the key kvgate sent (an Anthropic 401 quoting it, say).
+  RedactError(redactor_, refusal);
+  return refusal;
 }
 
 }  // namespace kvgate::gateway

@@ -259,6 +259,12 @@ Result<std::unique_ptr<Gateway>> Gateway::Create(const GatewayConfig& config, Ga
   if (!connections) return std::unexpected(connections.error());
   std::unique_ptr<Gateway> gateway(new Gateway(config, deps));
   gateway->connections_ = std::move(*connections);
+  std::vector<std::string> provider_keys;
+  for (const auto& [name, connection] : gateway->connections_) {
+    provider_keys.insert(provider_keys.end(), connection.api_keys.begin(),
+                         connection.api_keys.end());
+  }
+  gateway->redactor_ = SecretRedactor(provider_keys);
   if (deps.recorder->shares_threads()) gateway->thread_reads_.emplace(kSharedThreadReaders);
   for (const router::Target& t : deps.router->targets()) {
     if (!gateway->connections_.contains(t.provider)) {
@@ -291,9 +297,9 @@ Result<std::unique_ptr<Gateway>> Gateway::Create(const GatewayConfig& config, Ga
     });
   }
   Gateway* g = gateway.get();
-  gateway->remote_ = NewRemoteUpstream([g](size_t worker) -> upstream::Client& {
-    return g->ClientFor(worker);
-  }, *deps.clock);
+  gateway->remote_ =
+      NewRemoteUpstream([g](size_t worker) -> upstream::Client& { return g->ClientFor(worker); },
+                        *deps.clock, gateway->redactor_);
   return gateway;
 }
 

@@ -164,6 +164,9 @@ class Gateway {
   GatewayConfig config_;
   GatewayDeps deps_;
   std::map<std::string, ProviderConnection> connections_;  // by provider name
+  // Every key of every provider, taken out of what upstreams say on the error path (remote_ and
+  // count_tokens); declared before remote_, which borrows it.
+  SecretRedactor redactor_;
   std::unique_ptr<Upstream> remote_;
   upstream::ClientOptions client_options_;
   // One upstream client (connection pool) per event loop, used only from that loop: no locks.

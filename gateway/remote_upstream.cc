@@ -6,6 +6,7 @@
 
 #include "common/clock.h"
 #include "common/json_text.h"
+#include "common/redact.h"
 #include "common/utf8.h"
 #include "gateway/upstream.h"
 
@@ -81,10 +82,66 @@ std::string ErrorMessage(const providers::ClientError& error) {
   return "";
 }
 
+void RedactStrings(const SecretRedactor& redactor, nlohmann::json& value) {
+  if (value.is_string()) {
+    redactor.RedactInPlace(value.get_ref<std::string&>());
+  } else if (value.is_structured()) {
+    for (nlohmann::json& member : value) RedactStrings(redactor, member);
+  }
+}
+
+// A stream translator whose error events and error messages carry no provider key. Only the
+// piece with the error event is scanned (error events end a stream) and the bytes Finish adds; a
+// stream that goes well is relayed untouched.
+class KeyRedactingTranslator final : public providers::StreamTranslator {
+ public:
+  KeyRedactingTranslator(std::unique_ptr<providers::StreamTranslator> inner,
+                         const SecretRedactor& redactor)
+      : inner_(std::move(inner)), redactor_(redactor) {}
+
+  Output Feed(std::string_view upstream_bytes) override {
+    Output out = inner_->Feed(upstream_bytes);
+    if (!out.bytes.empty() && inner_->client_error()) redactor_.RedactInPlace(out.bytes);
+    return out;
+  }
+  std::string Finish(bool upstream_eof, std::string_view failure_message) override {
+    std::string tail = inner_->Finish(upstream_eof, redactor_.Redact(failure_message));
+    redactor_.RedactInPlace(tail);
+    return tail;
+  }
+  const telemetry::Usage& usage() const override { return inner_->usage(); }
+  std::string_view finish_reason() const override { return inner_->finish_reason(); }
+  std::string_view provider_cache_miss_reason() const override {
+    return inner_->provider_cache_miss_reason();
+  }
+  bool completed() const override { return inner_->completed(); }
+  std::optional<std::string> upstream_error() const override {
+    return Redacted(inner_->upstream_error());
+  }
+  std::optional<std::string> client_error() const override {
+    return Redacted(inner_->client_error());
+  }
+
+ private:
+  std::optional<std::string> Redacted(std::optional<std::string> text) const {
+    if (text) redactor_.RedactInPlace(*text);
+    return text;
+  }
+
+  const std::unique_ptr<providers::StreamTranslator> inner_;
+  const SecretRedactor& redactor_;
+};
+
+// Every string an upstream sends kvgate on the error path passes through this class's exits:
+// Failed() (the error a client gets when nothing was sent, and the attempt's message), the
+// stream translator (KeyRedactingTranslator), and the transport error of a stream that had
+// begun. Each takes the provider keys out (SecretRedactor) before the text is relayed, recorded,
+// journaled or logged; a 2xx answer is never rewritten.
 class RemoteUpstream final : public Upstream {
  public:
-  RemoteUpstream(std::function<upstream::Client&(size_t)> client_for, const Clock& clock)
-      : client_for_(std::move(client_for)), clock_(clock) {}
+  RemoteUpstream(std::function<upstream::Client&(size_t)> client_for, const Clock& clock,
+                 const SecretRedactor& redactor)
+      : client_for_(std::move(client_for)), clock_(clock), redactor_(redactor) {}
 
   asio::awaitable<AttemptResult> Attempt(const InferenceCall& call, const AttemptPlan& plan,
                                          ClientStream& client) override;
@@ -93,8 +150,9 @@ class RemoteUpstream final : public Upstream {
   int64_t Micros(int64_t since_ns) const { return (clock_.MonotonicNanos() - since_ns) / 1000; }
 
   // A failure before anything reached the client.
-  static AttemptResult Failed(providers::ClientError error, std::string status_word,
-                              Failure failure, int status = 0) {
+  AttemptResult Failed(providers::ClientError error, std::string status_word, Failure failure,
+                       int status = 0) const {
+    RedactError(redactor_, error);
     AttemptResult r;
     r.message = ErrorMessage(error);
     r.error = std::move(error);
@@ -104,14 +162,14 @@ class RemoteUpstream final : public Upstream {
     return r;
   }
   // The upstream answered an error status (its body buffered).
-  static AttemptResult FailedStatus(const upstream::Response& head, providers::ProviderType type,
-                                    std::string_view body) {
+  AttemptResult FailedStatus(const upstream::Response& head, providers::ProviderType type,
+                             std::string_view body) const {
     AttemptResult r = Failed(providers::TranslateUpstreamError(type, head.status, body),
                              "upstream_error", Failure::kStatus, head.status);
     r.outcome.retry_after_ms = RetryAfterMs(head);
     return r;
   }
-  static AttemptResult Transport(const Error& error, const std::string& provider) {
+  AttemptResult Transport(const Error& error, const std::string& provider) const {
     if (error.code == ErrorCode::kDeadlineExceeded) {
       return Failed(providers::MakeOpenAIError(504, "upstream " + provider + " timed out: " +
                                                         error.message,
@@ -130,6 +188,7 @@ class RemoteUpstream final : public Upstream {
 
   std::function<upstream::Client&(size_t)> client_for_;
   const Clock& clock_;
+  const SecretRedactor& redactor_;
 };
 
 asio::awaitable<AttemptResult> RemoteUpstream::Attempt(const InferenceCall& call,
@@ -231,7 +290,9 @@ asio::awaitable<AttemptResult> RemoteUpstream::Streamed(const InferenceCall& cal
   // Answer the client's head only once the upstream's head is known, so an upstream 4xx/5xx is a
   // plain JSON error with the right status (and another target may still be tried), not a
   // broken stream.
-  auto translator = providers::NewStreamTranslator(connection.type, plan.options);
+  std::unique_ptr<providers::StreamTranslator> translator =
+      std::make_unique<KeyRedactingTranslator>(
+          providers::NewStreamTranslator(connection.type, plan.options), redactor_);
   bool client_gone = false;
   std::string error_body;  // a non-2xx upstream body, buffered
   std::optional<upstream::Response> error_head;
@@ -304,6 +365,7 @@ asio::awaitable<AttemptResult> RemoteUpstream::Streamed(const InferenceCall& cal
   auto result = co_await client_for_(call.worker_index)
                     .SendStreaming(connection.url, std::move(out), on_head, sink);
   client.WatchClientGone(nullptr);
+  if (!result) redactor_.RedactInPlace(result.error().message);
   AttemptResult done;
   done.answered = true;
   done.outcome.latency_us = Micros(started_ns);
@@ -406,9 +468,13 @@ std::optional<int64_t> RetryAfterMs(const upstream::Response& head) {
   return std::nullopt;
 }
 
+void RedactError(const SecretRedactor& redactor, providers::ClientError& error) {
+  if (!redactor.empty()) RedactStrings(redactor, error.body);
+}
+
 std::unique_ptr<Upstream> NewRemoteUpstream(std::function<upstream::Client&(size_t)> client_for,
-                                            const Clock& clock) {
-  return std::make_unique<RemoteUpstream>(std::move(client_for), clock);
+                                            const Clock& clock, const SecretRedactor& redactor) {
+  return std::make_unique<RemoteUpstream>(std::move(client_for), clock, redactor);
 }
 
 }  // namespace kvgate::gateway

@@ -17,6 +17,7 @@
 
 #include "common/clock.h"
 #include "common/raw_json.h"
+#include "common/redact.h"
 #include "gateway/client_stream.h"
 #include "gateway/providers/provider.h"
 #include "gateway/upstream/client.h"
@@ -86,8 +87,16 @@ class Upstream {
 std::optional<int64_t> RetryAfterMs(const upstream::Response& head);
 
 // Remote providers: `client_for(worker_index)` is that event loop's upstream client; `clock`
-// times the attempts (latency and time to first token, for the router's health).
+// times the attempts (latency and time to first token, for the router's health). What the
+// upstreams say on the error path (error bodies, stream error events, transport errors) reaches
+// the client, the record and the logs with the provider keys taken out by `redactor`. `clock` and
+// `redactor` must outlive the upstream.
 std::unique_ptr<Upstream> NewRemoteUpstream(
-    std::function<upstream::Client&(size_t worker_index)> client_for, const Clock& clock);
+    std::function<upstream::Client&(size_t worker_index)> client_for, const Clock& clock,
+    const SecretRedactor& redactor);
+
+// Takes the provider keys out of every string of `error`'s body: for an error built from what an
+// upstream said, outside an Upstream (count_tokens).
+void RedactError(const SecretRedactor& redactor, providers::ClientError& error);
 
 }  // namespace kvgate::gateway

@@ -114,6 +114,19 @@ request's end-user id: OpenAI's `user`, Anthropic's metadata.user_id).
   {"sse_noise": true}          after the first event and before the final one, insert blocks that
                                dispatch nothing (SSE_NOISE: empty data fields, event:/id:/retry:
                                fields without data) and one comment, ": keep-alive"
+  {"echo_key": STYLE}          an error whose message gives away the key the request carried
+                               (Authorization: Bearer, x-api-key for Anthropic), as some upstreams
+                               do. STYLE: "whole" (the key), "masked" (OpenAI's sk-proj-****wxyz
+                               and sk-ab...wxyz), "bearer" ("Bearer <key>"), "escaped" (JSON-
+                               escaped in the body's bytes, '/' written backslash-slash), "url"
+                               (percent-encoded), "base64" (the key, and "user:<key>" as basic
+                               auth), or "all" (every one in one message; see echo_key_message in
+                               sim_core.py). The answer is an error status ("status", default 401)
+                               in the provider's error format, sent before the key is checked.
+                               With "stream_error": true instead, a streaming request (its key
+                               checked as usual) gets its first event, then the provider's error
+                               event carrying that message, with status 200: `data: {"error":
+                               ...}` for chat, `event: error` for Anthropic and the Responses API
 """
 
 from __future__ import annotations
@@ -133,8 +146,8 @@ import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from sim_core import (MAX_LOG, Reply, SimError, SimState, anthropic_error, openai_error,
-    provider_error)
+from sim_core import (MAX_LOG, Reply, SimError, SimState, anthropic_error, echo_key_message,
+    openai_error, provider_error, stream_error_event, with_escaped_key)
 from sim_handlers import (handle_anthropic, handle_anthropic_count_tokens,
     handle_openai_completions, handle_openai_style_chat, models_list, provider_of)
 from sim_responses import fail_response, handle_openai_embeddings, handle_openai_responses
@@ -357,6 +370,14 @@ class SimHandler(BaseHTTPRequestHandler):
             if fault and fault.get("hang"):
                 record["status"] = "hang"
                 return self.hold_until_client_closes()
+            echo = fault.get("echo_key") if fault else None
+            if echo and not fault.get("stream_error"):
+                st = int(fault.get("status") or 401)
+                key = self.credential(provider or "openai")
+                err = provider_error(provider or "openai", st, echo_key_message(key, echo))
+                record["status"] = st
+                return self.send_json(st, with_escaped_key(json.dumps(err.body).encode(), key),
+                                      err.headers, gzip=gzip)
             if fault and fault.get("status"):
                 st = int(fault["status"])
                 b = fault.get("body")
@@ -380,6 +401,10 @@ class SimHandler(BaseHTTPRequestHandler):
             return self.send_json(e.status, e.body, e.headers, gzip=gzip)
         if fault and fault.get("response_failed") and path.endswith("/responses"):
             fail_response(reply, entry)
+        if echo and fault.get("stream_error") and reply.events:
+            key = self.credential(provider)
+            error = stream_error_event(provider, path, echo_key_message(key, echo))
+            reply.events = reply.events[:1] + [with_escaped_key(error, key)]
         record["status"] = reply.status
         record["response_id"] = reply.response_id
         if entry is not None:
@@ -397,6 +422,13 @@ class SimHandler(BaseHTTPRequestHandler):
         if entry is not None and not complete:
             with state.lock:
                 entry["delivered"] = False
+
+    def credential(self, provider: str) -> str:
+        """The key the request carried: x-api-key for Anthropic, else the Bearer token."""
+        if provider == "anthropic":
+            return self.headers.get("x-api-key") or ""
+        auth = self.headers.get("Authorization") or ""
+        return auth[7:] if auth.startswith("Bearer ") else ""
 
     def check_auth(self, provider: str):
         key = self.state.keys.get(provider)

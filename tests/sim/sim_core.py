@@ -3,11 +3,13 @@ the cache state (SimState) and the reply builders. See provider_sim.py for the r
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import re
 import threading
 import time
+import urllib.parse
 
 OPENAI_MIN_CACHE = 1024
 OPENAI_STEP = 128
@@ -114,6 +116,53 @@ def provider_error(provider: str, status: int, message: str) -> SimError:
     if provider == "anthropic":
         return anthropic_error(status, message)
     return openai_error(status, message)
+
+
+# ---------------------------------------------------------------------------------------------
+# Echoing the caller's key (the "echo_key" fault)
+
+# Stands for the key as a JSON encoder that escapes '/' writes it; replaced in the encoded bytes.
+ESCAPED_KEY_MARK = "@@ESCAPED_KEY@@"
+ECHO_STYLES = ("whole", "masked", "bearer", "escaped", "url", "base64")
+
+
+def echo_key_message(key: str, style: str) -> str:
+    """An error message that gives away `key` the way some upstreams do; `style` is one of
+    ECHO_STYLES or "all" (every one, in one message)."""
+    if style == "all":
+        return " | ".join(echo_key_message(key, s) for s in ECHO_STYLES)
+    if style == "whole":
+        return f"Incorrect API key provided: {key}."
+    if style == "masked":  # OpenAI's 401, and the "sk-ab...wxyz" form of dashboards
+        return (f"Incorrect API key provided: {key[:8]}{'*' * 24}{key[-4:]}; "
+                f"also shown as {key[:5]}...{key[-4:]}.")
+    if style == "bearer":
+        return f"the header 'Authorization: Bearer {key}' was rejected"
+    if style == "escaped":
+        return f"key {ESCAPED_KEY_MARK} is not valid"
+    if style == "url":
+        return f"see https://keys.example.invalid/check?key={urllib.parse.quote(key, safe='')}"
+    if style == "base64":
+        b64 = lambda s: base64.b64encode(s.encode()).decode()  # noqa: E731
+        return f"credentials Basic {b64(key)} or Basic {b64('user:' + key)} refused"
+    raise ValueError(f"unknown echo_key style {style!r}")
+
+
+def with_escaped_key(data: bytes, key: str) -> bytes:
+    """`data` (JSON text) with ESCAPED_KEY_MARK replaced by `key` JSON-escaped with '/' as "\\/"."""
+    escaped = json.dumps(key)[1:-1].replace("/", "\\/")
+    return data.replace(ESCAPED_KEY_MARK.encode(), escaped.encode())
+
+
+def stream_error_event(provider: str, path: str, message: str) -> bytes:
+    """The error event a provider sends mid-stream (status 200) carrying `message`."""
+    if provider == "anthropic":
+        return sse({"type": "error", "error": {"type": "api_error", "message": message}}, "error")
+    if path.endswith("/responses"):
+        return sse({"type": "error", "code": "server_error", "message": message, "param": None,
+                    "sequence_number": 1}, "error")
+    return sse({"error": {"message": message, "type": "server_error", "param": None,
+                          "code": None}})
 
 
 # ---------------------------------------------------------------------------------------------

@@ -851,3 +851,29 @@ def test_cli_keys_default_any(tmp_path):
         p.terminate()
         assert p.wait(5) == 0
         p.stdout.close()
+
+
+def test_echo_key_fault_gives_the_key_away(sim):
+    """The "echo_key" fault: an error status whose message carries the caller's key in every
+    style, and a mid-stream error event carrying it (kvgate's redaction tests rely on both)."""
+    sim.client.add_faults({"provider": "openai", "echo_key": "all"})
+    st, _, body = call(sim.port, "POST", "/openai/v1/chat/completions",
+                       {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "x"}]},
+                       OPENAI_AUTH)
+    assert st == 401, body
+    message = body["error"]["message"]
+    for form in ("sk-openai-sim.", "Bearer sk-openai-sim", "sk-opena" + "*" * 24 + "-sim",
+                 "sk-op...-sim", "c2stb3BlbmFpLXNpbQ=="):
+        assert form in message, (form, message)
+    # The escaped style is JSON-escaped in the bytes: read back, it is the key itself.
+    assert "key sk-openai-sim is not valid" in message
+
+    sim.client.add_faults({"provider": "anthropic", "echo_key": "whole", "stream_error": True})
+    st, _, payload = call(sim.port, "POST", "/anthropic/v1/messages",
+                          {"model": "claude-sonnet-4-5", "max_tokens": 8, "stream": True,
+                           "messages": [{"role": "user", "content": "x"}]}, ANT_AUTH)
+    assert st == 200
+    events = parse_sse(payload)
+    assert [e for e, _ in events] == ["message_start", "error"], events
+    assert json.loads(events[1][1])["error"]["message"] == (
+        "Incorrect API key provided: sk-ant-test.")

@@ -4,7 +4,8 @@
 // Input: byte 0 picks the mode and the flavour / provider type; the rest is JSON (or not).
 //  - byte 0 < 128: NormalizeUsage(flavour, value) on the raw_json value and on the nlohmann tree
 //    of the same text must agree (telemetry/usage.h: the tree overload is "the same"), counts are
-//    unknown or in [0, 2^50], `clamped` only with uncached == 0, and `raw` is the usage minified.
+//    unknown or in [0, 10^8] (larger ones are implausible: unknown and `clamped`), `clamped` only
+//    with uncached == 0 or some count unknown, and `raw` is the usage minified.
 //  - byte 0 >= 128: TranslateResponse(type, body) for a 2xx body: an answer is JSON with in-range
 //    usage, an error has a message; TranslateUpstreamError never throws and its body serializes.
 #include <cstddef>
@@ -52,9 +53,11 @@ void CheckUsage(const Usage& u, std::string_view input) {
   for (const auto* c : {&u.cache_read, &u.cache_write_5m, &u.cache_write_1h,
                         &u.cache_write_no_ttl, &u.uncached, &u.output, &u.reasoning,
                         &u.reported_input}) {
-    if (*c && (**c < 0 || **c > (int64_t{1} << 50))) Fail("a count is out of [0, 2^50]", input);
+    if (*c && (**c < 0 || **c > 100'000'000)) Fail("a count is out of [0, 10^8]", input);
   }
-  if (u.clamped && u.uncached != 0) Fail("clamped without uncached == 0", input);
+  if (u.clamped && u.uncached.has_value() && *u.uncached != 0) {
+    Fail("clamped without uncached == 0 or unknown", input);
+  }
   if (!u.raw.empty() && json::parse(u.raw, nullptr, false).is_discarded()) {
     Fail("Usage::raw is not JSON", input);
   }

@@ -68,6 +68,10 @@ std::expected<Gateway::CountTarget, providers::ClientError> Gateway::CountTokens
     return std::unexpected(Refusal(400, "model: Field required (a non-empty string)",
                                    "invalid_request_error", "missing_model", "model"));
   }
+  if (Status valid = providers::ValidateModelName(*name); !valid) {
+    return std::unexpected(Refusal(400, valid.error().message, "invalid_request_error",
+                                   "invalid_model", "model"));
+  }
   if (*key && !(*key)->AllowsModel(*name)) {
     return std::unexpected(Refusal(403, "this API key may not use model " + Utf8Snippet(*name),
                                    "invalid_request_error", "model_not_allowed", "model"));

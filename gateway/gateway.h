@@ -144,10 +144,13 @@ class Gateway {
   // The same check, giving the key itself (null when keys are off).
   Result<std::shared_ptr<KeyState>> AuthenticateKey(const http::Request& request) const;
   // The model allow-list and the limits of `key` for a request of `model` (keys_api.cc): the
-  // hold to keep while it runs, or the refusal (403, 429) already answered and recorded.
+  // hold to keep while it runs, or the refusal (403, 429) already answered and recorded. `price`
+  // is the dearest of the targets the request may reach (nullopt: none is priced), for the
+  // cost the key's budget holds while the request runs.
   boost::asio::awaitable<std::optional<KeyAdmission>> AdmitKey(
       const std::shared_ptr<KeyState>& key, const std::string& model,
-      const raw_json::Object& body, ClientStream& client);
+      const raw_json::Object& body, const std::optional<telemetry::Price>& price,
+      ClientStream& client);
   // /api/keys and /api/keys/{id}[/rotate] (keys_api.cc); answers like HandleAlertsApi's.
   struct ApiAnswer {
     Result<nlohmann::json> result = nlohmann::json();

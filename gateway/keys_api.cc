@@ -15,7 +15,7 @@ namespace {
 using nlohmann::json;
 namespace asio = boost::asio;
 
-// What a request may produce, as it says: the tokens its key's tpm reserves at admission.
+// What a request may produce, as it says (EstimateReservation's output part).
 int64_t RequestedOutputTokens(const raw_json::Object& body) {
   for (const char* key : {"max_completion_tokens", "max_tokens", "max_output_tokens"}) {
     std::optional<raw_json::Value> v = body.Find(key);
@@ -29,7 +29,7 @@ int64_t RequestedOutputTokens(const raw_json::Object& body) {
 
 asio::awaitable<std::optional<KeyAdmission>> Gateway::AdmitKey(
     const std::shared_ptr<KeyState>& key, const std::string& model, const raw_json::Object& body,
-    ClientStream& client) {
+    const std::optional<telemetry::Price>& price, ClientStream& client) {
   if (!key) co_return KeyAdmission();
   if (!key->AllowsModel(model)) {
     std::string allowed;
@@ -41,8 +41,10 @@ asio::awaitable<std::optional<KeyAdmission>> Gateway::AdmitKey(
     co_await client.SendError(error, "error");
     co_return std::nullopt;
   }
+  const KeyReservation reservation =
+      EstimateReservation(body.value().text.size(), RequestedOutputTokens(body), price);
   std::expected<KeyAdmission, KeyRefusal> admitted =
-      keys_->Admit(key, RequestedOutputTokens(body));
+      keys_->Admit(key, reservation.tokens, reservation.pico);
   if (!admitted) {
     KeyRefusal& refusal = admitted.error();
     for (http::Header& h : refusal.headers) client.headers().push_back(std::move(h));

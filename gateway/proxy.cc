@@ -156,6 +156,31 @@ std::optional<AttemptResult> TranslateForChat(const InferenceCall& call, provide
   return std::nullopt;
 }
 
+// The dearest rates of the targets a decision may try (a fallback may land on any of them), rate
+// by rate, for the cost a key's budget holds at admission; nullopt when none of them is priced.
+std::optional<telemetry::Price> DearestPrice(const router::Router& router,
+                                             const router::RouteDecision& decision) {
+  std::optional<telemetry::Price> dearest;
+  auto raise = [](telemetry::Rates& to, const telemetry::Rates& from) {
+    to.input = std::max(to.input, from.input);
+    to.cached_input = std::max(to.cached_input, from.cached_input);
+    to.cache_write_5m = std::max(to.cache_write_5m, from.cache_write_5m);
+    to.cache_write_1h = std::max(to.cache_write_1h, from.cache_write_1h);
+    to.cache_write_no_ttl = std::max(to.cache_write_no_ttl, from.cache_write_no_ttl);
+    to.output = std::max(to.output, from.output);
+  };
+  for (size_t i = 0; i < decision.eligible; ++i) {
+    const std::optional<telemetry::Price>& price =
+        router.targets()[decision.candidates[i].target].price;
+    if (!price) continue;
+    if (!dearest) dearest.emplace();
+    raise(dearest->base, price->base);
+    // A long-context tier's rates count as base ones: the estimate cannot tell the tier.
+    if (price->tier_threshold_tokens) raise(dearest->base, price->above);
+  }
+  return dearest;
+}
+
 // The provider's cache helpers for a request of `thread_id`. The prompt_cache_key is a hash of
 // the thread id, not the id itself: fixed in length, and nothing of the client's naming leaves
 // for OpenAI.
@@ -314,6 +339,11 @@ asio::awaitable<void> Gateway::ServeInference(http::Request& request,
                               "error");
     co_return;
   }
+  if (Status valid = providers::ValidateModelName(*model_name); !valid) {
+    rec.model = Utf8Snippet(*model_name, providers::kMaxModelNameBytes);  // recorded, cut
+    co_await client.SendError(BadRequest(valid.error().message, "invalid_model", "model"), "error");
+    co_return;
+  }
   rec.model = std::move(*model_name);
   std::optional<raw_json::Value> stream = body.Find("stream");
   if (stream && stream->kind != raw_json::Kind::kBool && !stream->is_null()) {
@@ -430,7 +460,8 @@ asio::awaitable<void> Gateway::ServeInference(http::Request& request,
   }
   // The key's model allow-list and limits, last: a request refused for its own faults above
   // costs its key nothing. The hold is given back when the request is over.
-  std::optional<KeyAdmission> admission = co_await AdmitKey(key, rec.model, body, client);
+  std::optional<KeyAdmission> admission =
+      co_await AdmitKey(key, rec.model, body, DearestPrice(router, *decision), client);
   if (!admission) co_return;
   InferenceCall call{.endpoint = endpoint,
                      .body = body,

@@ -1,6 +1,8 @@
 // Attempts on remote providers: the adapter builds the upstream call, the per-loop HTTP client
 // sends it, the adapter translates the answer (buffered or streamed) for the client.
 #include <boost/algorithm/string/predicate.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
 
 #include <charconv>
 
@@ -15,6 +17,35 @@ namespace {
 
 namespace asio = boost::asio;
 using router::Failure;
+
+// After a client leaves a stream that had begun, the upstream is read on to its usage: the
+// provider bills the answer whether or not anyone reads it, and a client that hangs up before the
+// usage event must not make the turn free. For at most this long and this many bytes; past
+// either, the upstream request is closed and what it did not report is kvgate's estimate
+// (Usage::estimated).
+constexpr std::chrono::seconds kDrainTime{10};
+constexpr size_t kDrainBytes = size_t{4} << 20;
+
+// Fills what a stream cut short did not report with kvgate's estimate, marked as such: the input
+// as one token per 4 bytes of the request body (an overestimate: JSON punctuation counts), the
+// output as one token per content event received (providers stream about one token per event).
+void EstimateUnreported(telemetry::Usage& usage, size_t body_bytes, int64_t content_events) {
+  if (!usage.TotalInput() && !usage.reported_input) {
+    const int64_t input = int64_t((body_bytes + 3) / 4);
+    usage.cache_read = usage.cache_read.value_or(0);
+    for (std::optional<int64_t>* w :
+         {&usage.cache_write_5m, &usage.cache_write_1h, &usage.cache_write_no_ttl}) {
+      *w = w->value_or(0);
+    }
+    usage.uncached = std::max<int64_t>(0, input - *usage.cache_read);
+    usage.reported_input = input;
+    usage.estimated = true;
+  }
+  if (!usage.output) {
+    usage.output = content_events;
+    usage.estimated = true;
+  }
+}
 
 // Rate-limit and retry headers a client SDK acts on; passed through from the upstream.
 void CopyUpstreamHeaders(const upstream::Response& head, std::vector<http::Header>& out) {
@@ -285,7 +316,27 @@ asio::awaitable<AttemptResult> RemoteUpstream::Streamed(const InferenceCall& cal
   const int64_t started_ns = clock_.MonotonicNanos();
   upstream::Abandon abandon;
   out.abandon = &abandon;
-  client.WatchClientGone([&abandon] { abandon.Fire(); });
+  // A client that leaves before its stream began closes the upstream request at once; one that
+  // leaves mid-stream starts the drain (kDrainTime), whose timer closes it if the usage is late.
+  asio::steady_timer drain_timer(co_await asio::this_coro::executor);
+  bool draining = false;
+  size_t drained_bytes = 0;
+  int64_t content_events = 0;
+  auto start_drain = [&drain_timer, &draining, &abandon] {
+    if (draining) return;
+    draining = true;
+    drain_timer.expires_after(kDrainTime);
+    drain_timer.async_wait([&abandon](boost::system::error_code ec) {
+      if (!ec) abandon.Fire();  // (cancelled before this frame ends: ec is set then)
+    });
+  };
+  client.WatchClientGone([&client, &abandon, &start_drain] {
+    if (client.streaming()) {
+      start_drain();
+    } else {
+      abandon.Fire();
+    }
+  });
 
   // Answer the client's head only once the upstream's head is known, so an upstream 4xx/5xx is a
   // plain JSON error with the right status (and another target may still be tried), not a
@@ -337,6 +388,7 @@ asio::awaitable<AttemptResult> RemoteUpstream::Streamed(const InferenceCall& cal
       if (!rec.response_id.empty() && call.on_response_id) call.on_response_id(rec);
     }
     if (piece.has_content) {
+      ++content_events;
       log.MarkFirstToken();
       if (!ttft_us) ttft_us = Micros(started_ns);
     }
@@ -346,12 +398,22 @@ asio::awaitable<AttemptResult> RemoteUpstream::Streamed(const InferenceCall& cal
       rec.provider_cache_miss_reason = std::string(translator->provider_cache_miss_reason());
       client.Checkpoint();
     }
-    if (!piece.bytes.empty()) {
+    if (!draining && !piece.bytes.empty()) {
       const bool wrote = co_await client.Write(piece.bytes);
-      if (!wrote) {
-        client_gone = true;
-        co_return upstream::SinkVerdict::kAbort;
+      if (!wrote) start_drain();
+    }
+    if (draining) {
+      drained_bytes += bytes.size();
+      if (!translator->completed()) {
+        co_return drained_bytes > kDrainBytes ? upstream::SinkVerdict::kAbort
+                                              : upstream::SinkVerdict::kContinue;
       }
+      // The client is gone, but the usage came: the turn is recorded as billed.
+      answered = true;
+      client.RecordClientLeft("the client closed the connection mid-stream; kvgate read the "
+                              "upstream on to its usage");
+      record_stream();
+      co_return upstream::SinkVerdict::kFinished;
     }
     if (!translator->completed()) co_return upstream::SinkVerdict::kContinue;
     // The final event ([DONE], message_stop) ends the answer even if the upstream keeps its body
@@ -366,12 +428,16 @@ asio::awaitable<AttemptResult> RemoteUpstream::Streamed(const InferenceCall& cal
                     .SendStreaming(connection.url, std::move(out), on_head, sink);
   client.WatchClientGone(nullptr);
   if (!result) redactor_.RedactInPlace(result.error().message);
+  drain_timer.cancel();
   AttemptResult done;
   done.answered = true;
   done.outcome.latency_us = Micros(started_ns);
   done.outcome.ttft_us = ttft_us;
-  if (answered) co_return done;
-  client_gone = client_gone || abandon.fired();
+  if (answered) {
+    if (draining) done.outcome.failure = Failure::kOther;  // the client left: no success to count
+    co_return done;
+  }
+  client_gone = client_gone || abandon.fired() || draining;
   if (!client.streaming()) {
     if (abandon.fired()) {
       client.RecordClientLeft("the client closed the connection while upstream " +
@@ -418,9 +484,16 @@ asio::awaitable<AttemptResult> RemoteUpstream::Streamed(const InferenceCall& cal
 
   // The stream had begun: whatever happens now ends it, and no other target can take over.
   if (client_gone) {
-    client.RecordClientLeft("the client closed the connection mid-stream");
+    client.RecordClientLeft(draining ? "the client closed the connection mid-stream; the upstream's "
+                                       "usage did not come within kvgate's drain, so its unreported "
+                                       "tokens are estimated"
+                                     : "the client closed the connection mid-stream");
     done.outcome.failure = Failure::kOther;
-    record_stream();
+    rec.usage = translator->usage();
+    rec.finish_reason = std::string(translator->finish_reason());
+    rec.provider_cache_miss_reason = std::string(translator->provider_cache_miss_reason());
+    EstimateUnreported(rec.usage, call.body.value().text.size(), content_events);
+    log.Commit();
     co_return done;
   }
   std::string tail = result ? translator->Finish(true)

@@ -161,14 +161,16 @@ std::optional<double> KeyState::BudgetFraction(int64_t now_us) {
 }
 
 KeyAdmission::KeyAdmission(std::shared_ptr<KeyState> key, int64_t reserved_tokens,
-                           const Clock* clock)
-    : key_(std::move(key)), reserved_(reserved_tokens), clock_(clock) {}
+                           int64_t reserved_pico, const Clock* clock)
+    : key_(std::move(key)), reserved_(reserved_tokens), reserved_pico_(reserved_pico),
+      clock_(clock) {}
 
 KeyAdmission& KeyAdmission::operator=(KeyAdmission&& other) noexcept {
   if (this != &other) {
     Release();
     key_ = std::move(other.key_);
     reserved_ = other.reserved_;
+    reserved_pico_ = other.reserved_pico_;
     clock_ = other.clock_;
     other.key_ = nullptr;
   }
@@ -181,6 +183,7 @@ void KeyAdmission::Release() {
     std::lock_guard lock(key_->mu_);
     --key_->in_flight_;
     if (reserved_ > 0) key_->tokens_.Add(double(reserved_), clock_->NowUnixMicros());
+    key_->reserved_pico_ -= reserved_pico_;
   }
   key_ = nullptr;
 }
@@ -407,7 +410,8 @@ void AppendRateHeaders(const KeyLimits& limits, TokenBucket& requests, TokenBuck
 }  // namespace
 
 std::expected<KeyAdmission, KeyRefusal> VirtualKeys::Admit(const std::shared_ptr<KeyState>& key,
-                                                           int64_t reserve_tokens) {
+                                                           int64_t reserve_tokens,
+                                                           int64_t reserve_pico) {
   const KeyLimits& limits = key->limits_;
   const int64_t now = clock_.NowUnixMicros();
   std::lock_guard lock(key->mu_);
@@ -419,7 +423,10 @@ std::expected<KeyAdmission, KeyRefusal> VirtualKeys::Admit(const std::shared_ptr
   const double needed_tokens = std::max(1.0, reserve);
   // (Messages are built only for refusals: admission allocates nothing but the hold.)
   auto who = [&key] { return "key " + key->label(); };
-  if (limits.max_budget_pico && key->spend_pico_ >= *limits.max_budget_pico) {
+  // Only a budgeted key holds cost: an unbudgeted one has nothing to protect.
+  const int64_t hold_pico = limits.max_budget_pico ? std::max<int64_t>(0, reserve_pico) : 0;
+  if (limits.max_budget_pico &&
+      key->spend_pico_ + key->reserved_pico_ >= *limits.max_budget_pico) {
     refusal.limit = KeyLimit::kBudget;
     refusal.type = "insufficient_quota";
     refusal.code = "budget_exceeded";
@@ -428,9 +435,21 @@ std::expected<KeyAdmission, KeyRefusal> VirtualKeys::Admit(const std::shared_ptr
                   Usd(*limits.max_budget_pico));
     refusal.message = who() + " has spent " + spent + " budget" +
                       (limits.budget_duration_s > 0 ? " for this period" : "");
-    retry_us = limits.budget_duration_s > 0
-                   ? key->period_start_us_ + limits.budget_duration_s * 1'000'000 - now
-                   : kLifetimeBudgetRetrySeconds * 1'000'000;
+    if (key->reserved_pico_ > 0 && key->spend_pico_ < *limits.max_budget_pico) {
+      char held[64];
+      std::snprintf(held, sizeof held, "%.6f USD", Usd(key->reserved_pico_));
+      refusal.message += std::string(", and its requests in flight may cost ") + held;
+      // Not spent yet: those requests end soon and give back what they did not use, so this is
+      // a wait (retryable), not an exhausted quota.
+      refusal.type = "rate_limit_error";
+      refusal.code = "budget_in_flight";
+      retry_us = 1'000'000;
+    }
+    if (retry_us == 0) {
+      retry_us = limits.budget_duration_s > 0
+                     ? key->period_start_us_ + limits.budget_duration_s * 1'000'000 - now
+                     : kLifetimeBudgetRetrySeconds * 1'000'000;
+    }
   } else if (limits.max_parallel > 0 && key->in_flight_ >= limits.max_parallel) {
     refusal.limit = KeyLimit::kParallel;
     refusal.message = who() + " already has " + std::to_string(key->in_flight_) +
@@ -451,7 +470,8 @@ std::expected<KeyAdmission, KeyRefusal> VirtualKeys::Admit(const std::shared_ptr
     if (limits.rpm > 0) key->requests_.Add(-1.0, now);
     if (limits.tpm > 0) key->tokens_.Add(-reserve, now);
     ++key->in_flight_;
-    return KeyAdmission(key, limits.tpm > 0 ? int64_t(reserve) : 0, &clock_);
+    key->reserved_pico_ += hold_pico;
+    return KeyAdmission(key, limits.tpm > 0 ? int64_t(reserve) : 0, hold_pico, &clock_);
   }
   if (refusal.type.empty()) {
     refusal.type = "rate_limit_error";
@@ -461,6 +481,30 @@ std::expected<KeyAdmission, KeyRefusal> VirtualKeys::Admit(const std::shared_ptr
   refusal.headers.push_back({"retry-after", std::to_string(CeilSeconds(retry_us))});
   AppendRateHeaders(limits, key->requests_, key->tokens_, now, refusal.headers);
   return std::unexpected(std::move(refusal));
+}
+
+KeyReservation EstimateReservation(size_t body_bytes, int64_t max_output_tokens,
+                                   const std::optional<telemetry::Price>& price) {
+  // Bounded so that tokens x rate stays far inside int64 (2^40 tokens x 2^23 micro-USD/1M).
+  constexpr int64_t kMaxEstimate = int64_t{1} << 40;
+  const int64_t input = std::min<int64_t>(kMaxEstimate, int64_t((body_bytes + 3) / 4));
+  const int64_t output = std::min<int64_t>(
+      kMaxEstimate, max_output_tokens > 0 ? max_output_tokens : kDefaultReservedOutputTokens);
+  KeyReservation r{.tokens = input + output};
+  if (!price) return r;
+  // The dearest rates either tier may apply: the estimate must not be the cheap case.
+  auto dearest_input = [](const telemetry::Rates& rates) {
+    return std::max({rates.input, rates.cache_write_5m, rates.cache_write_1h,
+                     rates.cache_write_no_ttl});
+  };
+  int64_t input_rate = dearest_input(price->base), output_rate = price->base.output;
+  if (price->tier_threshold_tokens) {  // the estimate cannot tell which tier applies
+    input_rate = std::max(input_rate, dearest_input(price->above));
+    output_rate = std::max(output_rate, price->above.output);
+  }
+  constexpr int64_t kMaxRate = int64_t{1} << 22;  // 4.2 USD per token: beyond any real price
+  r.pico = input * std::min(input_rate, kMaxRate) + output * std::min(output_rate, kMaxRate);
+  return r;
 }
 
 std::vector<http::Header> VirtualKeys::RateLimitHeaders(KeyState& key) {

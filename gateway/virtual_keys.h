@@ -34,6 +34,7 @@
 #include "gateway/config.h"
 #include "gateway/http/server.h"
 #include "telemetry/key_store.h"
+#include "telemetry/pricing.h"
 #include "telemetry/record.h"
 
 namespace kvgate::gateway {
@@ -100,18 +101,24 @@ class KeyState {
   int64_t spend_pico_ = 0;              // GUARDED_BY(mu_)
   // Recorded here since the last shared refresh began (VirtualKeys::Refresh).
   int64_t spend_since_refresh_pico_ = 0;  // GUARDED_BY(mu_)
+  // What admitted requests still running may cost (their estimates, VirtualKeys::Admit): a budget
+  // admits a request only while spend + reserved is under it, so parallel requests cannot all
+  // pass on the same unspent balance.
+  int64_t reserved_pico_ = 0;           // GUARDED_BY(mu_)
   std::array<uint64_t, 4> refused_{};   // GUARDED_BY(mu_), by KeyLimit
   // Mutable key facts (rotation, revocation): guarded by the owning VirtualKeys' mu_.
   std::optional<int64_t> rotated_at_us_, revoked_at_us_;
   std::string key_hash_;
 };
 
-// An admitted request's hold on its key: one request in flight and its reserved tokens, given
-// back when this is destroyed (the request's real usage is charged by VirtualKeys::OnRecord).
+// An admitted request's hold on its key: one request in flight, its reserved tokens and its
+// reserved cost, given back when this is destroyed (the request's real usage and cost are
+// charged by VirtualKeys::OnRecord, which the request's commit runs before the hold is released).
 class KeyAdmission {
  public:
   KeyAdmission() = default;
-  KeyAdmission(std::shared_ptr<KeyState> key, int64_t reserved_tokens, const Clock* clock);
+  KeyAdmission(std::shared_ptr<KeyState> key, int64_t reserved_tokens, int64_t reserved_pico,
+               const Clock* clock);
   KeyAdmission(KeyAdmission&& other) noexcept { *this = std::move(other); }
   KeyAdmission& operator=(KeyAdmission&& other) noexcept;
   ~KeyAdmission() { Release(); }
@@ -120,6 +127,7 @@ class KeyAdmission {
  private:
   std::shared_ptr<KeyState> key_;
   int64_t reserved_ = 0;
+  int64_t reserved_pico_ = 0;
   const Clock* clock_ = nullptr;
 };
 
@@ -155,10 +163,13 @@ class VirtualKeys {
   std::shared_ptr<KeyState> Find(const std::string& key_hash) const;
 
   // Admission: the budget, the requests in flight, rpm and tpm, in that order. `reserve_tokens`
-  // is what the request may produce (its max_tokens; 0 when it names none). Returns the hold, or
-  // the answer for a refused request (counted in the key's refusals).
+  // is what the request may use (EstimateReservation: its prompt and the output it may produce)
+  // and `reserve_pico` what that may cost; both are held until the request is over, so that
+  // requests admitted together cannot overshoot a budget or a tpm by more than one request's
+  // estimate (the budget admits while spend + reserved < budget). Returns the hold, or the
+  // answer for a refused request (counted in the key's refusals).
   std::expected<KeyAdmission, KeyRefusal> Admit(const std::shared_ptr<KeyState>& key,
-                                                int64_t reserve_tokens);
+                                                int64_t reserve_tokens, int64_t reserve_pico = 0);
   // The x-ratelimit-* headers of an admitted request's answer (all six for a key with any limit,
   // "unlimited" for a dimension it does not limit; none for a key without limits).
   std::vector<http::Header> RateLimitHeaders(KeyState& key);
@@ -218,6 +229,20 @@ class VirtualKeys {
   bool refresh_stop_ = false;  // GUARDED_BY(refresh_mu_)
   std::thread refresh_thread_;
 };
+
+// What a request is held to at admission: the tokens it may use and what they may cost.
+struct KeyReservation {
+  int64_t tokens = 0;
+  int64_t pico = 0;  // 0 when no price is known
+};
+// The estimate for a request of `body_bytes` that asks for at most `max_output_tokens` (0: it
+// names no limit, and kDefaultReservedOutputTokens are assumed), priced at the dearest input
+// rate of `price` (a cache write costs more than plain input) and its output rate. The input is
+// estimated as one token per 4 bytes of the body (JSON punctuation and field names included, so
+// an overestimate for text).
+inline constexpr int64_t kDefaultReservedOutputTokens = 512;
+KeyReservation EstimateReservation(size_t body_bytes, int64_t max_output_tokens,
+                                   const std::optional<telemetry::Price>& price);
 
 // A new secret for a key made through the admin API: "sk-kvgate-" and 48 hex digits of the
 // system's random generator.

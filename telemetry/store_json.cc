@@ -27,7 +27,7 @@ constexpr std::string_view kTurnColumns =
     "cost_total, cost_saved, cost_complete, cost_priced, error, upstream_request_id, finish_reason, "
     "cache_diagnosis, seq, response_id, cache_write_no_ttl, cost_missed, target, key_index, "
     "system_fingerprint, route, attempts, cache_read_offload, cache_helper, "
-    "provider_cache_miss_reason, cache_read_offload_tier";
+    "provider_cache_miss_reason, cache_read_offload_tier, usage_estimated";
 enum Col {
   kRequestId, kThreadId, kCreatedAt, kEndpoint, kModel, kProvider, kProviderType, kUpstreamModel,
   kApiKeyId, kStream, kStatus, kHttpStatus, kUpstreamStatus, kLatency, kTtft, kCacheRead,
@@ -35,7 +35,8 @@ enum Col {
   kCostCacheRead, kCostCacheWrite, kCostUncached, kCostOutput, kCostTotal, kCostSaved, kCostComplete,
   kCostPriced, kError, kUpstreamRequestId, kFinishReason, kDiagnosis, kSeq, kResponseId,
   kCacheWriteNoTtl, kCostMissed, kTarget, kKeyIndex, kSystemFingerprint, kRoute, kAttempts,
-  kCacheReadOffload, kCacheHelper, kProviderCacheMissReason, kCacheReadOffloadTier, kColumnCount
+  kCacheReadOffload, kCacheHelper, kProviderCacheMissReason, kCacheReadOffloadTier, kUsageEstimated,
+  kColumnCount
 };
 static_assert(kColumnCount == internal::kTurnColumnCount);
 
@@ -118,6 +119,8 @@ json TurnJson(const internal::RowCursor& s, Detail detail) {
   turn["http_status"] = s.Int(kHttpStatus);
   turn["cache_diagnosis"] = StoredJson(s, kDiagnosis);
   turn["usage_clamped"] = s.Int(kClamped) != 0;
+  // Some counts are kvgate's estimate (a stream the client left whose usage never came).
+  turn["usage_estimated"] = s.Int(kUsageEstimated) != 0;
   // The configured model that served it (a router's choice), the router's decision, the attempts.
   const std::string target = s.Text(kTarget);
   turn["target"] = target.empty() ? turn["model"] : json(target);
@@ -428,6 +431,7 @@ Result<std::vector<RequestRecord>> LatestTurnsFromRows(RowCursor& s, int* skippe
       r.usage.reported_input = s.OptInt(kReportedInput);
       r.usage.cache_read_offload = s.OptInt(kCacheReadOffload);
       r.usage.cache_read_offload_tier = s.Text(kCacheReadOffloadTier);
+      r.usage.estimated = s.Int(kUsageEstimated) != 0;
       r.response_id = s.Text(kResponseId);
       r.prompt_fingerprint = std::make_shared<const PromptFingerprint>(std::move(*fingerprint));
       turns.push_back(std::move(r));

@@ -23,7 +23,7 @@ namespace {
 // Transaction attempts per batch before its records are given up (a statement the server
 // refuses); an unreachable server is not counted here, the writer waits it out.
 constexpr int kBatchAttempts = 3;
-// Rows per INSERT statement: 47 parameters a row stays under the protocol's 65,535.
+// Rows per INSERT statement: 49 parameters a row stays under the protocol's 65,535.
 constexpr size_t kRowsPerStatement = 500;
 // Any 64-bit number the other users of the database do not take: the migrations' lock.
 constexpr int64_t kMigrationLockKey = 0x6b76676174650001;  // "kvgate", 1
@@ -36,8 +36,9 @@ constexpr std::string_view kRequestColumns =
     "cost_cache_write, cost_uncached, cost_output, cost_total, cost_saved, cost_complete, "
     "cost_priced, error, upstream_request_id, finish_reason, cache_diagnosis, response_id, "
     "cache_write_no_ttl, cost_missed, target, key_index, system_fingerprint, route, attempts, "
-    "cache_read_offload, cache_helper, provider_cache_miss_reason, cache_read_offload_tier";
-constexpr int kRequestParams = 48;
+    "cache_read_offload, cache_helper, provider_cache_miss_reason, cache_read_offload_tier, "
+    "usage_estimated";
+constexpr int kRequestParams = 49;
 
 // SQLite's upserts (store_sqlite.cc) with PostgreSQL's names: least/greatest for min/max, and
 // the existing row named by its table (an unqualified column would be ambiguous with excluded).
@@ -163,6 +164,7 @@ Status AddRequestParams(const RequestRecord& r, PgParams& p) {
   p.Text(r.cache_helper);
   p.Text(r.provider_cache_miss_reason);
   p.Text(u.cache_read_offload_tier);
+  p.Int(u.estimated ? 1 : 0);
   return {};
 }
 

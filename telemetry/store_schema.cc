@@ -415,7 +415,14 @@ constexpr std::string_view kProviderDiagnostics = R"sql(
 ALTER TABLE requests ADD COLUMN provider_cache_miss_reason TEXT NOT NULL DEFAULT '';
 )sql";
 
-constexpr std::array<Migration, 9> kCoreMigrations = {{
+// Version 13, estimated usage: requests.usage_estimated, 1 when some of the row's token counts
+// are kvgate's estimate rather than the provider's report (Usage::estimated: a stream the client
+// left whose usage never came), 0 otherwise and in every older row.
+constexpr std::string_view kUsageEstimated = R"sql(
+ALTER TABLE requests ADD COLUMN usage_estimated INTEGER NOT NULL DEFAULT 0;
+)sql";
+
+constexpr std::array<Migration, 10> kCoreMigrations = {{
     {1, "requests_and_threads", kRequestsAndThreads, kRequestsAndThreadsPostgres},
     {2, "thread_last_prompt", kThreadLastPrompt, {}},
     {3, "routing", kRouting, {}},
@@ -423,6 +430,7 @@ constexpr std::array<Migration, 9> kCoreMigrations = {{
     {10, "cache_helpers", kCacheHelpers, {}},
     {11, "api_keys", kApiKeys, kApiKeysPostgres},
     {12, "provider_cache_diagnostics", kProviderDiagnostics, {}},
+    {13, "usage_estimated", kUsageEstimated, {}},
     {20, "engine_offload", kEngineOffload, kEngineOffloadPostgres},
     {21, "engine_offload_tier", kEngineOffloadTier, {}},
 }};

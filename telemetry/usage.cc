@@ -20,6 +20,12 @@ using nlohmann::json;
 // int64 overflow, and tokens x price (<= 2^50 x ~2^30) inside int64 in pricing.
 constexpr int64_t kMaxTokens = int64_t{1} << 50;
 
+// A count no single request can have: ten times the largest context window any model offers. A
+// provider's report above it is a bug on its side (one reported 4e9 tokens, which would have
+// charged a key $800,000 and pushed its token limit's reset decades out): read as unknown and
+// flagged `clamped`, with `raw` kept to show what came.
+constexpr int64_t kMaxPlausibleTokens = 100'000'000;
+
 // A value that may be absent: nullopt for a missing member.
 using Node = std::optional<raw_json::Value>;
 
@@ -354,6 +360,15 @@ Usage NormalizeUsage(UsageFlavor flavor, raw_json::Value usage) {
       case UsageFlavor::kLlamaCpp:
         NormalizeLlamaCpp(u, &out);
         break;
+    }
+    for (std::optional<int64_t>* count :
+         {&out.cache_read, &out.cache_write_5m, &out.cache_write_1h, &out.cache_write_no_ttl,
+          &out.uncached, &out.output, &out.reasoning, &out.reported_input,
+          &out.cache_read_offload}) {
+      if (count->has_value() && **count > kMaxPlausibleTokens) {
+        count->reset();
+        out.clamped = true;
+      }
     }
     // The chat shape and Responses set the no-TTL bucket themselves (an unknown one stays
     // unknown); no other flavour has writes without a TTL.

@@ -55,6 +55,9 @@ struct Usage {
   std::string cache_read_offload_tier;
   // True when `uncached` came out negative from the provider's numbers and was clamped to 0.
   bool clamped = false;
+  // True when some counts are kvgate's estimate, not the provider's report: a stream the client
+  // left whose usage did not arrive within the drain (gateway/remote_upstream.cc).
+  bool estimated = false;
   // The usage object as the provider sent it (merged across stream events where the provider
   // spreads it), as minified JSON text, kept so pricing can be re-run. Empty when the provider
   // sent none. (Text, not a tree: it is only ever stored, and a tree cost a parse, copies and a

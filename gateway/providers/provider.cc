@@ -135,6 +135,13 @@ bool ClientWantsStreamUsage(const raw_json::Object& client_body) {
   return include && include->is_true();
 }
 
+Status ValidateModelName(std::string_view name) {
+  if (name.size() <= kMaxModelNameBytes) return {};
+  return MakeError(ErrorCode::kInvalidArgument,
+                   StrCat("model is ", name.size(), " bytes long; a model name is at most ",
+                          kMaxModelNameBytes, " bytes"));
+}
+
 Status ValidateThreadId(std::string_view id, std::string_view source) {
   if (id.size() > kMaxThreadIdBytes) {
     return MakeError(ErrorCode::kInvalidArgument,

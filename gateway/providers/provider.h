@@ -142,6 +142,13 @@ inline constexpr size_t kMaxThreadIdBytes = 512;
 // OK when `id` is valid UTF-8 of at most kMaxThreadIdBytes bytes without control characters;
 // otherwise kInvalidArgument with a message that names `source` ("the X-Thread-Id header").
 Status ValidateThreadId(std::string_view id, std::string_view source);
+
+// The longest model name a request may name: far beyond any provider's or router's name, and short
+// enough that a request's record never stores megabytes of it (a longer name is refused, and
+// recorded cut to this length).
+inline constexpr size_t kMaxModelNameBytes = 256;
+// OK when `name` is at most kMaxModelNameBytes bytes; kInvalidArgument saying so otherwise.
+Status ValidateModelName(std::string_view name);
 // Removes kvgate's fields from a parsed tree in place (for adapters that work on one) and returns
 // the id they carried (thread_identifier first). Does nothing when `body` is not an object.
 std::optional<std::string> TakeKvgateFields(nlohmann::json& body);

@@ -198,6 +198,87 @@ TEST(VirtualKeysTest, BudgetCountsRecordedCostAndResetsEachPeriod) {
   EXPECT_EQ(k.keys.BudgetFraction(k.key->id()), 0.0);
 }
 
+TEST(VirtualKeysTest, ParallelRequestsCannotOvershootABudgetByMoreThanOneEstimate) {
+  // 20 requests at once on a $0.002 budget, each estimated at $0.0012 and costing that much:
+  // without holds all 20 passed on the same unspent balance ($0.024 spent, 12x the budget).
+  const int64_t budget = 2 * kDollar / 1000, estimate = 12 * kDollar / 10'000;
+  Keys k(KeyLimits{.max_budget_pico = budget});
+  const int64_t t0 = k.clock.NowUnixMicros();
+  std::vector<KeyAdmission> held;
+  int refused_in_flight = 0;
+  for (int i = 0; i < 20; ++i) {
+    auto admitted = k.keys.Admit(k.key, 0, estimate);
+    if (admitted) {
+      held.push_back(std::move(*admitted));
+      continue;
+    }
+    ++refused_in_flight;
+    // Not spent yet: a wait for the requests in flight, not an exhausted quota.
+    EXPECT_EQ(admitted.error().limit, KeyLimit::kBudget);
+    EXPECT_EQ(admitted.error().code, "budget_in_flight");
+    EXPECT_EQ(admitted.error().type, "rate_limit_error");
+    EXPECT_EQ(HeaderOf(admitted.error().headers, "retry-after"), "1");
+    EXPECT_NE(admitted.error().message.find("in flight may cost 0.002400 USD"), std::string::npos)
+        << admitted.error().message;
+  }
+  ASSERT_EQ(held.size(), 2u);  // 0 + 0.0012 < 0.002 admits the second; 0.0024 refuses the rest
+  EXPECT_EQ(refused_in_flight, 18);
+  // Each finishes having spent its estimate: recorded first, then the hold is released (the
+  // order a request's commit and end give).
+  for (KeyAdmission& a : held) {
+    k.keys.OnRecord(Finished(k.key->id(), t0, estimate, 100, 10));
+    a.Release();
+  }
+  EXPECT_LE(k.key->SpendPico(t0), budget + estimate);
+  auto over = k.keys.Admit(k.key, 0, estimate);
+  ASSERT_FALSE(over);
+  EXPECT_EQ(over.error().code, "budget_exceeded");  // spent now, not merely held
+  EXPECT_EQ(over.error().type, "insufficient_quota");
+}
+
+TEST(VirtualKeysTest, AHoldThatEndsUnspentGivesItsReservationBack) {
+  Keys k(KeyLimits{.max_budget_pico = kDollar});
+  {
+    auto first = k.keys.Admit(k.key, 0, kDollar);  // may cost the whole budget
+    ASSERT_TRUE(first);
+    EXPECT_FALSE(k.keys.Admit(k.key, 0, 1));
+  }  // ended having spent nothing (a 400 upstream, say)
+  EXPECT_TRUE(k.keys.Admit(k.key, 0, 1));
+}
+
+TEST(VirtualKeysTest, UnbudgetedKeysHoldNoCost) {
+  Keys k(KeyLimits{.rpm = 1000});
+  std::vector<KeyAdmission> held;
+  for (int i = 0; i < 10; ++i) {
+    auto admitted = k.keys.Admit(k.key, 0, 1000 * kDollar);
+    ASSERT_TRUE(admitted) << i;
+    held.push_back(std::move(*admitted));
+  }
+}
+
+TEST(EstimateReservationTest, InputFromTheBodyOutputFromItsLimitAtTheDearestRates) {
+  // No price: tokens only. A body of 4,001 bytes is 1,001 tokens; no max_tokens: the default.
+  KeyReservation r = EstimateReservation(4001, 0, std::nullopt);
+  EXPECT_EQ(r.tokens, 1001 + kDefaultReservedOutputTokens);
+  EXPECT_EQ(r.pico, 0);
+  telemetry::Price price;
+  price.base = {.input = 3'000'000, .cached_input = 300'000, .cache_write_5m = 3'750'000,
+                .cache_write_1h = 6'000'000, .output = 15'000'000};
+  r = EstimateReservation(400, 50, price);
+  EXPECT_EQ(r.tokens, 150);
+  // Input at the 1h write rate (the dearest input), output at the output rate: pico-USD.
+  EXPECT_EQ(r.pico, 100 * 6'000'000 + 50 * 15'000'000);
+  // A long-context tier's rates count when they are dearer.
+  price.tier_threshold_tokens = 200'000;
+  price.above = price.base;
+  price.above.output = 22'500'000;
+  EXPECT_EQ(EstimateReservation(400, 50, price).pico, 100 * 6'000'000 + 50 * 22'500'000);
+  // Absurd inputs stay inside int64.
+  r = EstimateReservation(size_t{1} << 62, int64_t{1} << 62, price);
+  EXPECT_GT(r.pico, 0);
+  EXPECT_GT(r.tokens, 0);
+}
+
 TEST(VirtualKeysTest, ALifetimeBudgetNeverResets) {
   Keys k(KeyLimits{.max_budget_pico = kDollar});
   k.keys.OnRecord(Finished(k.key->id(), k.clock.NowUnixMicros(), kDollar, 0, 0));

@@ -412,5 +412,27 @@ TEST(TelemetryUsageTest, WrongTypesAreUnreportedNeverThrow) {
   EXPECT_EQ(huge.uncached, std::nullopt);
 }
 
+// One upstream reported 4e9 tokens: priced as given it charged a key $800,000 and set its token
+// limit's reset 76 years out. No request can hold that many (10x the largest context window):
+// unknown, flagged, and the raw kept.
+TEST(UsageTest, CountsBeyondAnyContextWindowAreUnknownAndFlagged) {
+  Usage u = N(UsageFlavor::kOpenAIChat, R"({"prompt_tokens": 4000000000,
+      "completion_tokens": 12, "prompt_tokens_details": {"cached_tokens": 0}})");
+  EXPECT_EQ(u.uncached, std::nullopt);
+  EXPECT_EQ(u.reported_input, std::nullopt);
+  EXPECT_EQ(u.cache_read, 0);
+  EXPECT_EQ(u.output, 12);
+  EXPECT_TRUE(u.clamped);
+  EXPECT_NE(u.raw.find("4000000000"), std::string::npos);
+  Usage out = N(UsageFlavor::kAnthropic, R"({"input_tokens": 10, "output_tokens": 4e9})");
+  EXPECT_EQ(out.uncached, 10);
+  EXPECT_EQ(out.output, std::nullopt);
+  EXPECT_TRUE(out.clamped);
+  // The largest real prompts stay as they came.
+  Usage big = N(UsageFlavor::kAnthropic, R"({"input_tokens": 10000000, "output_tokens": 1})");
+  EXPECT_EQ(big.uncached, 10'000'000);
+  EXPECT_FALSE(big.clamped);
+}
+
 }  // namespace
 }  // namespace kvgate::telemetry

@@ -56,6 +56,11 @@ struct ProviderConfig {
   // Only for type local: the completion tokens of a request without max_tokens, at most; it also
   // stops at the end of the model's context. 0: the rest of the context, as OpenAI.
   int64_t max_output_tokens_default = 4096;
+  // Only for type local: whether the gateway keys share one prefix cache. Off (the default), each
+  // key's prompts are cached under a salt of its own (local_provider.h, PrefixCacheSalt), so a key
+  // cannot learn from its cache hits what another key's prompts were; on, every key reuses every
+  // other's cached prefixes (a team that trusts itself and wants the hits).
+  bool share_prefix_cache_across_keys = false;
   // Cache helpers (docs/configuration.md), off by default. `prompt_cache_key: thread` (type
   // openai): a thread's requests that carry no prompt_cache_key get one derived from the thread
   // id. `anthropic_auto_cache: true | 5m | 1h | {ttl: 5m | 1h}` (type anthropic): a request with

@@ -127,12 +127,12 @@ Status OnlyKeys(const json& object, const std::string& path,
 Result<ProviderConfig> ParseProvider(const json& p, const std::string& path) {
   Reader r{p, path};
   if (!p.is_object()) return MakeError(ErrorCode::kInvalidArgument, r.path + " must be a mapping");
-  if (Status s = OnlyKeys(p, r.path,
-                          {"name", "type", "base_url", "api_key", "api_keys", "model_path",
-                           "device", "kv_cache_tokens", "kv_cache_dtype", "threads",
-                           "gpu_memory_fraction", "cuda_graphs", "fp8_gemm", "offload",
-                           "max_output_tokens_default", "prompt_cache_key",
-                           "anthropic_auto_cache", "anthropic_cache_diagnostics"});
+  if (Status s = OnlyKeys(
+          p, r.path,
+          {"name", "type", "base_url", "api_key", "api_keys", "model_path", "device",
+           "kv_cache_tokens", "kv_cache_dtype", "threads", "gpu_memory_fraction", "cuda_graphs",
+           "fp8_gemm", "offload", "max_output_tokens_default", "share_prefix_cache_across_keys",
+           "prompt_cache_key", "anthropic_auto_cache", "anthropic_cache_diagnostics"});
       !s) {
     return std::unexpected(s.error());
   }
@@ -172,6 +172,9 @@ Result<ProviderConfig> ParseProvider(const json& p, const std::string& path) {
   auto fp8 = r.Bool("fp8_gemm", pc.fp8_gemm);
   if (!fp8) return std::unexpected(fp8.error());
   pc.fp8_gemm = *fp8;
+  auto share = r.Bool("share_prefix_cache_across_keys", pc.share_prefix_cache_across_keys);
+  if (!share) return std::unexpected(share.error());
+  pc.share_prefix_cache_across_keys = *share;
   if (auto offload = p.find("offload"); offload != p.end() && !offload->is_null()) {
     if (auto s = ParseOffload(*offload, r.path + ".offload", pc); !s) {
       return std::unexpected(s.error());
@@ -256,6 +259,11 @@ Status ValidateProvider(const ProviderConfig& p, const std::string& where) {
                        where + ".kv_cache_dtype " + p.kv_cache_dtype +
                            " needs device: cpu (the cuda backend's KV cache is f16)");
     }
+  } else if (p.share_prefix_cache_across_keys) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     where +
+                         ".share_prefix_cache_across_keys is only for type local (the "
+                         "built-in engine)");
   } else if (!p.offload_disk.empty() || p.offload_host_bytes > 0) {
     return MakeError(ErrorCode::kInvalidArgument,
                      where + ".offload is only for type local (the built-in engine)");

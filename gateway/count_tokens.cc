@@ -122,7 +122,8 @@ std::expected<std::string, providers::ClientError> Gateway::CountWithEngine(
     return std::unexpected(Refusal(503, "the built-in engine is not running", "server_error",
                                    "engine_unavailable"));
   }
-  Result<json> counted = deps_.engines->Lookup(target, json::parse(*chat));
+  // Only the prompt's length is answered, never what is cached: no key's salt is needed.
+  Result<json> counted = deps_.engines->Lookup(target, json::parse(*chat), "");
   if (!counted) {
     const bool down = counted.error().code == ErrorCode::kNotFound;
     return std::unexpected(Refusal(down ? 503 : 400, counted.error().message,

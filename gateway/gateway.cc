@@ -432,7 +432,11 @@ std::vector<http::Header> Gateway::OnRejected(const http::Rejection& rejection) 
       rec.api_key_id = std::move(*key);
       std::string_view thread_id = request.header("x-thread-id");
       if (providers::ValidateThreadId(thread_id, "the X-Thread-Id header")) {
-        rec.thread_id = std::string(thread_id);
+        // Under gateway keys, the key's own thread (thread_scope.h). No store read here: an id
+        // whose owner is not remembered is kept as sent, unclaimed (a failed turn never decides
+        // who owns a thread: ScopeThread reads the owner from successful turns only).
+        std::optional<std::string> owner = thread_owners_.Find(thread_id);
+        rec.thread_id = StoredThreadId(thread_id, rec.api_key_id, owner.value_or(rec.api_key_id));
       }
     }
   }
@@ -441,18 +445,55 @@ std::vector<http::Header> Gateway::OnRejected(const http::Rejection& rejection) 
   return headers;
 }
 
-asio::awaitable<std::string> Gateway::ThreadOfResponse(const std::string& response_id) {
-  if (std::optional<std::string> known = response_threads_.Find(response_id)) co_return *known;
+asio::awaitable<Gateway::PreviousResponse> Gateway::ThreadOfResponse(
+    const std::string& response_id, const std::string& api_key_id) {
+  std::optional<std::string> key = response_threads_.KeyOf(response_id);
+  std::optional<std::string> known = response_threads_.Find(response_id);
+  if (key && known) {
+    // (A response made before the gateway had keys is no key's.)
+    if (!key->empty() && *key != api_key_id) co_return PreviousResponse{.other_key = true};
+    co_return PreviousResponse{.thread_id = *known};
+  }
   // Not remembered (kvgate restarted since, or it was forgotten): the stored request that
   // answered with this id, if any.
   telemetry::TelemetryStore& store = *deps_.store;
   Result<json> stored = co_await RunBlocking(
       blocking_pool_, [&store, &response_id] { return store.GetRequest(response_id); });
-  std::string thread_id;
-  if (stored && stored->is_object()) thread_id = stored->value("thread_id", std::string());
-  if (thread_id.empty()) thread_id = response_id;
-  response_threads_.Remember(response_id, thread_id);
-  co_return thread_id;
+  if (!stored || !stored->is_object()) co_return PreviousResponse{};
+  const std::string thread_id = stored->value("thread_id", std::string());
+  const std::string stored_key = stored->value("api_key_id", std::string());
+  if (!stored_key.empty() && stored_key != api_key_id)
+    co_return PreviousResponse{.other_key = true};
+  if (!thread_id.empty()) response_threads_.Remember(response_id, thread_id, stored_key);
+  co_return PreviousResponse{.thread_id = thread_id};
+}
+
+asio::awaitable<std::string> Gateway::ScopeThread(const std::string& thread_id,
+                                                  const std::string& api_key_id) {
+  if (api_key_id.empty() || thread_id.empty() || IsScopedThreadId(thread_id)) {
+    co_return StoredThreadId(thread_id, api_key_id, "");
+  }
+  std::optional<std::string> owner = thread_owners_.Find(thread_id);
+  if (!owner) {
+    // The key of the thread's newest successful stored turn (all of them are its owner's; a
+    // rejected request may be filed under an id it does not own, OnRejected); none, or a turn
+    // from before gateway keys: the id is free.
+    telemetry::TelemetryStore& store = *deps_.store;
+    Result<std::string> stored =
+        co_await RunBlocking(blocking_pool_, [&store, &thread_id]() -> Result<std::string> {
+          telemetry::RequestQuery query{.thread_id = thread_id, .status = "ok", .limit = 1};
+          Result<json> listed = store.ListRequests(query);
+          if (!listed) return std::unexpected(listed.error());
+          const json& requests = (*listed)["requests"];
+          if (!requests.is_array() || requests.empty()) return std::string();
+          Result<json> turn = store.GetRequest(requests[0].value("request_id", std::string()));
+          if (!turn) return std::unexpected(turn.error());
+          return turn->value("api_key_id", std::string());
+        });
+    if (!stored) co_return ScopedThreadId(api_key_id, thread_id);
+    owner = thread_owners_.Claim(thread_id, stored->empty() ? api_key_id : *stored);
+  }
+  co_return StoredThreadId(thread_id, api_key_id, *owner);
 }
 
 Result<std::string> Gateway::Authenticate(const http::Request& request) const {
@@ -582,7 +623,29 @@ Result<json> Gateway::EngineLookup(const http::Request& request) const {
     return MakeError(ErrorCode::kInvalidArgument,
                      "model " + target.name + " is not served by the built-in engine");
   }
-  return deps_.engines->Lookup(target, body);
+  // Each gateway key's requests are cached under a salt of their own (local_provider.h): the
+  // admin names the key to ask about, or sees every key's (the best answer, and each key's hits).
+  if (auto key = body.find("api_key_id"); key != body.end() && !key->is_null()) {
+    if (!key->is_string()) {
+      return MakeError(ErrorCode::kInvalidArgument, "api_key_id must be a string (a key's id)");
+    }
+    return deps_.engines->Lookup(target, body, key->get<std::string>());
+  }
+  Result<json> best = deps_.engines->Lookup(target, body, "");
+  if (!best || !keys_->required()) return best;
+  Result<json> keys = keys_->List();
+  if (!keys) return std::unexpected(keys.error());
+  json by_key = json::object();
+  for (const json& k : (*keys)["keys"]) {
+    const std::string id = k.value("id", std::string());
+    Result<json> one = deps_.engines->Lookup(target, body, id);
+    if (!one) return one;
+    const int64_t cached = (*one)["cached_tokens"].get<int64_t>();
+    if (cached > 0) by_key[id] = cached;
+    if (cached > (*best)["cached_tokens"].get<int64_t>()) best = std::move(one);
+  }
+  (*best)["cached_tokens_by_key"] = std::move(by_key);
+  return best;
 }
 
 std::optional<json> Gateway::ModelJson(std::string_view name) const {

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <map>
 #include <chrono>
 #include <optional>
@@ -20,6 +21,7 @@
 #include "gateway/providers/provider.h"
 #include "gateway/recorder.h"
 #include "gateway/response_threads.h"
+#include "gateway/thread_scope.h"
 #include "gateway/upstream.h"
 #include "gateway/upstream/client.h"
 #include "gateway/virtual_keys.h"
@@ -106,12 +108,24 @@ class Gateway {
   std::optional<providers::ClientError> RefuseEndpoint(providers::Endpoint endpoint,
                                                        const router::RouteDecision& decision,
                                                        const std::string& model) const;
-  // The thread a Responses API request continuing `response_id` joins: that response's thread
-  // (remembered, else read from the store on the blocking pool), else `response_id` itself (a
-  // conversation kvgate has not seen begin).
-  boost::asio::awaitable<std::string> ThreadOfResponse(const std::string& response_id);
+  // What kvgate knows of the response a Responses API request continues.
+  struct PreviousResponse {
+    std::string thread_id;   // its thread as stored; "" when kvgate does not know the response
+    bool other_key = false;  // made by another gateway key than the request's (then no thread)
+  };
+  // The response `response_id` as gateway key `api_key_id` ("" without keys) may see it:
+  // remembered, else read from the store on the blocking pool.
+  boost::asio::awaitable<PreviousResponse> ThreadOfResponse(const std::string& response_id,
+                                                            const std::string& api_key_id);
+  // The id under which a turn of gateway key `api_key_id` naming thread `thread_id` is stored
+  // (thread_scope.h): the id when the key owns it (the first key to use it; an owner not
+  // remembered is the key of the thread's newest stored turn, read on the blocking pool), else
+  // the key's own scoped thread. An unreadable store scopes it (never joins another's thread).
+  boost::asio::awaitable<std::string> ScopeThread(const std::string& thread_id,
+                                                  const std::string& api_key_id);
   // Exact cache answers from the built-in engines a router would ask (router::ProbeTargets).
-  void ProbeEngines(const raw_json::Object& body, router::RequestFacts& facts) const;
+  void ProbeEngines(const raw_json::Object& body, std::string_view api_key_id,
+                    router::RequestFacts& facts) const;
   // Every route but inference.
   boost::asio::awaitable<void> HandleOther(http::Request& request, http::ResponseWriter& writer);
   boost::asio::awaitable<void> HandleReadApi(http::Request& request, http::ResponseWriter& writer);
@@ -182,6 +196,8 @@ class Gateway {
   std::optional<boost::asio::thread_pool> thread_reads_;
   // Responses API response id -> thread (internally locked).
   ResponseThreads response_threads_;
+  // Which gateway key owns each thread id (internally locked).
+  ThreadOwners thread_owners_;
   // The gateway keys and their limits (internally locked); shared with the recorder listener and
   // the metrics section that read it, which may outlive this object.
   std::shared_ptr<VirtualKeys> keys_;

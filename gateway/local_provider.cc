@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <limits>
 #include <mutex>
@@ -54,9 +55,12 @@ struct Channel {
 class EngineHost {
  public:
   EngineHost(std::string name, std::unique_ptr<engine::Engine> engine, engine::ChatTemplate tmpl,
-             int64_t max_output_tokens_default)
-      : name_(std::move(name)), engine_(std::move(engine)), template_(std::move(tmpl)),
+             int64_t max_output_tokens_default, bool share_prefix_cache_across_keys)
+      : name_(std::move(name)),
+        engine_(std::move(engine)),
+        template_(std::move(tmpl)),
         max_output_tokens_default_(max_output_tokens_default),
+        share_prefix_cache_(share_prefix_cache_across_keys),
         // A new id per start: its prefix cache starts empty, and a thread's turns on another
         // instance than the last one explain a lost cache ("engine_restarted").
         instance_(NewId("kvgate-engine")),
@@ -99,6 +103,10 @@ class EngineHost {
   // A request without max_tokens: at most this many completion tokens (0: no bound but the
   // context).
   int64_t max_output_tokens_default() const { return max_output_tokens_default_; }
+  // The cache salt of a request of gateway key `api_key_id` (share_prefix_cache_across_keys: none).
+  uint64_t CacheSalt(std::string_view api_key_id) const {
+    return share_prefix_cache_ ? 0 : PrefixCacheSalt(api_key_id);
+  }
 
   json Describe() const {
     const engine::CacheStats c = engine_->cache_stats();
@@ -108,6 +116,7 @@ class EngineHost {
                 {"block_size", engine::kBlockSize},
                 {"kv_cache_dtype", std::string(engine::KvDtypeName(engine_->kv_cache_dtype()))},
                 {"kv_bytes_per_token", engine_->kv_bytes_per_token()},
+                {"prefix_cache_scope", share_prefix_cache_ ? "shared" : "per_key"},
                 {"pool_blocks", c.blocks.num_blocks},
                 {"used_blocks", c.blocks.used_blocks},
                 {"cached_free_blocks", c.blocks.cached_free_blocks},
@@ -162,6 +171,7 @@ class EngineHost {
   const std::unique_ptr<engine::Engine> engine_;
   const engine::ChatTemplate template_;
   const int64_t max_output_tokens_default_;
+  const bool share_prefix_cache_;
   const std::string instance_;
 
   std::mutex mu_;
@@ -452,7 +462,8 @@ class LocalEnginesImpl final : public LocalEngines {
     AppendEngineMetrics(engines, out);
   }
 
-  Result<json> Lookup(const router::Target& target, const json& body) const override {
+  Result<json> Lookup(const router::Target& target, const json& body,
+                      std::string_view api_key_id) const override {
     auto it = hosts_.find(target.provider);
     if (it == hosts_.end()) {
       return MakeError(ErrorCode::kNotFound, "engine " + target.provider + " is not running");
@@ -470,7 +481,8 @@ class LocalEnginesImpl final : public LocalEngines {
     if (!text) return MakeError(ErrorCode::kInvalidArgument, text.error().message);
     std::vector<int32_t> prompt = host.engine().tokenizer().Encode(*text, true);
     const engine::CacheStats stats = host.engine().cache_stats();
-    const engine::CachedPrefix cached = host.engine().LookupCachedPrefix(prompt);
+    const engine::CachedPrefix cached =
+        host.engine().LookupCachedPrefix(prompt, host.CacheSalt(api_key_id));
     return json{{"model", target.name},
                 {"prompt_tokens", prompt.size()},
                 {"cached_tokens", cached.pool_tokens + cached.offload_tokens},
@@ -572,21 +584,23 @@ asio::awaitable<AttemptResult> LocalEnginesImpl::Attempt(const InferenceCall& ca
   engine::EngineRequest request{
       .prompt = std::move(prompt),
       .sampling = std::move(*sampling),
-      .on_token = [weak = std::weak_ptr<Channel>(channel)](const engine::TokenEvent& e) {
-        std::shared_ptr<Channel> channel = weak.lock();
-        if (!channel) return;  // the request's coroutine is gone
-        {
-          std::lock_guard lock(channel->mu);
-          channel->events.push_back(
-              EngineEvent{e.choice, std::string(e.text), e.finished, e.finish_reason, e.usage,
-                          e.error, e.logprobs ? std::optional(*e.logprobs) : std::nullopt,
-                          std::string(e.stop_string)});
-        }
-        asio::post(channel->executor, [weak] {
-          if (auto alive = weak.lock()) alive->wakeup.cancel();
-        });
-      },
-      .n = *choices};
+      .on_token =
+          [weak = std::weak_ptr<Channel>(channel)](const engine::TokenEvent& e) {
+            std::shared_ptr<Channel> channel = weak.lock();
+            if (!channel) return;  // the request's coroutine is gone
+            {
+              std::lock_guard lock(channel->mu);
+              channel->events.push_back(
+                  EngineEvent{e.choice, std::string(e.text), e.finished, e.finish_reason, e.usage,
+                              e.error, e.logprobs ? std::optional(*e.logprobs) : std::nullopt,
+                              std::string(e.stop_string)});
+            }
+            asio::post(channel->executor, [weak] {
+              if (auto alive = weak.lock()) alive->wakeup.cancel();
+            });
+          },
+      .n = *choices,
+      .cache_salt = host.CacheSalt(rec.api_key_id)};
   auto id = host.Add(std::move(request));
   if (!id) {
     co_return Refused(400, id.error().message, "invalid_request_error", "invalid_request",
@@ -702,6 +716,14 @@ asio::awaitable<AttemptResult> LocalEnginesImpl::Attempt(const InferenceCall& ca
 
 }  // namespace
 
+uint64_t PrefixCacheSalt(std::string_view api_key_id) {
+  if (api_key_id.empty()) return 0;
+  // A prefix separates this use of the hash from any other of the same id.
+  const std::string digest = HashApiKey("kvgate prefix cache salt\n" + std::string(api_key_id));
+  uint64_t salt = std::strtoull(digest.substr(0, 16).c_str(), nullptr, 16);
+  return salt != 0 ? salt : 1;
+}
+
 Result<std::unique_ptr<LocalEngines>> LocalEngines::Start(const GatewayConfig& config) {
   std::map<std::string, std::unique_ptr<EngineHost>> hosts;
   for (const auto& p : config.providers) {
@@ -753,7 +775,8 @@ Result<std::unique_ptr<LocalEngines>> LocalEngines::Start(const GatewayConfig& c
                                               "): chat template: " + tmpl.error().message);
     }
     hosts.emplace(p.name, std::make_unique<EngineHost>(p.name, std::move(*created), *tmpl,
-                                                       p.max_output_tokens_default));
+                                                       p.max_output_tokens_default,
+                                                       p.share_prefix_cache_across_keys));
   }
   return std::unique_ptr<LocalEngines>(new LocalEnginesImpl(std::move(hosts)));
 }

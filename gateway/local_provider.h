@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <boost/asio/awaitable.hpp>
@@ -16,6 +17,11 @@
 #include "gateway/upstream.h"
 
 namespace kvgate::gateway {
+
+// The prefix-cache salt (engine::EngineRequest::cache_salt) of a gateway key's requests: 0 (no
+// salt) for "" (no gateway keys), else 64 bits of a SHA-256 of the key's id, never 0. Stable
+// across restarts (the offload file keeps blocks by salt) and the same for every replica.
+uint64_t PrefixCacheSalt(std::string_view api_key_id);
 
 // The built-in engines: one per configured local provider, each an Upstream for the targets
 // (models) served by it.
@@ -35,12 +41,14 @@ class LocalEngines : public Upstream {
   // Stops accepting work, finishes or cancels in-flight requests, joins the engine threads.
   virtual void Stop() = 0;
   // How much of this prompt ({"messages"} or {"prompt"}, OpenAI-shaped) the engine behind
-  // `target` has cached right now, without touching LRU order or refcounts:
+  // `target` has cached right now for requests of the gateway key `api_key_id` ("" without keys:
+  // the salt its requests would compute under, so a probe says no more than a request would),
+  // without touching LRU order or refcounts:
   // {"model", "prompt_tokens", "cached_tokens", "cached_tokens_by_tier": {"pool", "disk"},
   // "running", "waiting"}: cached_tokens is what admission would reuse now, the pool's hits plus
   // the offload tier's continuation of them.
-  virtual Result<nlohmann::json> Lookup(const router::Target& target,
-                                        const nlohmann::json& body) const = 0;
+  virtual Result<nlohmann::json> Lookup(const router::Target& target, const nlohmann::json& body,
+                                        std::string_view api_key_id) const = 0;
   // The context length of a local provider's model; nullopt for an unknown provider.
   virtual std::optional<int64_t> ContextLength(const std::string& provider) const = 0;
   // Engine state for GET /api/engine (pool size, used blocks, hit counters, the offload tier)

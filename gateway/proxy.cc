@@ -315,13 +315,28 @@ asio::awaitable<void> Gateway::ServeInference(http::Request& request,
       co_return;
     }
   }
-  if (rec.thread_id.empty() && !previous_response.empty()) {
-    std::string thread_id = co_await ThreadOfResponse(previous_response);
-    if (Status valid = providers::ValidateThreadId(thread_id, "previous_response_id"); !valid) {
-      co_await client.SendError(BadRequest(valid.error().message, "invalid_thread_id"), "error");
-      co_return;
+  // Gateway keys: a thread id names a thread of the key's own (thread_scope.h), and another key's
+  // response is continued by no one (its id answers as an unknown one, in the attempt).
+  if (key && !rec.thread_id.empty()) rec.thread_id = co_await ScopeThread(rec.thread_id, key->id());
+  std::string previous_of_other_key;
+  if (!previous_response.empty() && (key || rec.thread_id.empty())) {
+    PreviousResponse previous = co_await ThreadOfResponse(previous_response, rec.api_key_id);
+    if (previous.other_key) previous_of_other_key = previous_response;
+    if (rec.thread_id.empty() && !previous.thread_id.empty()) {
+      rec.thread_id = std::move(previous.thread_id);
+    } else if (rec.thread_id.empty()) {
+      // A conversation kvgate has not seen begin (or another key's: the same to this one): the
+      // response id names the thread.
+      if (Status valid = providers::ValidateThreadId(previous_response, "previous_response_id");
+          !valid) {
+        co_await client.SendError(BadRequest(valid.error().message, "invalid_thread_id"), "error");
+        co_return;
+      }
+      rec.thread_id = co_await ScopeThread(previous_response, rec.api_key_id);
+      if (previous_of_other_key.empty()) {
+        response_threads_.Remember(previous_response, rec.thread_id, rec.api_key_id);
+      }
     }
-    rec.thread_id = std::move(thread_id);
   }
   // A stored response that starts a conversation names its thread (its own id), so that the
   // turns continuing it land there (docs/api.md). One not stored cannot be continued.
@@ -406,11 +421,12 @@ asio::awaitable<void> Gateway::ServeInference(http::Request& request,
       thread = deps_.recorder->View(rec.thread_id);
     }
     if (!responses) {
-      ProbeEngines(body, facts);
-    } else if (std::optional<std::string> chat = ChatBodyForProbe(body, response_threads_)) {
+      ProbeEngines(body, rec.api_key_id, facts);
+    } else if (std::optional<std::string> chat =
+                   ChatBodyForProbe(body, response_threads_, rec.api_key_id)) {
       // The engines serve a Responses request as the chat request it becomes: ask about that.
       if (Result<raw_json::Value> tree = raw_json::Parse(*chat)) {
-        ProbeEngines(raw_json::Object(*tree), facts);
+        ProbeEngines(raw_json::Object(*tree), rec.api_key_id, facts);
       }
     }
   } else if (auto t = router.FindTarget(rec.model); t && router.targets()[*t].keys > 1 &&
@@ -467,7 +483,8 @@ asio::awaitable<void> Gateway::ServeInference(http::Request& request,
                      .body = body,
                      .stream = rec.stream,
                      .client_wants_usage = providers::ClientWantsStreamUsage(body),
-                     .worker_index = request.worker_index};
+                     .worker_index = request.worker_index,
+                     .previous_response_of_other_key = std::move(previous_of_other_key)};
   if (messages_api) {
     // Passed on only as printable ASCII (what their values are): nothing a client sends can
     // reach another server's request head as anything but these two fields.
@@ -483,9 +500,13 @@ asio::awaitable<void> Gateway::ServeInference(http::Request& request,
     call.on_response_id = [this, starts_thread](telemetry::RequestRecord& r) {
       if (r.thread_id.empty() && starts_thread &&
           providers::ValidateThreadId(r.response_id, "the response id")) {
-        r.thread_id = r.response_id;
+        // A new id, so its key's own (unless a client of another key named a thread so first).
+        r.thread_id = r.api_key_id.empty()
+                          ? r.response_id
+                          : StoredThreadId(r.response_id, r.api_key_id,
+                                           thread_owners_.Claim(r.response_id, r.api_key_id));
       }
-      response_threads_.Remember(r.response_id, r.thread_id);
+      response_threads_.Remember(r.response_id, r.thread_id, r.api_key_id);
     };
   }
   co_await RunAttempts(call, *decision, client);
@@ -566,6 +587,8 @@ asio::awaitable<void> Gateway::RunAttempts(const InferenceCall& call,
       } else if (translate_responses) {
         untranslatable =
             TranslateResponsesForChat(call, response_threads_, chat_text, chat_call, client);
+      } else if (!call.previous_response_of_other_key.empty()) {
+        untranslatable = PreviousResponseNotFound(call.previous_response_of_other_key);
       }
       if (translate) {
         plan.options.endpoint = chat_call.endpoint;
@@ -659,7 +682,8 @@ Upstream& Gateway::UpstreamFor(const router::Target& target) {
   return deps_.remote != nullptr ? *deps_.remote : *remote_;
 }
 
-void Gateway::ProbeEngines(const raw_json::Object& body, router::RequestFacts& facts) const {
+void Gateway::ProbeEngines(const raw_json::Object& body, std::string_view api_key_id,
+                           router::RequestFacts& facts) const {
   if (deps_.engines == nullptr) return;
   const std::vector<size_t> targets = deps_.router->ProbeTargets(facts.model);
   if (targets.empty()) return;
@@ -671,7 +695,7 @@ void Gateway::ProbeEngines(const raw_json::Object& body, router::RequestFacts& f
       tree = json::parse(body.value().text, nullptr, false);
       providers::TakeKvgateFields(tree);
     }
-    auto lookup = deps_.engines->Lookup(target, tree);
+    auto lookup = deps_.engines->Lookup(target, tree, api_key_id);  // the key's own cache
     if (!lookup) continue;
     facts.probes.push_back({.target = t,
                             .prompt_tokens = (*lookup)["prompt_tokens"].get<int64_t>(),

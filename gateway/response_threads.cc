@@ -2,10 +2,11 @@
 
 namespace kvgate::gateway {
 
-void ResponseThreads::Remember(const std::string& response_id, const std::string& thread_id) {
+void ResponseThreads::Remember(const std::string& response_id, const std::string& thread_id,
+                               const std::string& api_key_id) {
   if (response_id.empty() || thread_id.empty() || capacity_ == 0) return;
   std::lock_guard lock(mu_);
-  if (!thread_.emplace(response_id, thread_id).second) return;
+  if (!thread_.emplace(response_id, Response{thread_id, api_key_id}).second) return;
   order_.push_back(response_id);
   while (order_.size() > capacity_) {
     thread_.erase(order_.front());
@@ -17,15 +18,22 @@ std::optional<std::string> ResponseThreads::Find(std::string_view response_id) c
   std::lock_guard lock(mu_);
   auto it = thread_.find(std::string(response_id));
   if (it == thread_.end()) return std::nullopt;
-  return it->second;
+  return it->second.thread_id;
+}
+
+std::optional<std::string> ResponseThreads::KeyOf(std::string_view response_id) const {
+  std::lock_guard lock(mu_);
+  auto it = thread_.find(std::string(response_id));
+  if (it == thread_.end()) return std::nullopt;
+  return it->second.api_key_id;
 }
 
 }  // namespace kvgate::gateway
 
 namespace kvgate::gateway {
 
-void ResponseThreads::RememberConversation(const std::string& response_id,
-                                           std::string conversation) {
+void ResponseThreads::RememberConversation(const std::string& response_id, std::string conversation,
+                                           const std::string& api_key_id) {
   if (response_id.empty() || max_conversations_ == 0) return;
   if (conversation.size() + response_id.size() > max_conversation_bytes_) return;
   std::lock_guard lock(mu_);
@@ -35,15 +43,19 @@ void ResponseThreads::RememberConversation(const std::string& response_id,
     conversations_.erase(it);
   }
   conversation_bytes_ += response_id.size() + conversation.size();
-  lru_.push_front({response_id, std::move(conversation)});
+  lru_.push_front({response_id, std::move(conversation), api_key_id});
   conversations_[response_id] = lru_.begin();
   DropOldConversations();
 }
 
-std::optional<std::string> ResponseThreads::FindConversation(std::string_view response_id) {
+std::optional<std::string> ResponseThreads::FindConversation(std::string_view response_id,
+                                                             std::string_view api_key_id) {
   std::lock_guard lock(mu_);
   auto it = conversations_.find(std::string(response_id));
   if (it == conversations_.end()) return std::nullopt;
+  // (One made before the gateway had keys is no key's.)
+  const std::string& owner = it->second->api_key_id;
+  if (!owner.empty() && owner != api_key_id) return std::nullopt;
   lru_.splice(lru_.begin(), lru_, it->second);
   return it->second->messages;
 }

@@ -13,6 +13,10 @@
 // recently used dropped beyond `conversations` entries or `conversation_bytes` bytes in all
 // (docs/api.md); a dropped id then answers previous_response_not_found.
 //
+// Gateway keys: each response and conversation is kept with the key that made it ("" without
+// keys, which is no key's). A conversation is found only by its own key: another key's id reads
+// as unknown.
+//
 // Thread safety: every method may be called from any thread; one mutex guards the maps.
 #pragma once
 
@@ -36,20 +40,30 @@ class ResponseThreads {
       : capacity_(capacity), max_conversations_(conversations),
         max_conversation_bytes_(conversation_bytes) {}
 
-  // `response_id` belongs to `thread_id`. Empty ids are ignored; a known id keeps its thread.
-  void Remember(const std::string& response_id, const std::string& thread_id);
+  // `response_id` belongs to `thread_id` and was made by gateway key `api_key_id`. Empty ids are
+  // ignored; a known id keeps its thread and key.
+  void Remember(const std::string& response_id, const std::string& thread_id,
+                const std::string& api_key_id = "");
   // The thread of `response_id`, nullopt when it is not remembered.
   std::optional<std::string> Find(std::string_view response_id) const;
+  // The key that made `response_id`, nullopt when it is not remembered.
+  std::optional<std::string> KeyOf(std::string_view response_id) const;
 
-  // Keeps the conversation (a JSON array of chat messages) that `response_id` ended. One larger
-  // than the byte limit is not kept.
-  void RememberConversation(const std::string& response_id, std::string conversation);
-  // The conversation `response_id` ended (and marks it recently used); nullopt when unknown.
-  std::optional<std::string> FindConversation(std::string_view response_id);
+  // Keeps the conversation (a JSON array of chat messages) that `response_id` of `api_key_id`
+  // ended. One larger than the byte limit is not kept.
+  void RememberConversation(const std::string& response_id, std::string conversation,
+                            const std::string& api_key_id = "");
+  // The conversation `response_id` ended (and marks it recently used); nullopt when unknown or
+  // made by another key than `api_key_id` (the same answer: an id is no oracle).
+  std::optional<std::string> FindConversation(std::string_view response_id,
+                                              std::string_view api_key_id = "");
 
  private:
   struct Conversation {
-    std::string id, messages;
+    std::string id, messages, api_key_id;
+  };
+  struct Response {
+    std::string thread_id, api_key_id;
   };
   void DropOldConversations();  // REQUIRES: mu_ held
 
@@ -58,7 +72,7 @@ class ResponseThreads {
   const size_t max_conversation_bytes_;
   mutable std::mutex mu_;
   std::list<std::string> order_;                         // GUARDED_BY(mu_); oldest first
-  std::unordered_map<std::string, std::string> thread_;  // GUARDED_BY(mu_); response -> thread
+  std::unordered_map<std::string, Response> thread_;     // GUARDED_BY(mu_); by response id
   std::list<Conversation> lru_;                          // GUARDED_BY(mu_); most recent first
   std::unordered_map<std::string, std::list<Conversation>::iterator> conversations_;  // GUARDED_BY(mu_)
   size_t conversation_bytes_ = 0;                        // GUARDED_BY(mu_)

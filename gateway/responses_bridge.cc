@@ -29,16 +29,23 @@ std::string Appended(const std::string& conversation, const std::string& message
 
 }  // namespace
 
+AttemptResult PreviousResponseNotFound(const std::string& response_id) {
+  // OpenAI's answer; here also for an id this replica forgot (LRU) or never translated.
+  return Refused(providers::MakeOpenAIError(
+      400, "Previous response with id '" + response_id + "' not found.", "invalid_request_error",
+      "previous_response_not_found", "previous_response_id"));
+}
+
 bool TranslatesResponses(providers::ProviderType type) {
   return type == providers::ProviderType::kLocal || type == providers::ProviderType::kAnthropic;
 }
 
 std::optional<std::string> ChatBodyForProbe(const raw_json::Object& responses_body,
-                                            ResponseThreads& threads) {
+                                            ResponseThreads& threads, std::string_view api_key_id) {
   std::optional<std::string> history;
   if (std::optional<raw_json::Value> previous = responses_body.Find("previous_response_id");
       previous && !previous->is_null()) {
-    history = threads.FindConversation(raw_json::DecodeString(*previous).value_or(""));
+    history = threads.FindConversation(raw_json::DecodeString(*previous).value_or(""), api_key_id);
     if (!history) return std::nullopt;
   }
   providers::ResponsesChat chat =
@@ -56,13 +63,10 @@ std::optional<AttemptResult> TranslateResponsesForChat(const InferenceCall& call
   if (std::optional<raw_json::Value> previous = call.body.Find("previous_response_id");
       previous && !previous->is_null()) {
     const std::string id = raw_json::DecodeString(*previous).value_or("");
-    history = threads.FindConversation(id);
-    if (!history) {
-      // OpenAI's answer; here also for an id this replica forgot (LRU) or never translated.
-      return Refused(providers::MakeOpenAIError(
-          400, "Previous response with id '" + id + "' not found.", "invalid_request_error",
-          "previous_response_not_found", "previous_response_id"));
+    if (call.previous_response_of_other_key.empty()) {
+      history = threads.FindConversation(id, client.record().api_key_id);
     }
+    if (!history) return PreviousResponseNotFound(id);
   }
   providers::ResponsesChat chat =
       providers::ResponsesToChat(call.body.value().text, history ? &*history : nullptr);
@@ -90,7 +94,8 @@ std::optional<AttemptResult> TranslateResponsesForChat(const InferenceCall& call
         if (on_response_id) on_response_id(record);  // the response's thread
         if (stored) {
           threads.RememberConversation(outcome.response_id,
-                                       Appended(conversation, outcome.assistant_message));
+                                       Appended(conversation, outcome.assistant_message),
+                                       record.api_key_id);
         }
       });
   return std::nullopt;

@@ -54,6 +54,10 @@ struct InferenceCall {
   // response_id is set), before any byte of that answer reaches the client: the Responses API's
   // thread bookkeeping (a later request may continue this response). May be empty.
   std::function<void(telemetry::RequestRecord&)> on_response_id;
+  // The Responses API: the previous_response_id when it names a response another gateway key
+  // made ("" otherwise). Every target answers it as an unknown id (responses_bridge.h); none is
+  // asked to continue it.
+  std::string previous_response_of_other_key;
 };
 
 struct AttemptPlan {

@@ -268,9 +268,9 @@ void Engine::Finish(Sequence& s, FinishReason reason, std::string error) {
   --live_requests_;
 }
 
-int Engine::LookupCachedTokens(std::span<const int32_t> prompt) const {
+int Engine::LookupCachedTokens(std::span<const int32_t> prompt, uint64_t cache_salt) const {
   std::lock_guard lock(blocks_mu_);
-  return blocks_->LookupCachedTokens(prompt);
+  return blocks_->LookupCachedTokens(prompt, cache_salt);
 }
 
 CacheStats Engine::cache_stats() const {

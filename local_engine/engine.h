@@ -143,6 +143,10 @@ struct EngineRequest {
   // write) and are sampled independently. Each choice reports its own events (TokenEvent::choice)
   // and its own final one.
   int32_t n = 1;
+  // The prefix cache's salt (0 = none): a prompt shares cached blocks only with requests of the
+  // same salt, in the pool and in the offload tier, so that one tenant cannot learn from its
+  // cache hits what another tenant's prompts were.
+  uint64_t cache_salt = 0;
 };
 
 inline constexpr int32_t kMaxChoices = 128;  // OpenAI's bound on n
@@ -206,13 +210,14 @@ class Engine {
   // request with kError instead.
   Status Step();
 
-  // How many leading tokens of `prompt` the prefix cache holds right now (block aligned, at most
-  // size - 1). Changes nothing (no LRU order, no refcount, no counter). Any thread.
-  int LookupCachedTokens(std::span<const int32_t> prompt) const;
+  // How many leading tokens of `prompt` the prefix cache holds right now for requests of
+  // `cache_salt` (EngineRequest::cache_salt; block aligned, at most size - 1). Changes nothing (no
+  // LRU order, no refcount, no counter). Any thread.
+  int LookupCachedTokens(std::span<const int32_t> prompt, uint64_t cache_salt = 0) const;
   // The same split by tier: the pool's hits, then how far the chain continues in the offload
   // tier (an index lookup: a block found there may still turn out corrupt at admission). Changes
   // nothing. Any thread.
-  CachedPrefix LookupCachedPrefix(std::span<const int32_t> prompt) const;
+  CachedPrefix LookupCachedPrefix(std::span<const int32_t> prompt, uint64_t cache_salt = 0) const;
   // Any thread.
   CacheStats cache_stats() const;
 

@@ -169,13 +169,14 @@ Status Engine::OpenTier() {
   return {};
 }
 
-CachedPrefix Engine::LookupCachedPrefix(std::span<const int32_t> prompt) const {
+CachedPrefix Engine::LookupCachedPrefix(std::span<const int32_t> prompt,
+                                        uint64_t cache_salt) const {
   std::lock_guard lock(blocks_mu_);
-  CachedPrefix out{.pool_tokens = blocks_->LookupCachedTokens(prompt)};
+  CachedPrefix out{.pool_tokens = blocks_->LookupCachedTokens(prompt, cache_salt)};
   if (!tier_) return out;
-  const std::vector<uint64_t> chain = BlockManager::HashChain(prompt, 0);
+  const std::vector<uint64_t> chain = BlockManager::HashChain(prompt, cache_salt);
   for (size_t i = static_cast<size_t>(out.pool_tokens / kBlockSize); i < chain.size(); ++i) {
-    if (!tier_->Contains({chain[i], 0, prompt.subspan(i * kBlockSize, kBlockSize)})) break;
+    if (!tier_->Contains({chain[i], cache_salt, prompt.subspan(i * kBlockSize, kBlockSize)})) break;
     out.offload_tokens += kBlockSize;
   }
   return out;

@@ -52,6 +52,7 @@ struct Sequence {
         stop(params.stop),
         on_token(std::move(r.on_token)),
         forks(r.n - 1) {
+    blocks.salt = r.cache_salt;
     if (params.json_grammar) matcher.emplace(params.json_grammar);
   }
 
@@ -73,6 +74,7 @@ struct Sequence {
         stop(params.stop),
         on_token(first.on_token),
         choice(index) {
+    blocks.salt = first.blocks.salt;  // (BlockManager::Fork sets it too; a waiting fork needs it)
     if (params.json_grammar) matcher.emplace(params.json_grammar);
   }
 

@@ -31,6 +31,22 @@ GatewayConfig LocalConfig(std::string device, int64_t kv_cache_tokens) {
   return config;
 }
 
+// Gateway keys' prefix caches are kept apart by salt: none without keys, one per key otherwise,
+// fixed for a key (the offload file outlives the process) and never the unsalted 0.
+TEST(LocalEnginesTest, PrefixCacheSaltIsPerKeyStableAndNonZero) {
+  EXPECT_EQ(PrefixCacheSalt(""), 0u);
+  const uint64_t a = PrefixCacheSalt("key_aaaaaaaaaaaa");
+  const uint64_t b = PrefixCacheSalt("key_bbbbbbbbbbbb");
+  EXPECT_NE(a, 0u);
+  EXPECT_NE(b, 0u);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(PrefixCacheSalt("key_aaaaaaaaaaaa"), a);
+  // The first 64 bits of SHA-256("kvgate prefix cache salt\nkey_aaaaaaaaaaaa"), as a replica
+  // built elsewhere computes it.
+  const std::string digest = HashApiKey("kvgate prefix cache salt\nkey_aaaaaaaaaaaa");
+  EXPECT_EQ(a, std::stoull(digest.substr(0, 16), nullptr, 16));
+}
+
 TEST(LocalEnginesTest, CudaWithoutDeviceFailsNamingTheProvider) {
   if (engine::CudaDeviceCount() > 0) GTEST_SKIP() << "a CUDA device is present";
   auto started = LocalEngines::Start(LocalConfig("cuda", 0));
@@ -82,7 +98,8 @@ TEST(LocalEnginesTest, AnOffloadTierShowsInDescribeLookupAndMetrics) {
     router::Target target;
     target.name = "m";
     target.provider = "loc";
-    auto lookup = (*started)->Lookup(target, nlohmann::json{{"prompt", "Hello there, friend."}});
+    auto lookup =
+        (*started)->Lookup(target, nlohmann::json{{"prompt", "Hello there, friend."}}, "");
     ASSERT_TRUE(lookup.has_value()) << lookup.error().message;
     EXPECT_EQ((*lookup)["cached_tokens"], 0);
     EXPECT_EQ((*lookup)["cached_tokens_by_tier"], (nlohmann::json{{"pool", 0}, {"disk", 0}}));

@@ -34,16 +34,23 @@ class PrefixCacheTest : public ::testing::Test {
     EXPECT_TRUE(e.has_value()) << (e ? "" : e.error().ToString());
     return e ? std::move(*e) : nullptr;
   }
-  static Generation Generate(Engine& e, std::vector<int32_t> prompt, int max_tokens) {
+  static Generation Generate(Engine& e, std::vector<int32_t> prompt, int max_tokens,
+                             uint64_t cache_salt = 0, int32_t n = 1) {
     Generation run;
     SamplingParams p;
     p.max_tokens = max_tokens;
     p.ignore_eos = true;
-    auto id = e.AddRequest({std::move(prompt), p, [&run](const TokenEvent& ev) {
-                              if (ev.token_id >= 0) run.tokens.push_back(ev.token_id);
-                              run.usage = ev.usage;
-                              if (ev.finished) run.reason = ev.finish_reason;
-                            }});
+    auto id = e.AddRequest({.prompt = std::move(prompt),
+                            .sampling = p,
+                            .on_token =
+                                [&run](const TokenEvent& ev) {
+                                  if (ev.choice != 0) return;
+                                  if (ev.token_id >= 0) run.tokens.push_back(ev.token_id);
+                                  run.usage = ev.usage;
+                                  if (ev.finished) run.reason = ev.finish_reason;
+                                },
+                            .n = n,
+                            .cache_salt = cache_salt});
     EXPECT_TRUE(id.has_value());
     for (int guard = 0; e.HasWork() && guard < 10000; ++guard) EXPECT_TRUE(e.Step());
     return run;
@@ -122,6 +129,28 @@ TEST_F(PrefixCacheTest, CancelReturnsEveryBlock) {
   EXPECT_EQ(run.reason, FinishReason::kCancelled);
   EXPECT_EQ(engine->cache_stats().blocks.used_blocks, 0);
   EXPECT_EQ(engine->cache_stats().running, 0);
+}
+
+// Tenants (the gateway salts by gateway key): a prompt shares blocks only with its own salt, both
+// at admission and in the lookup that the router and /api/engine/lookup ask.
+TEST_F(PrefixCacheTest, SaltedPromptsShareBlocksOnlyWithTheirOwnSalt) {
+  auto engine = Make(true);
+  ASSERT_TRUE(engine);
+  const auto prompt = Prompt(70, 1000);
+  constexpr uint64_t kA = 0x1111, kB = 0x2222;
+  EXPECT_EQ(Generate(*engine, prompt, 4, kA).usage.cached_tokens, 0);
+  EXPECT_EQ(engine->LookupCachedTokens(prompt, kA), 64);
+  EXPECT_EQ(engine->LookupCachedPrefix(prompt, kA).pool_tokens, 64);
+  EXPECT_EQ(engine->LookupCachedTokens(prompt, kB), 0);
+  EXPECT_EQ(engine->LookupCachedTokens(prompt), 0);  // unsalted is a tenant of its own
+  EXPECT_EQ(engine->LookupCachedPrefix(prompt, kB).pool_tokens, 0);
+  // Choices of a salted request (n = 2) compute under its salt, forks included.
+  Generation other = Generate(*engine, prompt, 4, kB, 2);
+  EXPECT_EQ(other.usage.cached_tokens, 0);
+  EXPECT_EQ(other.usage.cache_write_tokens, 64);
+  EXPECT_EQ(Generate(*engine, prompt, 4, kB).usage.cached_tokens, 64);
+  EXPECT_EQ(Generate(*engine, prompt, 4, kA).usage.cached_tokens, 64);
+  EXPECT_EQ(Generate(*engine, prompt, 4).usage.cached_tokens, 0);
 }
 
 }  // namespace

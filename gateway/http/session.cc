@@ -579,31 +579,11 @@ asio::awaitable<void> Serve(asio::ip::tcp::socket socket, WorkerState& worker) {
     if (!failure && !read_ec) {
       if (std::string_view why = HostError(parser->get()); !why.empty()) failure = Malformed(why);
     }
+    bool close = false;  // without an answer (the 100 could not be written) or after an early one
     if (!failure && !read_ec && !parser->is_done()) {
-      if (WantsContinue(parser->get())) {
-        // RFC 9110 10.1.1: the client waits for a go-ahead before sending a body; a request the
-        // application refuses on its head alone (no valid key) gets its final answer instead,
-        // and the body is never read.
-        std::optional<EarlyAnswer> early;
-        if (options.on_expect_continue) {
-          FillHead(parser->get(), arrival, req);
-          early = options.on_expect_continue(req);
-        }
-        if (early) {
-          writer.Reset(11, false, false);
-          (void)co_await writer.Send(early->status, early->content_type, std::move(early->body),
-                                     std::move(early->headers));
-          linger = true;
-          break;
-        }
-        writer.Reset(11, true, false);
-        stream.expires_after(options.write_timeout);
-        auto [wec, wn] = co_await asio::async_write(
-            stream, asio::buffer("HTTP/1.1 100 Continue\r\n\r\n", 25), as_tuple(use_awaitable));
-        if (wec) break;
-      }
       parser->eager(true);
       stream.expires_after(options.body_timeout);
+      bool continue_decided = false;
       size_t rest_checked = 0;  // of the bytes the parser left, those HasBareLf saw
       for (;;) {
         const size_t before = buffer.size();
@@ -615,6 +595,34 @@ asio::awaitable<void> Serve(asio::ip::tcp::socket socket, WorkerState& worker) {
           break;
         }
         rest_checked = buffer.size();
+        // RFC 9110 10.1.1: a client that asked waits for a go-ahead before sending the rest of
+        // its body (none is needed once the body came whole with the head); a request the
+        // application refuses on its head alone (no valid key) gets its final answer instead,
+        // and the body is never read.
+        if (!continue_decided && WantsContinue(parser->get())) {
+          std::optional<EarlyAnswer> early;
+          if (options.on_expect_continue) {
+            FillHead(parser->get(), arrival, req);
+            early = options.on_expect_continue(req);
+          }
+          if (early) {
+            writer.Reset(11, false, false);
+            (void)co_await writer.Send(early->status, early->content_type, std::move(early->body),
+                                       std::move(early->headers));
+            linger = close = true;
+            break;
+          }
+          writer.Reset(11, true, false);
+          stream.expires_after(options.write_timeout);
+          auto [wec, wn] = co_await asio::async_write(
+              stream, asio::buffer("HTTP/1.1 100 Continue\r\n\r\n", 25), as_tuple(use_awaitable));
+          if (wec) {
+            close = true;
+            break;
+          }
+          stream.expires_after(options.body_timeout);
+        }
+        continue_decided = true;
         auto [bec, bn] =
             co_await stream.async_read_some(buffer.prepare(kReadSize), as_tuple(use_awaitable));
         if (bec) {
@@ -624,6 +632,7 @@ asio::awaitable<void> Serve(asio::ip::tcp::socket socket, WorkerState& worker) {
         buffer.commit(bn);
       }
     }
+    if (close) break;
     if (read_ec && !failure) failure = ClassifyReadError(read_ec, options);
     if (failure) {
       std::vector<Header> headers;

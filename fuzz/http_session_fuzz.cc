@@ -13,7 +13,10 @@
 //    answer the server gave by itself (a rejection), and nothing follows "Connection: close".
 //
 // The query of a request drives the test handler: mode=stream|cut|throw|none, end=no (leave the
-// stream for the server to end), status=N, h=NAME&v=VALUE (an extra response header).
+// stream for the server to end), status=N, h=NAME&v=VALUE (an extra response header). A request
+// with an X-Refuse header that waits for 100-continue is refused on its head
+// (ServerOptions::on_expect_continue): an answer the server gives without the handler, counted
+// like a rejection.
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -26,6 +29,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -110,6 +114,14 @@ kvgate::http::ServerOptions MakeOptions() {
     ++observed.rejections;
     (void)r.request.header("host");
     return std::vector<Header>{{"x-request-id", "fuzz"}};
+  };
+  o.on_expect_continue = [](const Request& r) -> std::optional<kvgate::http::EarlyAnswer> {
+    if (r.header("x-refuse").empty()) return std::nullopt;
+    ++observed.rejections;
+    return kvgate::http::EarlyAnswer{.status = 401,
+                                     .content_type = "application/json",
+                                     .body = "{}",
+                                     .headers = {{"x-request-id", "fuzz"}}};
   };
   return o;
 }

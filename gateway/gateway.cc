@@ -518,6 +518,14 @@ Result<std::shared_ptr<KeyState>> Gateway::AuthenticateKey(const http::Request& 
   return found;
 }
 
+bool Gateway::AdminAuthorized(const http::Request& request) const {
+  if (config_.admin_token.empty()) return true;
+  std::string_view token = BearerToken(request.header("authorization"));
+  if (token.empty()) token = request.header("x-admin-token");
+  return token.size() == config_.admin_token.size() &&
+         CRYPTO_memcmp(token.data(), config_.admin_token.data(), token.size()) == 0;
+}
+
 asio::awaitable<void> Gateway::HandleAlertsApi(http::Request& request,
                                                http::ResponseWriter& writer) {
   if (deps_.alerting == nullptr) {
@@ -720,17 +728,11 @@ asio::awaitable<void> Gateway::HandleReadApi(http::Request& request, http::Respo
     co_await writer.Send(200, kJson, std::move(access));
     co_return;
   }
-  if (!config_.admin_token.empty()) {
-    std::string_view token = BearerToken(request.header("authorization"));
-    if (token.empty()) token = request.header("x-admin-token");
-    bool ok = token.size() == config_.admin_token.size() &&
-              CRYPTO_memcmp(token.data(), config_.admin_token.data(), token.size()) == 0;
-    if (!ok) {
-      co_await writer.Send(401, kJson,
-                           ErrorJson("the admin API needs Authorization: Bearer <admin_token>",
-                                     "invalid_request_error", "invalid_admin_token"));
-      co_return;
-    }
+  if (!AdminAuthorized(request)) {
+    co_await writer.Send(401, kJson,
+                         ErrorJson("the admin API needs Authorization: Bearer <admin_token>",
+                                   "invalid_request_error", "invalid_admin_token"));
+    co_return;
   }
   const std::string& path = request.path;
   if (path == "/api/keys" || path.rfind("/api/keys/", 0) == 0) {

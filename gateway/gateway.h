@@ -73,6 +73,10 @@ class Gateway {
   // ServerOptions::on_rejected: records an inference request the server could not read (413,
   // 431, malformed HTTP) and gives its answer an x-request-id.
   std::vector<http::Header> OnRejected(const http::Rejection& rejection);
+  // ServerOptions::on_expect_continue (expect_continue.cc): the 401 a request without a valid
+  // gateway key (/v1/*) or admin token (/api/*) gets before its body is read, recorded for the
+  // inference endpoints; nullopt lets the body come.
+  std::optional<http::EarlyAnswer> OnExpectContinue(const http::Request& request);
 
   // Per event loop state: the server calls OnLoopStart (ServerOptions::on_thread_start) once on
   // each of its `loops` threads before serving; ReleaseClients() after Server::Stop() and before
@@ -157,6 +161,8 @@ class Gateway {
   Result<std::string> Authenticate(const http::Request& request) const;
   // The same check, giving the key itself (null when keys are off).
   Result<std::shared_ptr<KeyState>> AuthenticateKey(const http::Request& request) const;
+  // The admin API's check (server.admin_token): true when no token is set or the request shows it.
+  bool AdminAuthorized(const http::Request& request) const;
   // The model allow-list and the limits of `key` for a request of `model` (keys_api.cc): the
   // hold to keep while it runs, or the refusal (403, 429) already answered and recorded. `price`
   // is the dearest of the targets the request may reach (nullopt: none is priced), for the

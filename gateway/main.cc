@@ -441,6 +441,9 @@ int RunGateway(gateway::GatewayConfig config) {
   options.on_rejected = [g = gw->get()](const http::Rejection& rejection) {
     return g->OnRejected(rejection);
   };
+  options.on_expect_continue = [g = gw->get()](const http::Request& request) {
+    return g->OnExpectContinue(request);
+  };
   options.on_drain_timeout = [&recorder, ms = config.drain_timeout.count()] {
     std::fprintf(stderr, "kvgate: drain timeout (%lld ms) passed: cutting the requests still in "
                  "flight\n", static_cast<long long>(ms));

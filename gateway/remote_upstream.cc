@@ -10,6 +10,7 @@
 #include "common/json_text.h"
 #include "common/redact.h"
 #include "common/utf8.h"
+#include "gateway/request_log.h"
 #include "gateway/upstream.h"
 
 namespace kvgate::gateway {
@@ -104,6 +105,23 @@ bool IsJsonNotStream(const upstream::Response& head) {
     json = json || h.value.starts_with("application/json");
   }
   return json;
+}
+
+// The client sent the request again after a reused keep-alive connection failed under it
+// (upstream::Client::Send): that first try may have reached the upstream, so it is an attempt of
+// its own in the record, listed before the current attempt's entry (which BeginAttempt put last
+// and EndAttempt replaces).
+void RecordResend(RequestLog& log, const router::Target& target, int key, const Error& first_try) {
+  if (log.committed()) return;
+  nlohmann::json entry = {{"target", target.name},
+                          {"provider", target.provider},
+                          {"status", "upstream_error"},
+                          {"http_status", 0},
+                          {"error", Utf8Snippet(first_try.message, 300)},
+                          {"latency_ms", nullptr}};
+  if (target.keys > 1) entry["key"] = key;
+  nlohmann::json& attempts = log.record().attempts;
+  attempts.insert(attempts.empty() ? attempts.end() : attempts.end() - 1, std::move(entry));
 }
 
 std::string ErrorMessage(const providers::ClientError& error) {
@@ -239,6 +257,9 @@ asio::awaitable<AttemptResult> RemoteUpstream::Attempt(const InferenceCall& call
       .method = "POST", .path = std::move(built->path), .body = std::move(built->body)};
   out.headers.reserve(built->headers.size());
   for (auto& [name, value] : built->headers) out.headers.push_back({std::move(name), std::move(value)});
+  out.on_resend = [&client, &plan](const Error& first_try) {
+    RecordResend(client.log(), *plan.target, plan.key_index, first_try);
+  };
   if (call.stream) co_return co_await Streamed(call, plan, std::move(out), client);
   co_return co_await Buffered(call, plan, std::move(out), client);
 }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -31,9 +32,19 @@ struct Rejection {
   int status;                // 400, 413 or 431
   std::string_view message;  // the error message of the answer
   // method, target, path, query, headers and arrival are filled only when the request's head was
-  // read in full (a 413, most 400s); the body never is.
+  // read in full (a 413, a missing or repeated Host, a chunked body framed wrongly); the body
+  // never is.
   const Request& request;
   bool head_read;
+};
+
+// The final answer to a request that the application gives on its head alone, before the body is
+// read (ServerOptions::on_expect_continue).
+struct EarlyAnswer {
+  int status = 0;
+  std::string content_type;
+  std::string body;
+  std::vector<Header> headers;
 };
 
 struct ServerOptions {
@@ -60,6 +71,14 @@ struct ServerOptions {
   // (400, 413, 431): the place to record such requests. What it returns is added to the answer's
   // headers (kvgate's x-request-id).
   std::function<std::vector<Header>(const Rejection&)> on_rejected;
+  // Optional. Called on the loop for an HTTP/1.1 request that says `Expect: 100-continue`, once
+  // its head is read and before any of its body is: the request as the handler would see it, less
+  // the body. nullopt lets the server send `100 Continue` and read the body as usual; an
+  // EarlyAnswer is sent instead (RFC 9110 10.1.1), the body is never read, the handler does not
+  // run, on_rejected does not hear of it, and the connection closes. The place to refuse a
+  // request without a valid key before its client uploads the body. Without it, every such
+  // request gets its 100 Continue. Not called for a request whose body arrived with its head.
+  std::function<std::optional<EarlyAnswer>(const Request&)> on_expect_continue;
   // Optional. Called on Stop()'s thread when drain_timeout passed with requests still in flight,
   // just before the server closes their connections: what ends after it was cut by the server,
   // not by its clients.
@@ -145,6 +164,11 @@ using Handler = std::function<boost::asio::awaitable<void>(Request&, ResponseWri
 // "invalid_request_error"; ServerOptions::on_rejected hears of the first three); 500 handler
 // failure (type "server_error"). A deadline passing while reading a request closes the connection
 // without an answer.
+//
+// Framing is strict (RFC 9112), each of these a 400: a header line that starts with whitespace
+// (obs-fold), a line of the head or of a chunked body's framing (chunk-size line, the end of a
+// chunk's data, trailers) ended by a bare LF instead of CRLF (answered at once, without waiting
+// for more bytes), an HTTP/1.1 request without a Host header, any request with two.
 //
 // Thread safety: all methods may be called from any thread. Stop() may be called from a handler
 // (it then returns at once and shuts down on a helper thread); Wait() and the destructor must not

@@ -25,7 +25,6 @@
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/parser.hpp>
-#include <boost/beast/http/read.hpp>
 #include <boost/beast/http/status.hpp>
 #include <boost/beast/http/string_body.hpp>
 
@@ -398,9 +397,73 @@ const Request& RejectedHead(const bhttp::request_parser<bhttp::string_body>& par
   return req;
 }
 
+// RFC 9110 10.1.1: an HTTP/1.0 client's 100-continue is ignored.
 bool WantsContinue(const bhttp::request<bhttp::string_body>& msg) {
   const auto it = msg.find(bhttp::field::expect);
-  return it != msg.end() && beast::iequals(it->value(), "100-continue");
+  return msg.version() >= 11 && it != msg.end() && beast::iequals(it->value(), "100-continue");
+}
+
+// What RFC 9112 forbids in a request head and Beast's parser accepts: obs-fold (a line that
+// starts with SP or HTAB continues the previous field: 5.2, the smuggling vector of parsers that
+// disagree on it) and a line ended by a bare LF (2.2). Scans the bytes before the parser sees
+// them, each byte once, and stops at the empty line that ends the head.
+class HeadFraming {
+ public:
+  // `buffered`: the connection's unparsed bytes, of which the first scanned_ were checked already.
+  // "" while the head is acceptable so far.
+  std::string_view Check(std::string_view buffered) {
+    for (size_t i = scanned_; i < buffered.size() && !ended_; ++i) {
+      const char c = buffered[i];
+      if (c == '\n') {
+        if (!prev_cr_) return "a line of the request head ends with a bare LF, not CRLF";
+        ended_ = line_len_ == 1 && !first_line_;  // just "\r": the empty line
+        first_line_ = false;
+        line_len_ = 0;
+        prev_cr_ = false;
+        continue;
+      }
+      if (line_len_ == 0 && !first_line_ && (c == ' ' || c == '\t')) {
+        return "obsolete line folding (a header line that starts with whitespace)";
+      }
+      prev_cr_ = c == '\r';
+      ++line_len_;
+    }
+    scanned_ = buffered.size();
+    return {};
+  }
+  // The parser took `n` bytes off the front of the buffer.
+  void Consumed(size_t n) { scanned_ -= std::min(n, scanned_); }
+
+ private:
+  size_t scanned_ = 0;
+  size_t line_len_ = 0;
+  bool first_line_ = true;
+  bool prev_cr_ = false;
+  bool ended_ = false;
+};
+
+// RFC 9112 7.1: chunk-size lines, the line after each chunk's data and trailer lines end with
+// CRLF. Beast rejects a wrong ending only once a CRLF turns up later, and waits for one until the
+// body deadline otherwise. `rest` is what it left unparsed in a chunked body: at most the end of
+// a chunk's data line and the next size line (or the trailer section), never chunk data, so any
+// LF in it must follow a CR. Scans from `from` (what an earlier call saw of the same bytes).
+bool HasBareLf(std::string_view rest, size_t from) {
+  for (size_t i = from; i < rest.size(); ++i) {
+    if (rest[i] == '\n' && (i == 0 || rest[i - 1] != '\r')) return true;
+  }
+  return false;
+}
+
+// RFC 9112 3.2: an HTTP/1.1 request carries exactly one Host header; none carries two.
+std::string_view HostError(const bhttp::request<bhttp::string_body>& msg) {
+  const size_t hosts = msg.count(bhttp::field::host);
+  if (hosts > 1) return "more than one Host header";
+  if (hosts == 0 && msg.version() >= 11) return "an HTTP/1.1 request must carry a Host header";
+  return {};
+}
+
+std::string_view BufferedView(const beast::flat_buffer& buffer) {
+  return {static_cast<const char*>(buffer.data().data()), buffer.size()};
 }
 
 // What to answer when reading a request failed; nullopt means just close (timeout, EOF, reset).
@@ -428,11 +491,16 @@ std::optional<ReadFailure> ClassifyReadError(const boost::system::error_code& ec
   return std::nullopt;
 }
 
-// Feeds buffered bytes to the parser. need_more is not an error here: the caller reads on.
+ReadFailure Malformed(std::string_view why) {
+  return ReadFailure{400, "invalid_request", "Malformed HTTP request: " + std::string(why)};
+}
+
+// Feeds buffered bytes to the parser, up to the end of the head only when `head_only`. need_more
+// is not an error here: the caller reads on.
 boost::system::error_code ParseBuffered(bhttp::request_parser<bhttp::string_body>& parser,
-                                        beast::flat_buffer& buffer) {
+                                        beast::flat_buffer& buffer, bool head_only) {
   boost::system::error_code ec;
-  while (buffer.size() > 0 && !parser.is_done()) {
+  while (buffer.size() > 0 && !parser.is_done() && !(head_only && parser.is_header_done())) {
     const size_t used = parser.put(buffer.data(), ec);
     buffer.consume(used);
     if (ec == bhttp::error::need_more) return {};
@@ -481,51 +549,111 @@ asio::awaitable<void> Serve(asio::ip::tcp::socket socket, WorkerState& worker) {
     parser->get().body().swap(req.body);
     parser->header_limit(header_limit);
     parser->body_limit(options.body_limit);
-    parser->eager(true);
-    // Fast path: a request that arrived whole is parsed right here, without another pass
-    // through the event loop; only a partial one goes on to the asynchronous reads.
-    boost::system::error_code read_ec = ParseBuffered(*parser, buffer);
-    if (!read_ec && !parser->is_header_done()) {
-      stream.expires_after(options.header_timeout);
-      auto [hec, hn] = co_await bhttp::async_read_header(stream, buffer, *parser,
-                                                         as_tuple(use_awaitable));
-      read_ec = hec;
-    }
-    if (!read_ec && !parser->is_done()) {
-      if (WantsContinue(parser->get())) {
-        writer.Reset(11, true, false);
-        stream.expires_after(options.write_timeout);
-        auto [wec, wn] = co_await asio::async_write(
-            stream, asio::buffer("HTTP/1.1 100 Continue\r\n\r\n", 25), as_tuple(use_awaitable));
-        if (wec) break;
+    // The head first, alone (eager off): its framing is checked before the parser sees its bytes,
+    // and the application may answer an `Expect: 100-continue` request before any of the body is
+    // read. A request that arrived whole is parsed right here, without a pass through the loop.
+    parser->eager(false);
+    HeadFraming head_framing;
+    std::optional<ReadFailure> failure;
+    boost::system::error_code read_ec;
+    bool deadline_set = false;
+    for (;;) {
+      if (std::string_view why = head_framing.Check(BufferedView(buffer)); !why.empty()) {
+        failure = Malformed(why);
+        break;
       }
+      const size_t before = buffer.size();
+      read_ec = ParseBuffered(*parser, buffer, /*head_only=*/true);
+      head_framing.Consumed(before - buffer.size());
+      if (read_ec || parser->is_header_done()) break;
+      if (!deadline_set) stream.expires_after(options.header_timeout);
+      deadline_set = true;
+      auto [hec, hn] =
+          co_await stream.async_read_some(buffer.prepare(kReadSize), as_tuple(use_awaitable));
+      if (hec) {
+        read_ec = hec;
+        break;
+      }
+      buffer.commit(hn);
+    }
+    if (!failure && !read_ec) {
+      if (std::string_view why = HostError(parser->get()); !why.empty()) failure = Malformed(why);
+    }
+    bool close = false;  // without an answer (the 100 could not be written) or after an early one
+    if (!failure && !read_ec && !parser->is_done()) {
+      parser->eager(true);
       stream.expires_after(options.body_timeout);
-      auto [bec, bn] = co_await bhttp::async_read(stream, buffer, *parser, as_tuple(use_awaitable));
-      read_ec = bec;
-    }
-    if (read_ec) {
-      std::optional<ReadFailure> failure = ClassifyReadError(read_ec, options);
-      if (failure) {
-        std::vector<Header> headers;
-        if (options.on_rejected) {
-          // A Content-Length over the limit fails as the head completes: the head is whole.
-          const bool head_read =
-              parser->is_header_done() || read_ec == bhttp::error::body_limit;
-          const Request& head = RejectedHead(*parser, head_read, arrival, req);
-          headers = options.on_rejected(Rejection{.status = failure->status,
-                                                  .message = failure->message,
-                                                  .request = head,
-                                                  .head_read = head_read});
+      bool continue_decided = false;
+      size_t rest_checked = 0;  // of the bytes the parser left, those HasBareLf saw
+      for (;;) {
+        const size_t before = buffer.size();
+        read_ec = ParseBuffered(*parser, buffer, /*head_only=*/false);
+        if (read_ec || parser->is_done()) break;
+        if (buffer.size() != before) rest_checked = 0;
+        if (parser->chunked() && HasBareLf(BufferedView(buffer), rest_checked)) {
+          failure = Malformed("a chunk line ends with a bare LF, not CRLF");
+          break;
         }
-        writer.Reset(11, false, false);
-        (void)co_await writer.Send(failure->status, "application/json",
-                                   OpenAiError(failure->message, "invalid_request_error",
-                                               failure->code),
-                                   std::move(headers));
-        linger = true;
+        rest_checked = buffer.size();
+        // RFC 9110 10.1.1: a client that asked waits for a go-ahead before sending the rest of
+        // its body (none is needed once the body came whole with the head); a request the
+        // application refuses on its head alone (no valid key) gets its final answer instead,
+        // and the body is never read.
+        if (!continue_decided && WantsContinue(parser->get())) {
+          std::optional<EarlyAnswer> early;
+          if (options.on_expect_continue) {
+            FillHead(parser->get(), arrival, req);
+            early = options.on_expect_continue(req);
+          }
+          if (early) {
+            writer.Reset(11, false, false);
+            (void)co_await writer.Send(early->status, early->content_type, std::move(early->body),
+                                       std::move(early->headers));
+            linger = close = true;
+            break;
+          }
+          writer.Reset(11, true, false);
+          stream.expires_after(options.write_timeout);
+          auto [wec, wn] = co_await asio::async_write(
+              stream, asio::buffer("HTTP/1.1 100 Continue\r\n\r\n", 25), as_tuple(use_awaitable));
+          if (wec) {
+            close = true;
+            break;
+          }
+          stream.expires_after(options.body_timeout);
+        }
+        continue_decided = true;
+        auto [bec, bn] =
+            co_await stream.async_read_some(buffer.prepare(kReadSize), as_tuple(use_awaitable));
+        if (bec) {
+          read_ec = bec;
+          break;
+        }
+        buffer.commit(bn);
       }
+    }
+    if (close) break;
+    if (read_ec && !failure) failure = ClassifyReadError(read_ec, options);
+    if (failure) {
+      std::vector<Header> headers;
+      if (options.on_rejected) {
+        // A Content-Length over the limit fails as the head completes: the head is whole.
+        const bool head_read = parser->is_header_done() || read_ec == bhttp::error::body_limit;
+        const Request& head = RejectedHead(*parser, head_read, arrival, req);
+        headers = options.on_rejected(Rejection{.status = failure->status,
+                                                .message = failure->message,
+                                                .request = head,
+                                                .head_read = head_read});
+      }
+      writer.Reset(11, false, false);
+      (void)co_await writer.Send(
+          failure->status, "application/json",
+          OpenAiError(failure->message, "invalid_request_error", failure->code),
+          std::move(headers));
+      linger = true;
       break;
     }
+    if (read_ec) break;
 
     auto& msg = parser->get();
     FillRequest(msg, arrival, req);

@@ -193,9 +193,27 @@ struct Handling {
 
 struct Attempt {
   Result<Response> result;
-  bool retryable = false;  // failed before any response byte arrived
-  bool reusable = false;   // response complete and keep-alive: the connection may be pooled
+  bool unanswered = false;  // failed (not by a deadline) before any response byte arrived
+  bool unsent = false;      // ... and before any byte of the request was written
+  bool reusable = false;    // response complete and keep-alive: the connection may be pooled
 };
+
+// RFC 9110 9.2.2: methods whose repetition has the effect of one request.
+bool Idempotent(std::string_view method) {
+  for (std::string_view m : {"GET", "HEAD", "PUT", "DELETE", "OPTIONS", "TRACE"}) {
+    if (method == m) return true;
+  }
+  return false;
+}
+
+// Whether a request that failed on a reused keep-alive connection may go out again on a fresh one
+// (the server closed the idle connection as we wrote: a race that the peek before reuse narrows
+// but cannot close). A request none of which was written was never seen; an idempotent one may be
+// repeated. A POST that was written may have been processed (and billed) even though no answer
+// came: sending it again could run it twice, so its failure is the caller's to handle.
+bool MayResend(const Attempt& a, std::string_view method) {
+  return a.unsent || (a.unanswered && Idempotent(method));
+}
 
 template <class Stream>
 asio::awaitable<Attempt> Exchange(Stream& stream, Conn& conn, const std::string& origin,
@@ -209,19 +227,20 @@ asio::awaitable<Attempt> Exchange(Stream& stream, Conn& conn, const std::string&
   const std::array<asio::const_buffer, 2> request{asio::buffer(head), asio::buffer(body)};
   auto [wec, wn] = co_await asio::async_write(stream, request, as_tuple(use_awaitable));
   if (wec) {
-    out.retryable = wec != beast::error::timeout;
+    out.unanswered = wec != beast::error::timeout;
+    out.unsent = out.unanswered && wn == 0;
     out.result = std::unexpected(PhaseError(wec, origin, "writing the request", options.write_timeout));
     co_return out;
   }
 
   // The first response byte is read on its own so that "nothing came back" is known exactly:
-  // only then may a pooled connection be retried.
+  // only then may a request on a pooled connection be resent (MayResend).
   tcp.expires_after(options.header_timeout);
   if (conn.buffer.size() == 0) {
     auto [rec, n] = co_await stream.async_read_some(conn.buffer.prepare(kScratchSize),
                                                     as_tuple(use_awaitable));
     if (rec) {
-      out.retryable = rec != beast::error::timeout;
+      out.unanswered = rec != beast::error::timeout;
       const bool closed = rec == asio::error::eof || rec == asio::error::connection_reset ||
                           rec == ssl::error::stream_truncated;
       out.result = std::unexpected(
@@ -418,10 +437,11 @@ class ClientImpl final : public Client {
           co_return std::move(a.result);  // it had all arrived: the caller may still use it
         }
       }
-      if (!a.result && a.retryable && reused && attempt == 0) {
-        // The pooled connection had gone stale (the server closed it as we sent): nothing of
-        // this request was answered, so it is sent once more on a new connection.
+      if (!a.result && reused && attempt == 0 && MayResend(a, request.method)) {
+        // The pooled connection had gone stale (the server closed it as we sent): the request is
+        // sent once more on a new connection, and the caller hears of the first try.
         retried_.fetch_add(1, std::memory_order_relaxed);
+        if (request.on_resend) request.on_resend(a.result.error());
         continue;
       }
       if (a.reusable) PutIdle(origin, std::move(conn));

@@ -72,6 +72,10 @@ struct OutgoingRequest {
   std::vector<http::Header> headers;
   std::string body;
   Abandon* abandon = nullptr;  // optional
+  // Optional. Called when the request is about to go out a second time, on a fresh connection,
+  // with why the first try on a reused keep-alive connection failed (see Client::Send): an
+  // upstream request the caller may want to record as an attempt of its own.
+  std::function<void(const Error& first_try)> on_resend;
 };
 
 struct Response {
@@ -108,8 +112,12 @@ class Client {
   virtual ~Client() = default;
 
   // Sends a request and buffers the whole response (up to max_response_body).
-  // A pooled connection that fails before any response byte is retried once on a fresh one
-  // (never a fresh connection, never after a deadline).
+  // A request that fails on a reused pooled connection before any response byte (not by a
+  // deadline) is sent once more on a fresh connection only when none of it had been written, or
+  // when its method is idempotent (GET, HEAD, PUT, DELETE, OPTIONS, TRACE): a POST the upstream
+  // received and closed on without answering is not resent (it may have been processed), it
+  // fails with kUnavailable. A failure on a fresh connection is never retried. A resend is
+  // counted (Stats::retried) and told to the caller (OutgoingRequest::on_resend).
   // The client sets Host (unless given), Content-Length (when there is a body, or for
   // POST/PUT/PATCH) and drops the caller's Content-Length/Transfer-Encoding/Connection.
   // Errors (messages name the origin and the phase):
@@ -141,7 +149,7 @@ class Client {
     uint64_t connections_opened = 0;  // TCP (+TLS) connections established
     uint64_t requests_sent = 0;       // requests written to a connection (a retry counts again)
     uint64_t reused = 0;              // requests that went out on a pooled connection
-    uint64_t retried = 0;             // pooled connections that failed before any response byte
+    uint64_t retried = 0;             // requests resent after a pooled connection failed
   };
   // Safe to call from any thread (relaxed counters).
   virtual Stats stats() const = 0;

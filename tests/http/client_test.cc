@@ -322,25 +322,33 @@ TEST(ClientTest, AnExchangeAbandonedBeforeItStartsOpensNoConnection) {
   EXPECT_EQ(client->stats().requests_sent, 0u);
 }
 
+// Connection 0 answers once with keep-alive, then reads the next request and closes without
+// answering, as a server closing an idle connection at the wrong moment does (or one that
+// crashed on the request). Connection 1 answers.
+void AnswerOnceThenDropTheNext(int fd, int index, const std::atomic<bool>&) {
+  std::string carry;
+  std::string req = ReadHttpRequest(fd, carry);
+  if (req.empty()) return;
+  const std::string body = "answer from connection " + std::to_string(index);
+  SendAll(fd,
+          "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
+  if (index == 0) ReadHttpRequest(fd, carry);  // then close without answering
+}
+
 TEST(ClientTest, StalePooledConnectionIsRetriedOnceOnAFreshOne) {
-  // Connection 0 answers once with keep-alive, then drops the next request unanswered, as a
-  // server closing an idle connection at the wrong moment does. Connection 1 answers.
-  ScriptedServer upstream([](int fd, int index, const std::atomic<bool>&) {
-    std::string carry;
-    std::string req = ReadHttpRequest(fd, carry);
-    if (req.empty()) return;
-    const std::string body = "answer from connection " + std::to_string(index);
-    SendAll(fd, "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" +
-                    body);
-    if (index == 0) ReadHttpRequest(fd, carry);  // then close without answering
-  });
+  ScriptedServer upstream(AnswerOnceThenDropTheNext);
   asio::io_context ioc;
   auto client = Client::Create(ioc.get_executor(), {});
   const Url url = MustParse("http://127.0.0.1:" + std::to_string(upstream.port()));
-  auto first = Await(ioc, client->Send(url, Post("/a", "1")));
+  OutgoingRequest get;
+  get.method = "GET";  // idempotent: sending it twice is sending it once
+  get.path = "/a";
+  auto first = Await(ioc, client->Send(url, get));
   ASSERT_TRUE(first) << first.error().ToString();
   EXPECT_EQ(first->body, "answer from connection 0");
-  auto second = Await(ioc, client->Send(url, Post("/a", "2")));
+  std::vector<std::string> resent;
+  get.on_resend = [&resent](const Error& e) { resent.push_back(e.message); };
+  auto second = Await(ioc, client->Send(url, get));
   ASSERT_TRUE(second) << second.error().ToString();
   EXPECT_EQ(second->body, "answer from connection 1");
   const auto s = client->stats();
@@ -348,6 +356,34 @@ TEST(ClientTest, StalePooledConnectionIsRetriedOnceOnAFreshOne) {
   EXPECT_EQ(s.reused, 1u);
   EXPECT_EQ(s.retried, 1u);
   EXPECT_EQ(s.requests_sent, 3u);
+  ASSERT_EQ(resent.size(), 1u);  // the caller hears of the first try, to record it
+  EXPECT_NE(resent[0].find("closed the connection before responding"), std::string::npos)
+      << resent[0];
+}
+
+// The same upstream, but a POST: the upstream read it before closing, so it may have processed
+// it (and billed it). Sending it again could run it twice: the failure is the caller's.
+TEST(ClientTest, PostTheUpstreamReadIsNotResentAfterItClosesWithoutAnswering) {
+  ScriptedServer upstream(AnswerOnceThenDropTheNext);
+  asio::io_context ioc;
+  auto client = Client::Create(ioc.get_executor(), {});
+  const Url url = MustParse("http://127.0.0.1:" + std::to_string(upstream.port()));
+  auto first = Await(ioc, client->Send(url, Post("/a", "1")));
+  ASSERT_TRUE(first) << first.error().ToString();
+  OutgoingRequest post = Post("/a", "2");
+  int resends = 0;
+  post.on_resend = [&resends](const Error&) { ++resends; };
+  auto second = Await(ioc, client->Send(url, std::move(post)));
+  ASSERT_FALSE(second);
+  EXPECT_EQ(second.error().code, ErrorCode::kUnavailable);
+  EXPECT_NE(second.error().message.find("before responding"), std::string::npos)
+      << second.error().message;
+  EXPECT_EQ(resends, 0);
+  EXPECT_EQ(upstream.connections(), 1);  // no second connection, no second copy of the POST
+  const auto s = client->stats();
+  EXPECT_EQ(s.reused, 1u);
+  EXPECT_EQ(s.retried, 0u);
+  EXPECT_EQ(s.requests_sent, 2u);
 }
 
 TEST(ClientTest, FreshConnectionFailureIsNotRetried) {

@@ -147,7 +147,8 @@ TEST(LocalToolsTest, HistoryIsRenderedAsTheModelWroteIt) {
 
 // Applies chat-chunk deltas the way the OpenAI SDK's stream helpers do.
 json Accumulate(const std::vector<json>& deltas) {
-  json message = {{"role", "assistant"}, {"content", nullptr}};
+  // refusal: a key every OpenAI message has (null here: no delta carries one).
+  json message = {{"role", "assistant"}, {"content", nullptr}, {"refusal", nullptr}};
   std::string content;
   json calls = json::array();
   for (const json& d : deltas) {

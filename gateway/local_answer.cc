@@ -95,9 +95,10 @@ std::string EngineAnswer::Whole() {
   for (size_t i = 0; i < choices_.size(); ++i) {
     Choice& c = choices_[i];
     const auto index = static_cast<int32_t>(i);
-    json message = c.tool_out        ? c.tool_out->Message()
-                   : head_.chat()    ? json{{"role", "assistant"}, {"content", c.text}}
-                                     : json(c.text);
+    json message = c.tool_out ? c.tool_out->Message()
+                   : head_.chat()
+                       ? json{{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}}
+                       : json(c.text);
     json choice = {{"index", index}, {"logprobs", c.TakeLogprobs()},
                    {"finish_reason", FinishReason(index)}, {"stop_reason", StopReason(index)}};
     choice[head_.chat() ? "message" : "text"] = std::move(message);

@@ -263,7 +263,8 @@ std::vector<json> ToolCallAssembler::Push(std::string_view text) {
 }
 
 json ToolCallAssembler::Message() const {
-  json m = {{"role", "assistant"}, {"content", nullptr}};
+  // refusal: OpenAI's schema requires the key (null: the engine never refuses).
+  json m = {{"role", "assistant"}, {"content", nullptr}, {"refusal", nullptr}};
   if (!content_.empty() || calls_.empty()) m["content"] = content_;
   if (!calls_.empty()) {
     json calls = json::array();

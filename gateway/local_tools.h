@@ -68,7 +68,8 @@ class ToolCallAssembler {
   // {"tool_calls": [...]} in OpenAI's chunk shape: a call's first delta carries index, id, type,
   // function.name and arguments "", later ones arguments fragments).
   std::vector<nlohmann::json> Push(std::string_view text);
-  // The whole message: {"role": "assistant", "content": text or null, "tool_calls": [...]}.
+  // The whole message: {"role": "assistant", "content": text or null, "refusal": null,
+  // "tool_calls": [...]}.
   nlohmann::json Message() const;
   bool has_calls() const { return !calls_.empty(); }
 

@@ -293,8 +293,9 @@ CacheStats Engine::cache_stats() const {
 void Engine::ConstrainLogits(Sequence& s, std::span<float> logits) {
   trie_->AllowedTokens(*s.matcher, s.allowed);
   // End of generation only where the value may end (a complete object; a top-level number that
-  // could still grow), and then always; with nothing else allowed (a value nested deeper than
-  // the automaton's bound) too, rather than sampling from no token at all.
+  // could still grow), and then always; with nothing else allowed too, rather than sampling from
+  // no token at all (not expected: the automaton begins no value it cannot finish under its depth
+  // bound; OnSampled reports such an end as "length").
   if (s.matcher->IsComplete() || s.allowed.Count() == 0) {
     for (int32_t t : eog_tokens_) {
       if (t >= 0 && static_cast<size_t>(t) < s.allowed.size()) s.allowed.Set(static_cast<size_t>(t));
@@ -311,16 +312,22 @@ void Engine::OnSampled(Sequence& s, int32_t token) {
   // The automaton takes the token's bytes (control tokens render as nothing). Once the value is
   // complete and nothing may follow, the output ends here: that is the end-of-generation token
   // constrained decoding would force next, without a step to sample it.
-  bool json_done = false;
+  bool json_done = false, json_cut = false;
   if (s.matcher && !is_eog && tokenizer_->GetTokenType(token) != TokenType::kControl) {
     if (!s.matcher->AdvanceBytes(tokenizer_->TokenBytes(token))) {
-      json_done = true;  // not reached: the mask allowed only tokens the automaton accepts
+      json_cut = true;  // not reached: the mask allowed only tokens the automaton accepts
     }
     s.matcher->Commit();
-    json_done = json_done || (s.matcher->IsComplete() && !s.matcher->CanContinue());
+    json_done = s.matcher->IsComplete() && !s.matcher->CanContinue();
   }
+  // An end of generation before the value is complete (the mask allows one only when nothing
+  // else is left) is a value cut short, as by max_tokens: "length", never "stop" with text that
+  // does not parse.
+  if (s.matcher && eog && !s.matcher->IsComplete()) json_cut = true;
   std::string text;
-  FinishReason reason = eog || json_done ? FinishReason::kStop : FinishReason::kNone;
+  FinishReason reason = json_cut           ? FinishReason::kLength
+                        : eog || json_done ? FinishReason::kStop
+                                           : FinishReason::kNone;
   bool stop_string = false;
   if (!eog) {
     auto out = s.stop.Push(s.decoder->Push(token));

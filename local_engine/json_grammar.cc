@@ -45,6 +45,8 @@ class Compiler {
     if (!root) return Unexpected(root.error());
     g_->root = *root;
     if (auto s = Finalize(); !s) return Unexpected(s.error());
+    if (auto s = CheckDepth(*root, std::string(path), kMaxJsonDepth); !s)
+      return Unexpected(s.error());
     return std::shared_ptr<const JsonGrammar>(std::move(g_));
   }
 
@@ -87,7 +89,15 @@ class Compiler {
     return static_cast<uint32_t>(g_->nodes.size() - 1);
   }
 
+  // Compiles `s`; the node remembers the first path it was compiled at (for depth errors).
   std::expected<uint32_t, SchemaError> Compile(const json& s, const std::string& path, int depth) {
+    auto node = CompileNode(s, path, depth);
+    if (node) paths_.try_emplace(*node, path);
+    return node;
+  }
+
+  std::expected<uint32_t, SchemaError> CompileNode(const json& s, const std::string& path,
+                                                   int depth) {
     if (depth > kMaxSchemaDepth) return Fail(path, "schema nested too deeply");
     if (g_->nodes.size() > kMaxNodes) return Fail(path, "schema too large");
     if (s.is_boolean()) {
@@ -301,7 +311,11 @@ class Compiler {
       additional = &*it;
     }
     if (props == nullptr || props->empty()) {
-      if (additional != nullptr && additional->is_boolean() && !additional->get<bool>()) {
+      // `properties: {}` declares that there are no keys (a tool without arguments), unless
+      // additionalProperties asks for some; without `properties`, any keys.
+      const bool none_declared = props != nullptr && additional == nullptr;
+      if (none_declared ||
+          (additional != nullptr && additional->is_boolean() && !additional->get<bool>())) {
         const uint32_t n = NewNode(Kind::kObject);  // only {}
         g_->nodes[n].next_required = {0};
         return n;
@@ -351,11 +365,13 @@ class Compiler {
       const std::vector<ToolFunctionSchema>& functions, ToolCallGrammarOptions opt) {
     if (functions.empty() || opt.max_calls == 0) return Fail("tools", "no function to call");
     std::vector<std::pair<std::string, uint32_t>> calls;  // (name as JSON text, call object)
+    std::vector<std::pair<uint32_t, std::string>> arguments;  // (node, path) per function
     for (const ToolFunctionSchema& f : functions) {
       root_ = f.parameters;
       refs_.clear();
       auto args = Compile(*f.parameters, f.path, 0);
       if (!args) return Unexpected(args.error());
+      arguments.emplace_back(*args, f.path);
       const std::string literal = json(f.name).dump(-1, ' ', false, json::error_handler_t::replace);
       const uint32_t tag = NewNode(Kind::kLiterals);
       g_->nodes[tag].literals = {literal};
@@ -398,6 +414,11 @@ class Compiler {
     g_->root = root;
     g_->compact_root = true;
     if (auto s = Finalize(); !s) return Unexpected(s.error());
+    // Every function must be callable, not only the envelope finishable (a "response" is): the
+    // arguments sit inside the envelope object, its tool_calls array and the call object.
+    for (const auto& [node, path] : arguments) {
+      if (auto s = CheckDepth(node, path, kMaxJsonDepth - 3); !s) return Unexpected(s.error());
+    }
     return std::shared_ptr<const JsonGrammar>(std::move(g_));
   }
 
@@ -553,7 +574,165 @@ class Compiler {
       if (!r) return Unexpected(r.error());
       g_->nodes[p] = g_->nodes[*r];
     }
+    ComputeMinDepths();
     return {};
+  }
+
+  // The nodes whose min_depth node n's depends on.
+  std::vector<uint32_t> Children(uint32_t n) const {
+    const JsonGrammar::Node& node = g_->nodes[n];
+    std::vector<uint32_t> out;
+    switch (node.kind) {
+      case Kind::kObject:
+        for (const auto& p : node.props) out.push_back(p.node);
+        break;
+      case Kind::kArray:
+        out.push_back(node.value_node);
+        break;
+      case Kind::kUnion:
+        for (uint32_t c : g_->dispatch_tables[node.dispatch]) {
+          if (c != JsonGrammar::kNoNode) out.push_back(c);
+        }
+        break;
+      case Kind::kTagged:
+        out = node.tag_alts;
+        break;
+      default:
+        break;  // a map may be empty; scalars have no children
+    }
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    return out;
+  }
+
+  // Node n's min_depth from its children's current ones. Depths past the bound are all alike
+  // (kMaxJsonDepth + 1), which keeps the iteration short.
+  uint32_t EvalMinDepth(uint32_t n) const {
+    constexpr uint32_t kNone = JsonGrammar::kNoFiniteValue;
+    constexpr uint32_t kTooDeep = kMaxJsonDepth + 1;
+    auto md = [&](uint32_t c) { return g_->nodes[c].min_depth; };
+    auto container = [&](uint32_t inner) {
+      return inner == kNone ? kNone : std::min(inner + 1, kTooDeep);
+    };
+    const JsonGrammar::Node& node = g_->nodes[n];
+    switch (node.kind) {
+      case Kind::kMap:
+        return 1;
+      case Kind::kArray:
+        return container(node.min_items == 0 ? 0 : md(node.value_node));
+      case Kind::kObject: {
+        uint32_t need = 0, required = 0, optional = kNone;
+        for (const auto& p : node.props) {
+          if (p.required) {
+            need = std::max(need, md(p.node));
+            ++required;
+          } else {
+            optional = std::min(optional, md(p.node));
+          }
+        }
+        // min_props (the tool-call envelope's one key) above the required ones: one optional
+        // key more at least.
+        if (node.min_props > required) need = std::max(need, optional);
+        return container(need);
+      }
+      case Kind::kUnion:
+      case Kind::kTagged: {
+        uint32_t least = kNone;
+        for (uint32_t c : Children(n)) least = std::min(least, md(c));
+        return least;
+      }
+      default:
+        return 0;  // scalars and literals open no container
+    }
+  }
+
+  // min_depth of every node: iterated from "no finite value" down to the least values that the
+  // rules of EvalMinDepth allow (a recursion that must go on forever stays kNoFiniteValue).
+  void ComputeMinDepths() {
+    const size_t count = g_->nodes.size();
+    std::vector<std::vector<uint32_t>> users(count);
+    std::vector<uint32_t> work;
+    for (uint32_t n = 0; n < count; ++n) {
+      for (uint32_t c : Children(n)) users[c].push_back(n);
+      const Kind k = g_->nodes[n].kind;
+      const bool scalar = k != Kind::kObject && k != Kind::kMap && k != Kind::kArray &&
+                          k != Kind::kUnion && k != Kind::kTagged;
+      g_->nodes[n].min_depth = scalar ? 0 : JsonGrammar::kNoFiniteValue;
+      work.push_back(n);
+    }
+    // Each node's value only goes down, and only through kMaxJsonDepth + 2 values.
+    while (!work.empty()) {
+      const uint32_t n = work.back();
+      work.pop_back();
+      const uint32_t v = EvalMinDepth(n);
+      if (v >= g_->nodes[n].min_depth) continue;
+      g_->nodes[n].min_depth = v;
+      work.insert(work.end(), users[n].begin(), users[n].end());
+    }
+  }
+
+  // An error when node n's shallowest value needs more than `room` containers, naming where: the
+  // container that goes past the bound, or the property (item) that starts a recursion that never
+  // ends. Follows, from n, the child that sets each node's min_depth.
+  std::expected<void, SchemaError> CheckDepth(uint32_t n, const std::string& path, int room) const {
+    if (g_->nodes[n].min_depth <= static_cast<uint32_t>(room)) return {};
+    const bool endless = g_->nodes[n].min_depth == JsonGrammar::kNoFiniteValue;
+    std::map<uint32_t, std::string> seen;  // node -> the path it was first reached at
+    std::string at = path;
+    for (int open = 0;;) {
+      if (auto it = seen.find(n); it != seen.end()) {
+        return Fail(it->second,
+                    "no finite value matches: the value here must contain "
+                    "another of its own kind (through required properties or "
+                    "minItems), so every value would be infinitely deep");
+      }
+      seen.emplace(n, at);
+      const JsonGrammar::Node& node = g_->nodes[n];
+      const bool container =
+          node.kind == Kind::kObject || node.kind == Kind::kMap || node.kind == Kind::kArray;
+      if (container && ++open > room && !endless) {
+        return Fail(at, "the shallowest value this schema accepts nests more than " +
+                            std::to_string(room) +
+                            " objects and arrays here (the built-in "
+                            "engine writes at most " +
+                            std::to_string(kMaxJsonDepth) + " levels)");
+      }
+      // The child with the deepest requirement (the one with the least for unions).
+      uint32_t next = JsonGrammar::kNoNode;
+      std::string next_at;
+      if (node.kind == Kind::kObject) {
+        for (const auto& p : node.props) {
+          if (!p.required) continue;
+          if (next == JsonGrammar::kNoNode ||
+              g_->nodes[p.node].min_depth > g_->nodes[next].min_depth) {
+            next = p.node;
+            next_at = at + ".properties." + p.key;
+          }
+        }
+        const bool any_required = next != JsonGrammar::kNoNode;
+        for (const auto& p : node.props) {  // min_props without required keys: the least optional
+          if (any_required || node.min_props == 0) break;
+          if (next == JsonGrammar::kNoNode ||
+              g_->nodes[p.node].min_depth < g_->nodes[next].min_depth) {
+            next = p.node;
+            next_at = at + ".properties." + p.key;
+          }
+        }
+      } else if (node.kind == Kind::kArray) {
+        next = node.value_node;
+        next_at = at + ".items";
+      } else if (node.kind == Kind::kUnion || node.kind == Kind::kTagged) {
+        for (uint32_t c : Children(n)) {
+          if (next == JsonGrammar::kNoNode || g_->nodes[c].min_depth < g_->nodes[next].min_depth)
+            next = c;
+        }
+        auto p = paths_.find(next);
+        next_at = p != paths_.end() ? p->second : at;
+      }
+      if (next == JsonGrammar::kNoNode) return Fail(at, "schema nested too deeply");  // not reached
+      n = next;
+      at = std::move(next_at);
+    }
   }
 
   const json* root_;  // what "#" refers to
@@ -563,6 +742,7 @@ class Compiler {
   std::map<std::string, uint32_t> refs_;
   std::map<uint32_t, uint32_t> alias_;  // placeholder -> compiled target
   std::vector<std::pair<uint32_t, std::string>> placeholders_;  // and the $ref's path
+  std::map<uint32_t, std::string> paths_;  // node -> the first path it was compiled at
 };
 
 }  // namespace

@@ -7,19 +7,21 @@
 //
 // Supported keywords: type (object, array, string, number, integer, boolean, null, or an array of
 // them), properties, required, additionalProperties (false, true or a schema), enum, const,
-// items, minItems, maxItems, minLength, maxLength (in code points), anyOf / oneOf, allOf with one member, $ref to "#", "#/$defs/NAME" or
-// "#/definitions/NAME" (recursion allowed), and the annotations title, description, default,
-// examples, $schema, $id, $comment, deprecated, readOnly, writeOnly (ignored). Anything else
-// (pattern, format, minimum, minLength, ...) is an error naming its path: the output could not be
-// guaranteed to match it.
+// items, minItems, maxItems, minLength, maxLength (in code points), anyOf / oneOf, allOf with one
+// member, $ref to "#", "#/$defs/NAME" or "#/definitions/NAME" (recursion allowed), and the
+// annotations title, description, default, examples, $schema, $id, $comment, deprecated,
+// readOnly, writeOnly (ignored). Anything else (pattern, format, minimum, minLength, ...) is an
+// error naming its path: the output could not be guaranteed to match it.
 //
 // The language the grammar generates is a subset of what the schema accepts, chosen so that every
 // output is valid JSON that matches the schema:
 //   - an object with `properties` has its keys in the schema's declared order (the order of the
-//     ordered_json the caller parsed; OpenAI's Structured Outputs writes them so), each at most once; a key not in
-//     `required` may be left out; no other keys (whatever additionalProperties says: leaving extra
-//     keys out is valid either way). An object without `properties` takes any keys, its values
-//     matching additionalProperties (any value when absent or true; only {} when false).
+//     ordered_json the caller parsed; OpenAI's Structured Outputs writes them so), each at most
+//     once; a key not in `required` may be left out; no other keys (whatever additionalProperties
+//     says: leaving extra keys out is valid either way). `properties: {}` therefore means only {},
+//     unless additionalProperties is true or a schema. An object without `properties` takes any
+//     keys, its values matching additionalProperties (any value when absent or true; only {} when
+//     false).
 //   - enum and const values are written compactly, as nlohmann::json::dump() writes them.
 //   - integers have at most 18 digits (they fit int64); numbers at most 18 integer and 18
 //     fraction digits and a 2-digit exponent.
@@ -28,7 +30,11 @@
 //   - whitespace: at most GrammarOptions::max_whitespace consecutive bytes (space, \n, \t, \r)
 //     where JSON allows whitespace, none after the top-level value, so a model cannot loop on
 //     whitespace forever.
-//   - nesting is at most kMaxJsonDepth containers deep.
+//   - nesting is at most kMaxJsonDepth containers deep. A schema whose shallowest value nests
+//     deeper (or that has no finite value at all: a required property that refers back to its
+//     own object) is an error, and the matcher never opens a value, key or item whose shallowest
+//     completion would not fit under the bound (Node::min_depth), so every output it starts can
+//     be finished.
 // anyOf alternatives (and the members of a type array) must be told apart by their first byte
 // (an object and a null, a string and a number); integer and number together become number. Two
 // alternatives that could start alike (two object schemas) are an error.
@@ -95,8 +101,13 @@ struct JsonGrammar {
     std::vector<uint32_t> tag_alts;
     // No whitespace between this container's own tokens (its values may have theirs).
     bool compact = false;
+    // Containers that the shallowest value of this node opens, itself included (0 for scalars
+    // and literals, whose frame is not a container); kNoFiniteValue when every value is
+    // infinitely deep.
+    uint32_t min_depth = 0;
   };
   static constexpr uint32_t kNoNode = UINT32_MAX;
+  static constexpr uint32_t kNoFiniteValue = UINT32_MAX;
 
   std::vector<Node> nodes;
   // Per union: the node each first byte starts (kNoNode: none).

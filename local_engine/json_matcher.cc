@@ -106,17 +106,29 @@ void JsonMatcher::ChildDone() {
   }
 }
 
+bool JsonMatcher::Fits(uint32_t node) const {
+  // The frames below the top are the root and open containers; min_depth counts this value's own.
+  const auto open = static_cast<uint32_t>(depth_ - 1);
+  return g_->nodes[node].min_depth <= static_cast<uint32_t>(kMaxJsonDepth) - open;
+}
+
+bool JsonMatcher::AnyKeyFits(const JsonGrammar::Node& n, uint32_t from) const {
+  const auto np = static_cast<uint32_t>(n.props.size());
+  for (uint32_t j = from; j < np && j <= n.next_required[from]; ++j) {
+    if (Fits(n.props[j].node)) return true;
+  }
+  return false;
+}
+
 bool JsonMatcher::StartValue(uint32_t node, uint8_t b) {
   while (g_->nodes[node].kind == Kind::kUnion) {
     node = g_->dispatch_tables[g_->nodes[node].dispatch][b];
     if (node == JsonGrammar::kNoNode) return false;
   }
-  const Kind k = g_->nodes[node].kind;
-  // A container leaves room above it for one scalar.
-  if ((k == Kind::kObject || k == Kind::kMap || k == Kind::kArray || k == Kind::kTagged) &&
-      depth_ >= kMaxFrames - 1) {
-    return false;
-  }
+  // Only a value that can be finished under the depth bound (a container leaves room above it
+  // for one scalar): an alternative, key or item that could not be is never begun, so the
+  // output can always be completed.
+  if (!Fits(node)) return false;
   Write(depth_ - 1).ws = 0;
   return Push(node);
 }
@@ -285,7 +297,7 @@ JsonMatcher::Fed JsonMatcher::FeedArray(const JsonGrammar::Node& n, uint8_t b) {
       return StartValue(n.value_node, b) ? Fed::kEndedBefore : Fed::kRejected;
     case kArrNext:
       if (Whitespace(b)) return Fed::kConsumed;
-      if (b == ',' && f.a < n.max_items) {
+      if (b == ',' && f.a < n.max_items && Fits(n.value_node)) {
         Frame& w = Write(depth_ - 1);
         w.phase = kArrItem;
         w.ws = 0;
@@ -320,7 +332,7 @@ JsonMatcher::Fed JsonMatcher::FeedObject(const JsonGrammar::Node& n, uint8_t b) 
       if (b == '}' && n.next_required[0] == np && n.min_props == 0) {
         return ChildDone(), Fed::kConsumed;
       }
-      if (b == '"' && np > 0 && n.max_props > 0) return begin_key();
+      if (b == '"' && np > 0 && n.max_props > 0 && AnyKeyFits(n, 0)) return begin_key();
       return Fed::kRejected;
     case kObjKeyChars: {
       // Candidates: the properties from the next index up to the first required one.
@@ -330,6 +342,7 @@ JsonMatcher::Fed JsonMatcher::FeedObject(const JsonGrammar::Node& n, uint8_t b) 
       for (uint32_t j = f.b; j <= last; ++j) {
         const std::string& key = n.props[j].key;
         if (key.size() < pos || key.compare(0, pos, prefix, 0, pos) != 0) continue;
+        if (!Fits(n.props[j].node)) continue;  // an optional key whose value would be too deep
         if (b == '"' && key.size() == pos) {
           Frame& w = Write(depth_ - 1);
           w.phase = kObjColon;
@@ -362,7 +375,8 @@ JsonMatcher::Fed JsonMatcher::FeedObject(const JsonGrammar::Node& n, uint8_t b) 
       return StartValue(n.props[f.b].node, b) ? Fed::kEndedBefore : Fed::kRejected;
     case kObjNext:
       if (Whitespace(b)) return Fed::kConsumed;
-      if (b == ',' && f.a < np && (n.max_props >= UINT8_MAX || f.x < n.max_props)) {
+      if (b == ',' && f.a < np && (n.max_props >= UINT8_MAX || f.x < n.max_props) &&
+          AnyKeyFits(n, f.a)) {
         Frame& w = Write(depth_ - 1);
         w.phase = kObjKey;
         w.ws = 0;
@@ -459,7 +473,7 @@ JsonMatcher::Fed JsonMatcher::FeedMap(const JsonGrammar::Node& n, uint8_t b) {
     case kObjKey:
       if (Whitespace(b)) return Fed::kConsumed;
       if (b == '}' && f.phase == kObjFirstKey) return ChildDone(), Fed::kConsumed;
-      if (b != '"') return Fed::kRejected;
+      if (b != '"' || !Fits(n.value_node)) return Fed::kRejected;
       Write(depth_ - 1).ws = 0;
       return Push(kKeyNode) ? Fed::kEndedBefore : Fed::kRejected;
     case kObjColon:
@@ -476,7 +490,7 @@ JsonMatcher::Fed JsonMatcher::FeedMap(const JsonGrammar::Node& n, uint8_t b) {
       return StartValue(n.value_node, b) ? Fed::kEndedBefore : Fed::kRejected;
     case kObjNext:
       if (Whitespace(b)) return Fed::kConsumed;
-      if (b == ',') {
+      if (b == ',' && Fits(n.value_node)) {
         Frame& w = Write(depth_ - 1);
         w.phase = kObjKey;
         w.ws = 0;

@@ -84,6 +84,11 @@ class JsonMatcher {
   Fed FeedMap(const JsonGrammar::Node& n, uint8_t b);
   Fed FeedTagged(const JsonGrammar::Node& n, uint8_t b);
   bool TopAccepting() const;  // the top frame may end here (number, literal prefix)
+  // A value of `node` started now, inside the open containers, can still be finished under
+  // kMaxJsonDepth (JsonGrammar::Node::min_depth).
+  bool Fits(uint32_t node) const;
+  // Some key of object n from property `from` on, up to the next required one, fits.
+  bool AnyKeyFits(const JsonGrammar::Node& n, uint32_t from) const;
 
   std::shared_ptr<const JsonGrammar> grammar_;  // constant after construction
   const JsonGrammar* g_;                         // grammar_.get()

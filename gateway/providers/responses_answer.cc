@@ -38,7 +38,11 @@ ojson UsageOf(const ojson& chat_usage) {
   const ojson details = chat_usage.is_object() ? chat_usage.value("prompt_tokens_details", ojson())
                                                : ojson();
   return {{"input_tokens", input},
-          {"input_tokens_details", {{"cached_tokens", Count(details, "cached_tokens")}}},
+          // Both keys: OpenAI's API document requires cache_write_tokens too (0 when the chat
+          // usage does not say).
+          {"input_tokens_details",
+           {{"cached_tokens", Count(details, "cached_tokens")},
+            {"cache_write_tokens", Count(details, "cache_write_tokens")}}},
           {"output_tokens", output},
           {"output_tokens_details", {{"reasoning_tokens", 0}}},
           {"total_tokens", input + output}};

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "local_engine/json_matcher.h"
+
 namespace kvgate::gateway {
 namespace {
 
@@ -37,6 +39,30 @@ TEST(LocalToolsTest, ParsesChoices) {
   EXPECT_EQ(named->named, "get_weather");
   EXPECT_FALSE(named->parallel);
   EXPECT_EQ(ParseToolRequest(ordered_json::parse(R"({"messages":[]})"))->choice, ToolChoice::kNone);
+}
+
+TEST(LocalToolsTest, EmptyPropertiesMeanNoArguments) {
+  // `properties: {}` without additionalProperties (what many clients send for a function without
+  // arguments) allows only {} as arguments, the same as no parameters at all: an undeclared key
+  // is never written.
+  for (const char* params : {R"(,"parameters":{"type":"object","properties":{}})", ""}) {
+    auto r = ParseToolRequest(ordered_json::parse(
+        std::string(R"({"messages":[],"tool_choice":"required","tools":[{"type":"function",)"
+                    R"("function":{"name":"ping")") +
+        params + "}}]}"));
+    ASSERT_TRUE(r.has_value()) << params;
+    auto g = ToolGrammar(*r);
+    ASSERT_TRUE(g.has_value()) << params << ": " << g.error().message;
+    auto accepts = [&](std::string_view text) {
+      engine::JsonMatcher m(*g);
+      return m.AdvanceBytes(text) && m.IsComplete();
+    };
+    EXPECT_TRUE(accepts(R"({"tool_calls":[{"name":"ping","arguments":{}}]})")) << params;
+    EXPECT_FALSE(accepts(R"({"tool_calls":[{"name":"ping","arguments":{"x":1}}]})")) << params;
+    engine::JsonMatcher m(*g);
+    ASSERT_TRUE(m.AdvanceBytes(R"({"tool_calls":[{"name":"ping","arguments":{)"));
+    EXPECT_FALSE(m.Allows('"')) << params;  // no key can even begin
+  }
 }
 
 TEST(LocalToolsTest, MalformedToolsNameTheField) {
@@ -121,7 +147,8 @@ TEST(LocalToolsTest, HistoryIsRenderedAsTheModelWroteIt) {
 
 // Applies chat-chunk deltas the way the OpenAI SDK's stream helpers do.
 json Accumulate(const std::vector<json>& deltas) {
-  json message = {{"role", "assistant"}, {"content", nullptr}};
+  // refusal: a key every OpenAI message has (null here: no delta carries one).
+  json message = {{"role", "assistant"}, {"content", nullptr}, {"refusal", nullptr}};
   std::string content;
   json calls = json::array();
   for (const json& d : deltas) {

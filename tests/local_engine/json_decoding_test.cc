@@ -198,5 +198,26 @@ TEST_F(JsonDecodingTest, ShortMaxTokensEndsWithLength) {
   EXPECT_EQ(out[0].text[out[0].text.find_first_not_of(" \n\t\r")], '{');
 }
 
+TEST_F(JsonDecodingTest, ValueCutByTheDepthBoundEndsWithLength) {
+  // A grammar whose only value nests forever, built by hand (the schema compiler refuses such a
+  // schema, and the automaton never begins a value it cannot finish): the automaton runs out of
+  // room, nothing but the end of generation is left, and the text does not parse. That end is a
+  // cut, not a finished value: "length", never "stop".
+  auto g = std::make_shared<JsonGrammar>();
+  g->nodes.push_back(
+      JsonGrammar::Node{.kind = JsonGrammar::Kind::kArray, .value_node = 0, .min_items = 1});
+  g->root = 0;
+  SamplingParams p;
+  p.max_tokens = 200;
+  p.json_grammar = g;
+  const std::vector<Output> out = Run({{"Write a small JSON example.", p}});
+  EXPECT_EQ(out[0].reason, FinishReason::kLength) << out[0].text;
+  std::string brackets = out[0].text;  // whitespace aside
+  std::erase_if(brackets, [](char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; });
+  EXPECT_GE(brackets.size(), static_cast<size_t>(kMaxJsonDepth)) << out[0].text;
+  EXPECT_EQ(brackets.find_first_not_of('['), std::string::npos) << out[0].text;
+  EXPECT_LT(out[0].tokens, p.max_tokens);  // ended at the bound, not by max_tokens
+}
+
 }  // namespace
 }  // namespace kvgate::engine

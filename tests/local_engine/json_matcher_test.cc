@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <string_view>
 
 #include "tests/local_engine/json_schema_check.h"
 
@@ -179,6 +180,167 @@ TEST(JsonMatcher, DepthIsBounded) {
   EXPECT_TRUE(m.Allows('1'));  // a scalar still fits, so the value can be finished
   for (int i = 0; i < opened; ++i) ASSERT_TRUE(m.Advance(']'));
   EXPECT_TRUE(m.IsComplete());
+}
+
+// `levels` objects, each the required property "a" of the one around it, around an integer.
+json NestedRequired(int levels) {
+  json s = {{"type", "integer"}};
+  for (int i = 0; i < levels; ++i) {
+    s = {{"type", "object"}, {"properties", {{"a", s}}}, {"required", {"a"}}};
+  }
+  return s;
+}
+
+TEST(JsonSchemaCompile, ShallowestValueMustFitTheDepthBound) {
+  // kMaxJsonDepth objects fit; one more is a 400 before anything runs, naming the level that
+  // goes past the bound.
+  auto fits = CompileJsonSchema(NestedRequired(kMaxJsonDepth), "s");
+  ASSERT_TRUE(fits.has_value()) << fits.error().path << ": " << fits.error().message;
+  std::string deep_text = "1";
+  for (int i = 0; i < kMaxJsonDepth; ++i) deep_text = "{\"a\":" + deep_text + "}";
+  EXPECT_TRUE(Accepts(*fits, deep_text));
+  auto deep = CompileJsonSchema(NestedRequired(kMaxJsonDepth + 1), "s");
+  ASSERT_FALSE(deep.has_value());
+  std::string path = "s";
+  for (int i = 0; i < kMaxJsonDepth; ++i) path += ".properties.a";
+  EXPECT_EQ(deep.error().path, path) << deep.error().message;
+  EXPECT_NE(deep.error().message.find("48"), std::string::npos) << deep.error().message;
+  // Optional nesting is no minimum: the same depth without `required` compiles (the shallowest
+  // value is {}), and so do arrays without minItems; with minItems 1 they count.
+  json optional = {{"type", "integer"}};
+  json arrays = {{"type", "integer"}};
+  json full_arrays = {{"type", "integer"}};
+  for (int i = 0; i <= kMaxJsonDepth; ++i) {
+    optional = {{"type", "object"}, {"properties", {{"a", optional}}}};
+    arrays = {{"type", "array"}, {"items", arrays}};
+    full_arrays = {{"type", "array"}, {"items", full_arrays}, {"minItems", 1}};
+  }
+  EXPECT_TRUE(CompileJsonSchema(optional, "s").has_value());
+  EXPECT_TRUE(CompileJsonSchema(arrays, "s").has_value());
+  auto full = CompileJsonSchema(full_arrays, "s");
+  ASSERT_FALSE(full.has_value());
+  EXPECT_EQ(full.error().path.substr(0, 8), "s.items.");
+}
+
+TEST(JsonSchemaCompile, RecursionWithNoFiniteValueIsAnError) {
+  struct Case {
+    json schema;
+    std::string path;  // where the endless recursion starts
+  };
+  const std::vector<Case> cases = {
+      // The object's required property is the object itself.
+      {{{"type", "object"}, {"properties", {{"next", {{"$ref", "#"}}}}}, {"required", {"next"}}},
+       "s.properties.next"},
+      // Through $defs, one level down.
+      {{{"type", "object"},
+        {"$defs",
+         {{"Node",
+           {{"type", "object"},
+            {"properties", {{"child", {{"$ref", "#/$defs/Node"}}}}},
+            {"required", {"child"}}}}}},
+        {"properties", {{"root", {{"$ref", "#/$defs/Node"}}}}},
+        {"required", {"root"}}},
+       "s.properties.root"},
+      // An array that must hold at least one of itself.
+      {{{"type", "array"}, {"minItems", 1}, {"items", {{"$ref", "#"}}}}, "s.items"},
+      // Two definitions that require each other.
+      {{{"$defs",
+         {{"A",
+           {{"type", "object"},
+            {"properties", {{"b", {{"$ref", "#/$defs/B"}}}}},
+            {"required", {"b"}}}},
+          {"B", {{"type", "array"}, {"minItems", 2}, {"items", {{"$ref", "#/$defs/A"}}}}}}},
+        {"$ref", "#/$defs/A"}},
+       "s"},
+  };
+  for (const Case& c : cases) {
+    auto g = CompileJsonSchema(c.schema, "s");
+    ASSERT_FALSE(g.has_value()) << c.schema.dump();
+    EXPECT_EQ(g.error().path, c.path) << c.schema.dump() << ": " << g.error().message;
+    EXPECT_NE(g.error().message.find("no finite value"), std::string::npos) << g.error().message;
+  }
+  // The same recursions with a way out are fine: an optional property, anyOf null, minItems 0
+  // (an optional property that has no finite value is never written, see below).
+  const char* const kWithAWayOut[] = {
+      R"({"type":"object","properties":{"next":{"$ref":"#"}}})",
+      R"({"type":"object","properties":{"next":{"anyOf":[{"$ref":"#"},{"type":"null"}]}},
+          "required":["next"]})",
+      R"({"type":"array","items":{"$ref":"#"}})",
+      R"({"type":"object","properties":{"loop":{"$ref":"#/$defs/L"}},"$defs":{"L":{
+          "type":"object","properties":{"l":{"$ref":"#/$defs/L"}},"required":["l"]}}})"};
+  for (const char* text : kWithAWayOut) {
+    auto g = CompileJsonSchema(json::parse(text), "s");
+    EXPECT_TRUE(g.has_value()) << text << ": " << g.error().path << ": " << g.error().message;
+  }
+  // The optional property with no finite value: its key is never begun, only {} is written.
+  auto loop = Compile(json::parse(R"({"type":"object","properties":{"loop":{"$ref":"#/$defs/L"}},
+      "$defs":{"L":{"type":"object","properties":{"l":{"$ref":"#/$defs/L"}},"required":["l"]}}})"));
+  ASSERT_TRUE(loop);
+  JsonMatcher m(loop);
+  ASSERT_TRUE(m.Advance('{'));
+  EXPECT_FALSE(m.Allows('"'));
+  EXPECT_TRUE(m.Advance('}'));
+  EXPECT_TRUE(m.IsComplete());
+}
+
+// Always the byte that nests deepest (strings closed at once, then openers, keys, closers), as a
+// model that keeps opening would: under a recursive schema it runs into the depth bound. Every
+// state on the way must allow some byte until the value is complete, and the text must be a whole
+// value.
+void ExpectDeepWalkFinishes(const json& schema) {
+  auto g = Compile(schema);
+  ASSERT_TRUE(g);
+  JsonMatcher m(g);
+  std::string out;
+  int max_depth = 0;
+  for (int step = 0; step < 4000 && !(m.IsComplete() && !m.CanContinue()); ++step) {
+    int pick = -1;
+    for (uint8_t pref : std::string_view("\"[{c:n]}")) {
+      if (m.Allows(pref)) {
+        pick = pref;
+        break;
+      }
+    }
+    for (int b = 0; pick < 0 && b < 256; ++b) {
+      if (m.Allows(static_cast<uint8_t>(b))) pick = b;
+    }
+    ASSERT_GE(pick, 0) << schema.dump() << ": stuck, nothing allowed after " << out;
+    ASSERT_TRUE(m.Advance(static_cast<uint8_t>(pick)));
+    m.Commit();
+    out.push_back(static_cast<char>(pick));
+    max_depth = std::max(max_depth, m.depth());
+  }
+  EXPECT_GE(max_depth, kMaxJsonDepth) << schema.dump() << ": the walk did not reach the bound";
+  EXPECT_TRUE(m.IsComplete()) << schema.dump() << ": " << out;
+  EXPECT_FALSE(json::parse(out, nullptr, false).is_discarded()) << out;
+}
+
+TEST(JsonMatcher, NoValueIsBegunThatCannotBeFinishedUnderTheDepthBound) {
+  // An optional key whose value is an object: at the bound, the key is no longer offered.
+  ExpectDeepWalkFinishes(json::parse(R"({"type":"object","properties":{"c":{"$ref":"#"}}})"));
+  // A map whose values must be maps: at the bound, no key (it would need a value).
+  ExpectDeepWalkFinishes(json::parse(R"({"type":"object","additionalProperties":{"$ref":"#"}})"));
+  // An array whose items are objects holding an array: no item once an item would not fit.
+  ExpectDeepWalkFinishes(json::parse(
+      R"({"type":"array","maxItems":1,"items":{"type":"object","properties":{"c":{"$ref":"#"}},"required":["c"]}})"));
+  // anyOf an object and null: at the bound only null.
+  ExpectDeepWalkFinishes(json::parse(
+      R"({"type":"object","properties":{"c":{"anyOf":[{"$ref":"#"},{"type":"null"}]}},"required":["c"]})"));
+}
+
+TEST(JsonMatcher, EmptyPropertiesMeanNoKeys) {
+  // `properties: {}` declares the keys there are: none (a tool without arguments), as an object
+  // with properties takes only its declared keys.
+  ExpectTable({{"type", "object"}, {"properties", json::object()}}, {"{}", "{ }"},
+              {R"({"a":1})", R"({"":null})"});
+  // additionalProperties true or a schema still asks for a map; no properties at all is any keys.
+  ExpectTable({{"type", "object"}, {"properties", json::object()}, {"additionalProperties", true}},
+              {"{}", R"({"a":1})"}, {});
+  ExpectTable({{"type", "object"},
+               {"properties", json::object()},
+               {"additionalProperties", {{"type", "integer"}}}},
+              {"{}", R"({"a":1})"}, {R"({"a":"x"})"});
+  ExpectTable({{"type", "object"}}, {"{}", R"({"a":1})"}, {});
 }
 
 TEST(JsonSchemaCompile, ErrorsNameTheField) {

@@ -116,6 +116,37 @@ TEST(ToolCallGrammar, InvalidParametersNameTheField) {
   EXPECT_EQ(g.error().path, "tools[1].function.parameters.properties.n.minimum");
 }
 
+TEST(ToolCallGrammar, ArgumentsMustFitTheDepthBoundInsideTheEnvelope) {
+  // The arguments sit three containers deep ({"tool_calls":[{"arguments":...}]}): arguments whose
+  // shallowest value nests kMaxJsonDepth - 3 objects fit, one more is an error naming that level,
+  // even with auto, where a {"response"} answer alone would fit.
+  auto nested = [](int levels) {
+    ordered_json s = {{"type", "integer"}};
+    for (int i = 0; i < levels; ++i) {
+      s = {{"type", "object"}, {"properties", {{"a", s}}}, {"required", {"a"}}};
+    }
+    return s;
+  };
+  const ordered_json fits = nested(kMaxJsonDepth - 3);
+  const ordered_json deep = nested(kMaxJsonDepth - 2);
+  EXPECT_TRUE(
+      CompileToolCallGrammar({{"f", &fits, "tools[0].function.parameters"}}, {}).has_value());
+  for (bool allow_response : {false, true}) {
+    auto g = CompileToolCallGrammar({Functions()[0], {"f", &deep, "tools[1].function.parameters"}},
+                                    {.allow_response = allow_response});
+    ASSERT_FALSE(g.has_value());
+    std::string path = "tools[1].function.parameters";
+    for (int i = 0; i < kMaxJsonDepth - 3; ++i) path += ".properties.a";
+    EXPECT_EQ(g.error().path, path) << g.error().message;
+  }
+  // Arguments with no finite value at all.
+  const ordered_json endless = ordered_json::parse(
+      R"({"type":"object","properties":{"self":{"$ref":"#"}},"required":["self"]})");
+  auto g = CompileToolCallGrammar({{"f", &endless, "tools[0].function.parameters"}}, {});
+  ASSERT_FALSE(g.has_value());
+  EXPECT_EQ(g.error().path, "tools[0].function.parameters.properties.self") << g.error().message;
+}
+
 // Random bytes the grammar allows until the value is complete (closing what is open after
 // `patience` bytes), as json_matcher_test.cc does.
 std::string Walk(JsonMatcher& m, std::mt19937_64& rng, size_t patience) {

@@ -165,8 +165,8 @@ TEST(ChatToResponseTest, TextAnswerWithCachedUsage) {
   EXPECT_EQ(r["max_output_tokens"], 16);
   EXPECT_EQ(r["output"], json::parse(R"([{"id":"msg_abc","type":"message","status":"completed",
     "content":[{"type":"output_text","annotations":[],"logprobs":[],"text":"Hello"}],"role":"assistant"}])"));
-  EXPECT_EQ(r["usage"], json::parse(R"({"input_tokens":20,"input_tokens_details":{"cached_tokens":16},
-    "output_tokens":3,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":23})"));
+  EXPECT_EQ(r["usage"], json::parse(R"({"input_tokens":20,
+    "input_tokens_details":{"cached_tokens":16,"cache_write_tokens":0},"output_tokens":3,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":23})"));
   EXPECT_EQ(outcome.response_id, "resp_abc");
   EXPECT_EQ(json::parse(outcome.assistant_message), json::parse(R"({"role":"assistant","content":"Hello"})"));
 }

@@ -485,8 +485,10 @@ std::expected<KeyAdmission, KeyRefusal> VirtualKeys::Admit(const std::shared_ptr
 
 KeyReservation EstimateReservation(size_t body_bytes, int64_t max_output_tokens,
                                    const std::optional<telemetry::Price>& price) {
-  // Bounded so that tokens x rate stays far inside int64 (2^40 tokens x 2^23 micro-USD/1M).
-  constexpr int64_t kMaxEstimate = int64_t{1} << 40;
+  // Bounded so that tokens x rate stays inside int64: 2^30 tokens (far beyond any context
+  // window) x 2^30 micro-USD per 1M tokens (about $1,000 per 1M: beyond any real price), twice.
+  constexpr int64_t kMaxEstimate = int64_t{1} << 30;
+  constexpr int64_t kMaxRate = int64_t{1} << 30;
   const int64_t input = std::min<int64_t>(kMaxEstimate, int64_t((body_bytes + 3) / 4));
   const int64_t output = std::min<int64_t>(
       kMaxEstimate, max_output_tokens > 0 ? max_output_tokens : kDefaultReservedOutputTokens);
@@ -502,7 +504,6 @@ KeyReservation EstimateReservation(size_t body_bytes, int64_t max_output_tokens,
     input_rate = std::max(input_rate, dearest_input(price->above));
     output_rate = std::max(output_rate, price->above.output);
   }
-  constexpr int64_t kMaxRate = int64_t{1} << 22;  // 4.2 USD per token: beyond any real price
   r.pico = input * std::min(input_rate, kMaxRate) + output * std::min(output_rate, kMaxRate);
   return r;
 }

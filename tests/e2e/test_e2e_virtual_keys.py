@@ -199,10 +199,14 @@ def test_tpm_counts_used_tokens_and_reserves_max_tokens(keyed_kvgate, sim):
     assert body["error"]["code"] == "rate_limit_exceeded" and "tokens per minute" in \
         body["error"]["message"]
     assert hdrs["x-ratelimit-limit-tokens"] == "100" and int(hdrs["retry-after"]) >= 1
-    # Admitted while what finished left room for the reservation (5); refused once it did not
-    # (the bucket refills 100 tokens a minute: a few seconds of slack).
-    assert used and sum(used[:-1]) <= 100 - 5, used
-    assert sum(used) > 100 - 5 - 15, used
+    # Admitted while what finished left room for the reservation, refused once it did not (the
+    # bucket refills 100 tokens a minute: a few seconds of slack). The reservation is the
+    # request's estimate: its prompt at a token per 4 bytes of the body, plus max_tokens (5).
+    body_bytes = len(json.dumps({"model": "gpt-4o-mini", "max_tokens": 5,
+                                 "messages": [{"role": "user", "content": "hello there"}]}))
+    reserved = (body_bytes + 3) // 4 + 5
+    assert used and sum(used[:-1]) <= 100 - reserved, (used, reserved)
+    assert sum(used) > 100 - reserved - 15, (used, reserved)
     # A request that may produce more than the whole bucket reserves all of it: the first is
     # admitted on a full bucket, the next not until it refills.
     st, hdrs, body = chat(gw, "sk-big", max_tokens=1000)

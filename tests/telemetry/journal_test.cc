@@ -62,15 +62,27 @@ RequestRecord Full() {
   return r;
 }
 
-// Journals an older kvgate left still replay: entry version 1 (before cache_helper) and 2 (before
-// provider_cache_miss_reason).
+// Journals an older kvgate left still replay: entry version 1 (before cache_helper), 2 (before
+// provider_cache_miss_reason), 3 (before cache_read_offload_tier) and 4 (before usage.estimated).
 TEST(JournalTest, OlderEntryVersionsStillDecode) {
   RequestRecord r = Full();
+  r.usage.estimated = true;
+  std::string v4 = EncodeJournalEntry(r);
+  ASSERT_EQ(v4.front(), 5);
+  EXPECT_TRUE(DecodeJournalEntry(v4)->usage.estimated);
+  v4.front() = 4;
+  v4.resize(v4.size() - 1);  // version 5's last field: usage.estimated, one byte
+  Result<RequestRecord> back4 = DecodeJournalEntry(v4);
+  ASSERT_TRUE(back4.has_value()) << back4.error().message;
+  EXPECT_FALSE(back4->usage.estimated);
+  EXPECT_EQ(back4->usage.cache_read_offload_tier, r.usage.cache_read_offload_tier);
+
+  r.usage.estimated = false;
   r.usage.cache_read_offload_tier.clear();
   std::string v3 = EncodeJournalEntry(r);
-  ASSERT_EQ(v3.front(), 4);
+  ASSERT_EQ(v3.front(), 5);
   v3.front() = 3;
-  v3.resize(v3.size() - 4);  // version 4's last field: an empty string's length
+  v3.resize(v3.size() - 5);  // version 4's and 5's fields: an empty string's length, a bool
   Result<RequestRecord> back3 = DecodeJournalEntry(v3);
   ASSERT_TRUE(back3.has_value()) << back3.error().message;
   EXPECT_EQ(back3->provider_cache_miss_reason, r.provider_cache_miss_reason);
@@ -79,7 +91,7 @@ TEST(JournalTest, OlderEntryVersionsStillDecode) {
   r.provider_cache_miss_reason.clear();
   std::string v2 = EncodeJournalEntry(r);
   v2.front() = 2;
-  v2.resize(v2.size() - 8);  // the empty strings of versions 3 and 4
+  v2.resize(v2.size() - 9);  // the empty strings of versions 3 and 4, version 5's bool
   Result<RequestRecord> back = DecodeJournalEntry(v2);
   ASSERT_TRUE(back.has_value()) << back.error().message;
   EXPECT_EQ(back->cache_helper, "anthropic_auto_cache");
@@ -88,7 +100,7 @@ TEST(JournalTest, OlderEntryVersionsStillDecode) {
   r.cache_helper.clear();
   std::string v1 = EncodeJournalEntry(r);
   v1.front() = 1;
-  v1.resize(v1.size() - 12);  // the three empty strings of versions 2, 3 and 4
+  v1.resize(v1.size() - 13);  // the empty strings of versions 2, 3 and 4, version 5's bool
   back = DecodeJournalEntry(v1);
   ASSERT_TRUE(back.has_value()) << back.error().message;
   EXPECT_EQ(back->request_id, r.request_id);

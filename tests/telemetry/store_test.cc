@@ -116,7 +116,8 @@ TEST(TelemetryStoreTest, ThreadShapeAndValues) {
   EXPECT_EQ(Keys(a), (std::set<std::string>{"request_id", "created_at", "model", "provider", "status", "stream",
                                             "latency_ms", "ttft_ms", "usage", "cost_usd", "cost_pico_usd",
                                             "cost_complete", "error", "http_status", "cache_diagnosis",
-                                            "usage_clamped", "response_id", "target", "route", "attempts",
+                                            "usage_clamped", "usage_estimated", "response_id", "target",
+                                            "route", "attempts",
                                             "cache_read_by_tier", "cache_helper",
                                             "provider_cache_diagnosis"}));
   EXPECT_TRUE(a["cache_helper"].is_null()) << "no helper acted";

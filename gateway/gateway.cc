@@ -490,7 +490,11 @@ asio::awaitable<std::string> Gateway::ScopeThread(const std::string& thread_id,
           if (!turn) return std::unexpected(turn.error());
           return turn->value("api_key_id", std::string());
         });
-    if (!stored) co_return ScopedThreadId(api_key_id, thread_id);
+    // The store cannot say (an outage): the turn keeps the id as sent, unclaimed, so that a
+    // conversation is not split in two by a database restart; the owner is settled on the next
+    // turn that can read the store. The cost: a thread id another key used before this process
+    // started may take this turn while the database is away (docs/api.md).
+    if (!stored) co_return std::string(thread_id);
     owner = thread_owners_.Claim(thread_id, stored->empty() ? api_key_id : *stored);
   }
   co_return StoredThreadId(thread_id, api_key_id, *owner);

@@ -547,6 +547,8 @@ asio::awaitable<void> Gateway::RunAttempts(const InferenceCall& call,
       // A half-open circuit admits one probe; a plain model (nowhere else to go) is always tried.
       if (!router.BeginAttempt(candidate.target, decision.router != nullptr)) break;
       client.headers().resize(fixed_headers);  // an earlier attempt's upstream headers go
+      // The model that served the answer (a router's choice; the model asked for otherwise).
+      client.headers().push_back({"x-kvgate-target", target.name});
       rec.target = target.name;
       if (decision.router != nullptr) rec.route_facts = router.Facts(decision, target.name);
       rec.provider = target.provider;
@@ -669,10 +671,18 @@ std::optional<providers::ClientError> Gateway::RefuseEndpoint(
                ") has supports." + std::string(key) + ": false";
     }
   }
+  // Only the Responses API is translated (for the built-in engine and Anthropic); embeddings
+  // pass through to OpenAI-compatible providers or nowhere.
+  const std::string how = endpoint == providers::Endpoint::kResponses
+                              ? " through to OpenAI-compatible providers (translating it for the "
+                                "built-in engine and Anthropic)"
+                              : " through to OpenAI-compatible providers only (it is never "
+                                "translated, and the built-in engine does not embed)";
   std::string message = "model " + Utf8Snippet(model) + " cannot serve " + path + ": " + which +
-                        ". kvgate passes " + path + " through to OpenAI-compatible providers "
-                        "(translating it for the built-in engine and Anthropic); use "
-                        "/v1/chat/completions, or a model of such a provider";
+                        ". kvgate passes " + path + how + "; use " +
+                        (endpoint == providers::Endpoint::kResponses
+                             ? "/v1/chat/completions, or a model of such a provider"
+                             : "a model of such a provider");
   return providers::MakeOpenAIError(400, std::move(message), "invalid_request_error",
                                     "unsupported_endpoint", "model");
 }

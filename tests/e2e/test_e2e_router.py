@@ -275,3 +275,26 @@ def test_the_cost_router_goes_cheap_and_says_why(router_gw, sim):
     assert "cheapest over the next 4 turns" in turn["route"]["reason"]
     by_target = {c["target"]: c for c in turn["route"]["candidates"]}
     assert by_target["claude-sonnet-4-5"]["est_cost_usd"] > by_target["deepseek-chat"]["est_cost_usd"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_every_answer_names_the_model_that_served_it(router_gw, sim, stream):
+    gw = router_gw.gateway()
+    headers = {"Authorization": f"Bearer {GATEWAY_KEY}", "Content-Type": "application/json"}
+
+    def post(model: str, thread: str):
+        body = {"model": model, "stream": stream, "thread_identifier": thread,
+                "messages": [{"role": "user", "content": "who answers?"}]}
+        st, h, _ = gw.request("POST", "/v1/chat/completions", json.dumps(body), headers=headers)
+        assert st == 200, (model, st)
+        return h
+
+    # The first target fails before its first byte: the answer names the fallback that served it.
+    sim.client.add_faults({"path": "/openai/", "status": 503})
+    thread = tid("served")
+    h = post("chain", thread)
+    assert h["x-kvgate-router"] == "chain" and h["x-kvgate-target"] == "claude-sonnet-4-5", h
+    assert turns_of(gw, thread, 1)[0]["target"] == h["x-kvgate-target"]
+    # A plain model names itself.
+    h = post("gpt-4o-mini", tid("plain"))
+    assert h["x-kvgate-target"] == "gpt-4o-mini" and "x-kvgate-router" not in h, h

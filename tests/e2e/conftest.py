@@ -257,7 +257,7 @@ def bundled_model() -> Path:
     return BUNDLED_MODEL
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def local_kvgate_class():
     """LocalKvgateProcess, for tests that restart a kvgate on the built-in engine."""
     return LocalKvgateProcess

@@ -25,7 +25,7 @@ from openai.types.completion_choice import CompletionChoice
 from openai.types.responses import Response, ResponseStreamEvent
 from openai.types.shared import ErrorObject
 
-from gwctl import ADMIN_TOKEN, GATEWAY_KEY
+from gwctl import GATEWAY_KEY
 
 # Required by the API document but nullable, hence optional in the SDK's types (schema names of
 # the document in the comments).
@@ -91,22 +91,10 @@ def check_error(body, what: str):
 
 
 @pytest.fixture(scope="module")
-def egw(kvgate_bin, tmp_path_factory, kvgate_process_class, bundled_model):
-    class EngineKvgate(kvgate_process_class):
-        """The bundled model on the built-in engine as `smollm2`."""
-
-        def _write_config(self):
-            self.config_path.write_text(f"""\
-server:   {{listen: 127.0.0.1:0, admin_token: {ADMIN_TOKEN}, api_keys: [{GATEWAY_KEY}]}}
-storage:  {{sqlite: {self.db_path}}}
-providers:
-  - {{name: local, type: local, model_path: {bundled_model}, kv_cache_tokens: 8192, threads: 2}}
-models:
-  - {{name: smollm2, provider: local}}
-""")
-
-    kg = EngineKvgate(kvgate_bin, tmp_path_factory.mktemp("openapi-shapes"), sim_port=0,
-                      name="openapi-shapes").start(timeout=60)
+def egw(kvgate_bin, tmp_path_factory, local_kvgate_class, bundled_model):
+    """The bundled model on the built-in engine as `smollm2`, one kvgate for the module."""
+    kg = local_kvgate_class(kvgate_bin, tmp_path_factory.mktemp("openapi-shapes"), sim_port=0,
+                            name="openapi-shapes").start(timeout=60)
     yield kg.gateway()
     assert kg.terminate() == 0, kg.stderr_tail()
 

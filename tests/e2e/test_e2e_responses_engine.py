@@ -23,22 +23,10 @@ WEATHER = {"type": "function", "name": "get_weather", "description": "The curren
 
 
 @pytest.fixture(scope="module")
-def egw(kvgate_bin, tmp_path_factory, kvgate_process_class, bundled_model):
-    class EngineKvgate(kvgate_process_class):
-        """The bundled model on the built-in engine as `smollm2`."""
-
-        def _write_config(self):
-            self.config_path.write_text(f"""\
-server:   {{listen: 127.0.0.1:0, admin_token: {ADMIN_TOKEN}, api_keys: [{GATEWAY_KEY}]}}
-storage:  {{sqlite: {self.db_path}}}
-providers:
-  - {{name: local, type: local, model_path: {bundled_model}, kv_cache_tokens: 8192, threads: 2}}
-models:
-  - {{name: smollm2, provider: local}}
-""")
-
-    kg = EngineKvgate(kvgate_bin, tmp_path_factory.mktemp("resp-engine"), sim_port=0,
-                      name="resp-engine").start(timeout=60)
+def egw(kvgate_bin, tmp_path_factory, local_kvgate_class, bundled_model):
+    """The bundled model on the built-in engine as `smollm2`, one kvgate for the module."""
+    kg = local_kvgate_class(kvgate_bin, tmp_path_factory.mktemp("resp-engine"), sim_port=0,
+                            name="resp-engine").start(timeout=60)
     yield kg.gateway()
     assert kg.terminate() == 0, kg.stderr_tail()
 

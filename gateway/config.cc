@@ -18,6 +18,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "gateway/config_internal.h"
+#include "gateway/providers/provider.h"
 
 namespace kvgate::gateway {
 namespace {
@@ -245,6 +246,19 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
     if (auto rules = it->find("caching_rules"); rules != it->end() && !rules->is_null()) {
       if (!rules->is_object()) {
         return MakeError(ErrorCode::kInvalidArgument, "pricing.caching_rules must be a mapping");
+      }
+      for (const auto& [type, rule] : rules->items()) {
+        if (!providers::ProviderTypeFromName(type)) {
+          return MakeError(ErrorCode::kInvalidArgument,
+                           "pricing.caching_rules." + type + ": not a provider type");
+        }
+        // The engine's KV cache has no TTL: a block leaves it only when it is evicted. A TTL here
+        // would make the diagnosis call misses "expired" that were evictions.
+        if (type == "local" && rule.is_object() && rule.contains("ttl_seconds")) {
+          return MakeError(ErrorCode::kInvalidArgument,
+                           "pricing.caching_rules.local.ttl_seconds: the built-in engine's cache "
+                           "never expires (blocks leave it only when evicted); remove the key");
+        }
       }
       config.caching_rules = *rules;
     }

@@ -165,6 +165,10 @@ TEST(ConfigTest, ErrorsNameTheField) {
       {"server: [1, 2", "invalid YAML"},
       {"providers: [{name: l, type: local}]", "model_path"},
       {"pricing: {caching_rules: [1]}", "pricing.caching_rules"},
+      {"pricing: {caching_rules: {opeani: {min_cacheable_tokens: 1}}}",
+       "pricing.caching_rules.opeani: not a provider type"},
+      {"pricing: {caching_rules: {local: {ttl_seconds: 300}}}",
+       "pricing.caching_rules.local.ttl_seconds: the built-in engine's cache never expires"},
       // Limits that would silently disable themselves or break every request.
       {"server: {body_limit_bytes: -5}", "server.body_limit_bytes must be > 0"},
       {"server: {body_limit_bytes: 0}", "server.body_limit_bytes must be > 0"},

@@ -76,7 +76,7 @@ function windowText(m) {
 function edit(state, m) {
   state.editing = m || {};
   const v = m || { name: '', metric: 'cache_hit_rate', scope: 'global', condition: 'below', threshold: 0.5,
-    window: '5m', min_requests: 1, cooldown: '15m', channels: [], enabled: true };
+    window: '5m', min_requests: 1, cooldown: '15m', for: '0s', resolve_threshold: null, channels: [], enabled: true };
   const f = {
     name: h('input', { name: 'name', required: true, value: v.name }),
     metric: h('select', { name: 'metric' }, METRICS.map((x) => h('option', { value: x, selected: x === v.metric }, x))),
@@ -86,6 +86,8 @@ function edit(state, m) {
     window: h('input', { name: 'window', value: v.window_seconds !== undefined ? `${v.window_seconds}s` : v.window }),
     min_requests: h('input', { name: 'min_requests', type: 'number', min: '1', value: v.min_requests }),
     cooldown: h('input', { name: 'cooldown', value: v.cooldown_seconds !== undefined ? `${v.cooldown_seconds}s` : v.cooldown }),
+    pending: h('input', { name: 'for', value: v.for ?? '0s' }),
+    resolve: h('input', { name: 'resolve_threshold', type: 'number', step: 'any', value: v.resolve_threshold ?? '' }),
     enabled: h('input', { name: 'enabled', type: 'checkbox', checked: v.enabled !== false }),
   };
   const channelBoxes = (state.channels || []).map((c) => h('label', { class: 'inline' },
@@ -97,6 +99,8 @@ function edit(state, m) {
     const body = { name: f.name.value.trim(), metric: f.metric.value, scope: f.scope.value, condition: f.condition.value,
       threshold: Number(f.threshold.value), window: f.window.value.trim() || '5m',
       min_requests: Number(f.min_requests.value || 1), cooldown: f.cooldown.value.trim() || '15m',
+      for: f.pending.value.trim() || '0s',
+      resolve_threshold: f.resolve.value.trim() === '' ? null : Number(f.resolve.value),
       channels: channelBoxes.map((l) => l.firstChild).filter((c) => c.checked).map((c) => c.value), enabled: f.enabled.checked };
     try {
       if (m && m.id) await api(`/api/monitors/${encodeURIComponent(m.id)}`, { method: 'PUT', body });
@@ -111,7 +115,9 @@ function edit(state, m) {
   h('h2', {}, m ? `Edit ${m.name}` : 'New monitor'),
   h('div', { class: 'form-grid' }, field('Name', f.name), field('Measures', f.metric), field('Per', f.scope),
     field('Fires when', f.condition), field('Threshold', f.threshold), field('Window', f.window),
-    field('At least requests', f.min_requests), field('Cooldown', f.cooldown), field('Enabled', f.enabled)),
+    field('At least requests', f.min_requests), field('Cooldown', f.cooldown),
+    field('Holds for', f.pending), field('Resolves at (empty: the threshold)', f.resolve),
+    field('Enabled', f.enabled)),
   channelBoxes.length ? h('div', { class: 'channel-boxes' }, 'Notify: ', channelBoxes) : null,
   error,
   h('div', { class: 'actions' }, h('button', { type: 'submit', class: 'primary' }, 'Save'),

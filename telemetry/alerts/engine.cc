@@ -286,8 +286,17 @@ void AlertEngine::Evaluate(MonitorState& m, int64_t now_us) {
       }
     }
     const bool judged = value && count >= rule.min_requests;
-    const bool holds = judged && (rule.condition == Condition::kAbove ? *value > rule.threshold
-                                                                      : *value < rule.threshold);
+    const bool above = rule.condition == Condition::kAbove;
+    const bool holds = judged && (above ? *value > rule.threshold : *value < rule.threshold);
+    const double resolve_at = rule.resolve_threshold.value_or(rule.threshold);
+    const bool resolved = judged && (above ? *value <= resolve_at : *value >= resolve_at);
+    if (!holds) {
+      k.holding_since_us.reset();
+    } else if (!k.holding_since_us) {
+      k.holding_since_us = now_us;
+    }
+    const bool held_long_enough =
+        holds && now_us - *k.holding_since_us >= rule.pending_seconds * 1'000'000;
     auto make_event = [&](std::string kind) {
       AlertEvent e;
       e.id = NewId("alrt");
@@ -305,14 +314,30 @@ void AlertEngine::Evaluate(MonitorState& m, int64_t now_us) {
       e.at_us = now_us;
       e.channels = rule.channels;
       const std::string where = rule.scope == Scope::kGlobal ? "" : " for " + e.scope + " " + key;
-      e.summary = e.metric + " " + (e.kind == "resolved" ? "back within " : "") + e.condition +
-                  " " + Number(rule.threshold) + where + ": " + Number(e.value) + " over " +
-                  std::to_string(count) + " requests in the last " +
-                  std::to_string(rule.window_seconds) + " s";
+      // Both thresholds, when they differ: a reader sees why it fired and what resolves it.
+      const std::string resolve_note =
+          rule.resolve_threshold && *rule.resolve_threshold != rule.threshold
+              ? " (resolves " + std::string(above ? "at or below " : "at or above ") +
+                    Number(*rule.resolve_threshold) + ")"
+              : "";
+      const std::string pending_note =
+          rule.pending_seconds > 0 && e.kind == "firing"
+              ? ", held for " + std::to_string(rule.pending_seconds) + " s"
+              : "";
+      e.summary = e.kind == "resolved"
+                      ? e.metric + " resolved" + where + ": " + Number(e.value) + " is back " +
+                            (above ? "at or below " : "at or above ") + Number(resolve_at) +
+                            " (it fires " + e.condition + " " + Number(rule.threshold) + ") over " +
+                            std::to_string(count) + " requests in the last " +
+                            std::to_string(rule.window_seconds) + " s"
+                      : e.metric + " " + e.condition + " " + Number(rule.threshold) +
+                            resolve_note + where + ": " + Number(e.value) + " over " +
+                            std::to_string(count) + " requests in the last " +
+                            std::to_string(rule.window_seconds) + " s" + pending_note;
       return e;
     };
     const int64_t cooldown_us = rule.cooldown_seconds * 1'000'000;
-    if (!k.firing && holds) {
+    if (!k.firing && held_long_enough) {
       const bool cooling = k.last_fired_us && now_us - *k.last_fired_us < cooldown_us;
       if (!cooling && now_us >= k.next_claim_us) {
         AlertEvent e = make_event("firing");
@@ -333,7 +358,7 @@ void AlertEngine::Evaluate(MonitorState& m, int64_t now_us) {
           if (metrics_) metrics_->ObserveAlertHeldElsewhere(rule.id);
         }
       }
-    } else if (k.firing && ((judged && !holds) || count == 0)) {
+    } else if (k.firing && (resolved || count == 0)) {
       AlertEvent e = make_event("resolved");
       e.incident_id = k.incident_id;
       (void)store_.ReleaseIncident(rule.id, key, k.incident_id);

@@ -12,8 +12,10 @@
 // Windows: per monitor and scope key (the record's model, provider, thread id or api key id; ""
 // for global) the samples of the last `window` seconds, stamped with the clock at Submit. A monitor
 // fires when its value is computable, the window holds >= min_requests requests and the condition
-// holds, unless it fired for that key less than `cooldown` ago. A firing incident resolves when the
-// condition no longer holds over >= min_requests requests, or when its window is empty. Windows
+// has held on every evaluation for the rule's `for` (pending period), unless it fired for that
+// key less than `cooldown` ago. A firing incident resolves when, over >= min_requests requests,
+// the value is back past the resolve threshold (hysteresis: the threshold itself unless the rule
+// sets one further on the resolved side), or when its window is empty. Windows
 // live in memory. Incidents are also claimed in the store: an engine that finds the incident held
 // by another (live) engine stays silent, and an engine restarted with its incident open takes it
 // up again once its old hold goes stale.
@@ -113,6 +115,9 @@ class AlertEngine {
     std::optional<int64_t> last_fired_us;
     int64_t heartbeat_us = 0;   // when this engine last refreshed its hold on the incident
     int64_t next_claim_us = 0;  // another engine holds the incident: ask again from then
+    // Since when the condition has held on every evaluation (the rule's "for"); unset while it
+    // does not hold.
+    std::optional<int64_t> holding_since_us;
   };
   struct MonitorState {
     AlertRule rule;

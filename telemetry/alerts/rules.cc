@@ -146,7 +146,8 @@ Result<AlertRule> ParseRule(const nlohmann::json& j) {
   if (!j.is_object()) return std::unexpected(Invalid("monitor: must be an object"));
   static const std::set<std::string> kKeys = {"id",        "name",      "metric", "scope",
                                               "condition", "threshold", "window", "min_requests",
-                                              "cooldown",  "channels",  "enabled"};
+                                              "cooldown",  "channels",  "enabled",
+                                              "for",       "resolve_threshold"};
   for (const auto& [key, _] : j.items()) {
     if (!kKeys.contains(key)) return std::unexpected(Invalid("monitor." + key + ": unknown field"));
   }
@@ -194,6 +195,30 @@ Result<AlertRule> ParseRule(const nlohmann::json& j) {
     if (!c) return std::unexpected(Invalid("monitor.cooldown: " + c.error().message));
     rule.cooldown_seconds = *c;
   }
+  if (auto f = j.find("for"); f != j.end()) {
+    // 0 is allowed here (fire at once), unlike a window or a cooldown.
+    if (!(f->is_number_integer() && f->get<int64_t>() == 0) &&
+        !(f->is_string() && (f->get<std::string>() == "0" || f->get<std::string>() == "0s"))) {
+      auto pending = ParseDurationSeconds(*f);
+      if (!pending) return std::unexpected(Invalid("monitor.for: " + pending.error().message));
+      rule.pending_seconds = *pending;
+    }
+  }
+  if (auto r = j.find("resolve_threshold"); r != j.end() && !r->is_null()) {
+    if (!r->is_number() || !std::isfinite(r->get<double>()) || r->get<double>() < 0) {
+      return std::unexpected(Invalid("monitor.resolve_threshold: a finite number, 0 or more"));
+    }
+    const double resolve = r->get<double>();
+    const bool resolved_side = rule.condition == Condition::kAbove ? resolve <= rule.threshold
+                                                                  : resolve >= rule.threshold;
+    if (!resolved_side) {
+      return std::unexpected(Invalid(std::string("monitor.resolve_threshold: must be ") +
+                                     (rule.condition == Condition::kAbove ? "at or below" : "at or above") +
+                                     " the threshold, or the incident would resolve while the "
+                                     "condition still holds"));
+    }
+    rule.resolve_threshold = resolve;
+  }
   if (auto m = j.find("min_requests"); m != j.end()) {
     if (!m->is_number_integer() || m->get<int64_t>() < 1 || m->get<int64_t>() > kMaxMinRequests) {
       return std::unexpected(Invalid("monitor.min_requests: must be an integer from 1 to " +
@@ -221,6 +246,9 @@ nlohmann::json ToJson(const AlertRule& r) {
           {"window", std::to_string(r.window_seconds) + "s"},
           {"min_requests", r.min_requests},
           {"cooldown", std::to_string(r.cooldown_seconds) + "s"},
+          {"for", std::to_string(r.pending_seconds) + "s"},
+          {"resolve_threshold",
+           r.resolve_threshold ? nlohmann::json(*r.resolve_threshold) : nlohmann::json()},
           {"channels", r.channels},
           {"enabled", r.enabled}};
 }

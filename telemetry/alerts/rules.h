@@ -44,6 +44,13 @@ struct AlertRule {
   int64_t window_seconds = 300;    // "window": "5m"
   int64_t min_requests = 1;        // fewer requests in the window: no judgement
   int64_t cooldown_seconds = 900;  // "cooldown": at most one alert per scope key per cooldown
+  // "for": how long the condition must hold, judged on every evaluation, before the monitor
+  // fires (0: at once). A value that wobbles around the threshold never holds that long.
+  int64_t pending_seconds = 0;
+  // "resolve_threshold": a firing incident resolves only once the value is back past this (at or
+  // below it for `above`, at or above it for `below`), so a value hovering at the threshold does
+  // not fire and resolve over and over. nullopt: the threshold itself.
+  std::optional<double> resolve_threshold;
   std::vector<std::string> channels;
   bool enabled = true;
 };
@@ -59,7 +66,8 @@ inline constexpr int64_t kMaxMinRequests = 1'000'000'000;
 Result<int64_t> ParseDurationSeconds(const nlohmann::json& value);
 
 // {"id"?, "name", "metric", "scope"?, "condition", "threshold", "window"?, "min_requests"?,
-//  "cooldown"?, "channels"?, "enabled"?}. Unknown keys are rejected (typos should not pass
+//  "cooldown"?, "for"?, "resolve_threshold"?, "channels"?, "enabled"?}. A resolve_threshold lies
+// on the resolved side of the threshold (at or below it for `above`, at or above for `below`). Unknown keys are rejected (typos should not pass
 // silently). Channel names are not checked here (MonitorService checks them against the config).
 Result<AlertRule> ParseRule(const nlohmann::json& json);
 nlohmann::json ToJson(const AlertRule& rule);

@@ -154,6 +154,66 @@ TEST_F(EngineTest, CooldownSuppressesRefiringThenAllowsIt) {
   EXPECT_EQ(got[2]["kind"], "firing");
 }
 
+// A hit-rate monitor fired and resolved 4 times in 4 minutes around its threshold: with a
+// pending period the condition must hold on every evaluation for that long before it fires.
+TEST_F(EngineTest, APendingPeriodMustPassWithTheConditionHoldingBeforeItFires) {
+  engine_->SetRules({Rule(R"({"name":"errors","metric":"error_rate","condition":"above",
+      "threshold":0.5,"window":"10m","for":"2m"})")});
+  RequestRecord bad = Record();
+  bad.status = "upstream_error";
+  auto tick = [&](const RequestRecord& r, int seconds) {
+    clock_.AdvanceSeconds(seconds);
+    engine_->Submit(r);
+    engine_->RunOnce();
+  };
+  tick(bad, 0);
+  tick(bad, 60);
+  EXPECT_TRUE(Received().empty());  // held for 60 s of 120
+  // It stops holding (2 errors of 4), so the pending period starts over.
+  tick(Record(), 30);
+  tick(Record(), 1);
+  tick(bad, 1);
+  tick(bad, 1);  // 4 of 6: holds again, from now
+  tick(bad, 100);
+  EXPECT_TRUE(Received().empty());  // 100 s since it held again: not yet
+  tick(bad, 21);
+  auto got = Received();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0]["kind"], "firing");
+  EXPECT_NE(got[0]["summary"].get<std::string>().find("held for 120 s"), std::string::npos)
+      << got[0]["summary"];
+}
+
+TEST_F(EngineTest, AResolveThresholdKeepsAnIncidentOpenWhileTheValueHovers) {
+  engine_->SetRules({Rule(R"({"name":"errors","metric":"error_rate","condition":"above",
+      "threshold":0.5,"resolve_threshold":0.3,"window":"10m"})")});
+  RequestRecord bad = Record();
+  bad.status = "upstream_error";
+  auto add = [&](const RequestRecord& r) {
+    clock_.AdvanceSeconds(1);
+    engine_->Submit(r);
+    engine_->RunOnce();
+  };
+  add(bad);
+  add(bad);
+  auto got = Received();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_NE(got[0]["summary"].get<std::string>().find("above 0.5 (resolves at or below 0.3)"),
+            std::string::npos)
+      << got[0]["summary"];
+  // 2/3, 2/4 (no longer above 0.5: a plain threshold would resolve here), 2/5, 2/6: all above
+  // the resolve threshold, so the incident stays open.
+  for (int i = 0; i < 4; ++i) add(Record());
+  EXPECT_EQ(Received().size(), 1u);
+  add(Record());  // 2/7 = 0.29
+  got = Received();
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[1]["kind"], "resolved");
+  EXPECT_NE(got[1]["summary"].get<std::string>().find("back at or below 0.3 (it fires above 0.5)"),
+            std::string::npos)
+      << got[1]["summary"];
+}
+
 TEST_F(EngineTest, ErrorRateNeedsMinRequests) {
   engine_->SetRules({Rule(R"({"name":"errors","metric":"error_rate","condition":"above",
       "threshold":0.2,"min_requests":10})")});

@@ -79,6 +79,44 @@ TEST(RuleTest, NumbersOutOfBoundsNameTheirField) {
   EXPECT_EQ(ToJson(*again), ToJson(*rule));
 }
 
+TEST(RuleTest, APendingPeriodAndAResolveThresholdOnTheResolvedSide) {
+  auto rule = ParseRule(json::parse(R"({"name":"hits","metric":"cache_hit_rate",
+      "condition":"below","threshold":0.5,"resolve_threshold":0.6,"for":"2m"})"));
+  ASSERT_TRUE(rule.has_value()) << rule.error().ToString();
+  EXPECT_EQ(rule->pending_seconds, 120);
+  EXPECT_EQ(rule->resolve_threshold, 0.6);
+  // Stored and read back as it was.
+  auto back = ParseRule(ToJson(*rule));
+  ASSERT_TRUE(back.has_value()) << back.error().ToString();
+  EXPECT_EQ(back->pending_seconds, 120);
+  EXPECT_EQ(back->resolve_threshold, 0.6);
+  auto plain = ParseRule(json::parse(R"({"name":"c","metric":"cost","condition":"above",
+      "threshold":1})"));
+  ASSERT_TRUE(plain.has_value());
+  EXPECT_EQ(plain->pending_seconds, 0);
+  EXPECT_EQ(plain->resolve_threshold, std::nullopt);
+  auto plain_back = ParseRule(ToJson(*plain));
+  ASSERT_TRUE(plain_back.has_value()) << plain_back.error().ToString();
+  EXPECT_EQ(plain_back->resolve_threshold, std::nullopt);
+  // A resolve threshold past the fire threshold would resolve while the condition holds.
+  for (const char* text :
+       {R"({"name":"x","metric":"cache_hit_rate","condition":"below","threshold":0.5,
+            "resolve_threshold":0.4})",
+        R"({"name":"x","metric":"cost","condition":"above","threshold":1,
+            "resolve_threshold":2})",
+        R"({"name":"x","metric":"cost","condition":"above","threshold":1,
+            "resolve_threshold":"low"})",
+        R"({"name":"x","metric":"cost","condition":"above","threshold":1,"for":"400d"})",
+        R"({"name":"x","metric":"cost","condition":"above","threshold":1,"for":-5})"}) {
+    auto bad = ParseRule(json::parse(text));
+    ASSERT_FALSE(bad.has_value()) << text;
+    const bool names_field = bad.error().message.find("monitor.resolve_threshold") !=
+                                 std::string::npos ||
+                             bad.error().message.find("monitor.for") != std::string::npos;
+    EXPECT_TRUE(names_field) << bad.error().message;
+  }
+}
+
 TEST(RuleTest, ParsesAFullRule) {
   auto rule = ParseRule(json::parse(R"({"name":"hit rate low","metric":"cache_hit_rate",
       "scope":"model","condition":"below","threshold":0.5,"window":"10m","min_requests":20,

@@ -439,11 +439,16 @@ def test_monitors_create_edit_and_test_a_channel(browser, kvgate, recorded):
     threshold = form.find_element(By.NAME, "threshold")
     threshold.clear()
     threshold.send_keys("0.4")
+    pending = form.find_element(By.NAME, "for")
+    pending.clear()
+    pending.send_keys("2m")
+    form.find_element(By.NAME, "resolve_threshold").send_keys("0.5")
     form.find_element(By.CSS_SELECTOR, "input[name=channel][value=ops-hook]").click()
     form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
     wait(browser, lambda d: "hit-rate-floor" in d.find_element(By.ID, "monitors").text, what="created monitor")
     made = [m for m in api(kvgate, "/api/monitors")["monitors"] if m["name"] == "hit-rate-floor"]
     assert len(made) == 1 and made[0]["threshold"] == 0.4 and made[0]["channels"] == ["ops-hook"]
+    assert made[0]["for"] == "120s" and made[0]["resolve_threshold"] == 0.5, made[0]
     row = browser.find_element(By.CSS_SELECTOR, f"#monitors tr[data-monitor-id='{made[0]['id']}']")
     row.find_element(By.CLASS_NAME, "edit").click()
     threshold = browser.find_element(By.CSS_SELECTOR, "#monitor-form input[name=threshold]")
@@ -451,7 +456,9 @@ def test_monitors_create_edit_and_test_a_channel(browser, kvgate, recorded):
     threshold.send_keys("0.25")
     browser.find_element(By.CSS_SELECTOR, "#monitor-form button[type=submit]").click()
     wait(browser, lambda d: "below 0.25" in d.find_element(By.ID, "monitors").text, what="edited monitor")
-    assert api(kvgate, f"/api/monitors/{made[0]['id']}")["threshold"] == 0.25
+    edited = api(kvgate, f"/api/monitors/{made[0]['id']}")
+    assert edited["threshold"] == 0.25
+    assert edited["for"] == "120s" and edited["resolve_threshold"] == 0.5, edited  # kept by the edit
     browser.find_element(By.CSS_SELECTOR, "li[data-channel=ops-hook] .test-channel").click()
     wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#alerts tr.alert-test"), what="test alert in history")
     assert any(a["kind"] == "test" for a in api(kvgate, "/api/alerts")["alerts"])

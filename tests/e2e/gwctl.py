@@ -149,6 +149,14 @@ class Gateway:
         finally:
             conn.close()
 
+    def admin(self, method: str, path: str, body=None):
+        """An admin API call with the admin token and `body` as JSON: (status, headers, body)."""
+        headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        return self.request(method, path, body=None if body is None else json.dumps(body),
+                            headers=headers)
+
     def admin_get(self, path: str, token: str | None = ADMIN_TOKEN):
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         return self.request("GET", path, headers=headers)

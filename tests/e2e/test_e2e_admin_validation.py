@@ -11,7 +11,7 @@ import hashlib
 import json
 import sqlite3
 
-from gwctl import ADMIN_TOKEN, with_config_tail
+from gwctl import with_config_tail
 
 # A channel for monitors to name; nothing is delivered in these tests.
 ALERTS = """alerts:
@@ -22,16 +22,8 @@ ALERTS = """alerts:
 MONITOR = {"name": "spend", "metric": "cost", "condition": "above", "threshold": 1}
 
 
-def admin(gw, method: str, path: str, body=None):
-    headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-    if body is not None:
-        headers["Content-Type"] = "application/json"
-    return gw.request(method, path, body=None if body is None else json.dumps(body),
-                      headers=headers)
-
-
 def assert_refused(gw, path: str, body: dict, field: str):
-    status, _, answer = admin(gw, "POST", path, body)
+    status, _, answer = gw.admin("POST", path, body)
     assert status == 400, (body, status, answer)
     error = answer["error"]
     assert field in error["message"], (body, error)
@@ -68,15 +60,15 @@ def test_bad_admin_input_is_a_400_naming_the_field_and_restarts_work(
         # At the bounds, accepted; and a PUT is checked the same.
         edge = {**MONITOR, "id": "mon_edge", "window": "366d", "cooldown": 366 * 86400,
                 "min_requests": 10**9, "channels": ["hook"]}
-        status, _, created = admin(gw, "POST", "/api/monitors", edge)
+        status, _, created = gw.admin("POST", "/api/monitors", edge)
         assert status == 201, created
-        status, _, answer = admin(gw, "PUT", "/api/monitors/mon_edge",
+        status, _, answer = gw.admin("PUT", "/api/monitors/mon_edge",
                                   {**MONITOR, "cooldown": "99999999999d"})
         assert status == 400 and "monitor.cooldown" in answer["error"]["message"], answer
-        status, _, key = admin(gw, "POST", "/api/keys", {"name": "edge", "rpm": 10**9})
+        status, _, key = gw.admin("POST", "/api/keys", {"name": "edge", "rpm": 10**9})
         assert status == 201, key
 
-        status, _, listed = admin(gw, "GET", "/api/monitors")
+        status, _, listed = gw.admin("GET", "/api/monitors")
         assert status == 200
         assert [m["id"] for m in listed["monitors"]] == ["mon_edge"], listed
         assert listed["invalid"] == []
@@ -87,11 +79,11 @@ def test_bad_admin_input_is_a_400_naming_the_field_and_restarts_work(
     kg.start()
     try:
         gw = kg.gateway()
-        status, _, listed = admin(gw, "GET", "/api/monitors")
+        status, _, listed = gw.admin("GET", "/api/monitors")
         assert status == 200
         assert listed["monitors"][0]["window"] == f"{366 * 86400}s", listed
         assert listed["invalid"] == []
-        status, _, keys = admin(gw, "GET", "/api/keys")
+        status, _, keys = gw.admin("GET", "/api/keys")
         assert status == 200 and keys["invalid"] == [], keys
         assert "edge" in [k["name"] for k in keys["keys"]]
         chat = gw.client().chat.completions.create(
@@ -105,7 +97,7 @@ def test_bad_stored_rows_are_disabled_with_a_warning_and_kvgate_serves(
         kvgate_process_class, kvgate_bin, sim, tmp_path):
     kg = spawn(kvgate_process_class, kvgate_bin, sim, tmp_path / "gw").start()
     gw = kg.gateway()
-    status, _, good = admin(gw, "POST", "/api/monitors", {**MONITOR, "id": "mon_good"})
+    status, _, good = gw.admin("POST", "/api/monitors", {**MONITOR, "id": "mon_good"})
     assert status == 201, good
     assert kg.terminate() == 0, kg.stderr_tail()
 
@@ -136,14 +128,14 @@ def test_bad_stored_rows_are_disabled_with_a_warning_and_kvgate_serves(
         chat = gw.client().chat.completions.create(
             model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}])
         assert chat.choices[0].message.content
-        status, _, listed = admin(gw, "GET", "/api/monitors")
+        status, _, listed = gw.admin("GET", "/api/monitors")
         assert status == 200
         assert [m["id"] for m in listed["monitors"]] == ["mon_good"], listed
         invalid = {m["id"]: m for m in listed["invalid"]}
         assert set(invalid) == {"mon_from_old", "mon_junk"}, listed
         assert invalid["mon_from_old"]["enabled"] is False
         assert "monitor.window" in invalid["mon_from_old"]["error"]
-        status, _, keys = admin(gw, "GET", "/api/keys")
+        status, _, keys = gw.admin("GET", "/api/keys")
         assert status == 200
         assert [k["id"] for k in keys["invalid"]] == ["key_from_old"], keys
         assert "key_from_old" not in [k["id"] for k in keys["keys"]]
@@ -152,12 +144,12 @@ def test_bad_stored_rows_are_disabled_with_a_warning_and_kvgate_serves(
             headers={"Authorization": "Bearer sk-from-old", "Content-Type": "application/json"})
         assert status == 401
         # The bad rows can be repaired or removed through the API.
-        status, _, fixed = admin(gw, "PUT", "/api/monitors/mon_from_old",
+        status, _, fixed = gw.admin("PUT", "/api/monitors/mon_from_old",
                                  {**MONITOR, "window": "1d"})
         assert status == 200 and fixed["window"] == "86400s", fixed
-        status, _, _ = admin(gw, "DELETE", "/api/monitors/mon_junk")
+        status, _, _ = gw.admin("DELETE", "/api/monitors/mon_junk")
         assert status == 200
-        status, _, listed = admin(gw, "GET", "/api/monitors")
+        status, _, listed = gw.admin("GET", "/api/monitors")
         assert listed["invalid"] == [], listed
         assert sorted(m["id"] for m in listed["monitors"]) == ["mon_from_old", "mon_good"]
     finally:

@@ -18,7 +18,7 @@ import time
 import openai
 import pytest
 
-from gwctl import ADMIN_TOKEN, GATEWAY_KEY
+from gwctl import GATEWAY_KEY
 
 CHAT = "/v1/chat/completions"
 HEADER_NAMES = ("x-ratelimit-limit-requests", "x-ratelimit-remaining-requests",
@@ -64,14 +64,6 @@ def chat(gw, key: str, model: str = "gpt-4o-mini", **extra):
                                "Content-Type": "application/json"})
 
 
-def admin(gw, method: str, path: str, body=None):
-    headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-    if body is not None:
-        headers["Content-Type"] = "application/json"
-    return gw.request(method, path, body=None if body is None else json.dumps(body),
-                      headers=headers)
-
-
 def settle(gw, *request_ids: str):
     """Waits until these requests are recorded: a key's spend and tokens are counted as a request
     is recorded, which is just after its answer went out (the client may be quicker)."""
@@ -91,7 +83,7 @@ def wait_idle(gw, name: str, timeout: float = 10.0) -> dict:
 
 
 def key_by_name(gw, name: str) -> dict:
-    st, _, listing = admin(gw, "GET", "/api/keys")
+    st, _, listing = gw.admin("GET", "/api/keys")
     assert st == 200, listing
     found = [k for k in listing["keys"] if k["name"] == name]
     assert len(found) == 1, listing
@@ -265,7 +257,7 @@ def test_max_parallel_under_concurrent_load(keyed_kvgate, sim):
     for t in threads:
         t.start()
     while any(t.is_alive() for t in threads):
-        st, _, key = admin(gw, "GET", f"/api/keys/{key_by_name(gw, 'load')['id']}")
+        st, _, key = gw.admin("GET", f"/api/keys/{key_by_name(gw, 'load')['id']}")
         peak[0] = max(peak[0], key["in_flight"])
         time.sleep(0.02)
     for t in threads:
@@ -326,7 +318,7 @@ def test_budget_is_enforced_from_recorded_cost_and_across_a_restart(keyed_kvgate
     # The spend is the recorded cost of the key's requests; the last success was the one that
     # passed the budget.
     settle(gw, hdrs["x-request-id"])
-    st, _, listing = admin(gw, "GET", "/api/requests?limit=100")
+    st, _, listing = gw.admin("GET", "/api/requests?limit=100")
     costs = [r["cost_pico_usd"]["total"] for r in listing["requests"] if r["status"] == "ok"]
     assert len(costs) == ok and key["spend_pico_usd"] == sum(costs), (key, costs)
     assert kg.terminate() == 0
@@ -341,7 +333,7 @@ def test_budget_is_enforced_from_recorded_cost_and_across_a_restart(keyed_kvgate
 def test_key_api_create_use_rotate_revoke(keyed_kvgate):
     kg = keyed_kvgate("[{name: cfg, key: sk-cfg, rpm: 100}]")
     gw = kg.gateway()
-    st, _, made = admin(gw, "POST", "/api/keys",
+    st, _, made = gw.admin("POST", "/api/keys",
                         {"name": "made", "models": ["gpt-4o-mini"], "rpm": 50,
                          "max_budget_usd": 5, "budget_duration": "30d"})
     assert st == 201, made
@@ -354,20 +346,20 @@ def test_key_api_create_use_rotate_revoke(keyed_kvgate):
     settle(gw, hdrs["x-request-id"])
     assert chat(gw, secret, model="deepseek-chat")[0] == 403
     # Listed, with the config's key, never with a secret.
-    st, _, listing = admin(gw, "GET", "/api/keys")
+    st, _, listing = gw.admin("GET", "/api/keys")
     text = json.dumps(listing)
     assert secret not in text and "sk-cfg" not in text
     by_name = {k["name"]: k for k in listing["keys"]}
     assert by_name["cfg"]["source"] == "config" and by_name["made"]["id"] == made["id"]
     assert by_name["made"]["budget_remaining_usd"] <= 5
-    st, _, one = admin(gw, "GET", f"/api/keys/{made['id']}")
+    st, _, one = gw.admin("GET", f"/api/keys/{made['id']}")
     assert st == 200 and one["name"] == "made" and "key" not in one
     # Config keys are changed in the config, not here.
-    assert admin(gw, "DELETE", f"/api/keys/{by_name['cfg']['id']}")[0] == 403
-    assert admin(gw, "POST", f"/api/keys/{by_name['cfg']['id']}/rotate")[0] == 403
+    assert gw.admin("DELETE", f"/api/keys/{by_name['cfg']['id']}")[0] == 403
+    assert gw.admin("POST", f"/api/keys/{by_name['cfg']['id']}/rotate")[0] == 403
     # Rotation: a new secret, the same key; the old secret stops working.
     before = key_by_name(gw, "made")
-    st, _, rotated = admin(gw, "POST", f"/api/keys/{made['id']}/rotate")
+    st, _, rotated = gw.admin("POST", f"/api/keys/{made['id']}/rotate")
     assert st == 200, rotated
     assert rotated["id"] == made["id"] and rotated["key"] != secret
     assert rotated["spend_pico_usd"] == before["spend_pico_usd"]
@@ -375,10 +367,10 @@ def test_key_api_create_use_rotate_revoke(keyed_kvgate):
     assert st == 401 and body["error"]["code"] == "invalid_api_key"
     assert chat(gw, rotated["key"])[0] == 200
     # Revocation: 401 from then on; still listed, as revoked.
-    st, _, revoked = admin(gw, "DELETE", f"/api/keys/{made['id']}")
+    st, _, revoked = gw.admin("DELETE", f"/api/keys/{made['id']}")
     assert st == 200 and revoked["revoked"] is True
     assert chat(gw, rotated["key"])[0] == 401
-    assert admin(gw, "DELETE", f"/api/keys/{made['id']}")[0] == 404
+    assert gw.admin("DELETE", f"/api/keys/{made['id']}")[0] == 404
     assert key_by_name(gw, "made")["revoked"] is True
     # Bad input: a 400 naming the field; unknown ids 404; the admin token is required.
     for bad, field in (({"name": "x", "rpm": -1}, "body.rpm"), ({"name": "y", "models": ["zz"]},
@@ -386,16 +378,16 @@ def test_key_api_create_use_rotate_revoke(keyed_kvgate):
                        ({"name": "z", "budget_duration": "1d"}, "budget_duration"),
                        ({"name": "w", "key": "sk-chosen"}, "unknown key"),
                        ({"name": "made"}, "exists")):
-        st, _, body = admin(gw, "POST", "/api/keys", bad)
+        st, _, body = gw.admin("POST", "/api/keys", bad)
         assert st == 400 and field in body["error"]["message"], (bad, body)
     # Every field is optional, the name too: such a key is shown by its id.
-    st, _, unnamed = admin(gw, "POST", "/api/keys", {"rpm": 5})
+    st, _, unnamed = gw.admin("POST", "/api/keys", {"rpm": 5})
     assert st == 201 and unnamed["name"] is None and unnamed["rpm"] == 5, unnamed
-    assert admin(gw, "POST", "/api/keys", {})[0] == 201
+    assert gw.admin("POST", "/api/keys", {})[0] == 201
     assert chat(gw, unnamed["key"])[0] == 200
-    assert admin(gw, "GET", "/api/keys/key_nope")[0] == 404
+    assert gw.admin("GET", "/api/keys/key_nope")[0] == 404
     assert gw.request("GET", "/api/keys")[0] == 401
-    assert admin(gw, "PUT", "/api/keys")[0] == 405
+    assert gw.admin("PUT", "/api/keys")[0] == 405
 
 
 def test_api_keys_survive_a_restart_and_turn_keys_on(keyed_kvgate, kvgate_process_class,
@@ -404,11 +396,11 @@ def test_api_keys_survive_a_restart_and_turn_keys_on(keyed_kvgate, kvgate_proces
     kg = keyed_kvgate("[]", name="open", db_path=db)
     gw = kg.gateway()
     assert chat(gw, "anything")[0] == 200  # no key configured: keys are off
-    st, _, made = admin(gw, "POST", "/api/keys", {"name": "later", "tpm": 100000})
+    st, _, made = gw.admin("POST", "/api/keys", {"name": "later", "tpm": 100000})
     assert st == 201
     assert chat(gw, "anything")[0] == 401  # a key exists now: every request must show one
     assert chat(gw, made["key"])[0] == 200
-    admin(gw, "DELETE", f"/api/keys/{made['id']}")
+    gw.admin("DELETE", f"/api/keys/{made['id']}")
     assert chat(gw, "anything")[0] == 401  # revoking the last key does not open the gateway
     assert kg.terminate() == 0
     kg2 = keyed_kvgate("[]", name="again", db_path=db)
@@ -456,7 +448,7 @@ alerts:
     deadline = time.monotonic() + 15
     firing = []
     while not firing and time.monotonic() < deadline:
-        st, _, alerts_list = admin(gw, "GET", "/api/alerts")
+        st, _, alerts_list = gw.admin("GET", "/api/alerts")
         assert st == 200, alerts_list
         events = alerts_list.get("alerts", alerts_list.get("data", []))
         firing = [a for a in events if a["kind"] == "firing" and a["metric"] == "budget"]

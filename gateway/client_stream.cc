@@ -14,7 +14,8 @@ constexpr std::string_view kJson = "application/json";
 
 std::string MessageOf(const providers::ClientError& error) {
   if (auto it = error.body.find("error"); it != error.body.end() && it->is_object()) {
-    if (auto m = it->find("message"); m != it->end() && m->is_string()) return m->get<std::string>();
+    if (auto m = it->find("message"); m != it->end() && m->is_string())
+      return m->get<std::string>();
   }
   return "";
 }
@@ -47,23 +48,19 @@ std::vector<http::Header> AnswerHeaders(const std::vector<http::Header>& headers
 
 }  // namespace
 
-ClientStream::ClientStream(http::ResponseWriter& writer, RequestLog& log, ClientApi api)
-    : writer_(writer), log_(log), api_(api), headers_{{"x-request-id", log.record().request_id}} {}
+ClientStream::ClientStream(http::ResponseWriter& writer, RequestLog& log, const AnswerStyle& style)
+    : writer_(writer),
+      log_(log),
+      style_(style),
+      headers_{{"x-request-id", log.record().request_id}} {}
 
-void ClientStream::TranslateChatAnswers(bool translate) {
-  translate_ = translate;
-  answer_stream_ = translate ? providers::NewMessagesAnswerStream() : nullptr;
-  responses_echo_.reset();
-  responses_stream_ = nullptr;
-  on_responses_answer_ = nullptr;
-}
-
-void ClientStream::TranslateChatToResponses(
-    std::string echo, std::function<void(const providers::ResponsesOutcome&)> on_answer) {
-  TranslateChatAnswers(false);
-  responses_stream_ = providers::NewResponsesAnswerStream(echo);
-  responses_echo_ = std::move(echo);
-  on_responses_answer_ = std::move(on_answer);
+void ClientStream::AnswerIdKnown() {
+  if (!on_answer_id_ || log_.record().response_id.empty()) return;
+  // With an encoder, the id the upstream gave (a chat id) is not the client's answer's yet.
+  if (encoder_ && encoder_->answer_id().empty()) return;
+  auto hook = std::move(on_answer_id_);
+  on_answer_id_ = nullptr;  // once
+  hook(log_.record());
 }
 
 ClientStream::~ClientStream() {
@@ -84,32 +81,21 @@ asio::awaitable<void> ClientStream::SendAnswer(std::string body) {
     RecordClientLeft("the client closed the connection before the response was ready");
     co_return;
   }
-  if (translate_) {
-    Result<std::string> message = providers::ChatToMessage(body);
-    if (!message) {
-      // The upstream's answer was read (its usage is recorded) but cannot be told as a Message.
-      std::string why = "kvgate cannot translate the upstream's answer: " + message.error().message;
+  if (encoder_) {
+    Result<std::string> answer = encoder_->Whole(body);
+    if (!answer) {
+      // The upstream's answer was read (its usage is recorded) but cannot be told in the
+      // client's API.
+      std::string why = "kvgate cannot translate the upstream's answer: " + answer.error().message;
       co_await SendError(providers::MakeOpenAIError(502, std::move(why), "upstream_error",
                                                     "bad_upstream_response"),
                          "upstream_error");
       co_return;
     }
-    body = std::move(*message);
-    log_.record().response_id = providers::ResponseIdOf(body);
-  } else if (responses_echo_) {
-    providers::ResponsesOutcome outcome;
-    Result<std::string> response = providers::ChatToResponse(body, *responses_echo_, &outcome);
-    if (!response) {
-      std::string why = "kvgate cannot translate the upstream's answer: " + response.error().message;
-      co_await SendError(providers::MakeOpenAIError(502, std::move(why), "upstream_error",
-                                                    "bad_upstream_response"),
-                         "upstream_error");
-      co_return;
-    }
-    body = std::move(*response);
-    log_.record().response_id = outcome.response_id;
-    if (on_responses_answer_) on_responses_answer_(outcome);
+    body = std::move(*answer);
+    log_.record().response_id = std::string(encoder_->answer_id());
   }
+  AnswerIdKnown();
   started_ = true;
   log_.record().http_status = 200;
   log_.Checkpoint();  // the answer is complete once these bytes leave: make the record durable
@@ -120,8 +106,7 @@ asio::awaitable<void> ClientStream::SendAnswer(std::string body) {
 
 asio::awaitable<void> ClientStream::SendError(const providers::ClientError& error,
                                               std::string status_word) {
-  const providers::ClientError answer =
-      api_ == ClientApi::kAnthropicMessages ? providers::ToAnthropicError(error) : error;
+  const providers::ClientError answer = style_.shape_error ? style_.shape_error(error) : error;
   log_.SetError(answer.status, std::move(status_word), MessageOf(error));
   started_ = true;
   std::vector<http::Header> headers = AnswerHeaders(headers_);
@@ -140,32 +125,20 @@ asio::awaitable<bool> ClientStream::BeginStream() {
   started_ = true;
   streaming_ = true;
   log_.record().http_status = 200;
-  writer_.SetCutNotice(api_ == ClientApi::kAnthropicMessages
-                           ? providers::AnthropicShutdownCutEvent()
-                           : providers::ShutdownCutEvent());
+  writer_.SetCutNotice(style_.cut_event);
   co_return true;
 }
 
 asio::awaitable<bool> ClientStream::Write(std::string_view bytes) {
   std::string translated;
-  if (answer_stream_) {
-    translated = answer_stream_->Feed(bytes);
-    if (!answer_stream_->message_id().empty()) {
-      log_.record().response_id = answer_stream_->message_id();
-    }
+  if (encoder_) {
+    translated = encoder_->Feed(bytes);
+    if (!encoder_->answer_id().empty()) log_.record().response_id = encoder_->answer_id();
+    AnswerIdKnown();
     if (translated.empty()) co_return true;
     bytes = translated;
-  } else if (responses_stream_) {
-    translated = responses_stream_->Feed(bytes);
-    if (!responses_stream_->response_id().empty()) {
-      log_.record().response_id = responses_stream_->response_id();
-    }
-    if (responses_stream_->outcome() && on_responses_answer_) {
-      on_responses_answer_(*responses_stream_->outcome());
-      on_responses_answer_ = nullptr;  // once
-    }
-    if (translated.empty()) co_return true;
-    bytes = translated;
+  } else {
+    AnswerIdKnown();
   }
   auto wrote = co_await writer_.WriteChunk(bytes);
   if (!wrote) {
@@ -176,20 +149,10 @@ asio::awaitable<bool> ClientStream::Write(std::string_view bytes) {
 }
 
 asio::awaitable<bool> ClientStream::EndStream() {
-  if (responses_stream_) {
-    if (std::string tail = responses_stream_->Finish(); !tail.empty()) {
-      auto wrote = co_await writer_.WriteChunk(tail);
-      if (!wrote) {
-        RecordClientLeft("the client closed the connection mid-stream");
-        co_return false;
-      }
-    }
-  }
-  if (answer_stream_) {
-    // A chat stream that stopped short of [DONE] (the upstream's own error event was already
-    // translated): Anthropic's error event, so the SDK raises rather than return half a message.
-    std::string tail = answer_stream_->Finish();
-    if (!tail.empty()) {
+  if (encoder_) {
+    // E.g. a chat stream that stopped short of [DONE]: Anthropic's error event, so that the SDK
+    // raises rather than return half a message.
+    if (std::string tail = encoder_->Finish(); !tail.empty()) {
       auto wrote = co_await writer_.WriteChunk(tail);
       if (!wrote) {
         RecordClientLeft("the client closed the connection mid-stream");

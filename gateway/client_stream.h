@@ -7,6 +7,7 @@
 // Single-threaded: used only from the request's coroutine.
 #pragma once
 
+#include <boost/asio/awaitable.hpp>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -14,24 +15,42 @@
 #include <string_view>
 #include <vector>
 
-#include <boost/asio/awaitable.hpp>
-
+#include "common/error.h"
 #include "gateway/http/server.h"
-#include "gateway/providers/messages.h"
 #include "gateway/providers/provider.h"
-#include "gateway/providers/responses_translate.h"
 #include "gateway/request_log.h"
 
 namespace kvgate::gateway {
 
-// The API the client speaks, which decides the shape of every error it gets (kvgate's own and
-// the upstream's) and of the shutdown cut event.
-enum class ClientApi { kOpenAI, kAnthropicMessages };
+// How the client's API shapes what kvgate itself says (gateway/api/ gives each API's): every
+// error it gets (kvgate's own and the upstream's, built OpenAI-shaped), an error as a stream event
+// (after `shape_error`), and the event a stream cut at shutdown ends with.
+struct AnswerStyle {
+  providers::ClientError (*shape_error)(const providers::ClientError&) = nullptr;  // null: as is
+  std::string (*error_event)(const providers::ClientError&) = nullptr;  // null: `data: {...}`
+  std::string cut_event;
+};
+
+// Tells chat answers in the client's API, for an attempt whose upstream answers in OpenAI chat
+// while the client speaks another API (gateway/api/: an Anthropic Message, a Responses
+// `response`). One per attempt; single-threaded.
+class AnswerEncoder {
+ public:
+  virtual ~AnswerEncoder() = default;
+  // A whole chat completion as the client's answer; an error when it cannot be told.
+  virtual Result<std::string> Whole(std::string_view chat_body) = 0;
+  // Chat stream bytes as the client's events ("" while it holds them back).
+  virtual std::string Feed(std::string_view chat_events) = 0;
+  // What the client's stream still needs at its end ("" for nothing).
+  virtual std::string Finish() = 0;
+  // The id of the client's answer, "" until known.
+  virtual std::string_view answer_id() const = 0;
+};
 
 class ClientStream {
  public:
-  // `writer` and `log` must outlive this object.
-  ClientStream(http::ResponseWriter& writer, RequestLog& log, ClientApi api = ClientApi::kOpenAI);
+  // `writer`, `log` and `style` must outlive this object.
+  ClientStream(http::ResponseWriter& writer, RequestLog& log, const AnswerStyle& style);
   ~ClientStream();  // stops any client-gone watch
   ClientStream(const ClientStream&) = delete;
   ClientStream& operator=(const ClientStream&) = delete;
@@ -46,18 +65,16 @@ class ClientStream {
   bool streaming() const { return streaming_; }
   bool client_gone() const { return writer_.client_gone(); }
 
-  // For an Anthropic Messages client served by an OpenAI-chat upstream (the attempt loop sets it
-  // per attempt): the answers that follow are chat answers, translated here into Anthropic's
-  // (SendAnswer: a Message; Write / EndStream: Anthropic's events), and the record's response
-  // id becomes the Message's. False: answers go out as the upstream sent them.
-  // False also ends a Responses translation.
-  void TranslateChatAnswers(bool translate);
-  // For a Responses API client served by a chat upstream (the built-in engine, Anthropic): the
-  // answers that follow are chat answers, translated here into a `response` object or the
-  // Responses events (`echo`: ResponsesChat::echo), and the record's response id becomes the
-  // response's. `on_answer` runs once a translated answer is complete (the conversation store).
-  void TranslateChatToResponses(std::string echo,
-                                std::function<void(const providers::ResponsesOutcome&)> on_answer);
+  // Set per attempt by the attempt loop: the answers that follow are chat answers that `encoder`
+  // tells in the client's API (SendAnswer, Write, EndStream), and the record's response id
+  // becomes the client's answer's. Null: answers go out as the upstream sent them.
+  void Encode(std::unique_ptr<AnswerEncoder> encoder) { encoder_ = std::move(encoder); }
+  // Runs once, with the record, when the answer's id is known (record().response_id), before any
+  // byte of that answer reaches the client: the client API's after-answer hook (the Responses
+  // API remembers the response's thread, so that a request continuing it finds it).
+  void OnAnswerId(std::function<void(telemetry::RequestRecord&)> hook) {
+    on_answer_id_ = std::move(hook);
+  }
 
   // Journals the record before the bytes that complete a stream are written (RequestLog::
   // Checkpoint); SendAnswer does it itself.
@@ -87,15 +104,14 @@ class ClientStream {
   void RecordClientLeft(std::string why);
 
  private:
+  // Runs on_answer_id_ once the answer's id is known (see OnAnswerId).
+  void AnswerIdKnown();
+
   http::ResponseWriter& writer_;
   RequestLog& log_;
-  const ClientApi api_;
-  std::unique_ptr<providers::MessagesAnswerStream> answer_stream_;  // null: no translation
-  bool translate_ = false;
-  // The Responses translation (responses_stream_ only while streaming).
-  std::optional<std::string> responses_echo_;
-  std::unique_ptr<providers::ResponsesAnswerStream> responses_stream_;
-  std::function<void(const providers::ResponsesOutcome&)> on_responses_answer_;
+  const AnswerStyle& style_;
+  std::unique_ptr<AnswerEncoder> encoder_;  // null: no translation
+  std::function<void(telemetry::RequestRecord&)> on_answer_id_;
   std::vector<http::Header> headers_;
   bool started_ = false;
   bool streaming_ = false;

@@ -11,6 +11,7 @@
 #include "common/ids.h"
 #include "common/json_text.h"
 #include "gateway/gateway.h"
+#include "gateway/providers/messages.h"
 #include "gateway/request_log.h"
 
 namespace kvgate::gateway {
@@ -40,15 +41,8 @@ std::optional<http::EarlyAnswer> Gateway::OnExpectContinue(const http::Request& 
                            .content_type = "application/json",
                            .body = JsonText(refusal.body),
                            .headers = {{"x-request-id", NewId("req")}}};
-  std::string endpoint;
-  if (request.method == "POST") {
-    for (providers::Endpoint e :
-         {providers::Endpoint::kChatCompletions, providers::Endpoint::kCompletions,
-          providers::Endpoint::kResponses, providers::Endpoint::kEmbeddings,
-          providers::Endpoint::kMessages}) {
-      if (path == providers::EndpointPath(e)) endpoint = providers::EndpointName(e);
-    }
-  }
+  const api::ClientApi* api = request.method == "POST" ? apis_.Find(path) : nullptr;
+  std::string endpoint(api != nullptr ? providers::EndpointName(api->endpoint()) : "");
   if (!endpoint.empty()) {
     // Without a key: neither the key nor the X-Thread-Id header is recorded (an unauthenticated
     // client must not create or poison threads).

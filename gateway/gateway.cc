@@ -325,25 +325,11 @@ void Gateway::OnLoopStart(size_t index, asio::any_io_executor executor) {
 
 asio::awaitable<void> Gateway::Handle(http::Request& request, http::ResponseWriter& writer) {
   const std::string& path = request.path;
-  if (request.method == "POST" && path == "/v1/chat/completions") {
-    co_await HandleInference(request, writer, providers::Endpoint::kChatCompletions);
-    co_return;
-  }
-  if (request.method == "POST" && path == "/v1/completions") {
-    co_await HandleInference(request, writer, providers::Endpoint::kCompletions);
-    co_return;
-  }
-  if (request.method == "POST" && path == "/v1/responses") {
-    co_await HandleInference(request, writer, providers::Endpoint::kResponses);
-    co_return;
-  }
-  if (request.method == "POST" && path == "/v1/embeddings") {
-    co_await HandleInference(request, writer, providers::Endpoint::kEmbeddings);
-    co_return;
-  }
-  if (request.method == "POST" && path == "/v1/messages") {
-    co_await HandleInference(request, writer, providers::Endpoint::kMessages);
-    co_return;
+  if (request.method == "POST") {
+    if (const api::ClientApi* api = apis_.Find(path)) {
+      co_await HandleInference(request, writer, *api);
+      co_return;
+    }
   }
   // Every other answer carries an id too (not recorded: the read API holds inference requests).
   const std::string request_id = NewId("req");
@@ -383,8 +369,7 @@ asio::awaitable<void> Gateway::HandleOther(http::Request& request, http::Respons
     } else {
       co_await SendMethodNotAllowed(writer, request, "POST");
     }
-  } else if (path == "/v1/chat/completions" || path == "/v1/completions" ||
-             path == "/v1/responses" || path == "/v1/embeddings" || path == "/v1/messages") {
+  } else if (apis_.Find(path) != nullptr) {
     co_await SendMethodNotAllowed(writer, request, "POST");
   } else if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0) {
     if (get) {
@@ -412,13 +397,8 @@ std::vector<http::Header> Gateway::OnRejected(const http::Rejection& rejection) 
   const http::Request& request = rejection.request;
   // Inference requests are recorded whatever happens to them; so is a request that could not be
   // read far enough to tell what it was.
-  std::string endpoint;
-  for (providers::Endpoint e :
-       {providers::Endpoint::kChatCompletions, providers::Endpoint::kCompletions,
-        providers::Endpoint::kResponses, providers::Endpoint::kEmbeddings,
-        providers::Endpoint::kMessages}) {
-    if (request.path == providers::EndpointPath(e)) endpoint = providers::EndpointName(e);
-  }
+  const api::ClientApi* api = apis_.Find(request.path);
+  std::string endpoint(api != nullptr ? providers::EndpointName(api->endpoint()) : "");
   if (endpoint.empty() && rejection.head_read) return headers;
   RequestLog log(*deps_.recorder, *deps_.clock, request.arrival_monotonic_ns);
   telemetry::RequestRecord& rec = log.record();
@@ -435,7 +415,7 @@ std::vector<http::Header> Gateway::OnRejected(const http::Rejection& rejection) 
         // Under gateway keys, the key's own thread (thread_scope.h). No store read here: an id
         // whose owner is not remembered is kept as sent, unclaimed (a failed turn never decides
         // who owns a thread: ScopeThread reads the owner from successful turns only).
-        std::optional<std::string> owner = thread_owners_.Find(thread_id);
+        std::optional<std::string> owner = threads_.OwnerOf(thread_id);
         rec.thread_id = StoredThreadId(thread_id, rec.api_key_id, owner.value_or(rec.api_key_id));
       }
     }
@@ -443,61 +423,6 @@ std::vector<http::Header> Gateway::OnRejected(const http::Rejection& rejection) 
   log.SetError(rejection.status, "error", std::string(rejection.message));
   log.Commit();
   return headers;
-}
-
-asio::awaitable<Gateway::PreviousResponse> Gateway::ThreadOfResponse(
-    const std::string& response_id, const std::string& api_key_id) {
-  std::optional<std::string> key = response_threads_.KeyOf(response_id);
-  std::optional<std::string> known = response_threads_.Find(response_id);
-  if (key && known) {
-    // (A response made before the gateway had keys is no key's.)
-    if (!key->empty() && *key != api_key_id) co_return PreviousResponse{.other_key = true};
-    co_return PreviousResponse{.thread_id = *known};
-  }
-  // Not remembered (kvgate restarted since, or it was forgotten): the stored request that
-  // answered with this id, if any.
-  telemetry::TelemetryStore& store = *deps_.store;
-  Result<json> stored = co_await RunBlocking(
-      blocking_pool_, [&store, &response_id] { return store.GetRequest(response_id); });
-  if (!stored || !stored->is_object()) co_return PreviousResponse{};
-  const std::string thread_id = stored->value("thread_id", std::string());
-  const std::string stored_key = stored->value("api_key_id", std::string());
-  if (!stored_key.empty() && stored_key != api_key_id)
-    co_return PreviousResponse{.other_key = true};
-  if (!thread_id.empty()) response_threads_.Remember(response_id, thread_id, stored_key);
-  co_return PreviousResponse{.thread_id = thread_id};
-}
-
-asio::awaitable<std::string> Gateway::ScopeThread(const std::string& thread_id,
-                                                  const std::string& api_key_id) {
-  if (api_key_id.empty() || thread_id.empty() || IsScopedThreadId(thread_id)) {
-    co_return StoredThreadId(thread_id, api_key_id, "");
-  }
-  std::optional<std::string> owner = thread_owners_.Find(thread_id);
-  if (!owner) {
-    // The key of the thread's newest successful stored turn (all of them are its owner's; a
-    // rejected request may be filed under an id it does not own, OnRejected); none, or a turn
-    // from before gateway keys: the id is free.
-    telemetry::TelemetryStore& store = *deps_.store;
-    Result<std::string> stored =
-        co_await RunBlocking(blocking_pool_, [&store, &thread_id]() -> Result<std::string> {
-          telemetry::RequestQuery query{.thread_id = thread_id, .status = "ok", .limit = 1};
-          Result<json> listed = store.ListRequests(query);
-          if (!listed) return std::unexpected(listed.error());
-          const json& requests = (*listed)["requests"];
-          if (!requests.is_array() || requests.empty()) return std::string();
-          Result<json> turn = store.GetRequest(requests[0].value("request_id", std::string()));
-          if (!turn) return std::unexpected(turn.error());
-          return turn->value("api_key_id", std::string());
-        });
-    // The store cannot say (an outage): the turn keeps the id as sent, unclaimed, so that a
-    // conversation is not split in two by a database restart; the owner is settled on the next
-    // turn that can read the store. The cost: a thread id another key used before this process
-    // started may take this turn while the database is away (docs/api.md).
-    if (!stored) co_return std::string(thread_id);
-    owner = thread_owners_.Claim(thread_id, stored->empty() ? api_key_id : *stored);
-  }
-  co_return StoredThreadId(thread_id, api_key_id, *owner);
 }
 
 Result<std::string> Gateway::Authenticate(const http::Request& request) const {

@@ -16,12 +16,12 @@
 #include <boost/asio/thread_pool.hpp>
 
 #include "common/clock.h"
+#include "gateway/api/apis.h"
 #include "gateway/config.h"
 #include "gateway/http/server.h"
 #include "gateway/providers/provider.h"
 #include "gateway/recorder.h"
-#include "gateway/response_threads.h"
-#include "gateway/thread_scope.h"
+#include "gateway/thread_directory.h"
 #include "gateway/upstream.h"
 #include "gateway/upstream/client.h"
 #include "gateway/virtual_keys.h"
@@ -94,42 +94,35 @@ class Gateway {
  private:
   Gateway(const GatewayConfig& config, GatewayDeps deps);
 
-  // POST /v1/chat/completions, /v1/completions, /v1/responses and /v1/embeddings (proxy.cc):
-  // recorded on every path, behind the last barrier (an exception becomes a recorded 500, or an
-  // error event mid-stream).
+  // POST of a client API (inference.cc, the hall): recorded on every path, behind the last
+  // barrier (an exception becomes a recorded 500, or an error event mid-stream).
   boost::asio::awaitable<void> HandleInference(http::Request& request, http::ResponseWriter& writer,
-                                               providers::Endpoint endpoint);
+                                               const api::ClientApi& api);
+  // parse -> thread -> route -> admit -> attempts -> commit.
   boost::asio::awaitable<void> ServeInference(http::Request& request, http::ResponseWriter& writer,
-                                              providers::Endpoint endpoint, RequestLog& log);
+                                              const api::ClientApi& api, RequestLog& log);
+  // Parse: the gateway key (`key`, null without keys), the body, then the API's own fields; the
+  // client's error otherwise.
+  std::expected<std::unique_ptr<api::ApiCall>, providers::ClientError> ReadRequest(
+      const http::Request& request, const api::ClientApi& api, std::shared_ptr<KeyState>& key,
+      telemetry::RequestRecord& rec) const;
+  // Route: the decision with at least one eligible candidate, or the client's error (404 for an
+  // unknown model, 400 for targets that cannot serve the API, 503 when none is eligible now).
+  std::expected<router::RouteDecision, providers::ClientError> Route(
+      const http::Request& request, const api::ClientApi& api, const api::ApiCall& call,
+      RequestLog& log, ClientStream& client) const;
+  // Exact cache answers from the built-in engines a router would ask (router::ProbeTargets).
+  void ProbeEngines(const api::ApiCall& call, std::string_view api_key_id,
+                    router::RequestFacts& facts) const;
   // Tries the decision's eligible candidates in order (each with its retries) until one answers
-  // or a failure may not be tried elsewhere; records every attempt. Commits the log.
-  boost::asio::awaitable<void> RunAttempts(const InferenceCall& call,
+  // or a failure may not be tried elsewhere; records every attempt. Commits the log (attempts.cc).
+  boost::asio::awaitable<void> RunAttempts(const InferenceCall& call, api::ApiCall& api_call,
                                            const router::RouteDecision& decision,
                                            ClientStream& client);
-  // The 400 for a request whose endpoint none of the decision's targets can serve (the Responses
-  // API or embeddings on Anthropic or the built-in engine), naming each target and its provider
-  // type; nullopt when one can (or could, once healthy again).
-  std::optional<providers::ClientError> RefuseEndpoint(providers::Endpoint endpoint,
-                                                       const router::RouteDecision& decision,
-                                                       const std::string& model) const;
-  // What kvgate knows of the response a Responses API request continues.
-  struct PreviousResponse {
-    std::string thread_id;   // its thread as stored; "" when kvgate does not know the response
-    bool other_key = false;  // made by another gateway key than the request's (then no thread)
-  };
-  // The response `response_id` as gateway key `api_key_id` ("" without keys) may see it:
-  // remembered, else read from the store on the blocking pool.
-  boost::asio::awaitable<PreviousResponse> ThreadOfResponse(const std::string& response_id,
-                                                            const std::string& api_key_id);
-  // The id under which a turn of gateway key `api_key_id` naming thread `thread_id` is stored
-  // (thread_scope.h): the id when the key owns it (the first key to use it; an owner not
-  // remembered is the key of the thread's newest stored turn, read on the blocking pool), else
-  // the key's own scoped thread. An unreadable store scopes it (never joins another's thread).
-  boost::asio::awaitable<std::string> ScopeThread(const std::string& thread_id,
-                                                  const std::string& api_key_id);
-  // Exact cache answers from the built-in engines a router would ask (router::ProbeTargets).
-  void ProbeEngines(const raw_json::Object& body, std::string_view api_key_id,
-                    router::RequestFacts& facts) const;
+  // One attempt's plan on `target` with its provider's key `key`; fills the record's target
+  // fields.
+  AttemptPlan PlanAttempt(const InferenceCall& call, const router::Target& target, int key,
+                          telemetry::RequestRecord& rec);
   // Every route but inference.
   boost::asio::awaitable<void> HandleOther(http::Request& request, http::ResponseWriter& writer);
   boost::asio::awaitable<void> HandleReadApi(http::Request& request, http::ResponseWriter& writer);
@@ -200,10 +193,11 @@ class Gateway {
   // turn (Recorder::SyncThread), on its own threads so that a slow dashboard query never holds a
   // request up. Absent otherwise.
   std::optional<boost::asio::thread_pool> thread_reads_;
-  // Responses API response id -> thread (internally locked).
-  ResponseThreads response_threads_;
-  // Which gateway key owns each thread id (internally locked).
-  ThreadOwners thread_owners_;
+  // Which thread a request belongs to: owners of thread ids, Responses API responses (internally
+  // locked; its store reads run on blocking_pool_).
+  ThreadDirectory threads_{*deps_.store, blocking_pool_};
+  // The client APIs by path (constant).
+  api::ClientApis apis_;
   // The gateway keys and their limits (internally locked); shared with the recorder listener and
   // the metrics section that read it, which may outlive this object.
   std::shared_ptr<VirtualKeys> keys_;

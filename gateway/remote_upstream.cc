@@ -321,7 +321,6 @@ asio::awaitable<AttemptResult> RemoteUpstream::Buffered(const InferenceCall& cal
   rec.finish_reason = translated->finish_reason;
   rec.provider_cache_miss_reason = translated->provider_cache_miss_reason;
   rec.response_id = providers::ResponseIdOf(translated->body);
-  if (!rec.response_id.empty() && call.on_response_id) call.on_response_id(rec);
   answered.outcome.latency_us = Micros(started_ns);
   co_await client.SendAnswer(std::move(translated->body));
   co_return answered;
@@ -404,10 +403,7 @@ asio::awaitable<AttemptResult> RemoteUpstream::Streamed(const InferenceCall& cal
       co_return upstream::SinkVerdict::kContinue;
     }
     auto piece = translator->Feed(bytes);
-    if (rec.response_id.empty()) {
-      rec.response_id = providers::ResponseIdOfStream(piece.bytes);
-      if (!rec.response_id.empty() && call.on_response_id) call.on_response_id(rec);
-    }
+    if (rec.response_id.empty()) rec.response_id = providers::ResponseIdOfStream(piece.bytes);
     if (piece.has_content) {
       ++content_events;
       log.MarkFirstToken();

@@ -1,5 +1,5 @@
 // One attempt at answering a client's inference request on one target: the seam between the
-// attempt loop (proxy.cc: route, then try candidates while nothing was sent to the client) and
+// attempt loop (attempts.cc: route, then try candidates while nothing was sent to the client) and
 // the two kinds of upstream, a remote provider (remote_upstream.cc: adapter + HTTP client) and
 // the built-in engine (local_provider.cc).
 //
@@ -39,25 +39,15 @@ struct ProviderConnection {
   bool anthropic_cache_diagnostics = false;
 };
 
-// The client's request, the same for every attempt.
+// The request an upstream gets: the client's, the same for every attempt, or its translation for
+// one target's wire (gateway/api/). Nothing of the client's API rides here: its headers for
+// Anthropic travel in CallOptions, its after-answer hook on the ClientStream.
 struct InferenceCall {
   providers::Endpoint endpoint = providers::Endpoint::kChatCompletions;
   raw_json::Object body;       // the client's JSON body (bytes owned by the http::Request)
   bool stream = false;
   bool client_wants_usage = false;
   size_t worker_index = 0;     // the event loop (its upstream::Client)
-  // Anthropic Messages: the client's anthropic-version and anthropic-beta headers, passed on to
-  // Anthropic providers ("" when absent).
-  std::string anthropic_version;
-  std::string anthropic_beta;
-  // Called once with the record when the answer first names its response id (record().
-  // response_id is set), before any byte of that answer reaches the client: the Responses API's
-  // thread bookkeeping (a later request may continue this response). May be empty.
-  std::function<void(telemetry::RequestRecord&)> on_response_id;
-  // The Responses API: the previous_response_id when it names a response another gateway key
-  // made ("" otherwise). Every target answers it as an unknown id (responses_bridge.h); none is
-  // asked to continue it.
-  std::string previous_response_of_other_key;
 };
 
 struct AttemptPlan {

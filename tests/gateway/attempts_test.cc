@@ -1,19 +1,13 @@
-// The attempt loop with a fake Upstream behind a real gateway: a real server on 127.0.0.1 port 0,
-// a real SQLite store, the real router. What a client sees and what is recorded when an attempt
-// fails before anything was sent (retry, fall back, or answer the error), when a circuit opens,
-// and when an attempt throws (the last barrier).
+// The attempt loop with a fake Upstream behind a real gateway (gateway_harness.h). What a client
+// sees and what is recorded when an attempt fails before anything was sent (retry, fall back, or
+// answer the error), when a circuit opens, and when an attempt throws (the last barrier).
 #include <gtest/gtest.h>
 
 #include <deque>
 #include <functional>
 #include <mutex>
 
-#include "gateway/config.h"
-#include "gateway/gateway.h"
-#include "gateway/recorder.h"
-#include "gateway/targets.h"
-#include "tests/http/test_util.h"
-#include "tests/telemetry/store_test_util.h"
+#include "tests/gateway/gateway_harness.h"
 
 namespace kvgate::gateway {
 namespace {
@@ -110,84 +104,20 @@ routing:
 
 class AttemptsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    auto config = ParseConfig(kConfig, [](const std::string&) { return std::nullopt; });
-    ASSERT_TRUE(config.has_value()) << config.error().message;
-    config_ = *config;
-    config_.sqlite_path = dir_.File("t.db");
-    auto store = telemetry::TelemetryStore::Open(config_.sqlite_path, clock_);
-    ASSERT_TRUE(store.has_value()) << store.error().message;
-    store_ = std::move(*store);
-    auto metrics = telemetry::GatewayMetrics::Create(registry_);
-    ASSERT_TRUE(metrics.has_value());
-    metrics_ = std::move(*metrics);
-    auto targets = BuildTargets(config_, catalog_, nullptr);
-    ASSERT_TRUE(targets.has_value());
-    auto router = router::Router::Create(std::move(*targets), config_.routing, clock_, &registry_);
-    ASSERT_TRUE(router.has_value()) << router.error().message;
-    router_ = std::move(*router);
-    recorder_ = std::make_unique<Recorder>(*store_, *metrics_, *router_);
-    GatewayDeps deps{.store = store_.get(), .metrics = metrics_.get(), .recorder = recorder_.get(),
-                     .clock = &clock_, .router = router_.get(), .remote = &fake_};
-    auto gw = Gateway::Create(config_, deps);
-    ASSERT_TRUE(gw.has_value()) << gw.error().message;
-    gateway_ = std::move(*gw);
-    http::ServerOptions options;
-    options.port = 0;
-    options.threads = 1;
-    gateway_->PrepareLoops(1);
-    options.on_thread_start = [g = gateway_.get()](size_t i, asio::any_io_executor e) {
-      g->OnLoopStart(i, std::move(e));
-    };
-    auto server = http::Server::Start(options, gateway_->handler());
-    ASSERT_TRUE(server.has_value()) << server.error().message;
-    server_ = std::move(*server);
-  }
-  void TearDown() override {
-    if (server_) server_->Stop();
-    if (gateway_) {
-      gateway_->ReleaseClients();
-      gateway_->FinishBlockingWork();
-    }
-    server_.reset();
-    if (store_) store_->Close();
-  }
+  void SetUp() override { ASSERT_TRUE(gateway_.Start(kConfig, fake_)); }
 
-  testing::RawResponse Chat(const std::string& model, const std::string& extra_headers = "") {
+  ::kvgate::testing::RawResponse Chat(const std::string& model,
+                                      const std::string& extra_headers = "") {
     SCOPED_TRACE(model);
     const std::string body =
         R"({"model":")" + model + R"(","messages":[{"role":"user","content":"hi"}]})";
-    testing::RawConn conn;
-    EXPECT_EQ(conn.Connect(server_->port()), 0);
-    conn.Send("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
-              extra_headers + "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
-    auto r = testing::ReadResponse(conn);
-    EXPECT_TRUE(r.has_value());
-    return r.value_or(testing::RawResponse{});
+    return gateway_.Post("/v1/chat/completions", body, extra_headers);
   }
-  // The record is committed just after the answer is written: poll for it.
-  json Stored(const std::string& request_id) {
-    for (int i = 0; i < 200; ++i) {
-      EXPECT_TRUE(store_->Flush().has_value());
-      if (auto row = store_->GetRequest(request_id)) return *row;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    ADD_FAILURE() << "request " << request_id << " was not recorded";
-    return json();
-  }
+  json Stored(const std::string& request_id) { return gateway_.Stored(request_id); }
 
-  telemetry::testing::TempDir dir_;
-  FakeClock clock_;
-  telemetry::PriceCatalog catalog_ = telemetry::PriceCatalog::BuiltIn();
-  telemetry::MetricsRegistry registry_;
-  GatewayConfig config_;
-  std::unique_ptr<telemetry::TelemetryStore> store_;
-  std::unique_ptr<telemetry::GatewayMetrics> metrics_;
-  std::unique_ptr<router::Router> router_;
-  std::unique_ptr<Recorder> recorder_;
   FakeUpstream fake_;
-  std::unique_ptr<Gateway> gateway_;
-  std::unique_ptr<http::Server> server_;
+  gateway::testing::GatewayHarness gateway_;
+  telemetry::TelemetryStore& store() { return gateway_.store(); }
 };
 
 TEST_F(AttemptsTest, A503IsRetriedThenFallsBackAndEveryAttemptIsRecorded) {
@@ -210,7 +140,7 @@ TEST_F(AttemptsTest, A503IsRetriedThenFallsBackAndEveryAttemptIsRecorded) {
   EXPECT_EQ(row["route"]["router"], "both");
   EXPECT_EQ(row["route"]["target"], "a");  // the first choice; attempts say what happened
   // One client request, one record.
-  auto listed = store_->ListRequests({});
+  auto listed = store().ListRequests({});
   ASSERT_TRUE(listed.has_value());
   EXPECT_EQ((*listed)["requests"].size(), 1u);
 }
@@ -276,16 +206,18 @@ TEST_F(AttemptsTest, TheCircuitOpensAfterConsecutiveFailuresAndThenSkipsTheTarge
     EXPECT_NE(c["why_not"].get<std::string>().find("circuit open"), std::string::npos) << c.dump();
   }
   EXPECT_TRUE(saw_a);
-  EXPECT_NE(registry_.Expose().find("kvgate_circuit_open{target=\"a\"} 1"), std::string::npos);
+  EXPECT_NE(gateway_.registry().Expose().find("kvgate_circuit_open{target=\"a\"} 1"),
+            std::string::npos);
   // After the cool-down one probe goes to a, and its success closes the circuit.
-  clock_.AdvanceSeconds(61);
+  gateway_.clock().AdvanceSeconds(61);
   r = Chat("both");
   ASSERT_EQ(r.status, 200);
   EXPECT_EQ(json::parse(r.body)["served_by"], "a");
   // (The attempt is reported just after its answer went out.)
   bool closed = false;
   for (int i = 0; i < 200 && !closed; ++i) {
-    closed = registry_.Expose().find("kvgate_circuit_open{target=\"a\"} 0") != std::string::npos;
+    closed = gateway_.registry().Expose().find("kvgate_circuit_open{target=\"a\"} 0") !=
+             std::string::npos;
     if (!closed) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_TRUE(closed);

@@ -22,6 +22,7 @@
 #include "gateway/responses_bridge.h"
 #include "gateway/run_blocking.h"
 #include "gateway/tracked_writer.h"
+#include "local_engine/block_size.h"
 
 namespace kvgate::gateway {
 namespace {
@@ -711,7 +712,8 @@ void Gateway::ProbeEngines(const raw_json::Object& body, std::string_view api_ke
                             .prompt_tokens = (*lookup)["prompt_tokens"].get<int64_t>(),
                             .cached_tokens = (*lookup)["cached_tokens"].get<int64_t>(),
                             .load = (*lookup)["running"].get<int64_t>() +
-                                    (*lookup)["waiting"].get<int64_t>()});
+                                    (*lookup)["waiting"].get<int64_t>(),
+                            .block_tokens = engine::kBlockSize});
   }
 }
 

@@ -16,6 +16,7 @@
 #include "gateway/request_log.h"
 #include "gateway/run_blocking.h"
 #include "gateway/tracked_writer.h"
+#include "local_engine/block_size.h"
 
 namespace kvgate::gateway {
 namespace {

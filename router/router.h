@@ -146,6 +146,9 @@ struct EngineProbe {
   int64_t prompt_tokens = 0;   // the prompt, tokenized by the engine
   int64_t cached_tokens = 0;   // how much of it the engine's prefix cache holds right now
   int64_t load = 0;            // requests running + waiting on it
+  // The engine's KV block size in tokens, the unit its prefix cache reuses (prefix affinity
+  // scores replicas in blocks); 0 when the engine did not say (cached tokens then count one each).
+  int64_t block_tokens = 0;
 };
 
 // What the router needs to know about a request. Cheap to build: the gateway fills the feature

@@ -27,7 +27,7 @@ case "$MODE" in
     if [ "$MODE" = asan-full ]; then BUILD=${KVGATE_ASAN_BUILD_DIR:-$ROOT/build-asan-full}; OPT=-O1; fi
     TARGETS=(kvgate_common_tests kvgate_http_tests kvgate_providers_tests kvgate_telemetry_tests
              kvgate_metrics_tests kvgate_diagnosis_tests kvgate_alerts_tests kvgate_router_tests
-             kvgate_gateway_tests kvgate_engine_io_tests kvgate_block_manager_tests
+             kvgate_router_strategy_tests kvgate_gateway_tests kvgate_engine_io_tests kvgate_block_manager_tests
              kvgate_json_constraint_tests)
     # None of the Python-driven tests (e2e, browser, NumPy reference); in asan, not the
     # constrained-decoding tests that generate with the model either (asan-full runs them).

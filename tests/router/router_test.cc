@@ -322,8 +322,9 @@ TEST(RouterTest, PrefixAffinityPicksTheReplicaHoldingThePrefixUnlessItIsLoaded) 
   RequestFacts facts;
   facts.model = "r";
   facts.now_us = kT0;
-  facts.probes = {{.target = 0, .prompt_tokens = 2000, .cached_tokens = 0, .load = 0},
-                  {.target = 1, .prompt_tokens = 2000, .cached_tokens = 1600, .load = 3}};
+  // The engines say their block size, as the gateway's probes do (engine::kBlockSize).
+  facts.probes = {{.target = 0, .prompt_tokens = 2000, .cached_tokens = 0, .load = 0, .block_tokens = 16},
+                  {.target = 1, .prompt_tokens = 2000, .cached_tokens = 1600, .load = 3, .block_tokens = 16}};
   auto d = (*router)->Route(facts, {});
   EXPECT_EQ((*router)->targets()[d->candidates[0].target].name, "r2");  // 100 blocks - 12
   EXPECT_EQ(d->reason_code, "prefix_hit");

@@ -74,6 +74,17 @@ providers::CacheHelpers CacheHelpersFor(const ProviderConnection& connection,
 
 }  // namespace
 
+AttemptResult FailedAttempt(providers::ClientError error, std::string status_word,
+                            router::Failure failure, int status) {
+  AttemptResult r;
+  r.message = error.message();
+  r.error = std::move(error);
+  r.status_word = std::move(status_word);
+  r.outcome.failure = failure;
+  r.outcome.status = status;
+  return r;
+}
+
 AttemptPlan Gateway::PlanAttempt(const InferenceCall& call, const router::Target& target, int key,
                                  telemetry::RequestRecord& rec) {
   // The record's target fields: this attempt's, until another replaces it.

@@ -12,14 +12,6 @@ namespace asio = boost::asio;
 
 constexpr std::string_view kJson = "application/json";
 
-std::string MessageOf(const providers::ClientError& error) {
-  if (auto it = error.body.find("error"); it != error.body.end() && it->is_object()) {
-    if (auto m = it->find("message"); m != it->end() && m->is_string())
-      return m->get<std::string>();
-  }
-  return "";
-}
-
 bool EqualNoCase(std::string_view a, std::string_view b) {
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
            return std::tolower(static_cast<unsigned char>(x)) ==
@@ -107,7 +99,7 @@ asio::awaitable<void> ClientStream::SendAnswer(std::string body) {
 asio::awaitable<void> ClientStream::SendError(const providers::ClientError& error,
                                               std::string status_word) {
   const providers::ClientError answer = style_.shape_error ? style_.shape_error(error) : error;
-  log_.SetError(answer.status, std::move(status_word), MessageOf(error));
+  log_.SetError(answer.status, std::move(status_word), error.message());
   started_ = true;
   std::vector<http::Header> headers = AnswerHeaders(headers_);
   std::string body = JsonText(answer.body);

@@ -124,13 +124,6 @@ void RecordResend(RequestLog& log, const router::Target& target, int key, const 
   attempts.insert(attempts.empty() ? attempts.end() : attempts.end() - 1, std::move(entry));
 }
 
-std::string ErrorMessage(const providers::ClientError& error) {
-  if (auto it = error.body.find("error"); it != error.body.end() && it->is_object()) {
-    if (auto m = it->find("message"); m != it->end() && m->is_string()) return m->get<std::string>();
-  }
-  return "";
-}
-
 void RedactStrings(const SecretRedactor& redactor, nlohmann::json& value) {
   if (value.is_string()) {
     redactor.RedactInPlace(value.get_ref<std::string&>());
@@ -202,13 +195,7 @@ class RemoteUpstream final : public Upstream {
   AttemptResult Failed(providers::ClientError error, std::string status_word, Failure failure,
                        int status = 0) const {
     RedactError(redactor_, error);
-    AttemptResult r;
-    r.message = ErrorMessage(error);
-    r.error = std::move(error);
-    r.status_word = std::move(status_word);
-    r.outcome.failure = failure;
-    r.outcome.status = status;
-    return r;
+    return FailedAttempt(std::move(error), std::move(status_word), failure, status);
   }
   // The upstream answered an error status (its body buffered).
   AttemptResult FailedStatus(const upstream::Response& head, providers::ProviderType type,

@@ -68,6 +68,12 @@ struct AttemptResult {
   std::string message;  // for the record's attempts list ("" on success)
 };
 
+// An attempt that ended with nothing sent, the one way to make one: `error` is what the client
+// would get (its message goes to the attempts list), `status_word` the record's status
+// ("upstream_error", "timeout", "error"), `failure` and `status` what the router's health learns.
+AttemptResult FailedAttempt(providers::ClientError error, std::string status_word,
+                            router::Failure failure, int status = 0);
+
 class Upstream {
  public:
   virtual ~Upstream() = default;

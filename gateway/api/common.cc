@@ -126,14 +126,11 @@ AnswerStyle OpenAIStyle() {
 
 AttemptResult Untranslatable(const Error& error) {
   const bool internal = error.code != ErrorCode::kInvalidArgument;
-  AttemptResult r;
-  r.message = error.message;
-  r.error = providers::MakeOpenAIError(internal ? 500 : 400, error.message,
-                                       internal ? "server_error" : "invalid_request_error",
-                                       internal ? "internal_error" : "invalid_request");
-  r.status_word = "error";
-  r.outcome.failure = router::Failure::kOther;
-  return r;
+  return FailedAttempt(
+      providers::MakeOpenAIError(internal ? 500 : 400, error.message,
+                                 internal ? "server_error" : "invalid_request_error",
+                                 internal ? "internal_error" : "invalid_request"),
+      "error", router::Failure::kOther);
 }
 
 std::optional<AttemptResult> PlanChat(const InferenceCall& call, std::string text,

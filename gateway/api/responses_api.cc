@@ -14,14 +14,7 @@ namespace kvgate::gateway::api {
 namespace {
 
 AttemptResult Refused(providers::ClientError error) {
-  AttemptResult r;
-  if (auto it = error.body.find("error"); it != error.body.end() && it->contains("message")) {
-    r.message = (*it)["message"].get<std::string>();
-  }
-  r.error = std::move(error);
-  r.status_word = "error";
-  r.outcome.failure = router::Failure::kOther;
-  return r;
+  return FailedAttempt(std::move(error), "error", router::Failure::kOther);
 }
 
 // The answer to a previous_response_id that is unknown, or another gateway key's (the same

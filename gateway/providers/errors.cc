@@ -121,6 +121,13 @@ std::string AnthropicErrorTypeToOpenAI(std::string_view anthropic_type) {
 
 }  // namespace internal
 
+std::string ClientError::message() const {
+  if (auto it = body.find("error"); it != body.end() && it->is_object()) {
+    if (auto m = it->find("message"); m != it->end() && m->is_string()) return m->get<std::string>();
+  }
+  return "";
+}
+
 ClientError MakeOpenAIError(int status, std::string message, std::string type, std::string code,
                             std::string param) {
   ClientError out;

@@ -239,6 +239,8 @@ std::string ResponseIdOfStream(std::string_view sse_bytes);
 struct ClientError {
   int status = 500;
   nlohmann::json body;
+  // The error's message (error.message in either API's shape), "" when it has none.
+  std::string message() const;
 };
 ClientError MakeOpenAIError(int status, std::string message, std::string type,
                             std::string code = "", std::string param = "");

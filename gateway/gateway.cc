@@ -10,7 +10,6 @@
 #include "common/utf8.h"
 #include "gateway/alerting.h"
 #include "gateway/answers.h"
-#include "gateway/local_provider.h"
 #include "gateway/targets.h"
 #include "gateway/request_log.h"
 #include "gateway/run_blocking.h"

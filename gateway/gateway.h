@@ -1,6 +1,7 @@
 // The gateway proper: turns HTTP requests into upstream calls and telemetry records.
 // Owns the model routes and the per-thread upstream clients; borrows the store, metrics and clock
-// from main (which outlive it). Handle() is the server's request handler.
+// from main (which outlive it). Handle() is the server's request handler; it hands /api/* and
+// GET /v1/models to the admin module (admin/admin_api.h), which it owns.
 #pragma once
 
 #include <expected>

@@ -21,7 +21,7 @@ std::optional<http::EarlyAnswer> Gateway::OnExpectContinue(const http::Request& 
   providers::ClientError refusal;
   std::string message;
   if (path.rfind("/api/", 0) == 0 && path != "/api/access") {
-    if (AdminAuthorized(request)) return std::nullopt;
+    if (admin_->Authorized(request)) return std::nullopt;
     message = "the admin API needs Authorization: Bearer <admin_token>";
     refusal =
         providers::MakeOpenAIError(401, message, "invalid_request_error", "invalid_admin_token");

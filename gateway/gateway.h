@@ -1,6 +1,7 @@
 // The gateway proper: turns HTTP requests into upstream calls and telemetry records.
 // Owns the model routes and the per-thread upstream clients; borrows the store, metrics and clock
-// from main (which outlive it). Handle() is the server's request handler.
+// from main (which outlive it). Handle() is the server's request handler; it hands /api/* and
+// GET /v1/models to the admin module (admin/admin_api.h), which it owns.
 #pragma once
 
 #include <expected>
@@ -16,6 +17,7 @@
 #include <boost/asio/thread_pool.hpp>
 
 #include "common/clock.h"
+#include "gateway/admin/admin_api.h"
 #include "gateway/api/apis.h"
 #include "gateway/config.h"
 #include "gateway/http/server.h"
@@ -35,9 +37,6 @@ namespace kvgate::gateway {
 class LocalEngines;  // the built-in engine instances (local providers), see local_provider.h
 class Alerting;      // monitors and alert delivery, see alerting.h
 class RequestLog;    // request_log.h
-
-// What kvgate logs at startup when server.admin_token is not set (the dashboard shows it too).
-std::string_view OpenAdminApiWarning();
 
 // The body of the 500 a request gets when kvgate fails on it (an escaped exception).
 std::string InternalErrorJson(std::string_view request_id);
@@ -123,9 +122,8 @@ class Gateway {
   // fields.
   AttemptPlan PlanAttempt(const InferenceCall& call, const router::Target& target, int key,
                           telemetry::RequestRecord& rec);
-  // Every route but inference.
+  // Every route but inference: /api/* and GET /v1/models go to admin_.
   boost::asio::awaitable<void> HandleOther(http::Request& request, http::ResponseWriter& writer);
-  boost::asio::awaitable<void> HandleReadApi(http::Request& request, http::ResponseWriter& writer);
   // POST /v1/messages/count_tokens (count_tokens.cc): counted by the serving model's own
   // tokenizer (Anthropic's, or the built-in engine's), not recorded.
   boost::asio::awaitable<void> HandleCountTokens(http::Request& request,
@@ -140,23 +138,12 @@ class Gateway {
       const router::Target& target, const raw_json::Object& body) const;
   providers::ClientError UpstreamCountRefusal(const Result<upstream::Response>& response,
                                               const ProviderConnection& connection) const;
-  boost::asio::awaitable<void> HandleAlertsApi(http::Request& request,
-                                               http::ResponseWriter& writer);
-  // GET /v1/models and /v1/models/{model}.
-  boost::asio::awaitable<void> HandleModels(const http::Request& request,
-                                            http::ResponseWriter& writer);
-  // The model entry of a target or router (its name), nullopt for an unknown name.
-  std::optional<nlohmann::json> ModelJson(std::string_view name) const;
-  // Every model and router, or those `key` may use.
-  std::string ModelsJson(const KeyState* key = nullptr) const;
   // The gateway key check (server.api_keys): the key's id for telemetry ("" when no keys are
   // configured), or kUnauthenticated with the message for the client.
   Result<std::string> Authenticate(const http::Request& request) const;
   // The same check, giving the key itself (null when keys are off).
   Result<std::shared_ptr<KeyState>> AuthenticateKey(const http::Request& request) const;
-  // The admin API's check (server.admin_token): true when no token is set or the request shows it.
-  bool AdminAuthorized(const http::Request& request) const;
-  // The model allow-list and the limits of `key` for a request of `model` (keys_api.cc): the
+  // The model allow-list and the limits of `key` for a request of `model` (key_admission.cc): the
   // hold to keep while it runs, or the refusal (403, 429) already answered and recorded. `price`
   // is the dearest of the targets the request may reach (nullopt: none is priced), for the
   // cost the key's budget holds while the request runs.
@@ -164,14 +151,6 @@ class Gateway {
       const std::shared_ptr<KeyState>& key, const std::string& model,
       const raw_json::Object& body, const std::optional<telemetry::Price>& price,
       ClientStream& client);
-  // /api/keys and /api/keys/{id}[/rotate] (keys_api.cc); answers like HandleAlertsApi's.
-  struct ApiAnswer {
-    Result<nlohmann::json> result = nlohmann::json();
-    int ok_status = 200;
-    std::string allow;  // set when the path exists but not with this method
-  };
-  boost::asio::awaitable<ApiAnswer> HandleKeysApi(const http::Request& request);
-  Result<nlohmann::json> EngineLookup(const http::Request& request) const;
   upstream::Client& ClientFor(size_t worker_index) { return *clients_[worker_index]; }
   // The upstream that serves `target`'s provider (the engines for local, else remote_).
   Upstream& UpstreamFor(const router::Target& target);
@@ -187,7 +166,8 @@ class Gateway {
   upstream::ClientOptions client_options_;
   // One upstream client (connection pool) per event loop, used only from that loop: no locks.
   std::vector<std::unique_ptr<upstream::Client>> clients_;
-  // Blocking work (SQLite reads for /api/*) runs here, never on the event loops.
+  // Blocking work (SQLite reads for /api/* and the request path) runs here, never on the event
+  // loops.
   boost::asio::thread_pool blocking_pool_{2};
   // With threads shared between replicas: the request path's read of a thread's latest stored
   // turn (Recorder::SyncThread), on its own threads so that a slow dashboard query never holds a
@@ -201,6 +181,8 @@ class Gateway {
   // The gateway keys and their limits (internally locked); shared with the recorder listener and
   // the metrics section that read it, which may outlive this object.
   std::shared_ptr<VirtualKeys> keys_;
+  // The admin API and the model list; borrows keys_ and blocking_pool_, so declared after them.
+  std::optional<AdminApi> admin_;
 };
 
 }  // namespace kvgate::gateway

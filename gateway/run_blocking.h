@@ -1,6 +1,6 @@
 // Blocking work (a database read) handed from an event loop to a thread pool and awaited, shared
-// by the read API (gateway.cc), the key API (keys_api.cc) and the request path's read of a shared
-// thread (proxy.cc).
+// by the admin API (admin/: the read, alerts and key APIs) and the request path's read of a
+// shared thread (gateway.cc, proxy.cc).
 #pragma once
 
 #include <boost/asio/async_result.hpp>

@@ -127,7 +127,8 @@ class Gateway {
   // the key's own scoped thread. An unreadable store scopes it (never joins another's thread).
   boost::asio::awaitable<std::string> ScopeThread(const std::string& thread_id,
                                                   const std::string& api_key_id);
-  // Exact cache answers from the built-in engines a router would ask (router::ProbeTargets).
+  // Exact cache answers a router would ask for (router::ProbeTargets), from the targets'
+  // upstreams (Upstream::LookupPrefix).
   void ProbeEngines(const raw_json::Object& body, std::string_view api_key_id,
                     router::RequestFacts& facts) const;
   // Every route but inference.
@@ -143,10 +144,6 @@ class Gateway {
   };
   std::expected<CountTarget, providers::ClientError> CountTokensTarget(
       const http::Request& request) const;
-  std::expected<std::string, providers::ClientError> CountWithEngine(
-      const router::Target& target, const raw_json::Object& body) const;
-  providers::ClientError UpstreamCountRefusal(const Result<upstream::Response>& response,
-                                              const ProviderConnection& connection) const;
   boost::asio::awaitable<void> HandleAlertsApi(http::Request& request,
                                                http::ResponseWriter& writer);
   // GET /v1/models and /v1/models/{model}.
@@ -180,8 +177,9 @@ class Gateway {
   boost::asio::awaitable<ApiAnswer> HandleKeysApi(const http::Request& request);
   Result<nlohmann::json> EngineLookup(const http::Request& request) const;
   upstream::Client& ClientFor(size_t worker_index) { return *clients_[worker_index]; }
-  // The upstream that serves `target`'s provider (the engines for local, else remote_).
-  Upstream& UpstreamFor(const router::Target& target);
+  // The upstream that serves `target`'s provider (the engines for local, else remote_): its
+  // attempts, its prefix lookups and its token counts.
+  Upstream& UpstreamFor(const router::Target& target) const;
 
   // Constant after construction.
   GatewayConfig config_;

@@ -687,31 +687,23 @@ std::optional<providers::ClientError> Gateway::RefuseEndpoint(
                                     "unsupported_endpoint", "model");
 }
 
-Upstream& Gateway::UpstreamFor(const router::Target& target) {
+Upstream& Gateway::UpstreamFor(const router::Target& target) const {
   if (target.provider_type == "local" && deps_.engines != nullptr) return *deps_.engines;
   return deps_.remote != nullptr ? *deps_.remote : *remote_;
 }
 
 void Gateway::ProbeEngines(const raw_json::Object& body, std::string_view api_key_id,
                            router::RequestFacts& facts) const {
-  if (deps_.engines == nullptr) return;
-  const std::vector<size_t> targets = deps_.router->ProbeTargets(facts.model);
-  if (targets.empty()) return;
-  json tree;  // the engine tokenizes the chat template's text, built from a tree
-  for (size_t t : targets) {
-    const router::Target& target = deps_.router->targets()[t];
-    if (target.provider_type != "local") continue;  // remote replicas: not asked (yet)
-    if (tree.is_null()) {
-      tree = json::parse(body.value().text, nullptr, false);
-      providers::TakeKvgateFields(tree);
-    }
-    auto lookup = deps_.engines->Lookup(target, tree, api_key_id);  // the key's own cache
+  for (size_t t : deps_.router->ProbeTargets(facts.model)) {
+    // The key's own cache; upstreams that keep none kvgate can read (remote replicas) say so.
+    Result<PrefixLookup> lookup =
+        UpstreamFor(deps_.router->targets()[t]).LookupPrefix(deps_.router->targets()[t], body,
+                                                             api_key_id);
     if (!lookup) continue;
     facts.probes.push_back({.target = t,
-                            .prompt_tokens = (*lookup)["prompt_tokens"].get<int64_t>(),
-                            .cached_tokens = (*lookup)["cached_tokens"].get<int64_t>(),
-                            .load = (*lookup)["running"].get<int64_t>() +
-                                    (*lookup)["waiting"].get<int64_t>()});
+                            .prompt_tokens = lookup->prompt_tokens,
+                            .cached_tokens = lookup->cached_tokens,
+                            .load = lookup->running + lookup->waiting});
   }
 }
 

@@ -188,7 +188,7 @@ asio::awaitable<void> Gateway::RunAttempts(const InferenceCall& call, api::ApiCa
   log.Commit();
 }
 
-Upstream& Gateway::UpstreamFor(const router::Target& target) {
+Upstream& Gateway::UpstreamFor(const router::Target& target) const {
   if (target.provider_type == "local" && deps_.engines != nullptr) return *deps_.engines;
   return deps_.remote != nullptr ? *deps_.remote : *remote_;
 }

@@ -134,10 +134,6 @@ class Gateway {
   };
   std::expected<CountTarget, providers::ClientError> CountTokensTarget(
       const http::Request& request) const;
-  std::expected<std::string, providers::ClientError> CountWithEngine(
-      const router::Target& target, const raw_json::Object& body) const;
-  providers::ClientError UpstreamCountRefusal(const Result<upstream::Response>& response,
-                                              const ProviderConnection& connection) const;
   // The gateway key check (server.api_keys): the key's id for telemetry ("" when no keys are
   // configured), or kUnauthenticated with the message for the client.
   Result<std::string> Authenticate(const http::Request& request) const;
@@ -152,8 +148,9 @@ class Gateway {
       const raw_json::Object& body, const std::optional<telemetry::Price>& price,
       ClientStream& client);
   upstream::Client& ClientFor(size_t worker_index) { return *clients_[worker_index]; }
-  // The upstream that serves `target`'s provider (the engines for local, else remote_).
-  Upstream& UpstreamFor(const router::Target& target);
+  // The upstream that serves `target`'s provider (the engines for local, else remote_): its
+  // attempts, its prefix lookups and its token counts.
+  Upstream& UpstreamFor(const router::Target& target) const;
 
   // Constant after construction.
   GatewayConfig config_;

@@ -248,27 +248,24 @@ std::expected<router::RouteDecision, providers::ClientError> Gateway::Route(
 
 void Gateway::ProbeEngines(const api::ApiCall& call, std::string_view api_key_id,
                            router::RequestFacts& facts) const {
-  if (deps_.engines == nullptr) return;
   const std::vector<size_t> targets = deps_.router->ProbeTargets(facts.model);
   if (targets.empty()) return;
-  json tree;  // the engine tokenizes the chat template's text, built from a tree
+  // The chat body the engines would tokenize (a Responses request's is its translation).
+  std::optional<std::string> chat = call.ProbeBody();
+  Result<raw_json::Value> parsed =
+      chat ? raw_json::Parse(*chat) : MakeError(ErrorCode::kInvalidArgument, "no chat body");
+  if (!parsed || !parsed->is_object()) return;
+  const raw_json::Object body(*parsed);
   for (size_t t : targets) {
     const router::Target& target = deps_.router->targets()[t];
-    if (target.provider_type != "local") continue;  // remote replicas: not asked (yet)
-    if (tree.is_null()) {
-      std::optional<std::string> chat = call.ProbeBody();
-      if (!chat) return;
-      tree = json::parse(*chat, nullptr, false);
-      if (tree.is_discarded()) return;
-      providers::TakeKvgateFields(tree);
-    }
-    auto lookup = deps_.engines->Lookup(target, tree, api_key_id);  // the key's own cache
+    // The key's own cache; upstreams that keep none kvgate can read (remote replicas) say so.
+    Result<PrefixLookup> lookup = UpstreamFor(target).LookupPrefix(target, body, api_key_id);
     if (!lookup) continue;
-    facts.probes.push_back(
-        {.target = t,
-         .prompt_tokens = (*lookup)["prompt_tokens"].get<int64_t>(),
-         .cached_tokens = (*lookup)["cached_tokens"].get<int64_t>(),
-         .load = (*lookup)["running"].get<int64_t>() + (*lookup)["waiting"].get<int64_t>()});
+    facts.probes.push_back({.target = t,
+                            .prompt_tokens = lookup->prompt_tokens,
+                            .cached_tokens = lookup->cached_tokens,
+                            .load = lookup->running + lookup->waiting,
+                            .block_tokens = engine::kBlockSize});
   }
 }
 

@@ -1,6 +1,7 @@
 // The `local` provider type: models served by kvgate's built-in engine, in-process.
-// Each configured local provider owns one engine running on its own thread; the gateway's
-// coroutines submit requests and receive tokens back on their own executor.
+// Each configured local provider owns one engine running on its own thread (engine_host.h); the
+// gateway's coroutines submit requests and receive tokens back on their own executor
+// (engine_upstream.cc), the request read by the engine's adapter (engine_request.h).
 #pragma once
 
 #include <map>
@@ -37,18 +38,15 @@ class LocalEngines : public Upstream {
   // prefix cache are cache_read, newly cached ones cache_write) and the engine's instance
   // (system_fingerprint) into the record. Requests the engine cannot honour, and prompts that do
   // not fit its context, fail before anything is sent.
+  // LookupPrefix: how much of the prompt the engine behind the target has cached right now for
+  // requests of the gateway key (the salt its requests would compute under, so a probe says no
+  // more than a request would), without touching LRU order or refcounts: cached_tokens is what
+  // admission would reuse now, the pool's hits plus the offload tier's continuation of them.
+  // CountTokens: the Messages body translated to chat, rendered with the model's chat template
+  // and tokenized as a request would be.
 
   // Stops accepting work, finishes or cancels in-flight requests, joins the engine threads.
   virtual void Stop() = 0;
-  // How much of this prompt ({"messages"} or {"prompt"}, OpenAI-shaped) the engine behind
-  // `target` has cached right now for requests of the gateway key `api_key_id` ("" without keys:
-  // the salt its requests would compute under, so a probe says no more than a request would),
-  // without touching LRU order or refcounts:
-  // {"model", "prompt_tokens", "cached_tokens", "cached_tokens_by_tier": {"pool", "disk"},
-  // "running", "waiting"}: cached_tokens is what admission would reuse now, the pool's hits plus
-  // the offload tier's continuation of them.
-  virtual Result<nlohmann::json> Lookup(const router::Target& target, const nlohmann::json& body,
-                                        std::string_view api_key_id) const = 0;
   // The context length of a local provider's model; nullopt for an unknown provider.
   virtual std::optional<int64_t> ContextLength(const std::string& provider) const = 0;
   // Engine state for GET /api/engine (pool size, used blocks, hit counters, the offload tier)

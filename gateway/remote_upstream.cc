@@ -187,6 +187,10 @@ class RemoteUpstream final : public Upstream {
 
   asio::awaitable<AttemptResult> Attempt(const InferenceCall& call, const AttemptPlan& plan,
                                          ClientStream& client) override;
+  // Anthropic providers: their count_tokens endpoint. Others: the default refusal.
+  asio::awaitable<TokenCount> CountTokens(const CountTokensCall& call,
+                                          const router::Target& target,
+                                          const ProviderConnection& connection) override;
 
  private:
   int64_t Micros(int64_t since_ns) const { return (clock_.MonotonicNanos() - since_ns) / 1000; }
@@ -528,6 +532,62 @@ asio::awaitable<AttemptResult> RemoteUpstream::Streamed(const InferenceCall& cal
   }
   record_stream();
   co_return done;
+}
+
+asio::awaitable<TokenCount> RemoteUpstream::CountTokens(const CountTokensCall& call,
+                                                        const router::Target& target,
+                                                        const ProviderConnection& connection) {
+  if (connection.type != providers::ProviderType::kAnthropic) {
+    co_return co_await Upstream::CountTokens(call, target, connection);
+  }
+  auto refused = [](const providers::ClientError& refusal,
+                    std::vector<http::Header> headers = {}) {
+    return TokenCount{.status = refusal.status, .body = JsonText(refusal.body),
+                      .headers = std::move(headers)};
+  };
+  // The same bytes /v1/messages would send (model spliced, kvgate's thread fields cut), to the
+  // counter beside it.
+  providers::CallOptions options;
+  options.endpoint = providers::Endpoint::kMessages;
+  options.upstream_model = target.upstream_model;
+  if (!connection.api_keys.empty()) options.api_key = connection.api_keys.front();
+  options.anthropic_version = call.anthropic_version;
+  options.anthropic_beta = call.anthropic_beta;
+  Result<providers::UpstreamCall> built =
+      providers::BuildUpstreamCall(connection.type, call.body, options);
+  if (!built) {
+    co_return refused(providers::ToAnthropicError(providers::MakeOpenAIError(
+        400, built.error().message, "invalid_request_error", "invalid_request")));
+  }
+  upstream::OutgoingRequest out;
+  out.path = built->path + "/count_tokens";
+  out.body = std::move(built->body);
+  for (auto& [name, value] : built->headers) out.headers.push_back({name, value});
+  Result<upstream::Response> response =
+      co_await client_for_(call.worker_index).Send(connection.url, std::move(out));
+  if (response && response->status >= 200 && response->status < 300) {
+    co_return TokenCount{.status = response->status, .body = std::move(response->body)};
+  }
+  providers::ClientError refusal;
+  std::vector<http::Header> headers;
+  if (!response) {
+    const bool timeout = response.error().code == ErrorCode::kDeadlineExceeded;
+    refusal = providers::ToAnthropicError(providers::MakeOpenAIError(
+        timeout ? 504 : 502,
+        "upstream " + connection.name + " did not answer: " + response.error().message,
+        "upstream_error", timeout ? "upstream_timeout" : "upstream_unreachable"));
+  } else {
+    // Its errors as for /v1/messages: the status kvgate answers with, in Anthropic's shape (an
+    // upstream 401 is kvgate's credentials at fault, a 502, not the client's).
+    refusal = providers::ToAnthropicError(
+        providers::TranslateUpstreamError(connection.type, response->status, response->body));
+    if (std::string_view retry = response->header("retry-after"); !retry.empty()) {
+      headers.push_back({"retry-after", std::string(retry)});
+    }
+  }
+  // An upstream's error text may quote the key kvgate sent (an Anthropic 401 quoting it, say).
+  RedactError(redactor_, refusal);
+  co_return refused(refusal, std::move(headers));
 }
 
 }  // namespace

@@ -1,11 +1,15 @@
 // One attempt at answering a client's inference request on one target: the seam between the
 // attempt loop (attempts.cc: route, then try candidates while nothing was sent to the client) and
 // the two kinds of upstream, a remote provider (remote_upstream.cc: adapter + HTTP client) and
-// the built-in engine (local_provider.cc).
+// the built-in engine (engine_upstream.cc).
 //
 // An attempt either answers the client through the ClientStream (a whole answer, a stream, or the
 // record of a client that left), or fails with nothing sent, returning the error the client would
 // get; the loop then retries, falls back or sends that error.
+//
+// Beside attempts, an upstream answers what only its provider knows: how much of a prompt it has
+// cached now (the router's probe, GET /api/engine/lookup) and how many tokens a prompt is
+// (POST /v1/messages/count_tokens). An upstream that cannot says so (the defaults).
 #pragma once
 
 #include <functional>
@@ -74,12 +78,62 @@ struct AttemptResult {
 AttemptResult FailedAttempt(providers::ClientError error, std::string status_word,
                             router::Failure failure, int status = 0);
 
+// How much of a prompt a target's engine has cached right now for one gateway key
+// (Upstream::LookupPrefix).
+struct PrefixLookup {
+  std::string model;          // the target's name
+  int64_t prompt_tokens = 0;  // the prompt as the engine tokenizes it
+  // What admission would reuse now: the pool's hits plus the offload tier's continuation of them.
+  int64_t cached_tokens = 0;
+  int64_t pool_tokens = 0;
+  int64_t offload_tokens = 0;
+  std::string offload_kind = "disk";  // the offload tier's kind: "disk" (or none) | "host"
+  int64_t running = 0;                // the engine's sequences running and waiting now
+  int64_t waiting = 0;
+};
+
+// GET /api/engine/lookup's answer: {"model", "prompt_tokens", "cached_tokens",
+// "cached_tokens_by_tier": {"pool", "disk" | "host"}, "running", "waiting"}.
+nlohmann::json PrefixLookupJson(const PrefixLookup& lookup);
+
+// A POST /v1/messages/count_tokens request, as the client sent it.
+struct CountTokensCall {
+  raw_json::Object body;  // Anthropic Messages (bytes owned by the http::Request)
+  std::string anthropic_version;  // the client's headers ("" when absent)
+  std::string anthropic_beta;
+  size_t worker_index = 0;  // the event loop (its upstream::Client)
+};
+
+// The answer to a count, in Anthropic's shape: {"input_tokens": N} as the provider counted them
+// (its body as it came) or an Anthropic-shaped error.
+struct TokenCount {
+  int status = 200;
+  std::string body;                   // JSON text
+  std::vector<http::Header> headers;  // an upstream refusal's retry-after
+};
+
 class Upstream {
  public:
   virtual ~Upstream() = default;
   virtual boost::asio::awaitable<AttemptResult> Attempt(const InferenceCall& call,
                                                         const AttemptPlan& plan,
                                                         ClientStream& client) = 0;
+
+  // How much of `body`'s prompt (OpenAI-shaped: {"messages"} or {"prompt"}, with the tools) the
+  // engine behind `target` has cached right now for requests of gateway key `api_key_id` ("" for
+  // no key), without touching its cache. Errors: kInvalidArgument for a prompt the engine cannot
+  // render, or (this default) a target whose provider keeps no cache kvgate can read; kNotFound
+  // when its engine is not running.
+  virtual Result<PrefixLookup> LookupPrefix(const router::Target& target,
+                                            const raw_json::Object& body,
+                                            std::string_view api_key_id) const;
+
+  // The prompt tokens of a Messages request as `target`'s provider counts them (Anthropic: its
+  // count_tokens endpoint; the built-in engine: its tokenizer over the rendered chat template).
+  // Never recorded nor charged. This default answers a 400 count_tokens_unsupported.
+  virtual boost::asio::awaitable<TokenCount> CountTokens(const CountTokensCall& call,
+                                                         const router::Target& target,
+                                                         const ProviderConnection& connection);
 };
 
 // The Retry-After of an upstream answer in milliseconds (retry-after-ms, or retry-after in

@@ -44,29 +44,38 @@ Result<json> AdminApi::EngineLookup(const http::Request& request) const {
     return MakeError(ErrorCode::kInvalidArgument,
                      "model " + target.name + " is not served by the built-in engine");
   }
-  // Each gateway key's requests are cached under a salt of their own (local_provider.h): the
-  // admin names the key to ask about, or sees every key's (the best answer, and each key's hits).
+  // Parsed above as a whole, so its raw form is valid: the upstream reads the prompt from it.
+  const Result<raw_json::Value> raw = raw_json::Parse(request.body);
+  if (!raw) return std::unexpected(raw.error());
+  const raw_json::Object prompt(*raw);
+  // Through the Upstream seam (the engines are the Upstream of local targets).
+  const Upstream& upstream = *deps_.engines;
+  // Each gateway key's requests are cached under a salt of their own (engine_host.h): the admin
+  // names the key to ask about, or sees every key's (the best answer, and each key's hits).
   if (auto key = body.find("api_key_id"); key != body.end() && !key->is_null()) {
     if (!key->is_string()) {
       return MakeError(ErrorCode::kInvalidArgument, "api_key_id must be a string (a key's id)");
     }
-    return deps_.engines->Lookup(target, body, key->get<std::string>());
+    Result<PrefixLookup> one = upstream.LookupPrefix(target, prompt, key->get<std::string>());
+    if (!one) return std::unexpected(one.error());
+    return PrefixLookupJson(*one);
   }
-  Result<json> best = deps_.engines->Lookup(target, body, "");
-  if (!best || !deps_.keys->required()) return best;
+  Result<PrefixLookup> best = upstream.LookupPrefix(target, prompt, "");
+  if (!best) return std::unexpected(best.error());
+  if (!deps_.keys->required()) return PrefixLookupJson(*best);
   Result<json> keys = deps_.keys->List();
   if (!keys) return std::unexpected(keys.error());
   json by_key = json::object();
   for (const json& k : (*keys)["keys"]) {
     const std::string id = k.value("id", std::string());
-    Result<json> one = deps_.engines->Lookup(target, body, id);
-    if (!one) return one;
-    const int64_t cached = (*one)["cached_tokens"].get<int64_t>();
-    if (cached > 0) by_key[id] = cached;
-    if (cached > (*best)["cached_tokens"].get<int64_t>()) best = std::move(one);
+    Result<PrefixLookup> one = upstream.LookupPrefix(target, prompt, id);
+    if (!one) return std::unexpected(one.error());
+    if (one->cached_tokens > 0) by_key[id] = one->cached_tokens;
+    if (one->cached_tokens > best->cached_tokens) best = std::move(one);
   }
-  (*best)["cached_tokens_by_key"] = std::move(by_key);
-  return best;
+  json answer = PrefixLookupJson(*best);
+  answer["cached_tokens_by_key"] = std::move(by_key);
+  return answer;
 }
 
 }  // namespace kvgate::gateway

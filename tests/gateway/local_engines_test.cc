@@ -98,11 +98,14 @@ TEST(LocalEnginesTest, AnOffloadTierShowsInDescribeLookupAndMetrics) {
     router::Target target;
     target.name = "m";
     target.provider = "loc";
-    auto lookup =
-        (*started)->Lookup(target, nlohmann::json{{"prompt", "Hello there, friend."}}, "");
-    ASSERT_TRUE(lookup.has_value()) << lookup.error().message;
-    EXPECT_EQ((*lookup)["cached_tokens"], 0);
-    EXPECT_EQ((*lookup)["cached_tokens_by_tier"], (nlohmann::json{{"pool", 0}, {"disk", 0}}));
+    const std::string prompt = R"({"prompt": "Hello there, friend."})";
+    Result<raw_json::Value> body = raw_json::Parse(prompt);
+    ASSERT_TRUE(body.has_value());
+    auto looked_up = (*started)->LookupPrefix(target, raw_json::Object(*body), "");
+    ASSERT_TRUE(looked_up.has_value()) << looked_up.error().message;
+    const nlohmann::json lookup = PrefixLookupJson(*looked_up);
+    EXPECT_EQ(lookup["cached_tokens"], 0);
+    EXPECT_EQ(lookup["cached_tokens_by_tier"], (nlohmann::json{{"pool", 0}, {"disk", 0}}));
     std::string metrics;
     (*started)->ExposeMetrics(metrics);
     for (const char* line :

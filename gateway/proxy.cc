@@ -126,9 +126,7 @@ json AttemptJson(const router::Target& target, int key, int keys, const AttemptR
 std::optional<AttemptResult> TranslateForChat(const InferenceCall& call, providers::ProviderType type,
                                               std::string& chat_text, InferenceCall& chat_call) {
   using providers::ProviderType;
-  const bool top_k = type == ProviderType::kVllm || type == ProviderType::kSglang ||
-                     type == ProviderType::kLlamaCpp || type == ProviderType::kLocal ||
-                     type == ProviderType::kOpenRouter;
+  const bool top_k = telemetry::TraitsOf(type).accepts_top_k;
   auto refused = [](const Error& error) {
     const bool internal = error.code != ErrorCode::kInvalidArgument;
     AttemptResult r;
@@ -552,7 +550,7 @@ asio::awaitable<void> Gateway::RunAttempts(const InferenceCall& call,
       rec.target = target.name;
       if (decision.router != nullptr) rec.route_facts = router.Facts(decision, target.name);
       rec.provider = target.provider;
-      rec.provider_type = target.provider_type;
+      rec.provider_type = telemetry::ProviderTypeName(target.type);
       rec.upstream_model = target.upstream_model;
       rec.key_index = key;
       rec.upstream_status = 0;
@@ -576,7 +574,7 @@ asio::awaitable<void> Gateway::RunAttempts(const InferenceCall& call,
       // the answer by the ClientStream.
       // The Responses API to a target that speaks only chat: the same, responses_bridge.h.
       const bool translate_messages = call.endpoint == providers::Endpoint::kMessages &&
-                                      connection.type != providers::ProviderType::kAnthropic;
+                                      telemetry::TraitsOf(connection.type).translates_messages;
       const bool translate_responses = call.endpoint == providers::Endpoint::kResponses &&
                                        TranslatesResponses(connection.type);
       const bool translate = translate_messages || translate_responses;
@@ -663,11 +661,12 @@ std::optional<providers::ClientError> Gateway::RefuseEndpoint(
     const router::Target& t = targets[c.target];
     if (serves(t)) continue;
     which += which.empty() ? "" : "; ";
-    if (t.provider_type == "anthropic" || t.provider_type == "local") {
-      which += "target " + t.name + " is served by provider " + t.provider + " of type " +
-               t.provider_type + ", which cannot serve " + path;
+    const std::string type(telemetry::ProviderTypeName(t.type));
+    if (!telemetry::PassesThrough(t.type)) {
+      which += "target " + t.name + " is served by provider " + t.provider + " of type " + type +
+               ", which cannot serve " + path;
     } else {
-      which += "target " + t.name + " (provider " + t.provider + " of type " + t.provider_type +
+      which += "target " + t.name + " (provider " + t.provider + " of type " + type +
                ") has supports." + std::string(key) + ": false";
     }
   }
@@ -688,7 +687,7 @@ std::optional<providers::ClientError> Gateway::RefuseEndpoint(
 }
 
 Upstream& Gateway::UpstreamFor(const router::Target& target) {
-  if (target.provider_type == "local" && deps_.engines != nullptr) return *deps_.engines;
+  if (telemetry::IsBuiltInEngine(target.type) && deps_.engines != nullptr) return *deps_.engines;
   return deps_.remote != nullptr ? *deps_.remote : *remote_;
 }
 
@@ -700,7 +699,7 @@ void Gateway::ProbeEngines(const raw_json::Object& body, std::string_view api_ke
   json tree;  // the engine tokenizes the chat template's text, built from a tree
   for (size_t t : targets) {
     const router::Target& target = deps_.router->targets()[t];
-    if (target.provider_type != "local") continue;  // remote replicas: not asked (yet)
+    if (!telemetry::IsBuiltInEngine(target.type)) continue;  // remote replicas: not asked (yet)
     if (tree.is_null()) {
       tree = json::parse(body.value().text, nullptr, false);
       providers::TakeKvgateFields(tree);

@@ -37,7 +37,7 @@ AttemptResult PreviousResponseNotFound(const std::string& response_id) {
 }
 
 bool TranslatesResponses(providers::ProviderType type) {
-  return type == providers::ProviderType::kLocal || type == providers::ProviderType::kAnthropic;
+  return telemetry::TraitsOf(type).translates_responses;
 }
 
 std::optional<std::string> ChatBodyForProbe(const raw_json::Object& responses_body,

@@ -90,7 +90,7 @@ AttemptPlan Gateway::PlanAttempt(const InferenceCall& call, const router::Target
   // The record's target fields: this attempt's, until another replaces it.
   rec.target = target.name;
   rec.provider = target.provider;
-  rec.provider_type = target.provider_type;
+  rec.provider_type = telemetry::ProviderTypeName(target.type);
   rec.upstream_model = target.upstream_model;
   rec.key_index = key;
   rec.upstream_status = 0;
@@ -189,7 +189,7 @@ asio::awaitable<void> Gateway::RunAttempts(const InferenceCall& call, api::ApiCa
 }
 
 Upstream& Gateway::UpstreamFor(const router::Target& target) const {
-  if (target.provider_type == "local" && deps_.engines != nullptr) return *deps_.engines;
+  if (telemetry::IsBuiltInEngine(target.type) && deps_.engines != nullptr) return *deps_.engines;
   return deps_.remote != nullptr ? *deps_.remote : *remote_;
 }
 

@@ -247,14 +247,15 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
       if (!rules->is_object()) {
         return MakeError(ErrorCode::kInvalidArgument, "pricing.caching_rules must be a mapping");
       }
-      for (const auto& [type, rule] : rules->items()) {
-        if (!providers::ProviderTypeFromName(type)) {
+      for (const auto& [name, rule] : rules->items()) {
+        const std::optional<providers::ProviderType> type = providers::ProviderTypeFromName(name);
+        if (!type) {
           return MakeError(ErrorCode::kInvalidArgument,
-                           "pricing.caching_rules." + type + ": not a provider type");
+                           "pricing.caching_rules." + name + ": not a provider type");
         }
         // The engine's KV cache has no TTL: a block leaves it only when it is evicted. A TTL here
         // would make the diagnosis call misses "expired" that were evictions.
-        if (type == "local" && rule.is_object() && rule.contains("ttl_seconds")) {
+        if (telemetry::IsBuiltInEngine(*type) && rule.is_object() && rule.contains("ttl_seconds")) {
           return MakeError(ErrorCode::kInvalidArgument,
                            "pricing.caching_rules.local.ttl_seconds: the built-in engine's cache "
                            "never expires (blocks leave it only when evicted); remove the key");
@@ -576,26 +577,44 @@ GatewayConfig DefaultConfig(const EnvLookup& env, const std::string& bundled_mod
   struct Known {
     const char* env;
     const char* name;
-    const char* type;
+    providers::ProviderType type;
     const char* base_url;
     std::vector<const char*> models;
   };
   const Known known[] = {
-      {"OPENAI_API_KEY", "openai", "openai", "https://api.openai.com/v1",
-       {"gpt-4.1", "gpt-4.1-mini", "gpt-4o", "gpt-4o-mini", "gpt-5", "gpt-5-mini", "o3", "o4-mini"}},
-      {"ANTHROPIC_API_KEY", "anthropic", "anthropic", "https://api.anthropic.com",
+      {"OPENAI_API_KEY",
+       "openai",
+       providers::ProviderType::kOpenAI,
+       "https://api.openai.com/v1",
+       {"gpt-4.1", "gpt-4.1-mini", "gpt-4o", "gpt-4o-mini", "gpt-5", "gpt-5-mini", "o3",
+        "o4-mini"}},
+      {"ANTHROPIC_API_KEY",
+       "anthropic",
+       providers::ProviderType::kAnthropic,
+       "https://api.anthropic.com",
        {"claude-opus-4-1", "claude-opus-4-5", "claude-sonnet-4-5", "claude-haiku-4-5"}},
-      {"DEEPSEEK_API_KEY", "deepseek", "deepseek", "https://api.deepseek.com/v1",
+      {"DEEPSEEK_API_KEY",
+       "deepseek",
+       providers::ProviderType::kDeepSeek,
+       "https://api.deepseek.com/v1",
        {"deepseek-chat"}},
-      {"GEMINI_API_KEY", "gemini", "gemini-openai",
+      {"GEMINI_API_KEY",
+       "gemini",
+       providers::ProviderType::kGeminiOpenAI,
        "https://generativelanguage.googleapis.com/v1beta/openai",
        {"gemini-2.5-pro", "gemini-2.5-flash"}},
-      {"OPENROUTER_API_KEY", "openrouter", "openrouter", "https://openrouter.ai/api/v1", {}},
+      {"OPENROUTER_API_KEY",
+       "openrouter",
+       providers::ProviderType::kOpenRouter,
+       "https://openrouter.ai/api/v1",
+       {}},
   };
   for (const Known& k : known) {
     auto key = env(k.env);
     if (!key || key->empty()) continue;
-    config.providers.push_back({.name = k.name, .type = k.type, .base_url = k.base_url,
+    config.providers.push_back({.name = k.name,
+                                .type = std::string(providers::ProviderTypeName(k.type)),
+                                .base_url = k.base_url,
                                 .api_key = *key});
     for (const char* model : k.models) {
       config.models.push_back({.name = model, .provider = k.name, .upstream_model = model});
@@ -603,8 +622,11 @@ GatewayConfig DefaultConfig(const EnvLookup& env, const std::string& bundled_mod
   }
   std::error_code ec;
   if (!bundled_model_path.empty() && std::filesystem::exists(bundled_model_path, ec)) {
-    config.providers.push_back({.name = "local", .type = "local", .model_path = bundled_model_path,
-                                .kv_cache_tokens = 16384});
+    config.providers.push_back(
+        {.name = "local",
+         .type = std::string(providers::ProviderTypeName(providers::ProviderType::kLocal)),
+         .model_path = bundled_model_path,
+         .kv_cache_tokens = 16384});
     config.models.push_back({.name = "smollm2", .provider = "local", .upstream_model = "smollm2"});
   } else {
     config.warnings.push_back("bundled model not found at " + bundled_model_path +

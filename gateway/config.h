@@ -22,7 +22,8 @@ namespace kvgate::gateway {
 
 struct ProviderConfig {
   std::string name;      // unique, referenced by models
-  std::string type;      // openai | anthropic | deepseek | vllm | sglang | llamacpp | openrouter |
+  std::string type;      // a provider type's name (telemetry::ProviderTypeName): openai |
+                         // anthropic | deepseek | vllm | sglang | llamacpp | openrouter |
                          // gemini-openai | local
   std::string base_url;  // e.g. https://api.openai.com/v1 (empty for local)
   std::string api_key;   // may be empty (local servers)
@@ -73,6 +74,11 @@ struct ProviderConfig {
   // Anthropic reports why its cache missed; stored beside kvgate's own diagnosis.
   bool anthropic_cache_diagnostics = false;
 };
+
+// The provider's type, nullopt for a name that is none (ValidateConfig refuses those).
+std::optional<telemetry::ProviderType> TypeOf(const ProviderConfig& p);
+// Whether the provider is the built-in engine (type local): this process hosts it.
+bool HostsEngine(const ProviderConfig& p);
 
 struct ModelConfig {
   std::string name;            // what clients send as "model"

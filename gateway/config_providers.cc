@@ -1,9 +1,10 @@
 #include <algorithm>
 #include <cstdio>
-#include <set>
+#include <string>
 
 #include "gateway/config_internal.h"
 #include "local_engine/kv_dtype.h"
+#include "telemetry/provider_traits.h"
 
 namespace kvgate::gateway::config_internal {
 namespace {
@@ -204,28 +205,29 @@ Result<ProviderConfig> ParseProvider(const json& p, const std::string& path) {
 }
 
 Status ValidateProvider(const ProviderConfig& p, const std::string& where) {
-  if (p.prompt_cache_key_thread && p.type != "openai") {
+  const std::optional<telemetry::ProviderType> type = TypeOf(p);
+  const telemetry::ProviderTraits* traits = type ? &telemetry::TraitsOf(*type) : nullptr;
+  if (p.prompt_cache_key_thread && !(traits && traits->prompt_cache_key)) {
     return MakeError(ErrorCode::kInvalidArgument,
                      where + ".prompt_cache_key is OpenAI's parameter: only for type openai");
   }
-  if (!p.anthropic_auto_cache_ttl.empty() && p.type != "anthropic") {
+  if (!p.anthropic_auto_cache_ttl.empty() && !(traits && traits->anthropic_cache_helpers)) {
     return MakeError(ErrorCode::kInvalidArgument,
                      where + ".anthropic_auto_cache is only for type anthropic");
   }
-  if (p.anthropic_cache_diagnostics && p.type != "anthropic") {
+  if (p.anthropic_cache_diagnostics && !(traits && traits->anthropic_cache_helpers)) {
     return MakeError(ErrorCode::kInvalidArgument,
                      where + ".anthropic_cache_diagnostics is only for type anthropic");
   }
-  static const std::set<std::string> kTypes = {"openai",   "anthropic",  "deepseek",
-                                               "vllm",     "sglang",     "llamacpp",
-                                               "openrouter", "gemini-openai", "local"};
-  if (!kTypes.contains(p.type)) {
+  if (!type) {
+    std::string names;
+    for (const telemetry::ProviderTraits& row : telemetry::AllProviderTraits()) {
+      names += (names.empty() ? "" : ", ") + std::string(row.name);
+    }
     return MakeError(ErrorCode::kInvalidArgument,
-                     where + ".type \"" + p.type +
-                         "\" is not one of openai, anthropic, deepseek, vllm, sglang, llamacpp, "
-                         "openrouter, gemini-openai, local");
+                     where + ".type \"" + p.type + "\" is not one of " + names);
   }
-  if (p.type == "local") {
+  if (telemetry::IsBuiltInEngine(*type)) {
     if (p.model_path.empty()) {
       return MakeError(ErrorCode::kInvalidArgument, where + ".model_path is required for local");
     }
@@ -278,3 +280,16 @@ Status ValidateProvider(const ProviderConfig& p, const std::string& where) {
 }
 
 }  // namespace kvgate::gateway::config_internal
+
+namespace kvgate::gateway {
+
+std::optional<telemetry::ProviderType> TypeOf(const ProviderConfig& p) {
+  return telemetry::ProviderTypeFromName(p.type);
+}
+
+bool HostsEngine(const ProviderConfig& p) {
+  const std::optional<telemetry::ProviderType> type = TypeOf(p);
+  return type && telemetry::IsBuiltInEngine(*type);
+}
+
+}  // namespace kvgate::gateway

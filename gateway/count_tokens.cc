@@ -30,7 +30,7 @@ constexpr std::string_view kJson = "application/json";
 
 // The targets that can count: their provider has a tokenizer kvgate can reach.
 bool CanCount(const router::Target& t) {
-  return t.provider_type == "anthropic" || t.provider_type == "local";
+  return telemetry::TraitsOf(t.type).counting != telemetry::TokenCounting::kNone;
 }
 
 // An Anthropic-shaped refusal.
@@ -99,11 +99,13 @@ std::expected<Gateway::CountTarget, providers::ClientError> Gateway::CountTokens
                                    "invalid_request_error", "model_not_found", "model"));
   }
   if (!CanCount(*target)) {
-    return std::unexpected(Refusal(
-        400, "count_tokens counts with the model's own tokenizer: it is served for models on "
-             "anthropic providers and the built-in engine, and " + target->name + " is on a " +
-             target->provider_type + " provider",
-        "invalid_request_error", "count_tokens_unsupported", "model"));
+    return std::unexpected(
+        Refusal(400,
+                "count_tokens counts with the model's own tokenizer: it is served for models on "
+                "anthropic providers and the built-in engine, and " +
+                    target->name + " is on a " +
+                    std::string(telemetry::ProviderTypeName(target->type)) + " provider",
+                "invalid_request_error", "count_tokens_unsupported", "model"));
   }
   return CountTarget{.target = target, .body = *parsed};
 }

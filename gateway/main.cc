@@ -194,10 +194,14 @@ int Engine(int argc, char** argv) {
   config.source = "kvgate engine";
   config.listen_host = host;
   config.listen_port = static_cast<uint16_t>(port);
-  config.providers.push_back({.name = "local", .type = "local", .model_path = model_path,
-                              .kv_cache_tokens = kv_tokens, .kv_cache_dtype = kv_dtype,
-                              .device = device,
-                              .gpu_memory_fraction = fraction});
+  config.providers.push_back(
+      {.name = "local",
+       .type = std::string(telemetry::ProviderTypeName(telemetry::ProviderType::kLocal)),
+       .model_path = model_path,
+       .kv_cache_tokens = kv_tokens,
+       .kv_cache_dtype = kv_dtype,
+       .device = device,
+       .gpu_memory_fraction = fraction});
   config.models.push_back({.name = name, .provider = "local", .upstream_model = name});
   if (auto valid = gateway::ValidateConfig(config); !valid) {
     std::fprintf(stderr, "kvgate engine: %s\n", valid.error().message.c_str());
@@ -374,7 +378,7 @@ int RunGateway(gateway::GatewayConfig config) {
 
   std::unique_ptr<gateway::LocalEngines> engines;
   bool has_local = false;
-  for (const auto& p : config.providers) has_local |= p.type == "local";
+  for (const auto& p : config.providers) has_local |= gateway::HostsEngine(p);
   if (has_local) {
     auto started = gateway::LocalEngines::Start(config);
     if (!started) {

@@ -19,10 +19,17 @@ Result<std::vector<router::Target>> BuildTargets(const GatewayConfig& config,
                        "model " + m.name + " names unknown provider " + m.provider);
     }
     const ProviderConfig& p = *pit->second;
+    const std::optional<providers::ProviderType> type = TypeOf(p);
+    if (!type) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       "provider " + p.name + ": unknown type " + p.type);
+    }
+    const telemetry::ProviderTraits& traits = telemetry::TraitsOf(*type);
+    const bool engine = telemetry::IsBuiltInEngine(*type);
     router::Target t;
     t.name = m.name;
     t.provider = p.name;
-    t.provider_type = p.type;
+    t.type = *type;
     t.upstream_model = m.upstream_model.empty() ? m.name : m.upstream_model;
     if (m.pricing) {
       t.price = m.pricing;
@@ -33,32 +40,26 @@ Result<std::vector<router::Target>> BuildTargets(const GatewayConfig& config,
     }
     // The built-in engine runs here at no per-token charge: a model it serves without a
     // configured price costs 0, a complete cost (not an unknown price).
-    if (!t.price && p.type == "local") t.price = telemetry::Price{};
-    t.cache_rules = router::CacheRulesFor(catalog, p.type, t.upstream_model);
+    if (!t.price && engine) t.price = telemetry::Price{};
+    t.cache_rules = router::CacheRulesFor(catalog, *type, t.upstream_model);
     if (m.context_window > 0) {
       t.context_window = m.context_window;
     } else if (auto window = catalog.ContextWindow(t.upstream_model)) {
       t.context_window = *window;
-    } else if (p.type == "local" && engines != nullptr) {
+    } else if (engine && engines != nullptr) {
       t.context_window = engines->ContextLength(p.name).value_or(0);
     }
-    // The Responses API and embeddings pass through as they are: only OpenAI-compatible servers
-    // can take them, and of those DeepSeek and Gemini's OpenAI endpoint serve no Responses API
-    // (DeepSeek no embeddings either).
-    const bool pass_through = p.type != "local" && p.type != "anthropic";
-    if (p.type == "local") {
-      t.capabilities = {.tools = true, .images = false, .response_format = true};
-    } else if (p.type == "anthropic") {
-      t.capabilities.response_format = false;
-    } else if (p.type == "deepseek") {
-      t.capabilities.images = false;
-    }
-    // Local and Anthropic targets serve the Responses API by translation to chat
-    // (gateway/responses_bridge.h); they may still turn it off (supports.responses: false).
-    const bool translated = p.type == "local" || p.type == "anthropic";
-    t.capabilities.responses =
-        translated || (pass_through && p.type != "deepseek" && p.type != "gemini-openai");
-    t.capabilities.embeddings = pass_through && p.type != "deepseek";
+    // The type's defaults (ProviderTraits::defaults). The Responses API and embeddings pass
+    // through as they are, so only OpenAI-compatible servers can take them; the built-in engine
+    // and Anthropic serve the Responses API by translation to chat (gateway/responses_bridge.h)
+    // and may still turn it off (supports.responses: false).
+    const bool pass_through = telemetry::PassesThrough(*type);
+    const bool translated = traits.translates_responses;
+    t.capabilities = {.tools = traits.defaults.tools,
+                      .images = traits.defaults.images,
+                      .response_format = traits.defaults.response_format,
+                      .responses = traits.defaults.responses,
+                      .embeddings = traits.defaults.embeddings};
     if (m.supports_tools) t.capabilities.tools = *m.supports_tools;
     if (m.supports_images) t.capabilities.images = *m.supports_images;
     if (m.supports_response_format) t.capabilities.response_format = *m.supports_response_format;
@@ -91,7 +92,7 @@ Result<std::map<std::string, ProviderConnection>> BuildConnections(const Gateway
     ProviderConnection c;
     c.name = p.name;
     c.type = *type;
-    if (*type != providers::ProviderType::kLocal) {
+    if (!telemetry::IsBuiltInEngine(*type)) {
       auto url = upstream::Url::Parse(p.base_url);
       if (!url) {
         return MakeError(ErrorCode::kInvalidArgument, "provider " + p.name + ": " + url.error().message);

@@ -20,11 +20,10 @@ class LocalEngines;
 
 // Prices: the model's config override, else the catalog by upstream model, else by name.
 // Context windows: the config's, else the catalog's, else (local) the engine's. Capabilities: the
-// provider type's (the built-in engine: text only, no tools, response_format yes; Anthropic: no
-// response_format; DeepSeek: no images; the Responses API and embeddings: OpenAI-compatible types
-// only, not DeepSeek, no Responses API on gemini-openai), overridden by `supports`. Errors: a model
-// naming an unknown provider; supports.responses / embeddings true on an anthropic or local
-// provider.
+// provider type's defaults (telemetry::ProviderTraits::defaults), overridden by `supports`. Errors:
+// a model naming an unknown provider or a provider of an unknown type; supports.responses /
+// embeddings true on a type that can take neither passed through (nor, for the Responses API,
+// translated).
 // `engines` may be null (no local provider).
 Result<std::vector<router::Target>> BuildTargets(const GatewayConfig& config,
                                                  const telemetry::PriceCatalog& catalog,

@@ -147,9 +147,11 @@ std::string WhyNot(const RouterState& s, size_t t, const RequestFacts& facts, in
       std::find(rule->targets.begin(), rule->targets.end(), target.name) == rule->targets.end()) {
     why = "excluded for this turn by when rule " + std::to_string(rule_index);
   } else if (facts.responses_api && !target.capabilities.responses) {
-    why = "does not serve the Responses API (provider type " + target.provider_type + ")";
+    why = "does not serve the Responses API (provider type " +
+          std::string(telemetry::ProviderTypeName(target.type)) + ")";
   } else if (facts.embeddings_api && !target.capabilities.embeddings) {
-    why = "does not serve embeddings (provider type " + target.provider_type + ")";
+    why = "does not serve embeddings (provider type " +
+          std::string(telemetry::ProviderTypeName(target.type)) + ")";
   } else if (facts.tools && !target.capabilities.tools) {
     why = "does not support tools";
   } else if (facts.images && !target.capabilities.images) {

@@ -16,14 +16,9 @@ using nlohmann::json;
 using internal::TargetHealth;
 
 telemetry::CacheRules CacheRulesFor(const telemetry::PriceCatalog& catalog,
-                                    std::string_view provider_type, std::string_view model) {
-  // kvgate's provider types -> the catalog's caching-rule keys.
-  std::string_view key = provider_type;
-  if (provider_type == "gemini-openai") key = "gemini";
-  if (provider_type == "local") key = "kvgate";
-  if (provider_type == "openrouter") key = "openai";
+                                    telemetry::ProviderType type, std::string_view model) {
   telemetry::CacheRules rules;
-  auto rule = catalog.FindCachingRule(key);
+  auto rule = catalog.FindCachingRule(telemetry::TraitsOf(type).cache_rules_key);
   if (!rule) return rules;
   rules.automatic = rule->automatic;
   rules.min_tokens = rule->MinCacheableTokensFor(model);
@@ -123,7 +118,7 @@ std::vector<size_t> Router::ProbeTargets(std::string_view model) const {
   for (size_t t : state_->router_targets[it->second]) {
     // Prefix affinity asks every replica; the cost planner asks the built-in engines, whose
     // answer is exact and costs microseconds.
-    if (r.affinity == Affinity::kPrefix || state_->targets[t].provider_type == "local") {
+    if (r.affinity == Affinity::kPrefix || telemetry::IsBuiltInEngine(state_->targets[t].type)) {
       out.push_back(t);
     }
   }
@@ -329,7 +324,8 @@ json Router::Describe() const {
       ratio = s.learned[i]->bytes_per_token;
     }
     targets.push_back(
-        {{"target", t.name}, {"provider", t.provider}, {"provider_type", t.provider_type},
+        {{"target", t.name}, {"provider", t.provider},
+         {"provider_type", std::string(telemetry::ProviderTypeName(t.type))},
          {"upstream_model", t.upstream_model}, {"circuit", circuit},
          {"latency_ms", h.latency_ms ? json(*h.latency_ms) : json()},
          {"ttft_ms", h.ttft_ms ? json(*h.ttft_ms) : json()},

@@ -33,6 +33,7 @@
 #include "telemetry/diagnosis.h"
 #include "telemetry/metrics.h"
 #include "telemetry/pricing.h"
+#include "telemetry/provider_traits.h"
 
 namespace kvgate::router {
 
@@ -49,7 +50,7 @@ struct Capabilities {
 struct Target {
   std::string name;            // what clients send as "model"
   std::string provider;        // providers[].name
-  std::string provider_type;   // "openai", "anthropic", ..., "local"
+  telemetry::ProviderType type = telemetry::ProviderType::kOpenAI;  // its provider's type
   std::string upstream_model;  // what is sent upstream
   std::optional<telemetry::Price> price;  // nullopt: unknown price (cost marked incomplete)
   telemetry::CacheRules cache_rules;
@@ -62,10 +63,10 @@ struct Target {
   std::string auto_cache_ttl;
 };
 
-// The caching rules of a provider type for a model, from the catalog ("local" -> kvgate's engine,
-// "gemini-openai" -> gemini, "openrouter" -> openai).
+// The caching rules of a provider type for a model, from the catalog (under the type's
+// ProviderTraits::cache_rules_key).
 telemetry::CacheRules CacheRulesFor(const telemetry::PriceCatalog& catalog,
-                                    std::string_view provider_type, std::string_view model);
+                                    telemetry::ProviderType type, std::string_view model);
 
 enum class Strategy { kCost, kFallback, kWeighted, kLatency };
 enum class Affinity { kNone, kThread, kPrefix };

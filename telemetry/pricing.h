@@ -140,8 +140,8 @@ class PriceCatalog {
   // "model_min_cacheable_tokens": {model: n}}}; min_cacheable_tokens is required.
   // All-or-nothing.
   Status MergeCachingRules(const nlohmann::json& rules);
-  // The rule for a provider type ("openai", "azure", "anthropic", "bedrock", "gemini", "deepseek",
-  // "vllm", "sglang", "llamacpp", "kvgate", ...), else nullopt.
+  // The rule under a caching-rules key (a provider type's ProviderTraits::cache_rules_key, or a
+  // provider the catalog knows that is no type yet: azure, bedrock, ...), else nullopt.
   std::optional<CachingRule> FindCachingRule(std::string_view provider_type) const;
 
  private:

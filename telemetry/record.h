@@ -22,7 +22,7 @@ struct RequestRecord {
                                // "messages"
   std::string model;           // the model name the client asked for
   std::string provider;        // the configured provider name the request went to ("" if none)
-  std::string provider_type;   // "openai", "anthropic", ...
+  std::string provider_type;   // ProviderTypeName of the target's type
   std::string upstream_model;  // the model name sent upstream
   // The configured model (models[].name) that served the request: the model the client named, or
   // the one its router chose. "" when none was reached.

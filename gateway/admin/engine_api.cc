@@ -18,7 +18,7 @@ json AdminApi::EngineState() const {
   for (json& engine : state["engines"]) {
     json models = json::array();
     for (const router::Target& t : deps_.router->targets()) {
-      if (t.provider_type == "local" && engine.value("provider", "") == t.provider) {
+      if (telemetry::IsBuiltInEngine(t.type) && engine.value("provider", "") == t.provider) {
         models.push_back(t.name);
       }
     }
@@ -40,7 +40,7 @@ Result<json> AdminApi::EngineLookup(const http::Request& request) const {
   std::optional<size_t> t = deps_.router->FindTarget(model);
   if (!t) return MakeError(ErrorCode::kNotFound, "unknown model " + model);
   const router::Target& target = deps_.router->targets()[*t];
-  if (target.provider_type != "local" || deps_.engines == nullptr) {
+  if (!telemetry::IsBuiltInEngine(target.type) || deps_.engines == nullptr) {
     return MakeError(ErrorCode::kInvalidArgument,
                      "model " + target.name + " is not served by the built-in engine");
   }

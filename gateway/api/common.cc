@@ -170,11 +170,12 @@ std::optional<providers::ClientError> RefuseUnserved(
     const router::Target& t = targets[c.target];
     if (serves(t)) continue;
     which += which.empty() ? "" : "; ";
-    if (t.provider_type == "anthropic" || t.provider_type == "local") {
-      which += "target " + t.name + " is served by provider " + t.provider + " of type " +
-               t.provider_type + ", which cannot serve " + std::string(path);
+    const std::string type(telemetry::ProviderTypeName(t.type));
+    if (!telemetry::PassesThrough(t.type)) {
+      which += "target " + t.name + " is served by provider " + t.provider + " of type " + type +
+               ", which cannot serve " + std::string(path);
     } else {
-      which += "target " + t.name + " (provider " + t.provider + " of type " + t.provider_type +
+      which += "target " + t.name + " (provider " + t.provider + " of type " + type +
                ") has supports." + std::string(support) + ": false";
     }
   }

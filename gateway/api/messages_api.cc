@@ -41,13 +41,11 @@ class MessagesCall final : public ApiCall {
     options.anthropic_version = version_;
     options.anthropic_beta = beta_;
     WirePlan plan;
-    if (type == providers::ProviderType::kAnthropic) return plan;  // its own wire
+    const telemetry::ProviderTraits& traits = telemetry::TraitsOf(type);
+    if (!traits.translates_messages) return plan;  // its own wire: passed through
     // OpenAI itself refuses top_k; the servers that sample locally take it.
-    using providers::ProviderType;
-    const bool top_k = type == ProviderType::kVllm || type == ProviderType::kSglang ||
-                       type == ProviderType::kLlamaCpp || type == ProviderType::kLocal ||
-                       type == ProviderType::kOpenRouter;
-    Result<std::string> chat = providers::MessagesToChat(body(), {.top_k = top_k});
+    Result<std::string> chat =
+        providers::MessagesToChat(body(), {.top_k = traits.accepts_top_k});
     if (!chat) return std::unexpected(Untranslatable(chat.error()));
     if (auto failed = PlanChat(call, std::move(*chat), options, plan)) {
       return std::unexpected(std::move(*failed));

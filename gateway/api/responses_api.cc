@@ -194,7 +194,7 @@ class ResponsesCall final : public ApiCall {
   // Whether a Responses request to a provider of `type` is told as chat (rather than passed
   // through, or refused).
   static bool TranslatesResponses(providers::ProviderType type) {
-    return type == providers::ProviderType::kLocal || type == providers::ProviderType::kAnthropic;
+    return telemetry::TraitsOf(type).translates_responses;
   }
 
   const std::string previous_response_;  // "" when the request continues none

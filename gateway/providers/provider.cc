@@ -2,7 +2,6 @@
 // API to each wire format, with the catch-all that keeps exceptions inside the module.
 #include "gateway/providers/provider.h"
 
-#include <array>
 #include <charconv>
 #include <chrono>
 #include <exception>
@@ -19,17 +18,10 @@ using nlohmann::json;
 
 namespace {
 
-constexpr std::array<std::pair<ProviderType, std::string_view>, 9> kTypeNames = {{
-    {ProviderType::kOpenAI, "openai"},
-    {ProviderType::kAnthropic, "anthropic"},
-    {ProviderType::kDeepSeek, "deepseek"},
-    {ProviderType::kVllm, "vllm"},
-    {ProviderType::kSglang, "sglang"},
-    {ProviderType::kLlamaCpp, "llamacpp"},
-    {ProviderType::kOpenRouter, "openrouter"},
-    {ProviderType::kGeminiOpenAI, "gemini-openai"},
-    {ProviderType::kLocal, "local"},
-}};
+// The Anthropic adapter's types (the Messages wire); every other type goes to openai_compat.cc.
+bool SpeaksMessagesWire(ProviderType type) {
+  return TraitsOf(type).wire == telemetry::Wire::kAnthropicMessages;
+}
 
 // A thread id value: strings as is, integers in decimal (an integer is a number without fraction
 // or exponent); anything else is no id.
@@ -65,46 +57,11 @@ std::optional<std::string> ThreadIdFrom(const json& value) {
 
 }  // namespace
 
-std::optional<ProviderType> ProviderTypeFromName(std::string_view name) {
-  for (const auto& [type, type_name] : kTypeNames) {
-    if (type_name == name) return type;
-  }
-  return std::nullopt;
-}
+telemetry::UsageFlavor UsageFlavorFor(ProviderType type) { return TraitsOf(type).usage; }
 
-std::string_view ProviderTypeName(ProviderType type) {
-  for (const auto& [t, type_name] : kTypeNames) {
-    if (t == type) return type_name;
-  }
-  return "unknown";
+bool IsOpenAICompatible(ProviderType type) {
+  return TraitsOf(type).wire != telemetry::Wire::kAnthropicMessages;
 }
-
-telemetry::UsageFlavor UsageFlavorFor(ProviderType type) {
-  using telemetry::UsageFlavor;
-  switch (type) {
-    case ProviderType::kOpenAI:
-      return UsageFlavor::kOpenAIChat;
-    case ProviderType::kAnthropic:
-      return UsageFlavor::kAnthropic;
-    case ProviderType::kDeepSeek:
-      return UsageFlavor::kDeepSeek;
-    case ProviderType::kVllm:
-      return UsageFlavor::kVllm;
-    case ProviderType::kSglang:
-      return UsageFlavor::kSglang;
-    case ProviderType::kLlamaCpp:
-      return UsageFlavor::kLlamaCpp;
-    case ProviderType::kOpenRouter:
-      return UsageFlavor::kOpenRouter;
-    case ProviderType::kGeminiOpenAI:
-      return UsageFlavor::kGeminiOpenAI;
-    case ProviderType::kLocal:
-      return UsageFlavor::kKvgateEngine;
-  }
-  return UsageFlavor::kOpenAICompatible;
-}
-
-bool IsOpenAICompatible(ProviderType type) { return type != ProviderType::kAnthropic; }
 
 std::string_view EndpointName(Endpoint endpoint) {
   switch (endpoint) {
@@ -276,7 +233,7 @@ Result<UpstreamCall> BuildUpstreamCall(ProviderType type, const raw_json::Object
       }
     }
     if (options.endpoint == Endpoint::kMessages) {
-      if (type != ProviderType::kAnthropic) {
+      if (!SpeaksMessagesWire(type)) {
         return MakeError(ErrorCode::kInvalidArgument,
                          StrCat("/v1/messages passes through to providers of type anthropic only, "
                                 "not ", ProviderTypeName(type)));
@@ -285,12 +242,12 @@ Result<UpstreamCall> BuildUpstreamCall(ProviderType type, const raw_json::Object
     }
     const bool passthrough_only =
         options.endpoint == Endpoint::kResponses || options.endpoint == Endpoint::kEmbeddings;
-    if (type == ProviderType::kAnthropic && passthrough_only) {
+    if (SpeaksMessagesWire(type) && passthrough_only) {
       return MakeError(ErrorCode::kInvalidArgument,
                        StrCat(EndpointPath(options.endpoint),
                               " is not served by providers of type anthropic"));
     }
-    if (type == ProviderType::kAnthropic) {
+    if (SpeaksMessagesWire(type)) {
       // The Messages translation rewrites every field: it works on a tree, built without the long
       // message texts, which it copies verbatim (anthropic_texts.cc).
       const internal::SetAsideTexts set_aside =
@@ -321,7 +278,7 @@ Result<Translated> TranslateResponse(ProviderType type, std::string_view upstrea
     if (options.endpoint == Endpoint::kMessages) {
       return internal::TranslateMessagesResponse(upstream_body);
     }
-    if (type == ProviderType::kAnthropic)
+    if (SpeaksMessagesWire(type))
       return internal::TranslateAnthropicResponse(upstream_body, options);
     return internal::TranslateOpenAICompatResponse(type, upstream_body, options);
   } catch (const std::exception& e) {
@@ -334,7 +291,7 @@ std::unique_ptr<StreamTranslator> NewStreamTranslator(ProviderType type,
                                                       const CallOptions& options) {
   if (options.endpoint == Endpoint::kResponses) return internal::NewResponsesStream();
   if (options.endpoint == Endpoint::kMessages) return internal::NewMessagesStream();
-  if (type == ProviderType::kAnthropic) return internal::NewAnthropicStream(options);
+  if (SpeaksMessagesWire(type)) return internal::NewAnthropicStream(options);
   return internal::NewOpenAICompatStream(type, options);
 }
 

@@ -27,31 +27,22 @@
 
 #include "common/error.h"
 #include "common/raw_json.h"
+#include "telemetry/provider_traits.h"
 #include "telemetry/usage.h"
 
 namespace kvgate::providers {
 
-enum class ProviderType {
-  kOpenAI,
-  kAnthropic,  // Anthropic Messages API; every other type speaks OpenAI Chat/Completions
-  kDeepSeek,
-  kVllm,
-  kSglang,
-  kLlamaCpp,
-  kOpenRouter,
-  kGeminiOpenAI,  // Gemini's OpenAI-compatible endpoint
-  kLocal,         // kvgate's own engine (OpenAI-compatible, exact cache reads and writes)
-};
+// The provider types and their table live in telemetry/provider_traits.h; these names keep the
+// adapters reading as before.
+using ProviderType = telemetry::ProviderType;
+using telemetry::ProviderTypeFromName;
+using telemetry::ProviderTypeName;
+using telemetry::TraitsOf;
 
-// Config names: "openai", "anthropic", "deepseek", "vllm", "sglang", "llamacpp", "openrouter",
-// "gemini-openai", "local". Exact, case-sensitive match; nullopt for anything else.
-std::optional<ProviderType> ProviderTypeFromName(std::string_view name);
-std::string_view ProviderTypeName(ProviderType type);
-
-// The usage flavour NormalizeUsage needs for this provider type (local -> kKvgateEngine).
+// The usage flavour NormalizeUsage needs for this provider type (TraitsOf(type).usage).
 telemetry::UsageFlavor UsageFlavorFor(ProviderType type);
 
-// True for every type that speaks the OpenAI wire format (all but kAnthropic).
+// True for every type that speaks the OpenAI wire format (all but the Anthropic Messages wire).
 bool IsOpenAICompatible(ProviderType type);
 
 // The client-facing APIs kvgate proxies. Chat and completions go to every provider type (the

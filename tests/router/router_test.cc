@@ -30,7 +30,7 @@ Target MakeTarget(std::string name, telemetry::Price price, telemetry::CacheRule
   Target t;
   t.name = name;
   t.provider = "p-" + name;
-  t.provider_type = "openai";
+  t.type = telemetry::ProviderType::kOpenAI;
   t.upstream_model = name;
   t.price = price;
   t.cache_rules = rules;
@@ -193,7 +193,7 @@ TEST_F(PlannerTest, AnthropicAutoCacheIsPricedAsTheBreakpointsItAdds) {
   // Per 1M tokens: input 1.00, cached 0.10, 5m writes 1.25, 1h writes 2.00.
   auto anthropic = [&](std::string ttl) {
     Target t = MakeTarget("a", Rates(1'000'000, 100'000, 1'000'000, 1'250'000), breakpoint_rules);
-    t.provider_type = "anthropic";
+    t.type = telemetry::ProviderType::kAnthropic;
     t.auto_cache_ttl = ttl;
     return t;
   };

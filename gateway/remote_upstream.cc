@@ -11,6 +11,7 @@
 #include "common/redact.h"
 #include "common/utf8.h"
 #include "gateway/request_log.h"
+#include "gateway/providers/messages.h"
 #include "gateway/upstream.h"
 
 namespace kvgate::gateway {

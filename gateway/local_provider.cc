@@ -6,21 +6,19 @@
 #include "gateway/local_provider.h"
 
 #include <atomic>
-#include <condition_variable>
-#include <cstdlib>
-#include <deque>
-#include <limits>
-#include <mutex>
-#include <thread>
-
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <cstdlib>
+#include <deque>
+#include <limits>
+#include <thread>
 
 #include "common/ids.h"
 #include "common/json_text.h"
+#include "common/mutex.h"
 #include "common/thread_name.h"
 #include "gateway/engine_metrics.h"
 #include "gateway/local_answer.h"
@@ -47,8 +45,8 @@ struct Channel {
   }
   asio::any_io_executor executor;
   asio::steady_timer wakeup;  // used on `executor` only
-  std::mutex mu;
-  std::deque<EngineEvent> events;   // GUARDED_BY(mu)
+  Mutex mu;
+  std::deque<EngineEvent> events GUARDED_BY(mu);
 };
 
 // One engine and the thread that steps it.
@@ -72,13 +70,13 @@ class EngineHost {
 
   void Stop() {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       if (stopping_) return;
       stopping_ = true;
     }
     // The step in flight stops between layers rather than finish a prefill nobody waits for.
     engine_->CancelAll();
-    cv_.notify_all();
+    cv_.SignalAll();
     if (thread_.joinable()) thread_.join();
   }
 
@@ -86,13 +84,13 @@ class EngineHost {
     auto id = engine_->AddRequest(std::move(request));
     if (id) {
       requests_total_.fetch_add(1);
-      cv_.notify_all();
+      cv_.SignalAll();
     }
     return id;
   }
   void Cancel(uint64_t id) {
     engine_->Cancel(id);
-    cv_.notify_all();
+    cv_.SignalAll();
   }
 
   const std::string& name() const { return name_; }
@@ -150,8 +148,8 @@ class EngineHost {
   void Loop() {
     while (true) {
       {
-        std::unique_lock lock(mu_);
-        cv_.wait(lock, [this] { return stopping_ || engine_->HasWork(); });
+        MutexLock lock(&mu_);
+        while (!stopping_ && !engine_->HasWork()) cv_.Wait(&mu_);
         if (stopping_) return;
       }
       if (auto status = engine_->Step(); !status) {
@@ -159,8 +157,8 @@ class EngineHost {
         step_errors_.fetch_add(1);
         std::fprintf(stderr, "kvgate: engine %s: %s\n", name_.c_str(),
                      status.error().message.c_str());
-        std::unique_lock lock(mu_);
-        cv_.wait(lock, [this] { return stopping_; });
+        MutexLock lock(&mu_);
+        while (!stopping_) cv_.Wait(&mu_);
         return;
       }
     }
@@ -174,9 +172,9 @@ class EngineHost {
   const bool share_prefix_cache_;
   const std::string instance_;
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar cv_;
+  bool stopping_ GUARDED_BY(mu_) = false;
   std::atomic<uint64_t> requests_total_{0}, prompt_tokens_{0}, generation_tokens_{0},
       step_errors_{0};
   std::thread thread_;  // last: starts after everything above exists
@@ -589,7 +587,7 @@ asio::awaitable<AttemptResult> LocalEnginesImpl::Attempt(const InferenceCall& ca
             std::shared_ptr<Channel> channel = weak.lock();
             if (!channel) return;  // the request's coroutine is gone
             {
-              std::lock_guard lock(channel->mu);
+              MutexLock lock(&channel->mu);
               channel->events.push_back(
                   EngineEvent{e.choice, std::string(e.text), e.finished, e.finish_reason, e.usage,
                               e.error, e.logprobs ? std::optional(*e.logprobs) : std::nullopt,
@@ -665,7 +663,7 @@ asio::awaitable<AttemptResult> LocalEnginesImpl::Attempt(const InferenceCall& ca
     }
     std::deque<EngineEvent> batch;
     {
-      std::lock_guard lock(channel->mu);
+      MutexLock lock(&channel->mu);
       batch.swap(channel->events);
     }
     if (batch.empty()) {

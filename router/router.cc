@@ -4,10 +4,10 @@
 #include <atomic>
 #include <cmath>
 #include <functional>
-#include <mutex>
 #include <unordered_map>
 
 #include "common/json_writer.h"
+#include "common/mutex.h"
 #include "router/health.h"
 #include "router/planner.h"
 
@@ -29,11 +29,11 @@ uint64_t Mix(uint64_t x) {
 
 // What the router has learned about a target from recorded turns.
 struct Learned {
-  mutable std::mutex mu;
-  double bytes_per_token = 4.0;  // GUARDED_BY(mu); prompt bytes of minified JSON per input token
-  bool ratio_seen = false;       // GUARDED_BY(mu)
-  double output_tokens = 256;    // GUARDED_BY(mu); mean output tokens of its turns
-  bool output_seen = false;      // GUARDED_BY(mu)
+  mutable Mutex mu;
+  double bytes_per_token GUARDED_BY(mu) = 4.0;  // prompt bytes of minified JSON per input token
+  bool ratio_seen GUARDED_BY(mu) = false;
+  double output_tokens GUARDED_BY(mu) = 256;  // mean output tokens of its turns
+  bool output_seen GUARDED_BY(mu) = false;
 };
 
 std::optional<const EngineProbe*> ProbeFor(const RequestFacts& facts, size_t target) {
@@ -120,7 +120,7 @@ struct Router::State {
       return static_cast<int64_t>(double(*last->total_input) * double(facts.prompt_bytes) /
                                   double(last_bytes));
     }
-    std::lock_guard lock(learned[t]->mu);
+    MutexLock lock(&learned[t]->mu);
     return static_cast<int64_t>(double(facts.prompt_bytes) / learned[t]->bytes_per_token);
   }
 
@@ -130,7 +130,7 @@ struct Router::State {
     if (thread.turns > 0 && thread.mean_output_tokens > 0) {
       out = thread.mean_output_tokens;
     } else {
-      std::lock_guard lock(learned[t]->mu);
+      MutexLock lock(&learned[t]->mu);
       out = learned[t]->output_tokens;
     }
     int64_t n = static_cast<int64_t>(std::llround(out));
@@ -638,7 +638,7 @@ void Router::Learn(size_t target, uint64_t prompt_bytes, const telemetry::Reques
   if (target >= s.targets.size()) return;
   {
     Learned& l = *s.learned[target];
-    std::lock_guard lock(l.mu);
+    MutexLock lock(&l.mu);
     const std::optional<int64_t> input = record.usage.TotalInput();
     if (input && *input > 0 && prompt_bytes > 0) {
       const double ratio = double(prompt_bytes) / double(*input);
@@ -737,7 +737,7 @@ json Router::Describe() const {
                                                                       : "half_open";
     double ratio;
     {
-      std::lock_guard lock(s.learned[i]->mu);
+      MutexLock lock(&s.learned[i]->mu);
       ratio = s.learned[i]->bytes_per_token;
     }
     targets.push_back(

@@ -31,13 +31,13 @@ EngineHost::EngineHost(std::string name, std::unique_ptr<engine::Engine> engine,
 
 void EngineHost::Stop() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (stopping_) return;
     stopping_ = true;
   }
   // The step in flight stops between layers rather than finish a prefill nobody waits for.
   engine_->CancelAll();
-  cv_.notify_all();
+  cv_.SignalAll();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -45,14 +45,14 @@ Result<uint64_t> EngineHost::Add(engine::EngineRequest request) {
   auto id = engine_->AddRequest(std::move(request));
   if (id) {
     requests_total_.fetch_add(1);
-    cv_.notify_all();
+    cv_.SignalAll();
   }
   return id;
 }
 
 void EngineHost::Cancel(uint64_t id) {
   engine_->Cancel(id);
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 json EngineHost::Describe() const {
@@ -88,8 +88,8 @@ json EngineHost::Describe() const {
 void EngineHost::Loop() {
   while (true) {
     {
-      std::unique_lock lock(mu_);
-      cv_.wait(lock, [this] { return stopping_ || engine_->HasWork(); });
+      MutexLock lock(&mu_);
+      while (!stopping_ && !engine_->HasWork()) cv_.Wait(&mu_);
       if (stopping_) return;
     }
     if (auto status = engine_->Step(); !status) {
@@ -97,8 +97,8 @@ void EngineHost::Loop() {
       step_errors_.fetch_add(1);
       std::fprintf(stderr, "kvgate: engine %s: %s\n", name_.c_str(),
                    status.error().message.c_str());
-      std::unique_lock lock(mu_);
-      cv_.wait(lock, [this] { return stopping_; });
+      MutexLock lock(&mu_);
+      while (!stopping_) cv_.Wait(&mu_);
       return;
     }
   }

@@ -8,16 +8,15 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <thread>
 
+#include "common/mutex.h"
 #include "common/error.h"
 #include "gateway/engine_metrics.h"
 #include "gateway/local_provider.h"
@@ -77,9 +76,9 @@ class EngineHost {
   const bool share_prefix_cache_;
   const std::string instance_;
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar cv_;
+  bool stopping_ GUARDED_BY(mu_) = false;
   std::atomic<uint64_t> requests_total_{0}, prompt_tokens_{0}, generation_tokens_{0},
       step_errors_{0};
   std::thread thread_;  // last: starts after everything above exists

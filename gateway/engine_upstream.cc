@@ -12,9 +12,9 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <deque>
-#include <mutex>
 
 #include "common/ids.h"
+#include "common/mutex.h"
 #include "common/json_text.h"
 #include "gateway/engine_host.h"
 #include "gateway/engine_metrics.h"
@@ -39,8 +39,8 @@ struct Channel {
   }
   asio::any_io_executor executor;
   asio::steady_timer wakeup;  // used on `executor` only
-  std::mutex mu;
-  std::deque<EngineEvent> events;  // GUARDED_BY(mu)
+  Mutex mu;
+  std::deque<EngineEvent> events GUARDED_BY(mu);
 };
 
 // An attempt that ends with nothing sent: `error` is what the client would get.
@@ -198,7 +198,7 @@ asio::awaitable<AttemptResult> LocalEnginesImpl::Attempt(const InferenceCall& ca
             std::shared_ptr<Channel> channel = weak.lock();
             if (!channel) return;  // the request's coroutine is gone
             {
-              std::lock_guard lock(channel->mu);
+              MutexLock lock(&channel->mu);
               channel->events.push_back(
                   EngineEvent{e.choice, std::string(e.text), e.finished, e.finish_reason, e.usage,
                               e.error, e.logprobs ? std::optional(*e.logprobs) : std::nullopt,
@@ -274,7 +274,7 @@ asio::awaitable<AttemptResult> LocalEnginesImpl::Attempt(const InferenceCall& ca
     }
     std::deque<EngineEvent> batch;
     {
-      std::lock_guard lock(channel->mu);
+      MutexLock lock(&channel->mu);
       batch.swap(channel->events);
     }
     if (batch.empty()) {

@@ -5,7 +5,7 @@ namespace kvgate::gateway {
 void ResponseThreads::Remember(const std::string& response_id, const std::string& thread_id,
                                const std::string& api_key_id) {
   if (response_id.empty() || thread_id.empty() || capacity_ == 0) return;
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (!thread_.emplace(response_id, Response{thread_id, api_key_id}).second) return;
   order_.push_back(response_id);
   while (order_.size() > capacity_) {
@@ -15,14 +15,14 @@ void ResponseThreads::Remember(const std::string& response_id, const std::string
 }
 
 std::optional<std::string> ResponseThreads::Find(std::string_view response_id) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = thread_.find(std::string(response_id));
   if (it == thread_.end()) return std::nullopt;
   return it->second.thread_id;
 }
 
 std::optional<std::string> ResponseThreads::KeyOf(std::string_view response_id) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = thread_.find(std::string(response_id));
   if (it == thread_.end()) return std::nullopt;
   return it->second.api_key_id;
@@ -36,7 +36,7 @@ void ResponseThreads::RememberConversation(const std::string& response_id, std::
                                            const std::string& api_key_id) {
   if (response_id.empty() || max_conversations_ == 0) return;
   if (conversation.size() + response_id.size() > max_conversation_bytes_) return;
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (auto it = conversations_.find(response_id); it != conversations_.end()) {
     conversation_bytes_ -= it->second->id.size() + it->second->messages.size();
     lru_.erase(it->second);
@@ -50,7 +50,7 @@ void ResponseThreads::RememberConversation(const std::string& response_id, std::
 
 std::optional<std::string> ResponseThreads::FindConversation(std::string_view response_id,
                                                              std::string_view api_key_id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = conversations_.find(std::string(response_id));
   if (it == conversations_.end()) return std::nullopt;
   // (One made before the gateway had keys is no key's.)

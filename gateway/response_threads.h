@@ -22,11 +22,12 @@
 
 #include <cstddef>
 #include <list>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+
+#include "common/mutex.h"
 
 namespace kvgate::gateway {
 
@@ -65,17 +66,17 @@ class ResponseThreads {
   struct Response {
     std::string thread_id, api_key_id;
   };
-  void DropOldConversations();  // REQUIRES: mu_ held
+  void DropOldConversations() REQUIRES(mu_);
 
   const size_t capacity_;  // constant after construction
   const size_t max_conversations_;
   const size_t max_conversation_bytes_;
-  mutable std::mutex mu_;
-  std::list<std::string> order_;                         // GUARDED_BY(mu_); oldest first
-  std::unordered_map<std::string, Response> thread_;     // GUARDED_BY(mu_); by response id
-  std::list<Conversation> lru_;                          // GUARDED_BY(mu_); most recent first
-  std::unordered_map<std::string, std::list<Conversation>::iterator> conversations_;  // GUARDED_BY(mu_)
-  size_t conversation_bytes_ = 0;                        // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::list<std::string> order_ GUARDED_BY(mu_);                      // oldest first
+  std::unordered_map<std::string, Response> thread_ GUARDED_BY(mu_);  // by response id
+  std::list<Conversation> lru_ GUARDED_BY(mu_);                       // most recent first
+  std::unordered_map<std::string, std::list<Conversation>::iterator> conversations_ GUARDED_BY(mu_);
+  size_t conversation_bytes_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace kvgate::gateway

@@ -22,14 +22,14 @@ std::string StoredThreadId(std::string_view thread_id, std::string_view api_key_
 }
 
 std::optional<std::string> ThreadOwners::Find(std::string_view thread_id) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = owner_.find(std::string(thread_id));
   if (it == owner_.end()) return std::nullopt;
   return it->second;
 }
 
 std::string ThreadOwners::Claim(const std::string& thread_id, const std::string& api_key_id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto [it, inserted] = owner_.emplace(thread_id, api_key_id);
   if (!inserted) return it->second;
   std::string owner = it->second;  // (copied before the eviction below may erase it)

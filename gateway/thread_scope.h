@@ -17,11 +17,12 @@
 
 #include <cstddef>
 #include <list>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+
+#include "common/mutex.h"
 
 namespace kvgate::gateway {
 
@@ -46,9 +47,9 @@ class ThreadOwners {
 
  private:
   const size_t capacity_;  // constant after construction
-  mutable std::mutex mu_;
-  std::list<std::string> order_;                        // GUARDED_BY(mu_); oldest first
-  std::unordered_map<std::string, std::string> owner_;  // GUARDED_BY(mu_); thread -> key id
+  mutable Mutex mu_;
+  std::list<std::string> order_ GUARDED_BY(mu_);                        // oldest first
+  std::unordered_map<std::string, std::string> owner_ GUARDED_BY(mu_);  // thread -> key id
 };
 
 }  // namespace kvgate::gateway

@@ -148,7 +148,7 @@ void KeyState::RollPeriod(int64_t now_us) {
 }
 
 int64_t KeyState::SpendPico(int64_t now_us) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   RollPeriod(now_us);
   return spend_pico_;
 }
@@ -180,7 +180,7 @@ KeyAdmission& KeyAdmission::operator=(KeyAdmission&& other) noexcept {
 void KeyAdmission::Release() {
   if (!key_) return;
   {
-    std::lock_guard lock(key_->mu_);
+    MutexLock lock(&key_->mu_);
     --key_->in_flight_;
     if (reserved_ > 0) key_->tokens_.Add(double(reserved_), clock_->NowUnixMicros());
     key_->reserved_pico_ -= reserved_pico_;
@@ -194,10 +194,10 @@ VirtualKeys::VirtualKeys(const Clock& clock, telemetry::KeyStore* store,
 
 VirtualKeys::~VirtualKeys() {
   {
-    std::lock_guard lock(refresh_mu_);
+    MutexLock lock(&refresh_mu_);
     refresh_stop_ = true;
   }
-  refresh_wake_.notify_all();
+  refresh_wake_.SignalAll();
   if (refresh_thread_.joinable()) refresh_thread_.join();
 }
 
@@ -214,7 +214,7 @@ Status VirtualKeys::RefreshKeys() {
   const int64_t now = clock_.NowUnixMicros();
   std::vector<std::shared_ptr<KeyState>> added;
   {
-    std::unique_lock lock(mu_);
+    WriterMutexLock lock(&mu_);
     for (const telemetry::StoredKey& s : *stored) {
       auto it = by_id_.find(s.id);
       if (it == by_id_.end()) continue;
@@ -244,7 +244,7 @@ Status VirtualKeys::RefreshKeys() {
     if (Status seeded = Seed(*key); !seeded) return seeded;
     added.push_back(std::move(key));
   }
-  std::unique_lock lock(mu_);
+  WriterMutexLock lock(&mu_);
   for (auto& key : added) {
     if (by_id_.contains(key->id_)) continue;  // made here meanwhile
     any_key_ = true;
@@ -257,7 +257,7 @@ Status VirtualKeys::RefreshKeys() {
 void VirtualKeys::RefreshSpend() {
   std::vector<std::shared_ptr<KeyState>> budgeted;
   {
-    std::shared_lock lock(mu_);
+    ReaderMutexLock lock(&mu_);
     for (const auto& [id, key] : by_id_) {
       if (key->limits_.max_budget_pico && !key->revoked_at_us_) budgeted.push_back(key);
     }
@@ -266,14 +266,14 @@ void VirtualKeys::RefreshSpend() {
   for (const auto& key : budgeted) {
     int64_t period_start;
     {
-      std::lock_guard lock(key->mu_);
+      MutexLock lock(&key->mu_);
       key->RollPeriod(now);
       period_start = key->period_start_us_;
       key->spend_since_refresh_pico_ = 0;
     }
     auto stored = store_->SpendSince(key->id_, period_start);
     if (!stored) continue;  // this replica's own count stands until the next refresh
-    std::lock_guard lock(key->mu_);
+    MutexLock lock(&key->mu_);
     if (key->period_start_us_ != period_start) continue;  // rolled over meanwhile
     // Every replica's committed requests, and what this one recorded since the read began. The
     // larger of that and the local count: this replica's own records not yet committed when the
@@ -285,7 +285,7 @@ void VirtualKeys::RefreshSpend() {
 Status VirtualKeys::Seed(KeyState& key) {
   if (store_ == nullptr) return {};
   const int64_t now = clock_.NowUnixMicros();
-  std::lock_guard lock(key.mu_);
+  MutexLock lock(&key.mu_);
   key.RollPeriod(now);
   auto spend = store_->SpendSince(key.id_, key.period_start_us_);
   if (!spend) return std::unexpected(spend.error());
@@ -336,48 +336,54 @@ Status VirtualKeys::Load(const std::vector<ApiKeyConfig>& config_keys) {
   for (const auto& key : keys) {
     if (Status s = Seed(*key); !s) return s;
   }
-  std::unique_lock lock(mu_);
-  // A disabled key still says that requests must show a key: losing the only one must not open
-  // the gateway.
-  if (!invalid.empty()) any_key_ = true;
-  invalid_ = std::move(invalid);
-  for (auto& key : keys) {
-    if (by_id_.contains(key->id_)) {  // (two secrets whose hashes share 48 bits)
-      return MakeError(ErrorCode::kInvalidArgument,
-                       "two gateway keys have the same id " + key->id_ + "; replace one");
+  {
+    WriterMutexLock lock(&mu_);
+    // A disabled key still says that requests must show a key: losing the only one must not open
+    // the gateway.
+    if (!invalid.empty()) any_key_ = true;
+    invalid_ = std::move(invalid);
+    for (auto& key : keys) {
+      if (by_id_.contains(key->id_)) {  // (two secrets whose hashes share 48 bits)
+        return MakeError(ErrorCode::kInvalidArgument,
+                         "two gateway keys have the same id " + key->id_ + "; replace one");
+      }
+      any_key_ = true;
+      if (!key->revoked_at_us_) by_hash_[key->key_hash_] = key;
+      by_id_[key->id_] = std::move(key);
     }
-    any_key_ = true;
-    if (!key->revoked_at_us_) by_hash_[key->key_hash_] = key;
-    by_id_[key->id_] = std::move(key);
   }
-  lock.unlock();
   if (refresh_period_.count() > 0 && store_ != nullptr && !refresh_thread_.joinable()) {
     refresh_thread_ = std::thread([this] {
       NameThisThread("key-refresh");
-      std::unique_lock lock(refresh_mu_);
-      while (!refresh_wake_.wait_for(lock, refresh_period_, [this] { return refresh_stop_; })) {
-        lock.unlock();
+      refresh_mu_.Lock();
+      for (;;) {
+        const auto deadline = std::chrono::steady_clock::now() + refresh_period_;
+        while (!refresh_stop_ && refresh_wake_.WaitUntil(&refresh_mu_, deadline)) {
+        }
+        if (refresh_stop_) break;
+        refresh_mu_.Unlock();
         (void)Refresh();  // a store that cannot answer now is asked again next period
-        lock.lock();
+        refresh_mu_.Lock();
       }
+      refresh_mu_.Unlock();
     });
   }
   return {};
 }
 
 bool VirtualKeys::required() const {
-  std::shared_lock lock(mu_);
+  ReaderMutexLock lock(&mu_);
   return any_key_;
 }
 
 std::shared_ptr<KeyState> VirtualKeys::Find(const std::string& key_hash) const {
-  std::shared_lock lock(mu_);
+  ReaderMutexLock lock(&mu_);
   auto it = by_hash_.find(key_hash);
   return it == by_hash_.end() ? nullptr : it->second;
 }
 
 std::shared_ptr<KeyState> VirtualKeys::FindById(const std::string& id) const {
-  std::shared_lock lock(mu_);
+  ReaderMutexLock lock(&mu_);
   auto it = by_id_.find(id);
   return it == by_id_.end() ? nullptr : it->second;
 }
@@ -414,7 +420,7 @@ std::expected<KeyAdmission, KeyRefusal> VirtualKeys::Admit(const std::shared_ptr
                                                            int64_t reserve_pico) {
   const KeyLimits& limits = key->limits_;
   const int64_t now = clock_.NowUnixMicros();
-  std::lock_guard lock(key->mu_);
+  MutexLock lock(&key->mu_);
   key->RollPeriod(now);
   KeyRefusal refusal;
   int64_t retry_us = 0;
@@ -511,7 +517,7 @@ KeyReservation EstimateReservation(size_t body_bytes, int64_t max_output_tokens,
 std::vector<http::Header> VirtualKeys::RateLimitHeaders(KeyState& key) {
   std::vector<http::Header> headers;
   if (!key.limits_.limited()) return headers;
-  std::lock_guard lock(key.mu_);
+  MutexLock lock(&key.mu_);
   AppendRateHeaders(key.limits_, key.requests_, key.tokens_, clock_.NowUnixMicros(), headers);
   return headers;
 }
@@ -522,7 +528,7 @@ void VirtualKeys::OnRecord(const telemetry::RequestRecord& record) {
   if (!key) return;
   const int64_t now = clock_.NowUnixMicros();
   const int64_t tokens = key->limits_.tpm > 0 ? TokensOf(record.usage) : 0;
-  std::lock_guard lock(key->mu_);
+  MutexLock lock(&key->mu_);
   key->RollPeriod(now);
   // A request that began in an earlier period is that period's (as the store seeds it).
   if (record.created_at_us >= key->period_start_us_) {
@@ -545,7 +551,7 @@ json VirtualKeys::Describe(KeyState& key) const {
   j["revoked"] = key.revoked_at_us_.has_value();
   j["revoked_at"] = key.revoked_at_us_ ? json(telemetry::FormatRfc3339Micros(*key.revoked_at_us_))
                                        : json(nullptr);
-  std::lock_guard lock(key.mu_);
+  MutexLock lock(&key.mu_);
   key.RollPeriod(now);
   j["spend_usd"] = Usd(key.spend_pico_);
   j["spend_pico_usd"] = key.spend_pico_;
@@ -568,7 +574,7 @@ json VirtualKeys::Describe(KeyState& key) const {
 }
 
 Result<json> VirtualKeys::List() const {
-  std::shared_lock lock(mu_);
+  ReaderMutexLock lock(&mu_);
   json keys = json::array();
   for (const auto& [_, key] : by_id_) keys.push_back(Describe(*key));
   json invalid = json::array();
@@ -581,7 +587,7 @@ Result<json> VirtualKeys::List() const {
 }
 
 Result<json> VirtualKeys::Get(const std::string& id) const {
-  std::shared_lock lock(mu_);
+  ReaderMutexLock lock(&mu_);
   auto it = by_id_.find(id);
   if (it == by_id_.end()) return MakeError(ErrorCode::kNotFound, "no key with id " + id);
   return Describe(*it->second);
@@ -617,9 +623,9 @@ Result<json> VirtualKeys::Create(const json& body, const std::vector<std::string
                               .limits = stored_limits,
                               .created_at_us = clock_.NowUnixMicros()};
   // The database is written outside mu_: requests look keys up under it meanwhile.
-  std::lock_guard admin(admin_mu_);
+  MutexLock admin(&admin_mu_);
   {
-    std::shared_lock lock(mu_);
+    ReaderMutexLock lock(&mu_);
     for (const auto& [_, key] : by_id_) {
       if (!name.empty() && key->name_ == name) {
         return std::unexpected(Invalid("body.name: a key named \"" + name + "\" exists"));
@@ -630,7 +636,7 @@ Result<json> VirtualKeys::Create(const json& body, const std::vector<std::string
   auto key = std::make_shared<KeyState>(stored.id, name, false, std::move(*limits),
                                         stored.created_at_us, stored.created_at_us);
   key->key_hash_ = stored.key_hash;
-  std::unique_lock lock(mu_);
+  WriterMutexLock lock(&mu_);
   by_hash_[stored.key_hash] = key;
   by_id_[stored.id] = key;
   any_key_ = true;
@@ -641,7 +647,7 @@ Result<json> VirtualKeys::Create(const json& body, const std::vector<std::string
 
 Result<std::shared_ptr<KeyState>> VirtualKeys::ChangeableKey(const std::string& id,
                                                              std::string_view change) const {
-  std::shared_lock lock(mu_);
+  ReaderMutexLock lock(&mu_);
   auto it = by_id_.find(id);
   if (it == by_id_.end()) return MakeError(ErrorCode::kNotFound, "no key with id " + id);
   if (it->second->from_config_) {
@@ -656,14 +662,14 @@ Result<std::shared_ptr<KeyState>> VirtualKeys::ChangeableKey(const std::string& 
 }
 
 Result<json> VirtualKeys::Rotate(const std::string& id) {
-  std::lock_guard admin(admin_mu_);
+  MutexLock admin(&admin_mu_);
   auto key = ChangeableKey(id, "change");
   if (!key) return std::unexpected(key.error());
   const std::string secret = NewKeySecret();
   const std::string hash = HashApiKey(secret);
   const int64_t now = clock_.NowUnixMicros();
   if (Status s = store_->Rotate(id, hash, now); !s) return std::unexpected(s.error());
-  std::unique_lock lock(mu_);
+  WriterMutexLock lock(&mu_);
   by_hash_.erase((*key)->key_hash_);
   (*key)->key_hash_ = hash;
   (*key)->rotated_at_us_ = now;
@@ -674,12 +680,12 @@ Result<json> VirtualKeys::Rotate(const std::string& id) {
 }
 
 Result<json> VirtualKeys::Revoke(const std::string& id) {
-  std::lock_guard admin(admin_mu_);
+  MutexLock admin(&admin_mu_);
   auto key = ChangeableKey(id, "remove");
   if (!key) return std::unexpected(key.error());
   const int64_t now = clock_.NowUnixMicros();
   if (Status s = store_->Revoke(id, now); !s) return std::unexpected(s.error());
-  std::unique_lock lock(mu_);
+  WriterMutexLock lock(&mu_);
   by_hash_.erase((*key)->key_hash_);
   (*key)->revoked_at_us_ = now;
   return Describe(**key);
@@ -694,7 +700,7 @@ std::optional<double> VirtualKeys::BudgetFraction(const std::string& id) const {
 void VirtualKeys::ExposeMetrics(std::string& out) const {
   std::vector<std::shared_ptr<KeyState>> keys;
   {
-    std::shared_lock lock(mu_);
+    ReaderMutexLock lock(&mu_);
     for (const auto& [_, key] : by_id_) keys.push_back(key);
   }
   if (keys.empty()) return;
@@ -707,7 +713,7 @@ void VirtualKeys::ExposeMetrics(std::string& out) const {
   };
   std::vector<Row> rows;
   for (const auto& key : keys) {
-    std::lock_guard lock(key->mu_);
+    MutexLock lock(&key->mu_);
     key->RollPeriod(now);
     Row row{telemetry::EscapeLabelValue(key->label()), key->spend_pico_, std::nullopt,
             key->refused_};

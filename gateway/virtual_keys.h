@@ -14,23 +14,20 @@
 
 #include <array>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <expected>
 #include <map>
 #include <memory>
-#include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
-#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/mutex.h"
 #include "gateway/config.h"
 #include "gateway/http/server.h"
 #include "telemetry/key_store.h"
@@ -88,24 +85,25 @@ class KeyState {
  private:
   friend class VirtualKeys;
   friend class KeyAdmission;
-  void RollPeriod(int64_t now_us);  // REQUIRES: mu_ held
+  void RollPeriod(int64_t now_us) REQUIRES(mu_);
 
   const std::string id_, name_;
   const bool from_config_;
   const KeyLimits limits_;
   const int64_t created_at_us_;
-  std::mutex mu_;
-  TokenBucket requests_, tokens_;       // GUARDED_BY(mu_)
-  int64_t in_flight_ = 0;               // GUARDED_BY(mu_)
-  int64_t period_start_us_ = 0;         // GUARDED_BY(mu_)
-  int64_t spend_pico_ = 0;              // GUARDED_BY(mu_)
+  Mutex mu_;
+  TokenBucket requests_ GUARDED_BY(mu_);
+  TokenBucket tokens_ GUARDED_BY(mu_);
+  int64_t in_flight_ GUARDED_BY(mu_) = 0;
+  int64_t period_start_us_ GUARDED_BY(mu_) = 0;
+  int64_t spend_pico_ GUARDED_BY(mu_) = 0;
   // Recorded here since the last shared refresh began (VirtualKeys::Refresh).
-  int64_t spend_since_refresh_pico_ = 0;  // GUARDED_BY(mu_)
+  int64_t spend_since_refresh_pico_ GUARDED_BY(mu_) = 0;
   // What admitted requests still running may cost (their estimates, VirtualKeys::Admit): a budget
   // admits a request only while spend + reserved is under it, so parallel requests cannot all
   // pass on the same unspent balance.
-  int64_t reserved_pico_ = 0;           // GUARDED_BY(mu_)
-  std::array<uint64_t, 4> refused_{};   // GUARDED_BY(mu_), by KeyLimit
+  int64_t reserved_pico_ GUARDED_BY(mu_) = 0;
+  std::array<uint64_t, 4> refused_ GUARDED_BY(mu_) = {};  // by KeyLimit
   // Mutable key facts (rotation, revocation): guarded by the owning VirtualKeys' mu_.
   std::optional<int64_t> rotated_at_us_, revoked_at_us_;
   std::string key_hash_;
@@ -202,7 +200,7 @@ class VirtualKeys {
   // A key the admin API may rotate or revoke: made through it, not revoked.
   Result<std::shared_ptr<KeyState>> ChangeableKey(const std::string& id,
                                                   std::string_view change) const;
-  nlohmann::json Describe(KeyState& key) const;  // REQUIRES: mu_ held (shared)
+  nlohmann::json Describe(KeyState& key) const REQUIRES_SHARED(mu_);
   Status Seed(KeyState& key);
   Status RefreshKeys();   // the stored keys' list: new, rotated and revoked ones
   void RefreshSpend();    // each budgeted key's spend from the store
@@ -212,21 +210,21 @@ class VirtualKeys {
   telemetry::KeyStore* const store_;
   // Serializes the admin API's changes (each a database write, then the maps), so that the
   // database and the maps see them in the same order. Never taken on the request path.
-  std::mutex admin_mu_;
-  mutable std::shared_mutex mu_;
-  std::unordered_map<std::string, std::shared_ptr<KeyState>> by_hash_;  // GUARDED_BY(mu_): active
-  std::map<std::string, std::shared_ptr<KeyState>> by_id_;  // GUARDED_BY(mu_): all, revoked too
-  bool any_key_ = false;                                    // GUARDED_BY(mu_)
+  Mutex admin_mu_;
+  mutable SharedMutex mu_;
+  std::unordered_map<std::string, std::shared_ptr<KeyState>> by_hash_ GUARDED_BY(mu_);  // active
+  std::map<std::string, std::shared_ptr<KeyState>> by_id_ GUARDED_BY(mu_);  // all, revoked too
+  bool any_key_ GUARDED_BY(mu_) = false;
   struct InvalidKey {
     std::string id, name, error;
   };
-  std::vector<InvalidKey> invalid_;  // GUARDED_BY(mu_): stored keys left out at Load
+  std::vector<InvalidKey> invalid_ GUARDED_BY(mu_);  // stored keys left out at Load
 
   // The shared-store refresh (Refresh), with refresh_period > 0.
   const std::chrono::milliseconds refresh_period_;
-  std::mutex refresh_mu_;
-  std::condition_variable refresh_wake_;
-  bool refresh_stop_ = false;  // GUARDED_BY(refresh_mu_)
+  Mutex refresh_mu_;
+  CondVar refresh_wake_;
+  bool refresh_stop_ GUARDED_BY(refresh_mu_) = false;
   std::thread refresh_thread_;
 };
 

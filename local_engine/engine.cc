@@ -149,6 +149,9 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   e->eog_tokens_.erase(std::unique(e->eog_tokens_.begin(), e->eog_tokens_.end()),
                        e->eog_tokens_.end());
   e->trie_ = TokenTrie::FromTokenizer(*e->tokenizer_);
+  e->pool_blocks_ = pool_blocks;
+  // Nothing else sees the engine yet: the lock only tells the analysis so (and costs nothing).
+  MutexLock pool_lock(&e->blocks_mu_);
   e->blocks_ = std::make_unique<BlockManager>(pool_blocks);
   e->scheduler_ = std::make_unique<Scheduler>(
       SchedulerConfig{.max_running = options.max_running,
@@ -177,12 +180,12 @@ Result<uint64_t> Engine::AddRequest(EngineRequest request) {
     return bad("prompt of " + std::to_string(n) + " tokens does not fit the context length " +
                std::to_string(weights_.dims.context_length));
   }
-  if (const int64_t pool_tokens = int64_t{blocks_->num_blocks()} * kBlockSize; n + 1 > pool_tokens) {
+  if (const int64_t pool_tokens = int64_t{pool_blocks_} * kBlockSize; n + 1 > pool_tokens) {
     return MakeError(ErrorCode::kResourceExhausted,
                      "prompt of " + std::to_string(n) + " tokens does not fit the KV cache of " +
                          std::to_string(pool_tokens) + " tokens (kv_cache_tokens)");
   }
-  std::lock_guard lock(inbox_mu_);
+  MutexLock lock(&inbox_mu_);
   const uint64_t id = next_id_++;
   inbox_.push_back(std::make_unique<Sequence>(id, std::move(request), *tokenizer_));
   ++live_requests_;
@@ -190,7 +193,7 @@ Result<uint64_t> Engine::AddRequest(EngineRequest request) {
 }
 
 void Engine::Cancel(uint64_t request_id) {
-  std::lock_guard lock(inbox_mu_);
+  MutexLock lock(&inbox_mu_);
   cancels_.push_back(request_id);
   if (InFlight(request_id)) abort_step_.store(true, std::memory_order_relaxed);
 }
@@ -200,13 +203,13 @@ bool Engine::InFlight(uint64_t request_id) const {
 }
 
 void Engine::CancelAll() {
-  std::lock_guard lock(inbox_mu_);
+  MutexLock lock(&inbox_mu_);
   cancel_all_ = true;
   if (!in_flight_.empty()) abort_step_.store(true, std::memory_order_relaxed);
 }
 
 bool Engine::HasWork() const {
-  std::lock_guard lock(inbox_mu_);
+  MutexLock lock(&inbox_mu_);
   return live_requests_ > 0;
 }
 
@@ -215,7 +218,7 @@ void Engine::DrainInbox() {
   std::vector<uint64_t> cancels;
   bool cancel_all = false;
   {
-    std::lock_guard lock(inbox_mu_);
+    MutexLock lock(&inbox_mu_);
     added.swap(inbox_);
     cancels.swap(cancels_);
     cancel_all = std::exchange(cancel_all_, false);
@@ -264,17 +267,17 @@ void Engine::Finish(Sequence& s, FinishReason reason, std::string error) {
     if (s.on_token) s.on_token(ev);
   }
   s.forks = 0;
-  std::lock_guard lock(inbox_mu_);
+  MutexLock lock(&inbox_mu_);
   --live_requests_;
 }
 
 int Engine::LookupCachedTokens(std::span<const int32_t> prompt, uint64_t cache_salt) const {
-  std::lock_guard lock(blocks_mu_);
+  MutexLock lock(&blocks_mu_);
   return blocks_->LookupCachedTokens(prompt, cache_salt);
 }
 
 CacheStats Engine::cache_stats() const {
-  std::lock_guard lock(blocks_mu_);
+  MutexLock lock(&blocks_mu_);
   CacheStats out{blocks_->stats(), scheduler_->num_running(), scheduler_->num_waiting(),
                  scheduler_->preemptions(), aborted_steps_};
   if (tier_) {
@@ -358,14 +361,17 @@ void Engine::OnSampled(Sequence& s, int32_t token) {
   if (reason != FinishReason::kNone) {
     blocks_->Free(s.blocks);
     s.finished = true;
-    std::lock_guard lock(inbox_mu_);
+    MutexLock lock(&inbox_mu_);
     --live_requests_;
   }
 }
 
-void Engine::Admit(std::unique_lock<std::mutex>& lock) {
+void Engine::Admit() {
   std::vector<Admission> restores;
-  const auto tier_blocks_for = [this](const Sequence& s) { return TierBlocksFor(s); };
+  const auto tier_blocks_for = [this](const Sequence& s) {
+    blocks_mu_.AssertHeld();  // the scheduler calls it from its Admit, under this Admit's lock
+    return TierBlocksFor(s);
+  };
   for (const Admission& a : scheduler_->Admit(tier_blocks_for)) {
     if (a.tier_blocks > 0) {
       restores.push_back(a);  // NoteAdmitted once the tier's blocks are copied in
@@ -374,10 +380,10 @@ void Engine::Admit(std::unique_lock<std::mutex>& lock) {
     }
   }
   // The admissions' evicted blocks to the tier, then the blocks restored from it.
-  RunTierIo(lock, restores);
+  RunTierIo(restores);
 }
 
-Status Engine::RunForward(std::span<const Chunk> chunks, std::unique_lock<std::mutex>& lock) {
+Status Engine::RunForward(std::span<const Chunk> chunks) {
   int32_t max_blocks = 1;
   for (const Chunk& c : chunks) {
     max_blocks = std::max<int32_t>(max_blocks, static_cast<int32_t>(c.seq->blocks.block_ids.size()));
@@ -391,44 +397,47 @@ Status Engine::RunForward(std::span<const Chunk> chunks, std::unique_lock<std::m
   if (options_.cuda_graphs) PadDecodeBatch(batch_, scratch_block_);  // rows past the plan: ignored
   const BatchMetadata batch = batch_.View(kBlockSize);
   // Blocks the plan's growth evicted go to the tier before the forward pass overwrites them.
-  RunTierIo(lock, {});
+  RunTierIo({});
   {
     // A cancel that came after DrainInbox, for one of these requests, stops the pass at once.
-    std::lock_guard inbox(inbox_mu_);
+    MutexLock inbox(&inbox_mu_);
     in_flight_.clear();
     for (const Chunk& c : chunks) in_flight_.push_back(c.seq->id);
     const bool cancelled =
-        cancel_all_ || std::any_of(cancels_.begin(), cancels_.end(),
-                                   [this](uint64_t id) { return InFlight(id); });
+        cancel_all_ || std::any_of(cancels_.begin(), cancels_.end(), [this](uint64_t id) {
+          inbox_mu_.AssertHeld();  // any_of runs it right here
+          return InFlight(id);
+        });
     abort_step_.store(cancelled, std::memory_order_relaxed);
   }
   // The forward pass only writes slots of blocks these sequences own exclusively (shared prefix
   // blocks are read-only), so lookups may read the block pool meanwhile. An aborted pass leaves
   // garbage only in slots past each sequence's num_computed, which the next pass rewrites.
-  lock.unlock();
-  auto forward = runner_->Forward(batch, LogitsMode::kLastPerSequence, logits_, &abort_step_);
-  lock.lock();
-  std::lock_guard inbox(inbox_mu_);
+  Status forward;
+  {
+    MutexUnlock unlocked(&blocks_mu_);
+    forward = runner_->Forward(batch, LogitsMode::kLastPerSequence, logits_, &abort_step_);
+  }
+  MutexLock inbox(&inbox_mu_);
   in_flight_.clear();
   abort_step_.store(false, std::memory_order_relaxed);
   return forward;
 }
 
-void Engine::ForkChoices(Sequence& first, std::span<const float> row,
-                         std::unique_lock<std::mutex>& lock) {
+void Engine::ForkChoices(Sequence& first, std::span<const float> row) {
   const int32_t forks = std::exchange(first.forks, 0);
   const int num_tokens = static_cast<int>(first.num_computed);
   std::vector<float> logits;
   for (int32_t index = 1; index <= forks; ++index) {
     auto fork = std::make_unique<Sequence>(first, index, *tokenizer_);
     {
-      std::lock_guard inbox(inbox_mu_);
+      MutexLock inbox(&inbox_mu_);
       ++live_requests_;
     }
     bool shared = false;
     if (blocks_->CanFork(first.blocks, num_tokens)) {
       const BlockCopy copy = blocks_->Fork(first.blocks, num_tokens, fork->blocks);
-      if (copy.dst >= 0) RunTierIo(lock, {});  // the copy's block may have held an evicted one
+      if (copy.dst >= 0) RunTierIo({});  // the copy's block may have held an evicted one
       shared = copy.dst < 0 || runner_->CopyBlock(copy.src, copy.dst).has_value();
       if (!shared) blocks_->Free(fork->blocks);
     }
@@ -444,7 +453,7 @@ void Engine::ForkChoices(Sequence& first, std::span<const float> row,
   }
 }
 
-void Engine::Postprocess(std::span<const Chunk> chunks, std::unique_lock<std::mutex>& lock) {
+void Engine::Postprocess(std::span<const Chunk> chunks) {
   const int64_t vocab = weights_.dims.vocab;
   for (size_t i = 0; i < chunks.size(); ++i) {
     Sequence& s = *chunks[i].seq;
@@ -459,7 +468,7 @@ void Engine::Postprocess(std::span<const Chunk> chunks, std::unique_lock<std::mu
     if (s.num_remaining() == 0) {
       std::span<float> row(logits_.data() + i * vocab, vocab);
       if (s.matcher) ConstrainLogits(s, row);
-      if (s.forks > 0) ForkChoices(s, row, lock);
+      if (s.forks > 0) ForkChoices(s, row);
       if (s.params.logprobs >= 0) s.raw_logits.assign(row.begin(), row.end());
       OnSampled(s, s.sampler.Sample(row));
     }
@@ -467,14 +476,14 @@ void Engine::Postprocess(std::span<const Chunk> chunks, std::unique_lock<std::mu
 }
 
 Status Engine::Step() {
-  std::unique_lock lock(blocks_mu_);
+  MutexLock lock(&blocks_mu_);
   DrainInbox();
-  Admit(lock);
+  Admit();
   const StepPlan plan = scheduler_->Plan();
   if (plan.out_of_room) Finish(*plan.out_of_room, FinishReason::kLength);
   if (!plan.chunks.empty()) {
-    if (auto forward = RunForward(plan.chunks, lock); forward) {
-      Postprocess(plan.chunks, lock);
+    if (auto forward = RunForward(plan.chunks); forward) {
+      Postprocess(plan.chunks);
     } else if (forward.error().code == ErrorCode::kCancelled) {
       ++aborted_steps_;  // the next Step finishes the cancelled requests, replans the others
     } else {

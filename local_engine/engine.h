@@ -43,20 +43,20 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "common/error.h"
+#include "common/mutex.h"
 #include "kernels/cpu/thread_pool.h"
 #include "local_engine/backend.h"
-#include "local_engine/gguf.h"
 #include "local_engine/block_manager.h"
 #include "local_engine/device.h"
-#include "local_engine/model.h"
+#include "local_engine/gguf.h"
 #include "local_engine/kv_tier.h"
+#include "local_engine/model.h"
 #include "local_engine/sampler.h"
 #include "local_engine/step_batch.h"
 #include "local_engine/token_trie.h"
@@ -236,38 +236,38 @@ class Engine {
  private:
   Engine();  // engine_offload.cc, with the destructor
   // New requests into the scheduler's queue; cancellations finish theirs.
-  void DrainInbox();
-  bool InFlight(uint64_t request_id) const;  // REQUIRES inbox_mu_
+  void DrainInbox() REQUIRES(blocks_mu_);
+  bool InFlight(uint64_t request_id) const REQUIRES(inbox_mu_);
   // The scheduler's admissions, with the offload tier's blocks restored into them.
-  void Admit(std::unique_lock<std::mutex>& lock);
-  // The forward pass of the plan's chunks into logits_, with blocks_mu_ released meanwhile
-  // (`lock` holds it on entry and on return). kCancelled when a cancel of one of the chunks'
+  void Admit() REQUIRES(blocks_mu_);
+  // The forward pass of the plan's chunks into logits_, with blocks_mu_ released meanwhile (held
+  // on entry and on return). kCancelled when a cancel of one of the chunks'
   // requests stopped it between layers: nothing of the step is committed then.
-  Status RunForward(std::span<const Chunk> chunks, std::unique_lock<std::mutex>& lock);
+  Status RunForward(std::span<const Chunk> chunks) REQUIRES(blocks_mu_);
   // After a forward pass: the chunks' tokens count as computed, their full blocks go into the
   // prefix cache, and each sequence whose last token was computed samples its next one.
-  void Postprocess(std::span<const Chunk> chunks, std::unique_lock<std::mutex>& lock);
+  void Postprocess(std::span<const Chunk> chunks) REQUIRES(blocks_mu_);
   // The first choice's prompt is computed and `row` is the masked logits it samples from: forks
-  // its other choices, each sampling its first token from a copy of `row`. `lock` as RunTierIo's
-  // (a copied block's previous content goes to the tier first).
-  void ForkChoices(Sequence& first, std::span<const float> row, std::unique_lock<std::mutex>& lock);
-  void Finish(Sequence& s, FinishReason reason, std::string error = {});
+  // its other choices, each sampling its first token from a copy of `row`. blocks_mu_ as
+  // RunTierIo's (a copied block's previous content goes to the tier first).
+  void ForkChoices(Sequence& first, std::span<const float> row) REQUIRES(blocks_mu_);
+  void Finish(Sequence& s, FinishReason reason, std::string error = {}) REQUIRES(blocks_mu_);
 
   // The offload tier (engine_offload.cc).
-  Status OpenTier();  // from options_.offload, at Create
+  Status OpenTier() REQUIRES(blocks_mu_);  // from options_.offload, at Create
   // Before s's allocation: how many blocks after the pool's hits the tier holds (pinned, so the
   // allocation's own evictions, stored in the tier, do not push them out).
-  int TierBlocksFor(const Sequence& s);
-  // The tier's disk I/O, with blocks_mu_ released meanwhile (`lock` holds it on entry and on
-  // return; the blocks written are owned by the engine thread's sequences alone, as in the forward
-  // pass): stores the blocks the pool evicted since the last call, then copies each restore's
-  // blocks into its sequence's fresh blocks (a block that fails its checksum ends that restore),
-  // registers them, unpins them and calls NoteAdmitted. No-op without a tier.
-  void RunTierIo(std::unique_lock<std::mutex>& lock, std::span<const Admission> restores);
+  int TierBlocksFor(const Sequence& s) REQUIRES(blocks_mu_);
+  // The tier's disk I/O, with blocks_mu_ released meanwhile (held on entry and on return; the
+  // blocks written are owned by the engine thread's sequences alone, as in the forward pass):
+  // stores the blocks the pool evicted since the last call, then copies each restore's blocks into
+  // its sequence's fresh blocks (a block that fails its checksum ends that restore), registers
+  // them, unpins them and calls NoteAdmitted. No-op without a tier.
+  void RunTierIo(std::span<const Admission> restores) REQUIRES(blocks_mu_);
   // Constrained decoding: masks `logits` [V] to the tokens that keep s's output valid, and to
   // end-of-generation only once the value is complete.
   void ConstrainLogits(Sequence& s, std::span<float> logits);
-  void OnSampled(Sequence& s, int32_t token);
+  void OnSampled(Sequence& s, int32_t token) REQUIRES(blocks_mu_);
   void Emit(Sequence& s, int32_t token, std::string_view text, FinishReason reason,
             const TokenLogprobs* logprobs = nullptr);
 
@@ -283,35 +283,36 @@ class Engine {
   std::vector<int32_t> eog_tokens_;  // end-of-generation ids, sorted
   std::unique_ptr<TokenTrie> trie_;  // the vocabulary, for constrained decoding
   int32_t scratch_block_ = -1;       // cuda_graphs only
+  int32_t pool_blocks_ = 0;          // the BlockManager's size (read by AddRequest, unlocked)
 
-  // Protected by inbox_mu_.
-  mutable std::mutex inbox_mu_;
-  uint64_t next_id_ = 1;
-  std::vector<std::unique_ptr<Sequence>> inbox_;
-  std::vector<uint64_t> cancels_;
-  bool cancel_all_ = false;
-  int64_t live_requests_ = 0;  // added and not yet finished
-  std::vector<uint64_t> in_flight_;  // the requests of the forward pass running now
+  mutable Mutex inbox_mu_;
+  uint64_t next_id_ GUARDED_BY(inbox_mu_) = 1;
+  std::vector<std::unique_ptr<Sequence>> inbox_ GUARDED_BY(inbox_mu_);
+  std::vector<uint64_t> cancels_ GUARDED_BY(inbox_mu_);
+  bool cancel_all_ GUARDED_BY(inbox_mu_) = false;
+  int64_t live_requests_ GUARDED_BY(inbox_mu_) = 0;  // added and not yet finished
+  // The requests of the forward pass running now.
+  std::vector<uint64_t> in_flight_ GUARDED_BY(inbox_mu_);
   // Set (under inbox_mu_) when a request in in_flight_ is cancelled; the forward pass reads it
   // between layers.
   std::atomic<bool> abort_step_{false};
 
   // The block pool. Changed only on the engine thread, under blocks_mu_ (held by Step except
   // during the forward pass) so that LookupCachedTokens and cache_stats may read it from others.
-  mutable std::mutex blocks_mu_;
-  std::unique_ptr<BlockManager> blocks_;  // GUARDED_BY(blocks_mu_)
+  mutable Mutex blocks_mu_;
+  std::unique_ptr<BlockManager> blocks_ GUARDED_BY(blocks_mu_);
   // The queues and the policy over blocks_; its queues change only while Step holds blocks_mu_.
-  std::unique_ptr<Scheduler> scheduler_;  // GUARDED_BY(blocks_mu_)
-  uint64_t aborted_steps_ = 0;            // GUARDED_BY(blocks_mu_)
+  std::unique_ptr<Scheduler> scheduler_ GUARDED_BY(blocks_mu_);
+  uint64_t aborted_steps_ GUARDED_BY(blocks_mu_) = 0;
   // The offload tier (null without one; the pointer is constant after Create, the tier locks its
   // own index) and its writer, the pool's eviction listener, whose list of evicted blocks the
   // engine thread alone touches.
   std::unique_ptr<KvTier> tier_;
   std::unique_ptr<TierWriter> tier_writer_;
-  uint64_t offload_hit_tokens_ = 0;  // GUARDED_BY(blocks_mu_)
-  uint64_t offload_restores_ = 0;    // GUARDED_BY(blocks_mu_)
-  uint64_t offload_restore_ns_ = 0;  // GUARDED_BY(blocks_mu_)
-  uint64_t offload_store_ns_ = 0;    // GUARDED_BY(blocks_mu_)
+  uint64_t offload_hit_tokens_ GUARDED_BY(blocks_mu_) = 0;
+  uint64_t offload_restores_ GUARDED_BY(blocks_mu_) = 0;
+  uint64_t offload_restore_ns_ GUARDED_BY(blocks_mu_) = 0;
+  uint64_t offload_store_ns_ GUARDED_BY(blocks_mu_) = 0;
 
   // Engine thread only.
   std::vector<float> logits_;

@@ -171,7 +171,7 @@ Status Engine::OpenTier() {
 
 CachedPrefix Engine::LookupCachedPrefix(std::span<const int32_t> prompt,
                                         uint64_t cache_salt) const {
-  std::lock_guard lock(blocks_mu_);
+  MutexLock lock(&blocks_mu_);
   CachedPrefix out{.pool_tokens = blocks_->LookupCachedTokens(prompt, cache_salt)};
   if (!tier_) return out;
   const std::vector<uint64_t> chain = BlockManager::HashChain(prompt, cache_salt);
@@ -196,41 +196,43 @@ int Engine::TierBlocksFor(const Sequence& s) {
   return found;
 }
 
-void Engine::RunTierIo(std::unique_lock<std::mutex>& lock,
-                       std::span<const Admission> restores) {
+void Engine::RunTierIo(std::span<const Admission> restores) {
   if (!tier_) return;
   std::vector<TierWriter::Evicted> evicted;
   evicted.swap(tier_writer_->pending);
   if (evicted.empty() && restores.empty()) return;
   std::vector<int> restored(restores.size(), 0);
   uint64_t store_ns = 0, restore_ns = 0;
-  lock.unlock();
-  // Stores first: a restore may write into a block evicted this step, whose bytes a store reads.
-  const auto stores_start = std::chrono::steady_clock::now();
-  if (!evicted.empty()) {
-    std::vector<TierBlock> blocks;
-    blocks.reserve(evicted.size());
-    for (const TierWriter::Evicted& e : evicted) blocks.push_back({e.block, {e.hash, e.salt, e.tokens}});
-    tier_->StoreBlocks(blocks);
-    store_ns = NanosSince(stores_start);
-  }
-  const auto restores_start = std::chrono::steady_clock::now();
-  for (size_t r = 0; r < restores.size(); ++r) {
-    const Sequence& s = *restores[r].seq;
-    const std::span<const int32_t> tokens(s.tokens);
-    const std::vector<uint64_t> chain = BlockManager::HashChain(tokens, s.blocks.salt);
-    const size_t first = static_cast<size_t>(s.blocks.num_cached_tokens / kBlockSize);
-    const size_t end = std::min(chain.size(), first + static_cast<size_t>(restores[r].tier_blocks));
-    std::vector<TierBlock> blocks;
-    for (size_t i = first; i < end; ++i) {
-      blocks.push_back({s.blocks.block_ids[i],
-                        {chain[i], s.blocks.salt, tokens.subspan(i * kBlockSize, kBlockSize)}});
+  {
+    MutexUnlock unlocked(&blocks_mu_);
+    // Stores first: a restore may write into a block evicted this step, whose bytes a store reads.
+    const auto stores_start = std::chrono::steady_clock::now();
+    if (!evicted.empty()) {
+      std::vector<TierBlock> blocks;
+      blocks.reserve(evicted.size());
+      for (const TierWriter::Evicted& e : evicted)
+        blocks.push_back({e.block, {e.hash, e.salt, e.tokens}});
+      tier_->StoreBlocks(blocks);
+      store_ns = NanosSince(stores_start);
     }
-    restored[r] = tier_->LoadBlocks(blocks) * kBlockSize;
+    const auto restores_start = std::chrono::steady_clock::now();
+    for (size_t r = 0; r < restores.size(); ++r) {
+      const Sequence& s = *restores[r].seq;
+      const std::span<const int32_t> tokens(s.tokens);
+      const std::vector<uint64_t> chain = BlockManager::HashChain(tokens, s.blocks.salt);
+      const size_t first = static_cast<size_t>(s.blocks.num_cached_tokens / kBlockSize);
+      const size_t end =
+          std::min(chain.size(), first + static_cast<size_t>(restores[r].tier_blocks));
+      std::vector<TierBlock> blocks;
+      for (size_t i = first; i < end; ++i) {
+        blocks.push_back({s.blocks.block_ids[i],
+                          {chain[i], s.blocks.salt, tokens.subspan(i * kBlockSize, kBlockSize)}});
+      }
+      restored[r] = tier_->LoadBlocks(blocks) * kBlockSize;
+    }
+    tier_->UnpinAll();
+    if (!restores.empty()) restore_ns = NanosSince(restores_start);
   }
-  tier_->UnpinAll();
-  if (!restores.empty()) restore_ns = NanosSince(restores_start);
-  lock.lock();
   offload_store_ns_ += store_ns;
   offload_restore_ns_ += restore_ns;
   for (size_t r = 0; r < restores.size(); ++r) {

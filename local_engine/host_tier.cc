@@ -35,6 +35,7 @@ Result<std::unique_ptr<HostTier>> HostTier::Create(Backend& backend, std::vector
     t->slots_.push_back({base, p.block_bytes});
     base += slots * p.block_bytes;
   }
+  MutexLock lock(&t->mu_);  // (nothing else sees the tier yet: for the analysis)
   t->stats_.capacity_blocks = slots;
   t->stats_.slot_bytes = block_bytes;
   return t;
@@ -48,26 +49,26 @@ std::string HostTier::location() const {
 }
 
 bool HostTier::Contains(const TierKey& key) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return index_.Find(key) >= 0;
 }
 
 bool HostTier::Pin(const TierKey& key) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   const int32_t s = index_.Find(key);
   if (s >= 0) index_.Pin(s);
   return s >= 0;
 }
 
 void HostTier::UnpinAll() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   index_.UnpinAll();
 }
 
 void HostTier::StoreBlocks(std::span<const TierBlock> evicted) {
   std::vector<BlockCopy> copies;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     // A slot taken twice in one call (a tier smaller than the evictions) is copied into once,
     // from its last block: the copies of one call may run concurrently on a device.
     std::unordered_map<int32_t, size_t> copy_of_slot;
@@ -100,7 +101,7 @@ void HostTier::StoreBlocks(std::span<const TierBlock> evicted) {
 int HostTier::LoadBlocks(std::span<const TierBlock> blocks) {
   std::vector<BlockCopy> copies;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     for (const TierBlock& b : blocks) {
       const int32_t s = index_.Find(b.key);
       if (s < 0) break;
@@ -115,7 +116,7 @@ int HostTier::LoadBlocks(std::span<const TierBlock> blocks) {
 }
 
 OffloadTierStats HostTier::stats() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   OffloadTierStats out = stats_;
   out.used_blocks = index_.used();
   return out;

@@ -14,10 +14,10 @@
 #pragma once
 
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "common/error.h"
+#include "common/mutex.h"
 #include "local_engine/backend.h"
 #include "local_engine/kv_tier.h"
 
@@ -49,10 +49,10 @@ class HostTier final : public KvTier {
   DeviceBuffer memory_;
   int64_t block_bytes_ = 0;  // of all planes
 
-  mutable std::mutex mu_;  // guards what follows (Contains and stats come from other threads)
-  TierIndex index_;
-  uint64_t next_stamp_ = 1;
-  OffloadTierStats stats_;
+  mutable Mutex mu_;  // Contains and stats come from other threads
+  TierIndex index_ GUARDED_BY(mu_);
+  uint64_t next_stamp_ GUARDED_BY(mu_) = 1;
+  OffloadTierStats stats_ GUARDED_BY(mu_);
 };
 
 }  // namespace kvgate::engine

@@ -99,6 +99,8 @@ Result<std::unique_ptr<OffloadTier>> OffloadTier::Open(const OffloadTierOptions&
     return MakeError(ErrorCode::kInvalidArgument, where + "offload.bytes is too large");
   }
   std::unique_ptr<OffloadTier> t(new OffloadTier());
+  // Nothing else sees the tier yet: the lock only tells the analysis so (and costs nothing).
+  MutexLock lock(&t->mu_);
   t->path_ = options.path;
   t->block_bytes_ = options.block_bytes;
   t->slot_bytes_ = slot_bytes;
@@ -213,24 +215,24 @@ int64_t OffloadTier::SlotOffset(int32_t slot) const {
 }
 
 bool OffloadTier::Contains(const TierKey& key) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return index_->Find(key) >= 0;
 }
 
 void OffloadTier::Touch(const TierKey& key) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (const int32_t s = index_->Find(key); s >= 0) index_->Touch(s);
 }
 
 bool OffloadTier::Pin(const TierKey& key) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   const int32_t s = index_->Find(key);
   if (s >= 0) index_->Pin(s);
   return s >= 0;
 }
 
 void OffloadTier::UnpinAll() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   index_->UnpinAll();
 }
 
@@ -239,7 +241,7 @@ void OffloadTier::Store(const TierKey& key, std::span<const std::byte> bytes) {
   int32_t s = -1;
   uint64_t stamp = 0;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (const int32_t held = index_->Find(key); held >= 0) {
       index_->Touch(held);
       return;
@@ -267,7 +269,7 @@ void OffloadTier::Store(const TierKey& key, std::span<const std::byte> bytes) {
   errno = 0;
   const bool written = WriteAt(fd_, b, n, SlotOffset(s));
   const std::string why = written ? std::string() : (errno != 0 ? Errno() : "short write");
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (!written) {
     ++stats_.write_errors;
     index_->Release(s);
@@ -294,7 +296,7 @@ bool OffloadTier::Load(const TierKey& key, std::span<std::byte> out) {
   if (out.size() != block_bytes_) return false;
   int32_t s = -1;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     s = index_->Find(key);
   }
   if (s < 0) return false;
@@ -308,7 +310,7 @@ bool OffloadTier::Load(const TierKey& key, std::span<std::byte> out) {
       std::memcmp(b + kShTokens, key.tokens.data(), kBlockSize * sizeof(int32_t)) == 0 &&
       Get<uint64_t>(b, kShChecksum) == SlotChecksum(b, block_bytes_);
   if (ok) std::memcpy(out.data(), b + kSlotHeaderBytes, block_bytes_);
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (!ok) {
     ++stats_.corrupt_blocks;
     index_->Drop(s);
@@ -321,7 +323,7 @@ bool OffloadTier::Load(const TierKey& key, std::span<std::byte> out) {
 }
 
 OffloadTierStats OffloadTier::stats() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   OffloadTierStats out = stats_;
   out.used_blocks = index_->used();
   return out;

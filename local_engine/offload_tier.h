@@ -43,13 +43,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "common/error.h"
+#include "common/mutex.h"
 #include "local_engine/block_manager.h"
 #include "local_engine/kv_tier.h"
 #include "local_engine/tier_index.h"
@@ -96,8 +96,8 @@ class OffloadTier {
 
  private:
   OffloadTier() = default;
-  Status Initialize();  // writes a fresh header and sizes the file
-  void RebuildIndex();  // from the slot headers of a reused file
+  Status Initialize() REQUIRES(mu_);  // writes a fresh header and sizes the file
+  void RebuildIndex() REQUIRES(mu_);  // from the slot headers of a reused file
   int64_t SlotOffset(int32_t slot) const;
 
   // Constant after Open.
@@ -107,15 +107,14 @@ class OffloadTier {
   int64_t slot_bytes_ = 0;
   uint64_t layout_key_ = 0;
 
-  // Everything below but buffer_ is GUARDED_BY(mu_). (Open fills it before anyone else can see
-  // the tier.)
-  mutable std::mutex mu_;
-  std::unique_ptr<TierIndex> index_;
-  uint64_t next_stamp_ = 1;
-  OffloadTierStats stats_;
+  // (Open fills these before anyone else can see the tier.)
+  mutable Mutex mu_;
+  std::unique_ptr<TierIndex> index_ GUARDED_BY(mu_);
+  uint64_t next_stamp_ GUARDED_BY(mu_) = 1;
+  OffloadTierStats stats_ GUARDED_BY(mu_);
   // When write errors were last logged, and how many had been counted then.
-  std::optional<std::chrono::steady_clock::time_point> last_write_error_report_;
-  uint64_t write_errors_reported_ = 0;
+  std::optional<std::chrono::steady_clock::time_point> last_write_error_report_ GUARDED_BY(mu_);
+  uint64_t write_errors_reported_ GUARDED_BY(mu_) = 0;
   std::vector<std::byte> buffer_;  // one slot, reused by Store and Load: their thread only
 };
 

@@ -19,7 +19,7 @@ int64_t PromptTokens(const RouterState& s, size_t t, const RequestFacts& facts,
     return static_cast<int64_t>(double(*last->total_input) * double(facts.prompt_bytes) /
                                 double(last_bytes));
   }
-  std::lock_guard lock(s.learned[t]->mu);
+  MutexLock lock(&s.learned[t]->mu);
   return static_cast<int64_t>(double(facts.prompt_bytes) / s.learned[t]->bytes_per_token);
 }
 
@@ -29,7 +29,7 @@ int64_t ExpectedOutput(const RouterState& s, size_t t, const RequestFacts& facts
   if (thread.turns > 0 && thread.mean_output_tokens > 0) {
     out = thread.mean_output_tokens;
   } else {
-    std::lock_guard lock(s.learned[t]->mu);
+    MutexLock lock(&s.learned[t]->mu);
     out = s.learned[t]->output_tokens;
   }
   int64_t n = static_cast<int64_t>(std::llround(out));

@@ -57,7 +57,7 @@ void TargetHealth::WindowLocked(int64_t now_us, int* attempts, int* failures) co
 }
 
 bool TargetHealth::Eligible(int64_t now_us, std::string* why_not) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (now_us < cooling_until_us_) {
     if (why_not) *why_not = "rate limited: Retry-After for " + Seconds(cooling_until_us_ - now_us);
     return false;
@@ -79,7 +79,7 @@ bool TargetHealth::Eligible(int64_t now_us, std::string* why_not) const {
 }
 
 bool TargetHealth::Begin(int64_t now_us, bool probe_gate) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (probe_gate) {
     switch (CircuitLocked(now_us)) {
       case Circuit::kClosed:
@@ -97,7 +97,7 @@ bool TargetHealth::Begin(int64_t now_us, bool probe_gate) {
 }
 
 void TargetHealth::End(const AttemptOutcome& outcome, int64_t now_us) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   in_flight_ = std::max(0, in_flight_ - 1);
   const bool failed = CountsAsFailure(outcome);
   Bucket& bucket = BucketLocked(now_us);
@@ -148,7 +148,7 @@ void TargetHealth::End(const AttemptOutcome& outcome, int64_t now_us) {
 }
 
 TargetHealth::Snapshot TargetHealth::snapshot(int64_t now_us) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   Snapshot s;
   s.circuit = CircuitLocked(now_us);
   s.latency_ms = latency_ms_;

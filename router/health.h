@@ -8,10 +8,10 @@
 #pragma once
 
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "common/mutex.h"
 #include "router/router.h"
 
 namespace kvgate::router::internal {
@@ -48,22 +48,21 @@ class TargetHealth {
     int64_t second = -1;
     int attempts = 0, failures = 0;
   };
-  // REQUIRES: mu_ held. Moves an open circuit past its cool-down to half-open.
-  Circuit CircuitLocked(int64_t now_us) const;
-  Bucket& BucketLocked(int64_t now_us);
-  void WindowLocked(int64_t now_us, int* attempts, int* failures) const;
+  // Moves an open circuit past its cool-down to half-open.
+  Circuit CircuitLocked(int64_t now_us) const REQUIRES(mu_);
+  Bucket& BucketLocked(int64_t now_us) REQUIRES(mu_);
+  void WindowLocked(int64_t now_us, int* attempts, int* failures) const REQUIRES(mu_);
 
   const HealthOptions options_;
-  mutable std::mutex mu_;
-  // GUARDED_BY(mu_) from here on.
-  std::vector<Bucket> buckets_;  // one per second of the window, a ring
-  std::optional<double> latency_ms_, ttft_ms_;
-  int consecutive_failures_ = 0;
-  bool open_ = false;
-  int64_t open_until_us_ = 0;
-  bool probe_taken_ = false;
-  int64_t cooling_until_us_ = 0;
-  int in_flight_ = 0;
+  mutable Mutex mu_;
+  std::vector<Bucket> buckets_ GUARDED_BY(mu_);  // one per second of the window, a ring
+  std::optional<double> latency_ms_ GUARDED_BY(mu_), ttft_ms_ GUARDED_BY(mu_);
+  int consecutive_failures_ GUARDED_BY(mu_) = 0;
+  bool open_ GUARDED_BY(mu_) = false;
+  int64_t open_until_us_ GUARDED_BY(mu_) = 0;
+  bool probe_taken_ GUARDED_BY(mu_) = false;
+  int64_t cooling_until_us_ GUARDED_BY(mu_) = 0;
+  int in_flight_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace kvgate::router::internal

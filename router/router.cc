@@ -3,9 +3,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <mutex>
-
 #include "common/json_writer.h"
+#include "common/mutex.h"
 #include "router/eligibility.h"
 #include "router/state.h"
 #include "router/strategy.h"
@@ -221,7 +220,7 @@ void Router::Learn(size_t target, uint64_t prompt_bytes, const telemetry::Reques
   if (target >= s.targets.size()) return;
   {
     internal::Learned& l = *s.learned[target];
-    std::lock_guard lock(l.mu);
+    MutexLock lock(&l.mu);
     const std::optional<int64_t> input = record.usage.TotalInput();
     if (input && *input > 0 && prompt_bytes > 0) {
       const double ratio = double(prompt_bytes) / double(*input);
@@ -320,7 +319,7 @@ json Router::Describe() const {
                                                                       : "half_open";
     double ratio;
     {
-      std::lock_guard lock(s.learned[i]->mu);
+      MutexLock lock(&s.learned[i]->mu);
       ratio = s.learned[i]->bytes_per_token;
     }
     targets.push_back(

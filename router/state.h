@@ -8,12 +8,12 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/clock.h"
 #include "router/health.h"
 #include "router/router.h"
@@ -39,11 +39,11 @@ inline std::optional<const EngineProbe*> ProbeFor(const RequestFacts& facts, siz
 
 // What the router has learned about a target from recorded turns.
 struct Learned {
-  mutable std::mutex mu;
-  double bytes_per_token = 4.0;  // GUARDED_BY(mu); prompt bytes of minified JSON per input token
-  bool ratio_seen = false;       // GUARDED_BY(mu)
-  double output_tokens = 256;    // GUARDED_BY(mu); mean output tokens of its turns
-  bool output_seen = false;      // GUARDED_BY(mu)
+  mutable Mutex mu;
+  double bytes_per_token GUARDED_BY(mu) = 4.0;  // prompt bytes of minified JSON per input token
+  bool ratio_seen GUARDED_BY(mu) = false;
+  double output_tokens GUARDED_BY(mu) = 256;  // mean output tokens of its turns
+  bool output_seen GUARDED_BY(mu) = false;
 };
 
 struct RouterState {

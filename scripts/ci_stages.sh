@@ -4,13 +4,15 @@
 #   asan       scripts/ci_sanitizers.sh asan      the input-facing gtest binaries under ASan+UBSan
 #   asan-full  scripts/ci_sanitizers.sh asan-full every gtest binary under ASan+UBSan
 #   tsan       scripts/ci_sanitizers.sh tsan      the concurrency tests under TSan
-# KVGATE_CI_STAGES picks them (default "fuzz asan tsan"; "main" or "" runs none of them, for a
+#   tsa        scripts/ci_tsa.sh                  clang-16 -Wthread-safety -Werror over every source
+#                                                 (the GUARDED_BY / REQUIRES annotations)
+# KVGATE_CI_STAGES picks them (default "fuzz asan tsan tsa"; "main" or "" runs none of them, for a
 # quick local scripts/test.sh). asan-full is opt-in: its engine and kernel tests run forward passes
 # under ASan, which would take CI past its time on 2 cores. Each stage's output streams as it runs;
 # a summary follows. Exits non-zero when any stage failed, after running all of them.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-read -r -a STAGES <<< "${KVGATE_CI_STAGES-fuzz asan tsan}"
+read -r -a STAGES <<< "${KVGATE_CI_STAGES-fuzz asan tsan tsa}"
 results=()
 status=0
 for stage in "${STAGES[@]}"; do
@@ -18,7 +20,8 @@ for stage in "${STAGES[@]}"; do
     main) continue ;;
     fuzz) cmd=(bash scripts/ci_fuzz.sh) ;;
     asan|asan-full|tsan) cmd=(bash scripts/ci_sanitizers.sh "$stage") ;;
-    *) echo "ci_stages: unknown stage '$stage' (fuzz, asan, asan-full, tsan, main)"; results+=("$stage: unknown"); status=1; continue ;;
+    tsa) cmd=(bash scripts/ci_tsa.sh) ;;
+    *) echo "ci_stages: unknown stage '$stage' (fuzz, asan, asan-full, tsan, tsa, main)"; results+=("$stage: unknown"); status=1; continue ;;
   esac
   echo "==== stage $stage: ${cmd[*]}"
   start=$(date +%s)

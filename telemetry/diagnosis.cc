@@ -593,7 +593,7 @@ void ThreadTracker::InsertLocked(Shard& shard, const std::string& thread_id, Tur
 bool ThreadTracker::Take(const RequestRecord& turn, bool newer_replaces) {
   if (turn.thread_id.empty() || !turn.prompt_fingerprint) return false;
   Shard& shard = ShardFor(turn.thread_id);
-  std::lock_guard lock(shard.mu);
+  MutexLock lock(&shard.mu);
   auto it = shard.threads.find(turn.thread_id);
   if (it == shard.threads.end()) {
     InsertLocked(shard, turn.thread_id, TurnSummary::Of(turn, turn.prompt_fingerprint));
@@ -616,7 +616,7 @@ std::optional<Diagnosis> ThreadTracker::Diagnose(const RequestRecord& turn,
   std::optional<TurnSummary> previous;
   {
     Shard& shard = ShardFor(turn.thread_id);
-    std::lock_guard lock(shard.mu);
+    MutexLock lock(&shard.mu);
     auto it = shard.threads.find(turn.thread_id);
     if (it != shard.threads.end()) {
       previous = it->second.view.latest;
@@ -633,14 +633,14 @@ std::optional<Diagnosis> ThreadTracker::Diagnose(const RequestRecord& turn,
 
 ThreadView ThreadTracker::View(const std::string& thread_id) const {
   const Shard& shard = *shards_[std::hash<std::string>{}(thread_id) % shards_.size()];
-  std::lock_guard lock(shard.mu);
+  MutexLock lock(&shard.mu);
   auto it = shard.threads.find(thread_id);
   return it == shard.threads.end() ? ThreadView{} : it->second.view;
 }
 
 void ThreadTracker::Forget(const std::string& thread_id) {
   Shard& shard = ShardFor(thread_id);
-  std::lock_guard lock(shard.mu);
+  MutexLock lock(&shard.mu);
   auto it = shard.threads.find(thread_id);
   if (it == shard.threads.end()) return;
   shard.lru.erase(it->second.lru_pos);
@@ -650,7 +650,7 @@ void ThreadTracker::Forget(const std::string& thread_id) {
 size_t ThreadTracker::Size() const {
   size_t n = 0;
   for (const auto& shard : shards_) {
-    std::lock_guard lock(shard->mu);
+    MutexLock lock(&shard->mu);
     n += shard->threads.size();
   }
   return n;

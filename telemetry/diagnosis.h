@@ -14,7 +14,6 @@
 #include <cstdint>
 #include <list>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -23,6 +22,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/mutex.h"
 #include "common/raw_json.h"
 #include "telemetry/record.h"
 
@@ -270,21 +270,22 @@ class ThreadTracker {
 
  private:
   struct Shard {
-    mutable std::mutex mu;
-    std::list<std::string> lru;  // GUARDED_BY(mu); front = most recently used
+    mutable Mutex mu;
+    std::list<std::string> lru GUARDED_BY(mu);  // front = most recently used
     struct Entry {
       ThreadView view;  // view.latest is always set
       std::list<std::string>::iterator lru_pos;
     };
-    std::unordered_map<std::string, Entry> threads;  // GUARDED_BY(mu)
+    std::unordered_map<std::string, Entry> threads GUARDED_BY(mu);
   };
   Shard& ShardFor(const std::string& thread_id);
   // Restore and Absorb: remembers `turn` for an unknown thread, and for a known one when
   // newer_replaces and it is newer than the remembered latest.
   bool Take(const RequestRecord& turn, bool newer_replaces);
-  // Inserts a new thread at the front of its shard's LRU, evicting beyond the cap. REQUIRES: the
-  // shard's lock held and thread_id not in the shard.
-  void InsertLocked(Shard& shard, const std::string& thread_id, TurnSummary turn);
+  // Inserts a new thread at the front of its shard's LRU, evicting beyond the cap. REQUIRES:
+  // thread_id not in the shard.
+  void InsertLocked(Shard& shard, const std::string& thread_id, TurnSummary turn)
+      REQUIRES(shard.mu);
   // Makes `turn` the thread's latest: its target's entry replaced, the running means updated.
   static void Remember(ThreadView& view, TurnSummary turn);
 

@@ -153,8 +153,8 @@ Journal::Journal(std::string base, size_t segment_bytes)
     : base_(std::move(base)), segment_bytes_(Padded(std::max<size_t>(4096, segment_bytes))) {}
 
 Journal::~Journal() {
-  std::unique_lock map(map_mu_);
-  std::lock_guard lock(mu_);
+  WriterMutexLock map(&map_mu_);
+  MutexLock lock(&mu_);
   if (active_.base) ::munmap(active_.base, active_.capacity);
   // A clean shutdown leaves no file behind once everything in it is committed.
   for (const auto& [segment, open] : open_) {
@@ -169,6 +169,9 @@ std::string Journal::PathOf(Segment segment) const {
 Result<std::unique_ptr<Journal>> Journal::Open(std::string base, size_t segment_bytes,
                                                std::vector<RequestRecord>* recovered) {
   std::unique_ptr<Journal> journal(new Journal(std::move(base), segment_bytes));
+  // Nothing else sees the journal yet: the locks only tell the analysis so (and cost nothing).
+  WriterMutexLock map(&journal->map_mu_);
+  MutexLock lock(&journal->mu_);
   std::unordered_map<std::string, size_t> index;  // request id -> position in *recovered
   for (const auto& [number, path] : ExistingSegments(journal->base_)) {
     journal->last_number_ = std::max(journal->last_number_, number);
@@ -195,8 +198,6 @@ Result<std::unique_ptr<Journal>> Journal::Open(std::string base, size_t segment_
       }
     }
   }
-  std::unique_lock map(journal->map_mu_);
-  std::lock_guard lock(journal->mu_);
   if (Status s = journal->RotateLocked(0); !s) return std::unexpected(s.error());
   return journal;
 }
@@ -246,7 +247,7 @@ Result<Journal::Segment> Journal::Append(const RequestRecord& record) {
   for (;;) {
     Segment full = 0;
     {
-      std::shared_lock map(map_mu_);
+      ReaderMutexLock map(&map_mu_);
       if (active_.base) {
         const size_t at = reserved_.fetch_add(bytes, std::memory_order_relaxed);
         if (at + bytes <= active_.capacity) {
@@ -257,7 +258,7 @@ Result<Journal::Segment> Journal::Append(const RequestRecord& record) {
           }
           // Counted before the shared lock goes, so that no rotation can delete the segment
           // between the copy and the count.
-          std::lock_guard lock(mu_);
+          MutexLock lock(&mu_);
           ++open_[active_.number];
           bytes_appended_ += bytes;
           return active_.number;
@@ -265,8 +266,8 @@ Result<Journal::Segment> Journal::Append(const RequestRecord& record) {
       }
       full = active_.number;
     }
-    std::unique_lock map(map_mu_);
-    std::lock_guard lock(mu_);
+    WriterMutexLock map(&map_mu_);
+    MutexLock lock(&mu_);
     if (active_.number != full) continue;  // another append rotated first
     if (Status s = RotateLocked(bytes); !s) {
       // The full segment stays mapped, and later appends try again; said once, not every time.
@@ -281,7 +282,7 @@ Result<Journal::Segment> Journal::Append(const RequestRecord& record) {
 
 void Journal::Release(const std::vector<Segment>& entries) {
   if (entries.empty()) return;
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   for (Segment segment : entries) {
     auto it = open_.find(segment);
     if (it == open_.end() || it->second == 0) continue;
@@ -293,7 +294,7 @@ void Journal::Release(const std::vector<Segment>& entries) {
 }
 
 void Journal::ReleaseRecovered() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   for (const RecoveredFile& file : recovered_files_) {
     if (!file.damaged) {
       ::unlink(file.path.c_str());
@@ -321,7 +322,7 @@ void Journal::ReleaseRecovered() {
 }
 
 uint64_t Journal::bytes_appended() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return bytes_appended_;
 }
 

@@ -30,12 +30,11 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
-#include <shared_mutex>
 #include <string>
 #include <vector>
 
 #include "common/error.h"
+#include "common/mutex.h"
 #include "telemetry/record.h"
 
 namespace kvgate::telemetry::internal {
@@ -72,9 +71,9 @@ class Journal {
   };
 
   Journal(std::string base, size_t segment_bytes);
-  // REQUIRES: map_mu_ held exclusively and mu_ held. Creates, preallocates and maps the next
+  // Creates, preallocates and maps the next
   // segment, large enough for an entry of `entry_bytes`, and retires the active one.
-  Status RotateLocked(size_t entry_bytes);
+  Status RotateLocked(size_t entry_bytes) REQUIRES(map_mu_, mu_);
   std::string PathOf(Segment segment) const;
 
   // A recovered segment and whether anything in it was skipped (then it is kept aside).
@@ -87,17 +86,17 @@ class Journal {
   const size_t segment_bytes_;
   // Appends hold map_mu_ shared while they copy; a rotation holds it exclusively. mu_ guards the
   // bookkeeping, briefly, after the copy.
-  std::shared_mutex map_mu_;
-  mutable std::mutex mu_;
-  Mapping active_;                    // GUARDED_BY(map_mu_)
+  SharedMutex map_mu_;
+  mutable Mutex mu_;
+  Mapping active_ GUARDED_BY(map_mu_);
   std::atomic<size_t> reserved_{0};   // bytes of active_ handed out (may pass its capacity)
   // The highest segment number used (the active one once a segment is mapped). Written holding
   // both locks, so read under either.
   Segment last_number_ = 0;
-  std::map<Segment, uint64_t> open_;  // GUARDED_BY(mu_): entries not yet released, per segment
-  std::vector<RecoveredFile> recovered_files_;  // GUARDED_BY(mu_)
-  uint64_t bytes_appended_ = 0;       // GUARDED_BY(mu_)
-  bool rotation_failure_reported_ = false;  // GUARDED_BY(mu_)
+  std::map<Segment, uint64_t> open_ GUARDED_BY(mu_);  // entries not yet released, per segment
+  std::vector<RecoveredFile> recovered_files_ GUARDED_BY(mu_);
+  uint64_t bytes_appended_ GUARDED_BY(mu_) = 0;
+  bool rotation_failure_reported_ GUARDED_BY(mu_) = false;
 };
 
 // What a segment's scan had to skip: entries whose frame or body did not check out (or lines

@@ -22,7 +22,7 @@ Result<std::unique_ptr<KeyStore>> KeyStore::OpenPostgres(const std::string& conn
 }
 
 Result<std::vector<StoredKey>> KeyStore::List() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto rows = db_->Query(
       "SELECT id, coalesce(name, ''), key_hash, limits, created_at_us, "
       "coalesce(rotated_at_us, -1), coalesce(revoked_at_us, -1) "
@@ -51,7 +51,7 @@ Result<std::vector<StoredKey>> KeyStore::List() const {
 }
 
 Status KeyStore::Insert(const StoredKey& key) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (!key.name.empty()) {
     auto taken =
         db_->Query("SELECT 1 FROM api_keys WHERE name = $1 OR key_hash = $2", {key.name, key.key_hash});
@@ -71,7 +71,7 @@ Status KeyStore::Insert(const StoredKey& key) {
 }
 
 Status KeyStore::Rotate(std::string_view id, std::string_view new_hash, int64_t at_us) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto changed = db_->Query(
       "UPDATE api_keys SET key_hash = $1, rotated_at_us = $2 "
       "WHERE id = $3 AND revoked_at_us IS NULL RETURNING id",
@@ -84,7 +84,7 @@ Status KeyStore::Rotate(std::string_view id, std::string_view new_hash, int64_t 
 }
 
 Status KeyStore::Revoke(std::string_view id, int64_t at_us) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto changed = db_->Query(
       "UPDATE api_keys SET revoked_at_us = $1 WHERE id = $2 AND revoked_at_us IS NULL "
       "RETURNING id",
@@ -97,7 +97,7 @@ Status KeyStore::Revoke(std::string_view id, int64_t at_us) {
 }
 
 Result<int64_t> KeyStore::SpendSince(std::string_view api_key_id, int64_t since_us) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto rows = db_->Query(
       "SELECT coalesce(sum(cost_total), 0) FROM requests WHERE api_key_id = $1 AND "
       "created_at_us >= $2",

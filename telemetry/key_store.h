@@ -9,15 +9,14 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "common/error.h"
+#include "common/mutex.h"
 
 namespace kvgate::telemetry {
 
@@ -58,8 +57,8 @@ class KeyStore {
 
  private:
   explicit KeyStore(std::unique_ptr<internal::SqlConnection> db);
-  mutable std::mutex mu_;
-  std::unique_ptr<internal::SqlConnection> db_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::unique_ptr<internal::SqlConnection> db_ GUARDED_BY(mu_);
 };
 
 }  // namespace kvgate::telemetry

@@ -158,11 +158,11 @@ template <class Series>
 Series* Family<Series>::Find(std::span<const std::string_view> values) {
   if (values.size() != label_names_.size()) return nullptr;
   {
-    std::shared_lock lock(mu_);
+    ReaderMutexLock lock(&mu_);
     auto it = series_.find(values);
     if (it != series_.end()) return it->second.get();
   }
-  std::unique_lock lock(mu_);
+  WriterMutexLock lock(&mu_);
   auto& slot = series_[std::vector<std::string>(values.begin(), values.end())];
   if (!slot) {
     if constexpr (std::is_same_v<Series, Histogram>) {
@@ -187,7 +187,7 @@ Series* Family<Series>::WithLabels(std::initializer_list<std::string_view> value
 
 template <class Series>
 void Family<Series>::ExposeTo(std::string& out) const {
-  std::shared_lock lock(mu_);
+  ReaderMutexLock lock(&mu_);
   if constexpr (std::is_same_v<Series, Counter>) {
     AppendHeader(out, name_, help_, "counter");
     for (const auto& [values, series] : series_) {
@@ -267,7 +267,7 @@ Status MetricsRegistry::CheckNewName(const std::string& name,
 Result<CounterFamily*> MetricsRegistry::AddCounter(std::string name, std::string help,
                                                    std::vector<std::string> label_names,
                                                    int decimals) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (Status s = CheckNewName(name, label_names); !s) return std::unexpected(s.error());
   if (!name.ends_with("_total")) {
     return MakeError(ErrorCode::kInvalidArgument, "counter '" + name + "' must end in _total");
@@ -286,7 +286,7 @@ Result<CounterFamily*> MetricsRegistry::AddCounter(std::string name, std::string
 
 Result<GaugeFamily*> MetricsRegistry::AddGauge(std::string name, std::string help,
                                                std::vector<std::string> label_names) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (Status s = CheckNewName(name, label_names); !s) return std::unexpected(s.error());
   auto family = std::unique_ptr<GaugeFamily>(
       new GaugeFamily(std::move(name), std::move(help), std::move(label_names)));
@@ -299,7 +299,7 @@ Result<GaugeFamily*> MetricsRegistry::AddGauge(std::string name, std::string hel
 Result<HistogramFamily*> MetricsRegistry::AddHistogram(std::string name, std::string help,
                                                        std::vector<std::string> label_names,
                                                        std::vector<double> bounds) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (Status s = CheckNewName(name, label_names); !s) return std::unexpected(s.error());
   for (const std::string& l : label_names) {
     if (l == "le") {
@@ -325,7 +325,7 @@ Result<HistogramFamily*> MetricsRegistry::AddHistogram(std::string name, std::st
 }
 
 void MetricsRegistry::AddSection(SectionWriter writer) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   sections_.push_back(std::move(writer));
 }
 
@@ -333,7 +333,7 @@ std::string MetricsRegistry::Expose() const {
   std::vector<std::pair<MetricType, const void*>> order;
   std::vector<SectionWriter> sections;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     order = order_;
     sections = sections_;
   }
@@ -450,10 +450,10 @@ GatewayMetrics::PairSeries& GatewayMetrics::SeriesOf(std::string_view model,
                                                      std::string_view provider) {
   const std::pair<std::string_view, std::string_view> key(model, provider);
   {
-    std::shared_lock lock(pairs_mu_);
+    ReaderMutexLock lock(&pairs_mu_);
     if (auto it = pairs_.find(key); it != pairs_.end()) return *it->second;
   }
-  std::unique_lock lock(pairs_mu_);
+  WriterMutexLock lock(&pairs_mu_);
   auto [it, inserted] = pairs_.try_emplace(std::pair<std::string, std::string>(model, provider));
   if (inserted) it->second = std::make_unique<PairSeries>();
   return *it->second;
@@ -499,7 +499,7 @@ void GatewayMetrics::Observe(const RequestRecord& r) {
   const std::optional<int64_t> total = u.TotalInput();  // nullopt unless every part is known
   if (total && *total > 0 && u.cache_read) {
     Gauge* gauge = Cached(pair.hit_ratio, hit_ratio_, {model, r.provider});
-    std::lock_guard lock(pair.ratio_mu);
+    MutexLock lock(&pair.ratio_mu);
     pair.ratio.cache_read += uint64_t(std::max<int64_t>(0, *u.cache_read));
     pair.ratio.total_input += uint64_t(*total);
     gauge->Set(double(pair.ratio.cache_read) / double(pair.ratio.total_input));

@@ -20,14 +20,13 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
-#include <shared_mutex>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "common/error.h"
+#include "common/mutex.h"
 #include "telemetry/record.h"
 #include "telemetry/store.h"
 
@@ -110,8 +109,8 @@ class Family {
   int decimals_ = 0;            // counters only: see Counter
   std::vector<double> bounds_;  // histograms only
   // Guards the map's shape (not the series' values, which are atomics).
-  mutable std::shared_mutex mu_;
-  std::map<std::vector<std::string>, std::unique_ptr<Series>, LabelsLess> series_;  // GUARDED_BY(mu_)
+  mutable SharedMutex mu_;
+  std::map<std::vector<std::string>, std::unique_ptr<Series>, LabelsLess> series_ GUARDED_BY(mu_);
 
   void ExposeTo(std::string& out) const;
 };
@@ -148,14 +147,15 @@ class MetricsRegistry {
   std::string Expose() const;
 
  private:
-  Status CheckNewName(const std::string& name, const std::vector<std::string>& label_names);
+  Status CheckNewName(const std::string& name, const std::vector<std::string>& label_names)
+      REQUIRES(mu_);
 
-  mutable std::mutex mu_;  // guards the lists below (not the families' contents)
-  std::vector<std::unique_ptr<CounterFamily>> counters_;      // GUARDED_BY(mu_)
-  std::vector<std::unique_ptr<GaugeFamily>> gauges_;          // GUARDED_BY(mu_)
-  std::vector<std::unique_ptr<HistogramFamily>> histograms_;  // GUARDED_BY(mu_)
-  std::vector<std::pair<MetricType, const void*>> order_;     // GUARDED_BY(mu_)
-  std::vector<SectionWriter> sections_;                       // GUARDED_BY(mu_)
+  mutable Mutex mu_;  // guards the lists below (not the families' contents)
+  std::vector<std::unique_ptr<CounterFamily>> counters_ GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<GaugeFamily>> gauges_ GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<HistogramFamily>> histograms_ GUARDED_BY(mu_);
+  std::vector<std::pair<MetricType, const void*>> order_ GUARDED_BY(mu_);
+  std::vector<SectionWriter> sections_ GUARDED_BY(mu_);
 };
 
 // Exposition helpers, public for tests and for SectionWriters.
@@ -237,8 +237,8 @@ class GatewayMetrics {
     std::atomic<Histogram*> ttft{nullptr};
     std::atomic<Gauge*> hit_ratio{nullptr};
     // The ratio's numerator and denominator must move together, so they share a lock.
-    std::mutex ratio_mu;
-    HitRatio ratio;  // GUARDED_BY(ratio_mu)
+    Mutex ratio_mu;
+    HitRatio ratio GUARDED_BY(ratio_mu);
   };
   // Orders (model, provider) pairs; transparent, so a lookup by string_views allocates nothing.
   struct PairLess {
@@ -264,9 +264,9 @@ class GatewayMetrics {
   CounterFamily* alerts_held_elsewhere_ = nullptr;
   CounterFamily* provider_diagnoses_ = nullptr;
 
-  std::shared_mutex pairs_mu_;  // guards the map's shape, not the series
-  std::map<std::pair<std::string, std::string>, std::unique_ptr<PairSeries>, PairLess>
-      pairs_;  // GUARDED_BY(pairs_mu_)
+  SharedMutex pairs_mu_;  // guards the map's shape, not the series
+  std::map<std::pair<std::string, std::string>, std::unique_ptr<PairSeries>, PairLess> pairs_
+      GUARDED_BY(pairs_mu_);
 };
 
 }  // namespace kvgate::telemetry

@@ -257,7 +257,7 @@ Status PostgresTelemetryStore::Flush() { return writer_.Flush(); }
 void PostgresTelemetryStore::Close() {
   writer_.Close();
   writer_conn_.reset();
-  std::lock_guard<std::mutex> lock(reader_mu_);
+  MutexLock lock(&reader_mu_);
   readers_closed_ = true;
   idle_readers_.clear();
 }
@@ -440,7 +440,7 @@ Status PostgresTelemetryStore::WriteTransaction(const std::deque<RequestRecord>&
 
 PostgresTelemetryStore::Reader::~Reader() {
   if (conn_ == nullptr || conn_->Broken()) return;  // a lost connection is not pooled
-  std::lock_guard<std::mutex> lock(store_->reader_mu_);
+  MutexLock lock(&store_->reader_mu_);
   if (!store_->readers_closed_ && store_->idle_readers_.size() < store_->max_idle_readers_) {
     store_->idle_readers_.push_back(std::move(conn_));
   }
@@ -449,7 +449,7 @@ PostgresTelemetryStore::Reader::~Reader() {
 Result<std::unique_ptr<PostgresTelemetryStore::Reader>> PostgresTelemetryStore::AcquireReader()
     const {
   {
-    std::lock_guard<std::mutex> lock(reader_mu_);
+    MutexLock lock(&reader_mu_);
     if (readers_closed_) return MakeError(ErrorCode::kUnavailable, "telemetry store is closed");
     if (!idle_readers_.empty()) {
       std::unique_ptr<PgConnection> conn = std::move(idle_readers_.back());

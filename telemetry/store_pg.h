@@ -5,11 +5,11 @@
 
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "common/mutex.h"
 #include "telemetry/pg_conn.h"
 #include "telemetry/store.h"
 #include "telemetry/store_rows.h"
@@ -106,9 +106,9 @@ class PostgresTelemetryStore final : public TelemetryStore, private BatchSink {
   BatchWriter writer_;
 
   // reader_mu_ guards the idle read connections. Held only to push/pop, never during a query.
-  mutable std::mutex reader_mu_;
-  mutable std::vector<std::unique_ptr<PgConnection>> idle_readers_;  // GUARDED_BY(reader_mu_)
-  mutable bool readers_closed_ = false;                              // GUARDED_BY(reader_mu_)
+  mutable Mutex reader_mu_;
+  mutable std::vector<std::unique_ptr<PgConnection>> idle_readers_ GUARDED_BY(reader_mu_);
+  mutable bool readers_closed_ GUARDED_BY(reader_mu_) = false;
 };
 
 }  // namespace kvgate::telemetry::internal

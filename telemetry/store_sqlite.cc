@@ -140,7 +140,7 @@ Status SqliteTelemetryStore::Flush() { return writer_.Flush(); }
 void SqliteTelemetryStore::Close() {
   writer_.Close();  // the writer drains the queue before it exits
   writer_db_.reset();
-  std::lock_guard<std::mutex> lock(reader_mu_);
+  MutexLock lock(&reader_mu_);
   readers_closed_ = true;
   idle_readers_.clear();
 }
@@ -364,7 +364,7 @@ Status SqliteTelemetryStore::UpsertThread(std::string_view thread_id, const Thre
 }
 
 SqliteTelemetryStore::Reader::~Reader() {
-  std::lock_guard<std::mutex> lock(store_->reader_mu_);
+  MutexLock lock(&store_->reader_mu_);
   if (!store_->readers_closed_ && store_->idle_readers_.size() < store_->max_idle_readers_) {
     store_->idle_readers_.push_back(std::move(db_));
   }
@@ -372,7 +372,7 @@ SqliteTelemetryStore::Reader::~Reader() {
 
 Result<std::unique_ptr<SqliteTelemetryStore::Reader>> SqliteTelemetryStore::AcquireReader() const {
   {
-    std::lock_guard<std::mutex> lock(reader_mu_);
+    MutexLock lock(&reader_mu_);
     if (readers_closed_) return MakeError(ErrorCode::kUnavailable, "telemetry store is closed");
     if (!idle_readers_.empty()) {
       std::unique_ptr<Db> db = std::move(idle_readers_.back());

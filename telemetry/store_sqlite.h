@@ -6,12 +6,12 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "common/mutex.h"
 #include "telemetry/sqlite_db.h"
 #include "telemetry/store.h"
 #include "telemetry/store_rows.h"
@@ -118,9 +118,9 @@ class SqliteTelemetryStore final : public TelemetryStore, private BatchSink {
   BatchWriter writer_;
 
   // reader_mu_ guards the idle read connections. Held only to push/pop, never during a query.
-  mutable std::mutex reader_mu_;
-  mutable std::vector<std::unique_ptr<Db>> idle_readers_;  // GUARDED_BY(reader_mu_)
-  mutable bool readers_closed_ = false;                    // GUARDED_BY(reader_mu_)
+  mutable Mutex reader_mu_;
+  mutable std::vector<std::unique_ptr<Db>> idle_readers_ GUARDED_BY(reader_mu_);
+  mutable bool readers_closed_ GUARDED_BY(reader_mu_) = false;
 };
 
 }  // namespace kvgate::telemetry::internal

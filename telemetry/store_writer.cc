@@ -62,7 +62,7 @@ Status BatchWriter::Start(const std::string& journal_base, size_t journal_segmen
     }
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     started_ = true;
   }
   for (RequestRecord& record : requeue) Record(std::move(record), std::nullopt);
@@ -72,7 +72,7 @@ Status BatchWriter::Start(const std::string& journal_base, size_t journal_segmen
                  "did not shut down cleanly wait for %s\n", requeue.size(),
                  sink_.Describe().c_str());
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   writer_ = std::thread([this] {
     NameThisThread("telemetry-write");
     WriterLoop();
@@ -108,7 +108,7 @@ void BatchWriter::Record(RequestRecord record, std::optional<JournalMark> checkp
   bool wake = false;
   std::vector<Journal::Segment> released;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ++stats_.recorded;
     if (stopping_) {
       ++stats_.write_errors;
@@ -119,13 +119,13 @@ void BatchWriter::Record(RequestRecord record, std::optional<JournalMark> checkp
     ++enqueued_seq_;
     // Over the bound (the database has been away for long): the oldest go, with their journal
     // entries, so neither memory nor the journal grows without bound.
-    if (DropOverflowLocked(&released) > 0 && flush_waiters_ > 0) written_cv_.notify_all();
+    if (DropOverflowLocked(&released) > 0 && flush_waiters_ > 0) written_cv_.SignalAll();
     // The writer needs a wake-up only to start a batch or to cut a full one short; any other
     // notify would be a futex call per request for nothing.
     wake = queue_.size() == 1 || queue_.size() == max_batch_records_;
   }
   if (journal_) journal_->Release(released);
-  if (wake) work_cv_.notify_one();
+  if (wake) work_cv_.Signal();
 }
 
 size_t BatchWriter::DropOverflowLocked(std::vector<Journal::Segment>* released) {
@@ -158,11 +158,11 @@ size_t BatchWriter::DropOverflowLocked(std::vector<Journal::Segment>* released) 
 }
 
 Status BatchWriter::Flush() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const uint64_t target = enqueued_seq_;
   ++flush_waiters_;
-  work_cv_.notify_one();  // cut the group-commit interval short
-  written_cv_.wait(lock, [&] { return committed_seq_ >= target || writer_exited_ || !started_; });
+  work_cv_.Signal();  // cut the group-commit interval short
+  while (committed_seq_ < target && !writer_exited_ && started_) written_cv_.Wait(&mu_);
   --flush_waiters_;
   if (committed_seq_ < target) {
     return MakeError(ErrorCode::kUnavailable, "telemetry store closed with records pending");
@@ -175,19 +175,19 @@ Status BatchWriter::Flush() {
 }
 
 void BatchWriter::Close() {
-  std::lock_guard<std::mutex> close_lock(close_mu_);
+  MutexLock close_lock(&close_mu_);
   if (closed_) return;
   closed_ = true;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
   }
-  work_cv_.notify_all();
+  work_cv_.SignalAll();
   if (writer_.joinable()) writer_.join();  // the writer drains the queue before it exits
 }
 
 TelemetryStore::Stats BatchWriter::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   TelemetryStore::Stats s = stats_;
   s.queue_depth = enqueued_seq_ - committed_seq_;
   std::optional<int64_t> oldest_ns;
@@ -209,13 +209,14 @@ void BatchWriter::WriterLoop() {
     std::deque<JournalRefs> journal_refs;
     uint64_t batch_end = 0;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      work_cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
+      MutexLock lock(&mu_);
+      while (queue_.empty() && !stopping_) work_cv_.Wait(&mu_);
       if (queue_.empty()) break;  // stopping and drained
       // Group commit (StoreOptions::commit_interval).
-      work_cv_.wait_for(lock, commit_interval_, [&] {
-        return stopping_ || flush_waiters_ > 0 || queue_.size() >= max_batch_records_;
-      });
+      const auto deadline = std::chrono::steady_clock::now() + commit_interval_;
+      while (!stopping_ && flush_waiters_ == 0 && queue_.size() < max_batch_records_ &&
+             work_cv_.WaitUntil(&mu_, deadline)) {
+      }
       batch.swap(queue_);
       journal_refs.swap(queue_journal_);
       batch_end = enqueued_seq_;
@@ -243,7 +244,7 @@ void BatchWriter::WriterLoop() {
     // Closing while the database cannot be written: whatever is queued stays in the journal for
     // the next process (Start() writes it), and counts as not written here.
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       batch.swap(queue_);
       journal_refs.swap(queue_journal_);
       batch_end = enqueued_seq_;
@@ -257,10 +258,10 @@ void BatchWriter::WriterLoop() {
   }
   ReportDrops(/*force=*/true);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     writer_exited_ = true;
   }
-  written_cv_.notify_all();
+  written_cv_.SignalAll();
 }
 
 bool BatchWriter::Requeue(std::deque<RequestRecord>& batch, std::deque<JournalRefs>& refs,
@@ -268,7 +269,7 @@ bool BatchWriter::Requeue(std::deque<RequestRecord>& batch, std::deque<JournalRe
   std::vector<Journal::Segment> released;
   size_t queued = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     // The records that arrived during the attempt go behind the batch's.
     for (RequestRecord& r : queue_) batch.push_back(std::move(r));
     for (const JournalRefs& r : queue_journal_) refs.push_back(r);
@@ -279,15 +280,18 @@ bool BatchWriter::Requeue(std::deque<RequestRecord>& batch, std::deque<JournalRe
     batch_in_flight_ = false;
     stats_.failing = true;
     stats_.last_error = outcome.error;
-    if (DropOverflowLocked(&released) > 0 && flush_waiters_ > 0) written_cv_.notify_all();
+    if (DropOverflowLocked(&released) > 0 && flush_waiters_ > 0) written_cv_.SignalAll();
     queued = queue_.size();
   }
   if (journal_) journal_->Release(released);
   ReportUnavailable(queued, outcome.error);
   ReportDrops(/*force=*/false);
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
+  const auto deadline = std::chrono::steady_clock::now() + pause;
   // Woken early only by Close(); new records just wait with the others.
-  return !work_cv_.wait_for(lock, pause, [&] { return stopping_; });
+  while (!stopping_ && work_cv_.WaitUntil(&mu_, deadline)) {
+  }
+  return !stopping_;
 }
 
 void BatchWriter::Finish(size_t batch_size, uint64_t batch_end, std::deque<JournalRefs>& refs,
@@ -306,7 +310,7 @@ void BatchWriter::Finish(size_t batch_size, uint64_t batch_end, std::deque<Journ
   bool was_failing = false;
   std::vector<Journal::Segment> released;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stats_.written += batch_size - failed;
     stats_.write_errors += failed;
     ++stats_.batches;
@@ -321,7 +325,7 @@ void BatchWriter::Finish(size_t batch_size, uint64_t batch_end, std::deque<Journ
       stats_.last_error = outcome.error;
     }
   }
-  written_cv_.notify_all();
+  written_cv_.SignalAll();
   if (journal_) journal_->Release(released);
   ReportWriteOutcome(failed, batch_size, was_failing, outcome.error);
 }
@@ -367,7 +371,7 @@ void BatchWriter::ReportDrops(bool force) {
   const auto now = std::chrono::steady_clock::now();
   uint64_t dropped = 0, total = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (drops_unreported_ == 0) return;
     if (!force && last_drop_report_ && now - *last_drop_report_ < std::chrono::seconds(10)) return;
     dropped = drops_unreported_;

@@ -14,17 +14,16 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "telemetry/journal.h"
 #include "telemetry/store.h"
 
@@ -93,11 +92,11 @@ class BatchWriter {
   // Releases the batch's journal entries (unless `keep_journal`) and advances the counters.
   void Finish(size_t batch_size, uint64_t batch_end, std::deque<JournalRefs>& refs,
               const BatchSink::Outcome& outcome, bool keep_journal);
-  // REQUIRES: mu_ held. Applies max_queued_records while the writer holds no batch (the queue
+  // Applies max_queued_records while the writer holds no batch (the queue
   // then holds every record not yet done, oldest first): drops the oldest beyond it, counting
   // them done and lost, and appends their journal entries to *released for the caller to
   // release once mu_ is dropped. Returns how many were dropped.
-  size_t DropOverflowLocked(std::vector<Journal::Segment>* released);
+  size_t DropOverflowLocked(std::vector<Journal::Segment>* released) REQUIRES(mu_);
   // Rate-limited stderr lines for failures, outages, drops and the recovery. Writer thread.
   void ReportWriteOutcome(uint64_t failed, size_t batch_size, bool was_failing,
                           const std::string& error);
@@ -122,31 +121,30 @@ class BatchWriter {
 
   // mu_ guards the queue, the lifecycle flags and the counters. Held only to move records in or
   // out of the queue and to update counters: never across I/O.
-  mutable std::mutex mu_;
-  std::condition_variable work_cv_;     // signalled: queue became non-empty or full, a flush
-                                        // waits, or stopping_
-  std::condition_variable written_cv_;  // signalled: committed_seq_ advanced, or writer exited
-  std::deque<RequestRecord> queue_;     // GUARDED_BY(mu_)
-  std::deque<JournalRefs> queue_journal_;  // GUARDED_BY(mu_): parallel to queue_
+  mutable Mutex mu_;
+  CondVar work_cv_;     // signalled: queue became non-empty or full, a flush waits, or stopping_
+  CondVar written_cv_;  // signalled: committed_seq_ advanced, or writer exited
+  std::deque<RequestRecord> queue_ GUARDED_BY(mu_);
+  std::deque<JournalRefs> queue_journal_ GUARDED_BY(mu_);  // parallel to queue_
   // Whether the writer has taken a batch out of the queue and not yet finished or handed it
   // back, and when the batch's oldest record was queued.
-  bool batch_in_flight_ = false;        // GUARDED_BY(mu_)
-  int64_t batch_oldest_ns_ = 0;         // GUARDED_BY(mu_)
-  uint64_t drops_unreported_ = 0;       // GUARDED_BY(mu_): dropped records not yet logged
-  bool started_ = false;                // GUARDED_BY(mu_)
-  bool stopping_ = false;               // GUARDED_BY(mu_): no more Record() accepted
-  bool writer_exited_ = false;          // GUARDED_BY(mu_)
-  int flush_waiters_ = 0;               // GUARDED_BY(mu_): Flush() callers waiting
-  uint64_t enqueued_seq_ = 0;           // GUARDED_BY(mu_): records accepted so far
-  uint64_t committed_seq_ = 0;          // GUARDED_BY(mu_): records done (written or failed)
-  uint64_t failed_through_seq_ = 0;     // GUARDED_BY(mu_): seq end of the last failed batch
-  uint64_t reported_failure_seq_ = 0;   // GUARDED_BY(mu_): failure already returned by Flush()
-  // GUARDED_BY(mu_), except queue_depth and oldest_queued_age_us (derived in stats()).
-  TelemetryStore::Stats stats_;
+  bool batch_in_flight_ GUARDED_BY(mu_) = false;
+  int64_t batch_oldest_ns_ GUARDED_BY(mu_) = 0;
+  uint64_t drops_unreported_ GUARDED_BY(mu_) = 0;  // dropped records not yet logged
+  bool started_ GUARDED_BY(mu_) = false;
+  bool stopping_ GUARDED_BY(mu_) = false;  // no more Record() accepted
+  bool writer_exited_ GUARDED_BY(mu_) = false;
+  int flush_waiters_ GUARDED_BY(mu_) = 0;              // Flush() callers waiting
+  uint64_t enqueued_seq_ GUARDED_BY(mu_) = 0;          // records accepted so far
+  uint64_t committed_seq_ GUARDED_BY(mu_) = 0;         // records done (written or failed)
+  uint64_t failed_through_seq_ GUARDED_BY(mu_) = 0;    // seq end of the last failed batch
+  uint64_t reported_failure_seq_ GUARDED_BY(mu_) = 0;  // failure already returned by Flush()
+  // All but queue_depth and oldest_queued_age_us (derived in stats()).
+  TelemetryStore::Stats stats_ GUARDED_BY(mu_);
 
   // close_mu_ serialises Close() callers (joining the writer), taken before mu_, never after.
-  std::mutex close_mu_;
-  bool closed_ = false;  // GUARDED_BY(close_mu_)
+  Mutex close_mu_;
+  bool closed_ GUARDED_BY(close_mu_) = false;
 };
 
 }  // namespace kvgate::telemetry::internal

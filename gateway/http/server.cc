@@ -3,21 +3,11 @@
 // Each loop is an io_context run by exactly one thread; a connection lives its whole life on the
 // loop that accepted it, so nothing on the request path takes a lock. The kernel spreads incoming
 // connections over the loops' listening sockets (SO_REUSEPORT hashing).
+#include "gateway/http/server.h"
+
 #include <sys/socket.h>
 
 #include <algorithm>
-#include <chrono>
-#include <condition_variable>
-#include <cstdio>
-#include <exception>
-#include <memory>
-#include <mutex>
-#include <optional>
-#include <string>
-#include <thread>
-#include <utility>
-#include <vector>
-
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -28,9 +18,18 @@
 #include <boost/asio/socket_base.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
 
+#include "common/mutex.h"
 #include "common/thread_name.h"
-#include "gateway/http/server.h"
 #include "gateway/http/session.h"
 
 namespace kvgate::http {
@@ -187,9 +186,9 @@ class ServerImpl final : public Server {
       // With port 0 the first bind picks the port; every other loop joins that same port.
       endpoint.port(worker->acceptor.local_endpoint().port());
       worker->state.on_drained = [this] {
-        std::lock_guard lock(mu_);
+        MutexLock lock(&mu_);
         ++drained_workers_;
-        cv_.notify_all();
+        cv_.SignalAll();
       };
       workers_.push_back(std::move(worker));
     }
@@ -222,7 +221,7 @@ class ServerImpl final : public Server {
 
   void Stop() override {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       if (stop_started_) return;
       stop_started_ = true;
     }
@@ -232,7 +231,7 @@ class ServerImpl final : public Server {
     const bool on_loop = std::any_of(workers_.begin(), workers_.end(),
                                      [&](const auto& w) { return w->thread.get_id() == self; });
     if (on_loop) {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       stopper_ = std::thread([this] { Shutdown(); });
     } else {
       Shutdown();
@@ -240,13 +239,15 @@ class ServerImpl final : public Server {
   }
 
   void Wait() override {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [this] { return stopped_; });
-    if (stopper_.joinable() && stopper_.get_id() != std::this_thread::get_id()) {
-      std::thread t = std::move(stopper_);
-      lock.unlock();
-      t.join();
+    std::thread stopper;
+    {
+      MutexLock lock(&mu_);
+      while (!stopped_) cv_.Wait(&mu_);
+      if (stopper_.joinable() && stopper_.get_id() != std::this_thread::get_id()) {
+        stopper = std::move(stopper_);
+      }
     }
+    if (stopper.joinable()) stopper.join();
   }
 
  private:
@@ -284,15 +285,18 @@ class ServerImpl final : public Server {
   }
 
   bool WaitDrained(std::chrono::steady_clock::duration timeout) {
-    std::unique_lock lock(mu_);
-    return cv_.wait_for(lock, timeout, [this] { return drained_workers_ == workers_.size(); });
+    MutexLock lock(&mu_);
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (drained_workers_ != workers_.size() && cv_.WaitUntil(&mu_, deadline)) {
+    }
+    return drained_workers_ == workers_.size();
   }
 
   void Shutdown() {
     if (!started_) {  // Init() failed before any loop ran
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       stopped_ = true;
-      cv_.notify_all();
+      cv_.SignalAll();
       return;
     }
     // First every loop stops accepting, then idle connections are closed: once a client sees
@@ -303,14 +307,14 @@ class ServerImpl final : public Server {
       asio::post(worker->ioc, [this, worker, &closed_acceptors] {
         boost::system::error_code ignored;
         worker->acceptor.close(ignored);
-        std::lock_guard lock(mu_);
+        MutexLock lock(&mu_);
         ++closed_acceptors;
-        cv_.notify_all();
+        cv_.SignalAll();
       });
     }
     {
-      std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return closed_acceptors == workers_.size(); });
+      MutexLock lock(&mu_);
+      while (closed_acceptors != workers_.size()) cv_.Wait(&mu_);
     }
     for (auto& w : workers_) {
       Worker* worker = w.get();
@@ -333,9 +337,9 @@ class ServerImpl final : public Server {
     for (auto& w : workers_) {
       if (w->thread.joinable()) w->thread.join();
     }
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     stopped_ = true;
-    cv_.notify_all();
+    cv_.SignalAll();
   }
 
   // Constant after Start().
@@ -345,12 +349,12 @@ class ServerImpl final : public Server {
   bool started_ = false;
   std::vector<std::unique_ptr<Worker>> workers_;
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_started_ = false;   // guarded by mu_
-  bool stopped_ = false;        // guarded by mu_
-  size_t drained_workers_ = 0;  // guarded by mu_
-  std::thread stopper_;         // guarded by mu_
+  Mutex mu_;
+  CondVar cv_;
+  bool stop_started_ GUARDED_BY(mu_) = false;
+  bool stopped_ GUARDED_BY(mu_) = false;
+  size_t drained_workers_ GUARDED_BY(mu_) = 0;
+  std::thread stopper_ GUARDED_BY(mu_);
 };
 
 }  // namespace

@@ -68,7 +68,7 @@ Status AlertEngine::Init() {
     }
     pending_.push_back(std::move(d));
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   pending_count_ = pending_.size();
   return {};
 }
@@ -112,7 +112,7 @@ bool AlertEngine::Submit(const RequestRecord& r) {
   q.provider = r.provider;
   q.thread_id = r.thread_id;
   q.api_key_id = r.api_key_id;
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (queue_.size() >= options_.queue_capacity) {
     ++dropped_;
     return false;
@@ -122,17 +122,17 @@ bool AlertEngine::Submit(const RequestRecord& r) {
 }
 
 void AlertEngine::SetBudgetSource(BudgetSource source) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   budget_source_ = std::move(source);
 }
 
 void AlertEngine::SetRules(std::vector<AlertRule> rules) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     new_rules_ = std::move(rules);
     ++rules_generation_;
   }
-  wake_.notify_all();
+  wake_.SignalAll();
 }
 
 Result<std::string> AlertEngine::TestFire(const std::string& channel_name) {
@@ -156,17 +156,17 @@ Result<std::string> AlertEngine::TestFire(const std::string& channel_name) {
   // Persisted here, on the caller's thread, so a test fire survives a crash before RunOnce.
   if (Status s = store_.SaveEvent(e, {d}); !s) return std::unexpected(s.error());
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     inbox_.emplace_back(e, d);
   }
-  wake_.notify_all();
+  wake_.SignalAll();
   return e.id;
 }
 
 void AlertEngine::ApplyRules() {
   std::optional<std::vector<AlertRule>> rules;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     rules.swap(new_rules_);
   }
   if (!rules) return;
@@ -199,12 +199,12 @@ void AlertEngine::ReloadMonitors(int64_t now_us) {
   last_reload_us_ = now_us;
   uint64_t generation;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     generation = rules_generation_;
   }
   auto stored = store_.LoadMonitors();
   if (!stored) return;  // kept as they are; tried again at the next period
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   // A SetRules while the store was read is newer than what was read.
   // (Rows that do not parse are left out; MonitorService reports them.)
   if (generation == rules_generation_) new_rules_ = std::move(stored->rules);
@@ -277,7 +277,7 @@ void AlertEngine::Evaluate(MonitorState& m, int64_t now_us) {
         case Metric::kBudget: {
           BudgetSource source;
           {
-            std::lock_guard lock(mu_);
+            MutexLock lock(&mu_);
             source = budget_source_;
           }
           if (source) value = source(key);
@@ -539,7 +539,7 @@ void AlertEngine::RunOnce() {
   std::deque<Queued> batch;
   std::vector<std::pair<AlertEvent, DeliveryRecord>> inbox;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     batch.swap(queue_);
     inbox.swap(inbox_);
   }
@@ -553,14 +553,14 @@ void AlertEngine::RunOnce() {
     pending_.push_back(std::move(delivery));
   }
   DeliverDue(now);
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   pending_count_ = pending_.size();
 }
 
 void AlertEngine::Start() {
   if (thread_.joinable()) return;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = false;
   }
   thread_ = std::thread([this] {
@@ -572,9 +572,11 @@ void AlertEngine::Start() {
       for (const DeliveryRecord& d : pending_) {
         wait_ms = std::min(wait_ms, std::max<int64_t>(0, (d.next_attempt_us - now) / 1000));
       }
-      std::unique_lock lock(mu_);
-      wake_.wait_for(lock, std::chrono::milliseconds(wait_ms),
-                     [&] { return stop_ || !inbox_.empty() || new_rules_.has_value(); });
+      MutexLock lock(&mu_);
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
+      while (!stop_ && inbox_.empty() && !new_rules_.has_value() &&
+             wake_.WaitUntil(&mu_, deadline)) {
+      }
       if (stop_) return;
     }
   });
@@ -582,20 +584,20 @@ void AlertEngine::Start() {
 
 void AlertEngine::Stop() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
   }
-  wake_.notify_all();
+  wake_.SignalAll();
   if (thread_.joinable()) thread_.join();
 }
 
 uint64_t AlertEngine::dropped_records() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return dropped_;
 }
 
 size_t AlertEngine::PendingDeliveries() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return pending_count_;
 }
 

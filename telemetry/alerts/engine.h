@@ -24,13 +24,11 @@
 // Retry-After when given, else after exponential backoff with jitter; other answers fail at once.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <random>
 #include <string>
@@ -38,6 +36,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "telemetry/alerts/channels.h"
 #include "telemetry/alerts/rules.h"
 #include "telemetry/alerts/store.h"
@@ -153,16 +152,16 @@ class AlertEngine {
   GatewayMetrics* const metrics_;
 
   // Shared with other threads.
-  mutable std::mutex mu_;
-  std::condition_variable wake_;
-  std::deque<Queued> queue_;                                  // GUARDED_BY(mu_)
-  std::optional<std::vector<AlertRule>> new_rules_;           // GUARDED_BY(mu_)
-  uint64_t rules_generation_ = 0;                             // GUARDED_BY(mu_): SetRules calls
-  std::vector<std::pair<AlertEvent, DeliveryRecord>> inbox_;  // GUARDED_BY(mu_): test fires
-  uint64_t dropped_ = 0;                                      // GUARDED_BY(mu_)
-  BudgetSource budget_source_;                                // GUARDED_BY(mu_)
-  size_t pending_count_ = 0;  // GUARDED_BY(mu_): mirror of pending_.size()
-  bool stop_ = false;         // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  CondVar wake_;
+  std::deque<Queued> queue_ GUARDED_BY(mu_);
+  std::optional<std::vector<AlertRule>> new_rules_ GUARDED_BY(mu_);
+  uint64_t rules_generation_ GUARDED_BY(mu_) = 0;                             // SetRules calls
+  std::vector<std::pair<AlertEvent, DeliveryRecord>> inbox_ GUARDED_BY(mu_);  // test fires
+  uint64_t dropped_ GUARDED_BY(mu_) = 0;
+  BudgetSource budget_source_ GUARDED_BY(mu_);
+  size_t pending_count_ GUARDED_BY(mu_) = 0;  // mirror of pending_.size()
+  bool stop_ GUARDED_BY(mu_) = false;
 
   // Engine thread only.
   std::vector<MonitorState> monitors_;

@@ -9,7 +9,7 @@ namespace kvgate::telemetry::alerts {
 Status MonitorService::Init() {
   auto stored = store_.LoadMonitors();
   if (!stored) return std::unexpected(stored.error());
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   rules_ = std::move(stored->rules);
   invalid_ = std::move(stored->invalid);
   engine_.SetRules(rules_);
@@ -26,18 +26,18 @@ void MonitorService::RefreshLocked() const {
 }
 
 std::vector<AlertRule> MonitorService::List() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   RefreshLocked();
   return rules_;
 }
 
 std::vector<InvalidMonitor> MonitorService::Invalid() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return invalid_;
 }
 
 Result<AlertRule> MonitorService::Get(const std::string& id) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   RefreshLocked();
   for (const AlertRule& r : rules_) {
     if (r.id == id) return r;
@@ -84,7 +84,7 @@ Status MonitorService::Store(AlertRule rule) {
 Result<AlertRule> MonitorService::Create(const nlohmann::json& body) {
   auto rule = Validate(body);
   if (!rule) return rule;
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   RefreshLocked();
   if (rule->id.empty()) {
     rule->id = NewId("mon");
@@ -106,7 +106,7 @@ Result<AlertRule> MonitorService::Update(const std::string& id, const nlohmann::
                      "monitor.id: '" + rule->id + "' does not match the monitor being updated");
   }
   rule->id = id;
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   RefreshLocked();
   // A stored row that does not validate may be replaced too: that is how it is repaired.
   if (std::none_of(rules_.begin(), rules_.end(), [&](const AlertRule& r) { return r.id == id; }) &&
@@ -119,7 +119,7 @@ Result<AlertRule> MonitorService::Update(const std::string& id, const nlohmann::
 }
 
 Status MonitorService::Delete(const std::string& id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   RefreshLocked();
   auto deleted = store_.DeleteMonitor(id);
   if (!deleted) return std::unexpected(deleted.error());
@@ -144,7 +144,7 @@ Status MonitorService::Upsert(const std::vector<nlohmann::json>& bodies) {
     }
     parsed.push_back(std::move(*rule));
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   for (AlertRule& rule : parsed) {
     if (Status s = Store(std::move(rule)); !s) return s;
   }

@@ -6,12 +6,12 @@
 // store and engine calls are themselves thread safe).
 #pragma once
 
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "common/error.h"
+#include "common/mutex.h"
 #include "telemetry/alerts/engine.h"
 #include "telemetry/alerts/rules.h"
 #include "telemetry/alerts/store.h"
@@ -51,14 +51,14 @@ class MonitorService {
 
  private:
   Result<AlertRule> Validate(const nlohmann::json& body) const;
-  Status Store(AlertRule rule);  // REQUIRES: mu_ held
-  void RefreshLocked() const;    // REQUIRES: mu_ held; rules_ from the store
+  Status Store(AlertRule rule) REQUIRES(mu_);
+  void RefreshLocked() const REQUIRES(mu_);  // rules_ from the store
 
   AlertStore& store_;
   AlertEngine& engine_;
-  mutable std::mutex mu_;
-  mutable std::vector<AlertRule> rules_;  // GUARDED_BY(mu_), in creation order; the store's
-  mutable std::vector<InvalidMonitor> invalid_;  // GUARDED_BY(mu_); the store's
+  mutable Mutex mu_;
+  mutable std::vector<AlertRule> rules_ GUARDED_BY(mu_);         // in creation order; the store's
+  mutable std::vector<InvalidMonitor> invalid_ GUARDED_BY(mu_);  // the store's
 };
 
 }  // namespace kvgate::telemetry::alerts

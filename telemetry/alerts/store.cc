@@ -58,8 +58,9 @@ Status SqlAlertStore::UpsertDelivery(const DeliveryRecord& d) {
 
 Status SqlAlertStore::SaveEvent(const AlertEvent& event,
                                 const std::vector<DeliveryRecord>& deliveries) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return InTransaction(*sql_, [&]() -> Status {
+    mu_.AssertHeld();  // InTransaction runs it right here
     if (Status s = Run(*sql_,
                        "INSERT INTO alert_events (id, incident_id, kind, rule_id, at_us, "
                        "event_json) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (id) DO UPDATE "
@@ -77,8 +78,9 @@ Status SqlAlertStore::SaveEvent(const AlertEvent& event,
 }
 
 Status SqlAlertStore::RecordAttempt(const DeliveryAttempt& a, const DeliveryRecord& d) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return InTransaction(*sql_, [&]() -> Status {
+    mu_.AssertHeld();  // InTransaction runs it right here
     if (Status s = Run(*sql_,
                        "INSERT INTO alert_attempts (delivery_id, attempt, at_us, outcome, "
                        "http_status, error) VALUES ($1, $2, $3, $4, $5, $6) "
@@ -96,7 +98,7 @@ Status SqlAlertStore::RecordAttempt(const DeliveryAttempt& a, const DeliveryReco
 
 Result<std::vector<DeliveryRecord>> SqlAlertStore::QueryDeliveries(const std::string& sql,
                                                                    const std::string& arg) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto rows = sql_->Query(sql, {arg});
   if (!rows) return std::unexpected(rows.error());
   std::vector<DeliveryRecord> out;
@@ -117,7 +119,7 @@ Result<std::vector<DeliveryRecord>> SqlAlertStore::ListDeliveries(const std::str
 }
 
 Result<std::optional<AlertEvent>> SqlAlertStore::LoadEvent(const std::string& id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto rows = sql_->Query("SELECT event_json FROM alert_events WHERE id = $1", {id});
   if (!rows) return std::unexpected(rows.error());
   if (rows->empty()) return std::optional<AlertEvent>();
@@ -127,7 +129,7 @@ Result<std::optional<AlertEvent>> SqlAlertStore::LoadEvent(const std::string& id
 }
 
 Result<std::vector<AlertEvent>> SqlAlertStore::ListEvents(int limit) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto rows = sql_->Query("SELECT event_json FROM alert_events ORDER BY at_us DESC, " +
                               std::string(sql_->InsertionOrder()) + " DESC LIMIT $1",
                           {int64_t(limit)});
@@ -142,7 +144,7 @@ Result<std::vector<AlertEvent>> SqlAlertStore::ListEvents(int limit) {
 }
 
 Result<std::vector<DeliveryAttempt>> SqlAlertStore::ListAttempts(const std::string& delivery_id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto rows = sql_->Query(
       "SELECT delivery_id, attempt, at_us, outcome, http_status, error FROM alert_attempts "
       "WHERE delivery_id = $1 ORDER BY attempt",
@@ -157,7 +159,7 @@ Result<std::vector<DeliveryAttempt>> SqlAlertStore::ListAttempts(const std::stri
 }
 
 Result<StoredMonitors> SqlAlertStore::LoadMonitors() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto rows = sql_->Query(
       "SELECT id, rule_json FROM monitors ORDER BY " + std::string(sql_->InsertionOrder()), {});
   if (!rows) return std::unexpected(rows.error());
@@ -175,7 +177,7 @@ Result<StoredMonitors> SqlAlertStore::LoadMonitors() {
 }
 
 Status SqlAlertStore::SaveMonitor(const AlertRule& rule) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   // An update keeps the row (and so the list order); a new id appends.
   return Run(*sql_,
              "INSERT INTO monitors (id, rule_json) VALUES ($1, $2) "
@@ -184,14 +186,14 @@ Status SqlAlertStore::SaveMonitor(const AlertRule& rule) {
 }
 
 Result<bool> SqlAlertStore::DeleteMonitor(const std::string& id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto rows = sql_->Query("DELETE FROM monitors WHERE id = $1 RETURNING id", {id});
   if (!rows) return std::unexpected(rows.error());
   return !rows->empty();
 }
 
 Result<bool> SqlAlertStore::HoldIncident(const IncidentClaim& c) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   // One statement, so that two replicas racing for the same incident are ordered by the row's
   // lock: the loser's WHERE sees the winner's row and takes nothing.
   auto rows = sql_->Query(
@@ -212,7 +214,7 @@ Result<bool> SqlAlertStore::HoldIncident(const IncidentClaim& c) {
 
 Status SqlAlertStore::ReleaseIncident(const std::string& rule_id, const std::string& scope_key,
                                       const std::string& incident_id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return Run(*sql_,
              "UPDATE alert_incidents SET is_open = 0 "
              "WHERE rule_id = $1 AND scope_key = $2 AND incident_id = $3",
@@ -221,7 +223,7 @@ Status SqlAlertStore::ReleaseIncident(const std::string& rule_id, const std::str
 
 Result<DeliveryLease> SqlAlertStore::LeaseDelivery(const std::string& delivery_id, int64_t now_us,
                                                    int64_t until_us) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto leased = sql_->Query(
       "UPDATE alert_deliveries SET lease_until_us = $3 "
       "WHERE id = $1 AND status = 'pending' AND lease_until_us <= $2 RETURNING id",

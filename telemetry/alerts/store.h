@@ -4,12 +4,12 @@
 #pragma once
 
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "common/error.h"
+#include "common/mutex.h"
 #include "telemetry/alerts/rules.h"
 
 namespace kvgate::telemetry::alerts {
@@ -142,12 +142,12 @@ class SqlAlertStore : public AlertStore {
   explicit SqlAlertStore(std::unique_ptr<telemetry::internal::SqlConnection> sql);
 
  private:
-  Status UpsertDelivery(const DeliveryRecord& d);  // REQUIRES: mu_ held
+  Status UpsertDelivery(const DeliveryRecord& d) REQUIRES(mu_);
   Result<std::vector<DeliveryRecord>> QueryDeliveries(const std::string& sql,
                                                       const std::string& arg);
 
-  std::mutex mu_;
-  std::unique_ptr<telemetry::internal::SqlConnection> sql_;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::unique_ptr<telemetry::internal::SqlConnection> sql_ GUARDED_BY(mu_);
 };
 
 // A SQLite file; it may be the telemetry store's own database, through a separate connection

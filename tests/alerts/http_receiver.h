@@ -13,11 +13,12 @@
 #include <cctype>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include "common/mutex.h"
 
 namespace kvgate::testing {
 
@@ -63,11 +64,11 @@ class HttpReceiver {
     return "http://127.0.0.1:" + std::to_string(port_) + path;
   }
   std::vector<ReceivedRequest> Requests() const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     return requests_;
   }
   size_t Count() const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     return requests_.size();
   }
 
@@ -108,7 +109,7 @@ class HttpReceiver {
     req.body = data.substr(header_end + 4, content_length);
     const CannedResponse response = handler_(req);
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       requests_.push_back(req);
     }
     std::string out = "HTTP/1.1 " + std::to_string(response.status) + " X\r\n";
@@ -150,8 +151,8 @@ class HttpReceiver {
   int fd_ = -1;
   int port_ = 0;
   std::atomic<bool> stop_{false};
-  mutable std::mutex mu_;
-  std::vector<ReceivedRequest> requests_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::vector<ReceivedRequest> requests_ GUARDED_BY(mu_);
   std::thread thread_;
 };
 

@@ -5,8 +5,8 @@
 
 #include <deque>
 #include <functional>
-#include <mutex>
 
+#include "common/mutex.h"
 #include "tests/gateway/gateway_harness.h"
 
 namespace kvgate::gateway {
@@ -25,11 +25,11 @@ class FakeUpstream final : public Upstream {
   enum class Kind { kAnswer, kFail503, kFail400, kFail429, kThrow };
 
   void Script(const std::string& target, std::vector<Kind> kinds) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     for (Kind k : kinds) script_[target].push_back(k);
   }
   std::vector<std::string> asked() const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     return asked_;
   }
 
@@ -37,7 +37,7 @@ class FakeUpstream final : public Upstream {
                                          ClientStream& client) override {
     Kind kind = Kind::kAnswer;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       asked_.push_back(plan.target->name + "#" + std::to_string(plan.key_index));
       auto& queue = script_[plan.target->name];
       if (!queue.empty()) {
@@ -79,7 +79,7 @@ class FakeUpstream final : public Upstream {
   }
 
  private:
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::map<std::string, std::deque<Kind>> script_;
   std::vector<std::string> asked_;
 };

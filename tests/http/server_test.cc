@@ -1,24 +1,24 @@
 // The HTTP server on real sockets (127.0.0.1, port 0), driven by a raw blocking client.
+#include "gateway/http/server.h"
+
+#include <gtest/gtest.h>
 #include <pthread.h>
 
 #include <atomic>
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <chrono>
 #include <future>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <boost/asio/as_tuple.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/this_coro.hpp>
-#include <boost/asio/use_awaitable.hpp>
-#include <gtest/gtest.h>
-
-#include "gateway/http/server.h"
+#include "common/mutex.h"
 #include "tests/http/test_util.h"
 
 namespace kvgate::http {
@@ -236,13 +236,13 @@ TEST(ServerTest, RejectionsReachOnRejectedAndCarryItsHeaders) {
     bool head_read;
     std::string method, path, thread_header;
   };
-  std::mutex mu;
+  Mutex mu;
   std::vector<Seen> seen;
   ServerOptions options;
   options.body_limit = 1024;
   options.header_limit = 2048;
   options.on_rejected = [&](const Rejection& r) {
-    std::lock_guard lock(mu);
+    MutexLock lock(&mu);
     seen.push_back({r.status, r.head_read, r.request.method, r.request.path,
                     std::string(r.request.header("x-thread-id"))});
     return std::vector<Header>{{"x-request-id", "req_" + std::to_string(seen.size())}};
@@ -268,7 +268,7 @@ TEST(ServerTest, RejectionsReachOnRejectedAndCarryItsHeaders) {
   EXPECT_EQ(bad->status, 400);
   EXPECT_EQ(bad->header("x-request-id"), "req_3");
 
-  std::lock_guard lock(mu);
+  MutexLock lock(&mu);
   ASSERT_EQ(seen.size(), 3u);
   EXPECT_EQ(seen[0].status, 413);
   EXPECT_TRUE(seen[0].head_read);
@@ -507,7 +507,7 @@ TEST(ServerTest, RefusesHeaderNamesThatAreNotTokensAndControlCharactersInValues)
 }
 
 TEST(ServerTest, AllLoopsShareOnePortAndThreadStartHookRuns) {
-  std::mutex mu;
+  Mutex mu;
   std::set<size_t> started;
   std::set<std::string> thread_names;  // what `top -H` shows for each loop
   std::set<size_t> served;
@@ -516,13 +516,13 @@ TEST(ServerTest, AllLoopsShareOnePortAndThreadStartHookRuns) {
   options.on_thread_start = [&](size_t index, asio::any_io_executor) {
     char name[16] = {};
     pthread_getname_np(pthread_self(), name, sizeof name);
-    std::lock_guard lock(mu);
+    MutexLock lock(&mu);
     started.insert(index);
     thread_names.insert(name);
   };
   auto server = StartOrDie(options, [&](Request& req, ResponseWriter& w) -> asio::awaitable<void> {
     {
-      std::lock_guard lock(mu);
+      MutexLock lock(&mu);
       served.insert(req.worker_index);
     }
     co_await w.Send(200, "text/plain", "ok");
@@ -533,7 +533,7 @@ TEST(ServerTest, AllLoopsShareOnePortAndThreadStartHookRuns) {
     ASSERT_TRUE(c.Send(Get("/")));
     ASSERT_TRUE(ReadResponse(c));
   }
-  std::lock_guard lock(mu);
+  MutexLock lock(&mu);
   EXPECT_EQ(started, (std::set<size_t>{0, 1}));
   EXPECT_EQ(thread_names, (std::set<std::string>{"http-0", "http-1"}));
   EXPECT_EQ(served, (std::set<size_t>{0, 1}));  // 64 connections all on one loop: ~2^-63

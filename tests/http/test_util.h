@@ -17,12 +17,13 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
+
+#include "common/mutex.h"
 
 namespace kvgate::testing {
 
@@ -242,7 +243,7 @@ class ScriptedServer {
     ::shutdown(listen_fd_, SHUT_RDWR);
     acceptor_.join();
     ::close(listen_fd_);
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     for (std::thread& t : workers_) t.join();
   }
 
@@ -261,7 +262,7 @@ class ScriptedServer {
         continue;
       }
       const int index = accepted_++;
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       workers_.emplace_back([this, fd, index] {
         script_(fd, index, stop_);
         ::close(fd);
@@ -275,8 +276,8 @@ class ScriptedServer {
   std::atomic<bool> stop_{false};
   std::atomic<int> accepted_{0};
   std::thread acceptor_;
-  std::mutex mu_;
-  std::vector<std::thread> workers_;  // guarded by mu_
+  Mutex mu_;
+  std::vector<std::thread> workers_ GUARDED_BY(mu_);
 };
 
 }  // namespace kvgate::testing

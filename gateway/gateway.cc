@@ -10,9 +10,9 @@
 #include "common/utf8.h"
 #include "gateway/alerting.h"
 #include "gateway/answers.h"
-#include "gateway/targets.h"
 #include "gateway/request_log.h"
 #include "gateway/run_blocking.h"
+#include "gateway/targets.h"
 #include "gateway/tracked_writer.h"
 #include "gateway/web_assets.h"
 
@@ -31,7 +31,8 @@ constexpr size_t kSharedThreadReaders = 4;
 
 std::string InternalErrorJson(std::string_view request_id) {
   return ErrorJson("kvgate failed on this request with an internal error (request " +
-                       std::string(request_id) + "); it is recorded, and the server log has the "
+                       std::string(request_id) +
+                       "); it is recorded, and the server log has the "
                        "details",
                    "server_error", "internal_error");
 }
@@ -58,7 +59,8 @@ Result<std::unique_ptr<Gateway>> Gateway::Create(const GatewayConfig& config, Ga
   // journal's included.
   if (deps.key_store != nullptr) {
     if (Status flushed = deps.store->Flush(); !flushed) {
-      std::fprintf(stderr, "kvgate: warning: telemetry could not be written before the keys' "
+      std::fprintf(stderr,
+                   "kvgate: warning: telemetry could not be written before the keys' "
                    "spend was read (%s); budgets may count less than was spent\n",
                    flushed.error().message.c_str());
     }
@@ -68,9 +70,8 @@ Result<std::unique_ptr<Gateway>> Gateway::Create(const GatewayConfig& config, Ga
   if (Status loaded = gateway->keys_->Load(config.api_keys); !loaded) {
     return std::unexpected(loaded.error());
   }
-  deps.recorder->AddListener([keys = gateway->keys_](const telemetry::RequestRecord& record) {
-    keys->OnRecord(record);
-  });
+  deps.recorder->AddListener(
+      [keys = gateway->keys_](const telemetry::RequestRecord& record) { keys->OnRecord(record); });
   deps.metrics->registry().AddSection(
       [keys = gateway->keys_](std::string& out) { keys->ExposeMetrics(out); });
   if (deps.alerting != nullptr) {
@@ -78,14 +79,18 @@ Result<std::unique_ptr<Gateway>> Gateway::Create(const GatewayConfig& config, Ga
       return keys->BudgetFraction(api_key_id);
     });
   }
-  gateway->admin_.emplace(AdminDeps{.admin_token = config.admin_token,
-                                    .store = deps.store,
-                                    .clock = deps.clock,
-                                    .router = deps.router,
-                                    .keys = gateway->keys_.get(),
-                                    .blocking_pool = &gateway->blocking_pool_,
-                                    .engines = deps.engines,
-                                    .alerting = deps.alerting});
+  gateway->admin_.emplace(
+      AdminDeps{.admin_token = config.admin_token,
+                .store = deps.store,
+                .clock = deps.clock,
+                .router = deps.router,
+                .keys = gateway->keys_.get(),
+                .blocking_pool = &gateway->blocking_pool_,
+                .engines = deps.engines,
+                .alerting = deps.alerting,
+                .upstream_for = [g = gateway.get()](const router::Target& t) -> const Upstream& {
+                  return g->UpstreamFor(t);
+                }});
   Gateway* g = gateway.get();
   gateway->remote_ =
       NewRemoteUpstream([g](size_t worker) -> upstream::Client& { return g->ClientFor(worker); },
@@ -135,9 +140,8 @@ asio::awaitable<void> Gateway::Handle(http::Request& request, http::ResponseWrit
   if (failure.empty()) co_return;
   // The last barrier: a defect must cost one request a 500 that says so, never the connection
   // or the process (the server's own catch-all would answer without the request's id).
-  std::fprintf(stderr, "kvgate: internal error on %s %s (request %s): %s\n",
-               request.method.c_str(), Utf8Snippet(request.path).c_str(), request_id.c_str(),
-               failure.c_str());
+  std::fprintf(stderr, "kvgate: internal error on %s %s (request %s): %s\n", request.method.c_str(),
+               Utf8Snippet(request.path).c_str(), request_id.c_str(), failure.c_str());
   if (tracked.status() == 0) {
     std::vector<http::Header> no_headers;  // (the tags carry the id)
     co_await tracked.Send(500, kJson, InternalErrorJson(request_id), std::move(no_headers));
@@ -168,8 +172,8 @@ asio::awaitable<void> Gateway::HandleOther(http::Request& request, http::Respons
       if (key) {
         co_await admin_->HandleModels(request, key->get(), writer);
       } else {
-        co_await writer.Send(401, kJson, ErrorJson(key.error().message, "invalid_request_error",
-                                                   "invalid_api_key"));
+        co_await writer.Send(
+            401, kJson, ErrorJson(key.error().message, "invalid_request_error", "invalid_api_key"));
       }
     } else {
       co_await SendMethodNotAllowed(writer, request, "GET, HEAD");

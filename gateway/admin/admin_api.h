@@ -10,6 +10,7 @@
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/thread_pool.hpp>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -24,6 +25,8 @@
 
 namespace kvgate::gateway {
 
+class Upstream;  // gateway/upstream.h
+
 class LocalEngines;  // local_provider.h
 class Alerting;      // alerting.h
 
@@ -37,8 +40,11 @@ struct AdminDeps {
   const router::Router* router = nullptr;             // required: the models and routers
   VirtualKeys* keys = nullptr;                        // required: /api/keys
   boost::asio::thread_pool* blocking_pool = nullptr;  // required: where blocking work runs
-  LocalEngines* engines = nullptr;                    // optional: /api/engine[/lookup]
+  LocalEngines* engines = nullptr;                    // optional: /api/engine's state
   Alerting* alerting = nullptr;                       // optional: /api/monitors, alerts, channels
+  // optional: the Upstream that serves a target, for /api/engine/lookup's prefix lookups
+  // (without it no target has a cache kvgate can read).
+  std::function<const Upstream&(const router::Target&)> upstream_for;
 };
 
 class AdminApi {

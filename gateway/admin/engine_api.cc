@@ -4,6 +4,7 @@
 
 #include "gateway/admin/admin_api.h"
 #include "gateway/local_provider.h"
+#include "gateway/upstream.h"
 
 namespace kvgate::gateway {
 namespace {
@@ -40,7 +41,7 @@ Result<json> AdminApi::EngineLookup(const http::Request& request) const {
   std::optional<size_t> t = deps_.router->FindTarget(model);
   if (!t) return MakeError(ErrorCode::kNotFound, "unknown model " + model);
   const router::Target& target = deps_.router->targets()[*t];
-  if (!telemetry::IsBuiltInEngine(target.type) || deps_.engines == nullptr) {
+  if (!deps_.upstream_for) {
     return MakeError(ErrorCode::kInvalidArgument,
                      "model " + target.name + " is not served by the built-in engine");
   }
@@ -48,8 +49,9 @@ Result<json> AdminApi::EngineLookup(const http::Request& request) const {
   const Result<raw_json::Value> raw = raw_json::Parse(request.body);
   if (!raw) return std::unexpected(raw.error());
   const raw_json::Object prompt(*raw);
-  // Through the Upstream seam (the engines are the Upstream of local targets).
-  const Upstream& upstream = *deps_.engines;
+  // Through the Upstream seam: the built-in engines answer for their targets, any other
+  // upstream says it keeps no cache kvgate can read.
+  const Upstream& upstream = deps_.upstream_for(target);
   // Each gateway key's requests are cached under a salt of their own (engine_host.h): the admin
   // names the key to ask about, or sees every key's (the best answer, and each key's hits).
   if (auto key = body.find("api_key_id"); key != body.end() && !key->is_null()) {

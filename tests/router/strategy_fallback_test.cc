@@ -48,7 +48,7 @@ class FallbackRouterTest : public ::testing::Test {
       Target t;
       t.name = name;
       t.provider = "p";
-      t.provider_type = "openai";
+      t.type = telemetry::ProviderType::kOpenAI;
       t.upstream_model = name;
       targets.push_back(t);
     }

@@ -29,7 +29,7 @@ struct StrategyFixture {
       Target t;
       t.name = name;
       t.provider = "p-" + name;
-      t.provider_type = "openai";
+      t.type = telemetry::ProviderType::kOpenAI;
       t.upstream_model = name;
       t.cache_rules = {.min_tokens = 1024, .granularity = 128, .ttl_seconds = 300};
       targets.push_back(std::move(t));

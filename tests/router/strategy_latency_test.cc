@@ -72,7 +72,7 @@ TEST(LatencyStrategyTest, TheRouterRanksByReportedAttempts) {
     Target t;
     t.name = name;
     t.provider = "p";
-    t.provider_type = "openai";
+    t.type = telemetry::ProviderType::kOpenAI;
     t.upstream_model = name;
     targets.push_back(t);
   }

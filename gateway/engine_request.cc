@@ -209,12 +209,12 @@ Result<engine::SamplingParams> SamplingFrom(const json& body) {
   return p;
 }
 
-// The prompt text for the engine: the chat template over the messages (with the tools when
-// `tools` is active), or the raw prompt.
+// The prompt text for the engine: the chat template over the messages (`chat_messages`, with the
+// tools when `tools` is active), or the raw prompt.
 std::expected<std::string, FieldError> PromptText(const engine::ChatTemplate& chat_template,
-                                                  const json& body, providers::Endpoint endpoint,
+                                                  const json& body, bool chat_messages,
                                                   const ToolRequest& tools) {
-  if (endpoint == providers::Endpoint::kCompletions) {
+  if (!chat_messages) {
     auto prompt = body.find("prompt");
     if (prompt == body.end() || !prompt->is_string()) {
       return std::unexpected(FieldError{"prompt", "prompt must be a string for the built-in engine",
@@ -277,7 +277,7 @@ std::expected<EngineCall, providers::ClientError> EngineCallFrom(std::string_vie
     return std::unexpected(BadRequest("the request body must be a JSON object", "invalid_json"));
   }
   providers::TakeKvgateFields(body);
-  const bool chat = endpoint == providers::Endpoint::kChatCompletions;
+  const bool chat = providers::EndpointTraitsOf(endpoint).chat_messages;
   if (std::optional<std::string> param = UnsupportedByEngine(body, chat)) {
     return std::unexpected(BadRequest("'" + *param + "' is not supported by the built-in engine",
                                       "unsupported_parameter", *param));
@@ -307,7 +307,7 @@ std::expected<EngineCall, providers::ClientError> EngineCallFrom(std::string_vie
   if (!sampling) return std::unexpected(BadRequest(sampling.error().message, "invalid_request"));
   sampling->json_grammar = std::move(*grammar);
   sampling->logprobs = *logprobs;
-  auto prompt = PromptText(*model.chat_template, body, endpoint, *tools);
+  auto prompt = PromptText(*model.chat_template, body, chat, *tools);
   if (!prompt) return std::unexpected(BadField(prompt.error()));
   EngineCall call{.sampling = std::move(*sampling),
                   .n = *choices,
@@ -325,7 +325,7 @@ std::expected<void, providers::ClientError> FitToContext(EngineCall& call,
                                                          int64_t context_length,
                                                          int64_t max_output_tokens_default) {
   const std::string what =
-      endpoint == providers::Endpoint::kChatCompletions ? "messages" : "prompt";
+      providers::EndpointTraitsOf(endpoint).chat_messages ? "messages" : "prompt";
   if (std::string too_long =
           TooLong(prompt_tokens, context_length, call.asked_max, call.sampling.max_tokens, what);
       !too_long.empty()) {
@@ -346,9 +346,7 @@ std::expected<std::string, FieldError> EnginePromptOf(const json& body, bool cha
   // which may differ from the request's and so count fewer cached tokens.)
   auto tools = chat ? ParseToolRequest(ordered_json(body)) : ToolRequest{};
   if (!tools) return std::unexpected(tools.error());
-  return PromptText(
-      chat_template, body,
-      chat ? providers::Endpoint::kChatCompletions : providers::Endpoint::kCompletions, *tools);
+  return PromptText(chat_template, body, chat, *tools);
 }
 
 }  // namespace kvgate::gateway

@@ -169,7 +169,7 @@ asio::awaitable<AttemptResult> LocalEnginesImpl::Attempt(const InferenceCall& ca
   }
   EngineHost& host = *host_it->second;
   rec.system_fingerprint = host.instance();
-  const bool chat = call.endpoint == providers::Endpoint::kChatCompletions;
+  const bool chat = providers::EndpointTraitsOf(call.endpoint).chat_messages;
   std::expected<EngineCall, providers::ClientError> engine_call = EngineCallFrom(
       call.body.value().text, call.endpoint,
       {.chat_template = &host.chat_template(), .max_choices = host.engine().max_choices()});

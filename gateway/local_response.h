@@ -30,7 +30,7 @@ struct ResponseHead {
   std::string model;
   providers::Endpoint endpoint = providers::Endpoint::kChatCompletions;
   std::string fingerprint;  // system_fingerprint
-  bool chat() const { return endpoint == providers::Endpoint::kChatCompletions; }
+  bool chat() const { return providers::EndpointTraitsOf(endpoint).chat_messages; }
   nlohmann::json Base(const char* chat_object) const;
 };
 

@@ -370,7 +370,7 @@ class RequestBuilder {
 }  // namespace
 
 Result<UpstreamCall> BuildAnthropicCall(const json& client_body, const CallOptions& options) {
-  if (options.endpoint == Endpoint::kCompletions) {
+  if (!EndpointTraitsOf(options.endpoint).chat_messages) {  // a completions prompt
     return Invalid(
         "the /v1/completions endpoint is not supported for Anthropic providers; use "
         "/v1/chat/completions");

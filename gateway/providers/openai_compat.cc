@@ -228,12 +228,12 @@ enum class Rewritten {
   kCount
 };
 
-Rewritten Classify(ProviderType type, Endpoint endpoint, const raw_json::Member& m) {
-  if (endpoint == Endpoint::kResponses) {
-    // The Responses API's stream options are its own (no include_usage: usage always comes in
-    // response.completed), and its `stream` is the client's.
+Rewritten Classify(ProviderType type, const EndpointTraits& endpoint, const raw_json::Member& m) {
+  if (endpoint.client_stream_flags) {
+    // E.g. the Responses API's stream options are its own (no include_usage: usage always comes
+    // in response.completed), and its `stream` is the client's.
     if (m.KeyIs("stream") || m.KeyIs("stream_options")) return Rewritten::kNone;
-  } else if (endpoint == Endpoint::kEmbeddings) {
+  } else if (!endpoint.streams) {
     if (m.KeyIs("stream") || m.KeyIs("stream_options")) return Rewritten::kDropped;
   } else if (type == ProviderType::kDeepSeek) {
     // DeepSeek's API has max_tokens only; the OpenAI SDK's newer max_completion_tokens means the
@@ -254,12 +254,13 @@ Rewritten Classify(ProviderType type, Endpoint endpoint, const raw_json::Member&
 Result<UpstreamCall> BuildOpenAICompatCall(ProviderType type, const raw_json::Object& client_body,
                                            const CallOptions& options) {
   // The client's bytes pass through member by member: nothing is parsed into a tree or re-encoded.
+  const EndpointTraits& endpoint = EndpointTraitsOf(options.endpoint);
   const std::vector<raw_json::Member>& members = client_body.members();
   std::vector<Rewritten> kinds(members.size());
   // index + 1 of the last occurrence of each rewritten member
   std::array<size_t, static_cast<size_t>(Rewritten::kCount)> last{};
   for (size_t i = 0; i < members.size(); ++i) {
-    kinds[i] = Classify(type, options.endpoint, members[i]);
+    kinds[i] = Classify(type, endpoint, members[i]);
     last[static_cast<size_t>(kinds[i])] = i + 1;
   }
   auto is_last = [&](size_t i) { return last[static_cast<size_t>(kinds[i])] == i + 1; };
@@ -341,13 +342,11 @@ Result<UpstreamCall> BuildOpenAICompatCall(ProviderType type, const raw_json::Ob
     }
   }
   if (!present(Rewritten::kModel) && !options.upstream_model.empty()) append_model("model");
-  const bool chat_shape = options.endpoint == Endpoint::kChatCompletions ||
-                          options.endpoint == Endpoint::kCompletions;
-  if (options.stream && options.endpoint == Endpoint::kResponses &&
+  if (options.stream && endpoint.client_stream_flags &&
       !raw_json::Find(client_body.value(), "stream")) {
     append_stream("stream");
   }
-  if (options.stream && chat_shape) {
+  if (options.stream && endpoint.openai_sampling) {
     if (!present(Rewritten::kStream)) append_stream("stream");
     if (!present(Rewritten::kStreamOptions)) {
       body += ",\"stream_options\":{";
@@ -359,7 +358,7 @@ Result<UpstreamCall> BuildOpenAICompatCall(ProviderType type, const raw_json::Ob
   const std::string& cache_key = options.cache_helpers.prompt_cache_key;
   const bool add_cache_key =
       !cache_key.empty() &&
-      (options.endpoint == Endpoint::kChatCompletions || options.endpoint == Endpoint::kResponses) &&
+      endpoint.prompt_cache_key &&
       !raw_json::Find(client_body.value(), "prompt_cache_key");
   if (add_cache_key) {
     AppendKey("prompt_cache_key", body);

@@ -2,6 +2,8 @@
 // API to each wire format, with the catch-all that keeps exceptions inside the module.
 #include "gateway/providers/provider.h"
 
+#include <array>
+
 #include <charconv>
 #include <chrono>
 #include <exception>
@@ -61,28 +63,6 @@ telemetry::UsageFlavor UsageFlavorFor(ProviderType type) { return TraitsOf(type)
 
 bool IsOpenAICompatible(ProviderType type) {
   return TraitsOf(type).wire != telemetry::Wire::kAnthropicMessages;
-}
-
-std::string_view EndpointName(Endpoint endpoint) {
-  switch (endpoint) {
-    case Endpoint::kChatCompletions: return "chat.completions";
-    case Endpoint::kCompletions: return "completions";
-    case Endpoint::kResponses: return "responses";
-    case Endpoint::kEmbeddings: return "embeddings";
-    case Endpoint::kMessages: return "messages";
-  }
-  return "chat.completions";
-}
-
-std::string_view EndpointPath(Endpoint endpoint) {
-  switch (endpoint) {
-    case Endpoint::kChatCompletions: return "/v1/chat/completions";
-    case Endpoint::kCompletions: return "/v1/completions";
-    case Endpoint::kResponses: return "/v1/responses";
-    case Endpoint::kEmbeddings: return "/v1/embeddings";
-    case Endpoint::kMessages: return "/v1/messages";
-  }
-  return "/v1/chat/completions";
 }
 
 bool ClientWantsStreamUsage(const raw_json::Object& client_body) {
@@ -220,32 +200,54 @@ Result<UpstreamCall> WithAutoCache(Result<UpstreamCall> call, const CallOptions&
 
 }  // namespace
 
+namespace {
+
+// The readers of an endpoint whose answer is its own API's, whatever the provider (the
+// Responses API, embeddings, Anthropic Messages passed through); null where the provider type's
+// adapter reads a chat or completions answer.
+struct NativeReaders {
+  Result<Translated> (*answer)(std::string_view upstream_body) = nullptr;
+  std::unique_ptr<StreamTranslator> (*stream)() = nullptr;
+};
+
+const NativeReaders& NativeReadersOf(Endpoint endpoint) {
+  // In Endpoint's order (endpoint.h).
+  static const std::array<NativeReaders, kEndpointCount> kReaders = {{
+      {},  // chat completions
+      {},  // completions
+      {&internal::TranslateResponsesResponse, &internal::NewResponsesStream},
+      {&internal::TranslateEmbeddingsResponse, nullptr},
+      {&internal::TranslateMessagesResponse, &internal::NewMessagesStream},
+  }};
+  return kReaders[static_cast<size_t>(endpoint)];
+}
+
+}  // namespace
+
 Result<UpstreamCall> BuildUpstreamCall(ProviderType type, const raw_json::Object& client_body,
                                        const CallOptions& options) {
   try {
     if (!client_body.is_object()) {
       return MakeError(ErrorCode::kInvalidArgument, "the request body must be a JSON object");
     }
-    if (options.endpoint == Endpoint::kChatCompletions) {
+    const EndpointTraits& endpoint = EndpointTraitsOf(options.endpoint);
+    if (endpoint.chat_messages) {
       std::optional<raw_json::Value> messages = client_body.Find("messages");
       if (!messages || !messages->is_array()) {
         return MakeError(ErrorCode::kInvalidArgument, "'messages' must be an array");
       }
     }
-    if (options.endpoint == Endpoint::kMessages) {
+    if (endpoint.anthropic_only) {
       if (!SpeaksMessagesWire(type)) {
         return MakeError(ErrorCode::kInvalidArgument,
-                         StrCat("/v1/messages passes through to providers of type anthropic only, "
-                                "not ", ProviderTypeName(type)));
+                         StrCat(endpoint.path, " passes through to providers of type anthropic "
+                                "only, not ", ProviderTypeName(type)));
       }
       return WithAutoCache(internal::BuildAnthropicMessagesCall(client_body, options), options);
     }
-    const bool passthrough_only =
-        options.endpoint == Endpoint::kResponses || options.endpoint == Endpoint::kEmbeddings;
-    if (SpeaksMessagesWire(type) && passthrough_only) {
+    if (SpeaksMessagesWire(type) && endpoint.openai_only) {
       return MakeError(ErrorCode::kInvalidArgument,
-                       StrCat(EndpointPath(options.endpoint),
-                              " is not served by providers of type anthropic"));
+                       StrCat(endpoint.path, " is not served by providers of type anthropic"));
     }
     if (SpeaksMessagesWire(type)) {
       // The Messages translation rewrites every field: it works on a tree, built without the long
@@ -269,14 +271,8 @@ Result<UpstreamCall> BuildUpstreamCall(ProviderType type, const raw_json::Object
 Result<Translated> TranslateResponse(ProviderType type, std::string_view upstream_body,
                                      const CallOptions& options) {
   try {
-    if (options.endpoint == Endpoint::kResponses) {
-      return internal::TranslateResponsesResponse(upstream_body);
-    }
-    if (options.endpoint == Endpoint::kEmbeddings) {
-      return internal::TranslateEmbeddingsResponse(upstream_body);
-    }
-    if (options.endpoint == Endpoint::kMessages) {
-      return internal::TranslateMessagesResponse(upstream_body);
+    if (const NativeReaders& native = NativeReadersOf(options.endpoint); native.answer) {
+      return native.answer(upstream_body);
     }
     if (SpeaksMessagesWire(type))
       return internal::TranslateAnthropicResponse(upstream_body, options);
@@ -289,8 +285,9 @@ Result<Translated> TranslateResponse(ProviderType type, std::string_view upstrea
 
 std::unique_ptr<StreamTranslator> NewStreamTranslator(ProviderType type,
                                                       const CallOptions& options) {
-  if (options.endpoint == Endpoint::kResponses) return internal::NewResponsesStream();
-  if (options.endpoint == Endpoint::kMessages) return internal::NewMessagesStream();
+  if (const NativeReaders& native = NativeReadersOf(options.endpoint); native.stream) {
+    return native.stream();
+  }
   if (SpeaksMessagesWire(type)) return internal::NewAnthropicStream(options);
   return internal::NewOpenAICompatStream(type, options);
 }

@@ -27,6 +27,7 @@
 
 #include "common/error.h"
 #include "common/raw_json.h"
+#include "gateway/providers/endpoint.h"
 #include "telemetry/provider_traits.h"
 #include "telemetry/usage.h"
 
@@ -44,20 +45,6 @@ telemetry::UsageFlavor UsageFlavorFor(ProviderType type);
 
 // True for every type that speaks the OpenAI wire format (all but the Anthropic Messages wire).
 bool IsOpenAICompatible(ProviderType type);
-
-// The client-facing APIs kvgate proxies. Chat and completions go to every provider type (the
-// Anthropic adapter translates chat); the Responses API and embeddings only pass through to
-// OpenAI-compatible types (the gateway checks a target can serve them before it gets here).
-// Anthropic Messages passes through to Anthropic types only; the gateway translates it to chat
-// for the others (messages.h).
-enum class Endpoint { kChatCompletions, kCompletions, kResponses, kEmbeddings, kMessages };
-
-// The record's name of an endpoint: "chat.completions", "completions", "responses", "embeddings",
-// "messages".
-std::string_view EndpointName(Endpoint endpoint);
-// The path a client posts to: "/v1/chat/completions", "/v1/completions", "/v1/responses",
-// "/v1/embeddings", "/v1/messages".
-std::string_view EndpointPath(Endpoint endpoint);
 
 // What to send upstream. `path` is relative to the provider's configured base URL: for OpenAI-
 // compatible types the base already ends in /v1 (or Gemini's /v1beta/openai) and the path is

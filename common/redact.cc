@@ -4,6 +4,8 @@
 #include <cctype>
 #include <cstdint>
 
+#include "common/ascii.h"
+
 namespace kvgate {
 namespace {
 
@@ -105,12 +107,6 @@ size_t MaskCharAt(std::string_view text, size_t i) {
   return 0;
 }
 
-bool EqualsIgnoringCase(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) ==
-                  std::tolower(static_cast<unsigned char>(y));
-         });
-}
 
 }  // namespace
 
@@ -158,7 +154,7 @@ std::vector<SecretRedactor::Span> SecretRedactor::Find(std::string_view text) co
     for (size_t at = text.find(key); at != std::string_view::npos; at = text.find(key, at + 1)) {
       const size_t end = at + key.size();
       if (at < kBearer.size() ||
-          !EqualsIgnoringCase(text.substr(at - kBearer.size(), kBearer.size()), kBearer)) {
+          !EqualsIgnoreCase(text.substr(at - kBearer.size(), kBearer.size()), kBearer)) {
         continue;
       }
       if (end < text.size() && IsKeyChar(text[end])) continue;

@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/ascii.h"
 #include "common/json_text.h"
 #include "gateway/providers/provider.h"
 
@@ -47,10 +48,7 @@ std::string ErrorTypeFor(int status) {
 }
 
 std::string_view BearerToken(std::string_view authorization) {
-  if (authorization.size() <= 7 || authorization[6] != ' ') return {};
-  for (size_t i = 0; i < 6; ++i) {
-    if (std::tolower(static_cast<unsigned char>(authorization[i])) != "bearer"[i]) return {};
-  }
+  if (authorization.size() <= 7 || !StartsWithIgnoreCase(authorization, "bearer ")) return {};
   return authorization.substr(7);
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "common/ascii.h"
 #include "common/json_text.h"
 
 namespace kvgate::gateway {
@@ -11,13 +12,6 @@ namespace {
 namespace asio = boost::asio;
 
 constexpr std::string_view kJson = "application/json";
-
-bool EqualNoCase(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) ==
-                  std::tolower(static_cast<unsigned char>(y));
-         });
-}
 
 // The headers an answer carries: `headers` less any x-ratelimit-* header named twice but for its
 // first occurrence (a limited gateway key's own limits are added before any upstream's, and a
@@ -28,9 +22,9 @@ std::vector<http::Header> AnswerHeaders(const std::vector<http::Header>& headers
   out.reserve(headers.size());
   for (const http::Header& h : headers) {
     const std::string_view name = h.name;
-    if (name.size() > kRate.size() && EqualNoCase(name.substr(0, kRate.size()), kRate) &&
+    if (name.size() > kRate.size() && StartsWithIgnoreCase(name, kRate) &&
         std::any_of(out.begin(), out.end(),
-                    [name](const http::Header& kept) { return EqualNoCase(kept.name, name); })) {
+                    [name](const http::Header& kept) { return EqualsIgnoreCase(kept.name, name); })) {
       continue;
     }
     out.push_back(h);

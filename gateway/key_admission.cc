@@ -1,6 +1,6 @@
 // The gateway's side of its keys on the request path: admission of an inference request by its
 // key (the model allow-list, then the budget and rate limits of virtual_keys.h). Kept apart from
-// proxy.cc, which only calls in here; the admin API over the keys is admin/keys_api.cc.
+// the hall (inference.cc), which only calls in here; the admin API over the keys is admin/keys_api.cc.
 #include <algorithm>
 
 #include "common/raw_json.h"

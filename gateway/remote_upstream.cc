@@ -1,11 +1,11 @@
 // Attempts on remote providers: the adapter builds the upstream call, the per-loop HTTP client
 // sends it, the adapter translates the answer (buffered or streamed) for the client.
-#include <boost/algorithm/string/predicate.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 
 #include <charconv>
 
+#include "common/ascii.h"
 #include "common/clock.h"
 #include "common/json_text.h"
 #include "common/redact.h"
@@ -52,8 +52,7 @@ void EstimateUnreported(telemetry::Usage& usage, size_t body_bytes, int64_t cont
 // Rate-limit and retry headers a client SDK acts on; passed through from the upstream.
 void CopyUpstreamHeaders(const upstream::Response& head, std::vector<http::Header>& out) {
   for (const auto& h : head.headers) {
-    std::string lower = h.name;
-    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    const std::string lower = AsciiLowered(h.name);
     if (lower == "retry-after" || lower == "retry-after-ms" || lower.rfind("x-ratelimit-", 0) == 0 ||
         lower.rfind("anthropic-ratelimit-", 0) == 0) {
       out.push_back(h);
@@ -73,7 +72,7 @@ std::string UpstreamRequestId(const upstream::Response& head) {
 // 8.4.1.) An error status is kept: a compressed 429 is still a 429 to the client.
 std::string UnreadableEncoding(const upstream::Response& head, const std::string& provider) {
   std::string_view encoding = head.header("content-encoding");
-  if (encoding.empty() || boost::iequals(encoding, "identity")) return "";
+  if (encoding.empty() || EqualsIgnoreCase(encoding, "identity")) return "";
   std::string why = "upstream " + provider + " answered";
   if (head.status < 200 || head.status >= 300) why += " HTTP " + std::to_string(head.status);
   return why + " with Content-Encoding " + std::string(encoding) + ", which kvgate does not decode";
@@ -101,7 +100,7 @@ bool HasErrorObject(std::string_view body) {
 bool IsJsonNotStream(const upstream::Response& head) {
   bool json = false;
   for (const http::Header& h : head.headers) {  // (a repeated Content-Type: any event stream wins)
-    if (h.name.size() != 12 || !boost::iequals(h.name, "content-type")) continue;
+    if (h.name.size() != 12 || !EqualsIgnoreCase(h.name, "content-type")) continue;
     if (h.value.starts_with("text/event-stream")) return false;
     json = json || h.value.starts_with("application/json");
   }

@@ -1,6 +1,6 @@
 // Blocking work (a database read) handed from an event loop to a thread pool and awaited, shared
 // by the admin API (admin/: the read, alerts and key APIs) and the request path's read of a
-// shared thread (gateway.cc, proxy.cc).
+// shared thread (the admin API, the hall in inference.cc).
 #pragma once
 
 #include <boost/asio/async_result.hpp>

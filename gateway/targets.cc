@@ -51,7 +51,7 @@ Result<std::vector<router::Target>> BuildTargets(const GatewayConfig& config,
     }
     // The type's defaults (ProviderTraits::defaults). The Responses API and embeddings pass
     // through as they are, so only OpenAI-compatible servers can take them; the built-in engine
-    // and Anthropic serve the Responses API by translation to chat (gateway/responses_bridge.h)
+    // and Anthropic serve the Responses API by translation to chat (gateway/api/responses_api.cc)
     // and may still turn it off (supports.responses: false).
     const bool pass_through = telemetry::PassesThrough(*type);
     const bool translated = traits.translates_responses;

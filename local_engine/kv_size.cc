@@ -7,6 +7,8 @@
 #include <iomanip>
 #include <sstream>
 
+#include "common/ascii.h"
+
 namespace kvgate::engine {
 namespace {
 
@@ -34,11 +36,7 @@ std::string Fixed(double v, int decimals) {
   return s.str();
 }
 
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  for (char& ch : out) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  return out;
-}
+std::string Lower(std::string_view s) { return AsciiLowered(s); }
 
 }  // namespace
 

@@ -7,15 +7,12 @@
 #include <sstream>
 #include <variant>
 
+#include "common/ascii.h"
+
 namespace kvgate::engine {
 namespace {
 
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
-}
+std::string Lower(std::string_view s) { return AsciiLowered(s); }
 
 // An unsigned 32-bit field of a JSON object: nullopt when absent or null, an error when present but
 // not a non-negative integer that fits.

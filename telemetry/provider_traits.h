@@ -63,7 +63,7 @@ struct ProviderTraits {
   // The catalog's caching-rules key (PriceCatalog::FindCachingRule) for the type's models.
   std::string_view cache_rules_key;
   DefaultCapabilities defaults;
-  // The Responses API is answered through chat (gateway/responses_bridge.h) instead of passed
+  // The Responses API is answered through chat (gateway/api/responses_api.cc) instead of passed
   // through; only the OpenAI chat wire can take it as it is.
   bool translates_responses;
   // Anthropic Messages (POST /v1/messages) is translated to chat for it: every wire but

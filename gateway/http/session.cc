@@ -28,6 +28,7 @@
 #include <boost/beast/http/status.hpp>
 #include <boost/beast/http/string_body.hpp>
 
+#include "common/ascii.h"
 #include "gateway/http/server.h"
 #include "gateway/http/session.h"
 
@@ -400,7 +401,7 @@ const Request& RejectedHead(const bhttp::request_parser<bhttp::string_body>& par
 // RFC 9110 10.1.1: an HTTP/1.0 client's 100-continue is ignored.
 bool WantsContinue(const bhttp::request<bhttp::string_body>& msg) {
   const auto it = msg.find(bhttp::field::expect);
-  return msg.version() >= 11 && it != msg.end() && beast::iequals(it->value(), "100-continue");
+  return msg.version() >= 11 && it != msg.end() && EqualsIgnoreCase(it->value(), "100-continue");
 }
 
 // What RFC 9112 forbids in a request head and Beast's parser accepts: obs-fold (a line that

@@ -42,6 +42,8 @@
 
 #include "gateway/upstream/client.h"
 
+#include "common/ascii.h"
+
 namespace kvgate::upstream {
 namespace {
 
@@ -133,7 +135,6 @@ bool HasCtl(std::string_view s) {
   return false;
 }
 
-bool IEquals(std::string_view a, std::string_view b) { return beast::iequals(a, b); }
 
 // Serializes the request line and headers. The client owns framing and connection management:
 // the caller's Content-Length, Transfer-Encoding and Connection headers are replaced.
@@ -159,12 +160,12 @@ Status BuildHead(const Url& url, const OutgoingRequest& req, std::string& out) {
     if (!IsToken(h.name) || HasCtl(h.value)) {
       return MakeError(ErrorCode::kInvalidArgument, "bad request header '" + h.name + "'");
     }
-    if (IEquals(h.name, "content-length") || IEquals(h.name, "transfer-encoding") ||
-        IEquals(h.name, "connection")) {
+    if (EqualsIgnoreCase(h.name, "content-length") || EqualsIgnoreCase(h.name, "transfer-encoding") ||
+        EqualsIgnoreCase(h.name, "connection")) {
       continue;
     }
-    has_host = has_host || IEquals(h.name, "host");
-    has_accept_encoding = has_accept_encoding || IEquals(h.name, "accept-encoding");
+    has_host = has_host || EqualsIgnoreCase(h.name, "host");
+    has_accept_encoding = has_accept_encoding || EqualsIgnoreCase(h.name, "accept-encoding");
     out.append(h.name).append(": ").append(h.value).append("\r\n");
   }
   // No header would let the server pick any coding (RFC 9110 12.5.3); this client decodes none.

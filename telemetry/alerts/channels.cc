@@ -11,6 +11,8 @@
 #include <ctime>
 #include <memory>
 
+#include "common/ascii.h"
+
 namespace kvgate::telemetry::alerts {
 namespace {
 
@@ -32,9 +34,7 @@ size_t AppendHeader(char* data, size_t size, size_t n, void* user) {
   std::string_view line(data, size * n);
   const size_t colon = line.find(':');
   if (colon != std::string_view::npos) {
-    std::string name(line.substr(0, colon));
-    std::transform(name.begin(), name.end(), name.begin(),
-                   [](unsigned char c) { return char(std::tolower(c)); });
+    std::string name = AsciiLowered(line.substr(0, colon));
     std::string_view value = line.substr(colon + 1);
     while (!value.empty() && (value.front() == ' ' || value.front() == '\t'))
       value.remove_prefix(1);

@@ -46,7 +46,7 @@ TEST(ProviderTraitsTest, NamesRoundTrip) {
   }
 }
 
-// The decisions the table took over from targets.cc, router.cc, proxy.cc, responses_bridge.cc,
+// The decisions the table took over from targets.cc, router.cc and the former proxy.cc and responses_bridge.cc,
 // count_tokens.cc and provider.cc, pinned as they were.
 TEST(ProviderTraitsTest, RowsKeepTheDecisionsTheyReplaced) {
   EXPECT_EQ(TraitsOf(ProviderType::kGeminiOpenAI).cache_rules_key, "gemini");

@@ -16,8 +16,8 @@
 #include <string_view>
 #include <thread>
 
-#include "common/mutex.h"
 #include "common/error.h"
+#include "common/mutex.h"
 #include "gateway/engine_metrics.h"
 #include "gateway/local_provider.h"
 #include "local_engine/chat_template.h"

@@ -14,8 +14,8 @@
 #include <deque>
 
 #include "common/ids.h"
-#include "common/mutex.h"
 #include "common/json_text.h"
+#include "common/mutex.h"
 #include "gateway/engine_host.h"
 #include "gateway/engine_metrics.h"
 #include "gateway/engine_request.h"

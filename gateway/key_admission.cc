@@ -1,6 +1,7 @@
 // The gateway's side of its keys on the request path: admission of an inference request by its
 // key (the model allow-list, then the budget and rate limits of virtual_keys.h). Kept apart from
-// the hall (inference.cc), which only calls in here; the admin API over the keys is admin/keys_api.cc.
+// the hall (inference.cc), which only calls in here; the admin API over the keys is
+// admin/keys_api.cc.
 #include <algorithm>
 
 #include "common/raw_json.h"
@@ -33,10 +34,11 @@ asio::awaitable<std::optional<KeyAdmission>> Gateway::AdmitKey(
   if (!key->AllowsModel(model)) {
     std::string allowed;
     for (const std::string& m : key->limits().models) allowed += (allowed.empty() ? "" : ", ") + m;
-    providers::ClientError error = providers::MakeOpenAIError(
-        403, "key " + key->label() + " may not use model `" + Utf8Snippet(model) +
-                 "` (it may use: " + allowed + ")",
-        "invalid_request_error", "model_not_allowed", "model");
+    providers::ClientError error =
+        providers::MakeOpenAIError(403,
+                                   "key " + key->label() + " may not use model `" +
+                                       Utf8Snippet(model) + "` (it may use: " + allowed + ")",
+                                   "invalid_request_error", "model_not_allowed", "model");
     co_await client.SendError(error, "error");
     co_return std::nullopt;
   }
@@ -47,9 +49,9 @@ asio::awaitable<std::optional<KeyAdmission>> Gateway::AdmitKey(
   if (!admitted) {
     KeyRefusal& refusal = admitted.error();
     for (http::Header& h : refusal.headers) client.headers().push_back(std::move(h));
-    providers::ClientError error = providers::MakeOpenAIError(
-        refusal.status, std::move(refusal.message), std::move(refusal.type),
-        std::move(refusal.code));
+    providers::ClientError error =
+        providers::MakeOpenAIError(refusal.status, std::move(refusal.message),
+                                   std::move(refusal.type), std::move(refusal.code));
     co_await client.SendError(error, "error");
     co_return std::nullopt;
   }

@@ -13,8 +13,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "common/mutex.h"
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "router/health.h"
 #include "router/router.h"
 #include "telemetry/metrics.h"

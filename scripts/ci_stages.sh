@@ -5,6 +5,8 @@
 #   asan-full  scripts/ci_sanitizers.sh asan-full every gtest binary under ASan+UBSan
 #   tsan       scripts/ci_sanitizers.sh tsan      the concurrency tests under TSan
 #   tsa        scripts/ci_tsa.sh                  clang-16 -Wthread-safety -Werror over every source
+#   format     scripts/ci_format.sh               clang-format-16 over every source (.clang-format-pending:
+#                                                 the older files not formatted yet)
 #                                                 (the GUARDED_BY / REQUIRES annotations)
 # KVGATE_CI_STAGES picks them (default "fuzz asan tsan tsa"; "main" or "" runs none of them, for a
 # quick local scripts/test.sh). asan-full is opt-in: its engine and kernel tests run forward passes
@@ -12,7 +14,7 @@
 # a summary follows. Exits non-zero when any stage failed, after running all of them.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-read -r -a STAGES <<< "${KVGATE_CI_STAGES-fuzz asan tsan tsa}"
+read -r -a STAGES <<< "${KVGATE_CI_STAGES-format fuzz asan tsan tsa}"
 results=()
 status=0
 for stage in "${STAGES[@]}"; do
@@ -21,7 +23,8 @@ for stage in "${STAGES[@]}"; do
     fuzz) cmd=(bash scripts/ci_fuzz.sh) ;;
     asan|asan-full|tsan) cmd=(bash scripts/ci_sanitizers.sh "$stage") ;;
     tsa) cmd=(bash scripts/ci_tsa.sh) ;;
-    *) echo "ci_stages: unknown stage '$stage' (fuzz, asan, asan-full, tsan, tsa, main)"; results+=("$stage: unknown"); status=1; continue ;;
+    format) cmd=(bash scripts/ci_format.sh) ;;
+    *) echo "ci_stages: unknown stage '$stage' (format, fuzz, asan, asan-full, tsan, tsa, main)"; results+=("$stage: unknown"); status=1; continue ;;
   esac
   echo "==== stage $stage: ${cmd[*]}"
   start=$(date +%s)

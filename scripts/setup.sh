@@ -18,6 +18,7 @@ APT_PACKAGES=(
   # The fuzz stage (scripts/ci_fuzz.sh): clang with libFuzzer and the sanitizer runtimes, and
   # llvm-symbolizer for readable reports.
   clang-16 libclang-rt-16-dev llvm-16
+  clang-format-16  # the format stage (scripts/ci_format.sh): the committed .clang-format
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -44,8 +44,7 @@ class MessagesCall final : public ApiCall {
     const telemetry::ProviderTraits& traits = telemetry::TraitsOf(type);
     if (!traits.translates_messages) return plan;  // its own wire: passed through
     // OpenAI itself refuses top_k; the servers that sample locally take it.
-    Result<std::string> chat =
-        providers::MessagesToChat(body(), {.top_k = traits.accepts_top_k});
+    Result<std::string> chat = providers::MessagesToChat(body(), {.top_k = traits.accepts_top_k});
     if (!chat) return std::unexpected(Untranslatable(chat.error()));
     if (auto failed = PlanChat(call, std::move(*chat), options, plan)) {
       return std::unexpected(std::move(*failed));

@@ -46,8 +46,8 @@ TEST(ProviderTraitsTest, NamesRoundTrip) {
   }
 }
 
-// The decisions the table took over from targets.cc, router.cc and the former proxy.cc and responses_bridge.cc,
-// count_tokens.cc and provider.cc, pinned as they were.
+// The decisions the table took over from targets.cc, router.cc and the former proxy.cc and
+// responses_bridge.cc, count_tokens.cc and provider.cc, pinned as they were.
 TEST(ProviderTraitsTest, RowsKeepTheDecisionsTheyReplaced) {
   EXPECT_EQ(TraitsOf(ProviderType::kGeminiOpenAI).cache_rules_key, "gemini");
   EXPECT_EQ(TraitsOf(ProviderType::kLocal).cache_rules_key, "kvgate");

@@ -115,7 +115,7 @@ uint64_t PrefixCacheSalt(std::string_view api_key_id) {
 Result<std::unique_ptr<LocalEngines>> LocalEngines::Start(const GatewayConfig& config) {
   std::map<std::string, std::unique_ptr<EngineHost>> hosts;
   for (const auto& p : config.providers) {
-    if (p.type != "local") continue;
+    if (!HostsEngine(p)) continue;
     const auto device = engine::ParseDevice(p.device);
     if (!device) {
       return MakeError(ErrorCode::kInvalidArgument,

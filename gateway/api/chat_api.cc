@@ -17,10 +17,9 @@ class ChatCall final : public ApiCall {
 
 class ChatApi final : public ClientApi {
  public:
-  explicit ChatApi(providers::Endpoint endpoint) : endpoint_(endpoint) {}
+  explicit ChatApi(providers::Endpoint endpoint) : ClientApi(OpenAIStyle()), endpoint_(endpoint) {}
 
   providers::Endpoint endpoint() const override { return endpoint_; }
-  const AnswerStyle& style() const override { return style_; }
 
   std::expected<std::unique_ptr<ApiCall>, providers::ClientError> Read(
       const http::Request& request, const raw_json::Object& body,
@@ -40,7 +39,6 @@ class ChatApi final : public ClientApi {
 
  private:
   const providers::Endpoint endpoint_;
-  const AnswerStyle style_ = OpenAIStyle();
 };
 
 }  // namespace

@@ -90,12 +90,13 @@ class ApiCall {
 
 class ClientApi {
  public:
+  explicit ClientApi(AnswerStyle style) : style_(std::move(style)) {}
   virtual ~ClientApi() = default;
 
   // The client's endpoint, as recorded.
   virtual providers::Endpoint endpoint() const = 0;
   // How kvgate's own answers look to this API's clients (errors, the stream-cut event).
-  virtual const AnswerStyle& style() const = 0;
+  const AnswerStyle& style() const { return style_; }
   // Reads and validates the request's JSON object (its bytes outlive the call): fills
   // record.model, .stream and .thread_id (as the client named it); the client's 400 otherwise
   // (record.model is set, cut, even then when the body named one).
@@ -111,6 +112,9 @@ class ClientApi {
     (void)decision, (void)targets, (void)model;
     return std::nullopt;
   }
+
+ private:
+  const AnswerStyle style_;
 };
 
 // The request fields every API reads the same way: the model (present, a valid name), stream (a

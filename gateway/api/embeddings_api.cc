@@ -22,8 +22,8 @@ bool Embeds(const router::Target& target) { return target.capabilities.embedding
 
 class EmbeddingsApi final : public ClientApi {
  public:
+  EmbeddingsApi() : ClientApi(OpenAIStyle()) {}
   providers::Endpoint endpoint() const override { return providers::Endpoint::kEmbeddings; }
-  const AnswerStyle& style() const override { return style_; }
 
   std::expected<std::unique_ptr<ApiCall>, providers::ClientError> Read(
       const http::Request& request, const raw_json::Object& body,
@@ -48,9 +48,6 @@ class EmbeddingsApi final : public ClientApi {
                           "and the built-in engine does not embed)",
                           "a model of such a provider");
   }
-
- private:
-  const AnswerStyle style_ = OpenAIStyle();
 };
 
 }  // namespace

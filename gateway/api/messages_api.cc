@@ -65,8 +65,11 @@ providers::ClientError ShapeAnthropic(const providers::ClientError& error) {
 
 class MessagesApi final : public ClientApi {
  public:
+  MessagesApi()
+      : ClientApi({.shape_error = &ShapeAnthropic,
+                   .error_event = &providers::AnthropicErrorEvent,
+                   .cut_event = providers::AnthropicShutdownCutEvent()}) {}
   providers::Endpoint endpoint() const override { return providers::Endpoint::kMessages; }
-  const AnswerStyle& style() const override { return style_; }
 
   std::expected<std::unique_ptr<ApiCall>, providers::ClientError> Read(
       const http::Request& request, const raw_json::Object& body,
@@ -89,11 +92,6 @@ class MessagesApi final : public ClientApi {
     return std::make_unique<MessagesCall>(body, printable("anthropic-version"),
                                           printable("anthropic-beta"));
   }
-
- private:
-  const AnswerStyle style_{.shape_error = &ShapeAnthropic,
-                           .error_event = &providers::AnthropicErrorEvent,
-                           .cut_event = providers::AnthropicShutdownCutEvent()};
 };
 
 }  // namespace

@@ -208,8 +208,8 @@ class ResponsesCall final : public ApiCall {
 
 class ResponsesApi final : public ClientApi {
  public:
+  ResponsesApi() : ClientApi(OpenAIStyle()) {}
   providers::Endpoint endpoint() const override { return providers::Endpoint::kResponses; }
-  const AnswerStyle& style() const override { return style_; }
 
   std::expected<std::unique_ptr<ApiCall>, providers::ClientError> Read(
       const http::Request& request, const raw_json::Object& body,
@@ -237,9 +237,6 @@ class ResponsesApi final : public ClientApi {
                           "built-in engine and Anthropic)",
                           "/v1/chat/completions, or a model of such a provider");
   }
-
- private:
-  const AnswerStyle style_ = OpenAIStyle();
 };
 
 }  // namespace

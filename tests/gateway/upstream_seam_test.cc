@@ -1,17 +1,12 @@
 // The Upstream seam beside attempts: the router's prefix probe, POST /api/engine/lookup and
 // POST /v1/messages/count_tokens reach a target's upstream through Upstream::LookupPrefix and
-// Upstream::CountTokens (a fake one here, behind a real gateway on 127.0.0.1 port 0), and an
+// Upstream::CountTokens (a fake one here, behind a real gateway: gateway_harness.h), and an
 // upstream that cannot answers with the defaults.
 #include <gtest/gtest.h>
 
 #include <mutex>
 
-#include "gateway/config.h"
-#include "gateway/gateway.h"
-#include "gateway/recorder.h"
-#include "gateway/targets.h"
-#include "tests/http/test_util.h"
-#include "tests/telemetry/store_test_util.h"
+#include "tests/gateway/gateway_harness.h"
 
 namespace kvgate::gateway {
 namespace {
@@ -88,77 +83,16 @@ routers:
 
 class UpstreamSeamTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    auto config = ParseConfig(kConfig, [](const std::string&) { return std::nullopt; });
-    ASSERT_TRUE(config.has_value()) << config.error().message;
-    config_ = *config;
-    config_.sqlite_path = dir_.File("t.db");
-    auto store = telemetry::TelemetryStore::Open(config_.sqlite_path, clock_);
-    ASSERT_TRUE(store.has_value()) << store.error().message;
-    store_ = std::move(*store);
-    auto metrics = telemetry::GatewayMetrics::Create(registry_);
-    ASSERT_TRUE(metrics.has_value());
-    metrics_ = std::move(*metrics);
-    auto targets = BuildTargets(config_, catalog_, nullptr);
-    ASSERT_TRUE(targets.has_value());
-    auto router = router::Router::Create(std::move(*targets), config_.routing, clock_, &registry_);
-    ASSERT_TRUE(router.has_value()) << router.error().message;
-    router_ = std::move(*router);
-    recorder_ = std::make_unique<Recorder>(*store_, *metrics_, *router_);
-    GatewayDeps deps{.store = store_.get(),
-                     .metrics = metrics_.get(),
-                     .recorder = recorder_.get(),
-                     .clock = &clock_,
-                     .router = router_.get(),
-                     .remote = &fake_};
-    auto gw = Gateway::Create(config_, deps);
-    ASSERT_TRUE(gw.has_value()) << gw.error().message;
-    gateway_ = std::move(*gw);
-    http::ServerOptions options;
-    options.port = 0;
-    options.threads = 1;
-    gateway_->PrepareLoops(1);
-    options.on_thread_start = [g = gateway_.get()](size_t i, asio::any_io_executor e) {
-      g->OnLoopStart(i, std::move(e));
-    };
-    auto server = http::Server::Start(options, gateway_->handler());
-    ASSERT_TRUE(server.has_value()) << server.error().message;
-    server_ = std::move(*server);
-  }
-  void TearDown() override {
-    if (server_) server_->Stop();
-    if (gateway_) {
-      gateway_->ReleaseClients();
-      gateway_->FinishBlockingWork();
-    }
-    server_.reset();
-    if (store_) store_->Close();
-  }
+  void SetUp() override { ASSERT_TRUE(gateway_.Start(kConfig, fake_)); }
 
-  testing::RawResponse Post(const std::string& path, const std::string& body,
-                            const std::string& extra_headers = "") {
+  ::kvgate::testing::RawResponse Post(const std::string& path, const std::string& body,
+                                      const std::string& extra_headers = "") {
     SCOPED_TRACE(path);
-    testing::RawConn conn;
-    EXPECT_EQ(conn.Connect(server_->port()), 0);
-    conn.Send("POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
-              extra_headers + "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
-    auto r = testing::ReadResponse(conn);
-    EXPECT_TRUE(r.has_value());
-    return r.value_or(testing::RawResponse{});
+    return gateway_.Post(path, body, extra_headers);
   }
 
-  telemetry::testing::TempDir dir_;
-  FakeClock clock_;
-  telemetry::PriceCatalog catalog_ = telemetry::PriceCatalog::BuiltIn();
-  telemetry::MetricsRegistry registry_;
-  GatewayConfig config_;
-  std::unique_ptr<telemetry::TelemetryStore> store_;
-  std::unique_ptr<telemetry::GatewayMetrics> metrics_;
-  std::unique_ptr<router::Router> router_;
-  std::unique_ptr<Recorder> recorder_;
   FakeUpstream fake_;
-  std::unique_ptr<Gateway> gateway_;
-  std::unique_ptr<http::Server> server_;
+  gateway::testing::GatewayHarness gateway_;
 };
 
 TEST_F(UpstreamSeamTest, TheRoutersProbeAsksEachTargetsUpstream) {

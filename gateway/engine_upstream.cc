@@ -45,13 +45,8 @@ struct Channel {
 
 // An attempt that ends with nothing sent: `error` is what the client would get.
 AttemptResult Refused(providers::ClientError error, Failure failure) {
-  AttemptResult r;
-  r.message = error.body["error"].value("message", std::string());
-  r.outcome.failure = failure;
-  r.outcome.status = error.status;
-  r.error = std::move(error);
-  r.status_word = "error";
-  return r;
+  const int status = error.status;
+  return FailedAttempt(std::move(error), "error", failure, status);
 }
 AttemptResult Refused(int status, std::string message, const char* type, const char* code,
                       Failure failure) {

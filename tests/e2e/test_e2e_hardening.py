@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
+import urllib.parse
 import uuid
 
 import pytest
@@ -77,7 +78,8 @@ def assert_read_api_serves(gw):
         st, _, one = gw.admin_get(f"/api/requests/{r['request_id']}")
         assert st == 200, (r["request_id"], st, one)
         if r["thread_id"]:
-            st, _, _ = gw.admin_get(f"/api/threads/{r['thread_id']}")
+            # (Quoted: a thread id may hold '?', '#' or '/', as another test's may.)
+            st, _, _ = gw.admin_get(f"/api/threads/{urllib.parse.quote(r['thread_id'], safe='')}")
             assert st == 200, (r["thread_id"], st)
 
 

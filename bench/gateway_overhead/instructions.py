@@ -174,8 +174,10 @@ def main():
     (t0, c0), (t1, c1) = results[n_small], results[n_big]
     rows = [
         ("event-loop threads", r"ServerImpl::Init\(\)::\{lambda\(\)#3\}.*_M_run"),
-        ("request handler (HandleInference)", r"proxy\.cc:kvgate::gateway::Gateway::HandleInference\(kvgate::gateway"),
-        ("telemetry writer", r"SqliteTelemetryStore::WriterLoop"),
+        # (The hall was proxy.cc before it became inference.cc: either, so that older builds compare.)
+        ("request handler (HandleInference)",
+         r"(?:proxy|inference)\.cc:kvgate::gateway::Gateway::HandleInference\(kvgate::gateway"),
+        ("telemetry writer", r"(?:SqliteTelemetryStore|BatchWriter)::WriterLoop"),
     ]
     kind = ("Anthropic 50-delta stream" if args.anthropic else
             "50-event stream" if args.stream else "chat completion") + f", {len(body) / 1024:.1f} KB request"

@@ -4,8 +4,11 @@
 #include <charconv>
 #include <exception>
 #include <set>
+#include <utility>
+#include <variant>
 #include <vector>
 
+#include "common/json_writer.h"
 #include "telemetry/diagnosis.h"
 #include "telemetry/pricing.h"
 #include "telemetry/store.h"
@@ -391,6 +394,105 @@ Result<json> RequestJson(RowCursor& s, std::string_view id) {
     if (!row) return std::unexpected(row.error());
     if (!*row) return MakeError(ErrorCode::kNotFound, "no request \"" + std::string(id) + "\"");
     return TurnJson(s, Detail::kFull);
+  });
+}
+
+namespace {
+
+// A record not yet committed as the row its insert will store (the columns of TurnColumns, the
+// values both stores' inserts bind: NULL where they bind NULL, JSON as its text), so that
+// TurnJson reads it exactly as it will read the committed row. One row; `seq` is not known yet
+// (0: TurnJson does not read it).
+class PendingRow : public RowCursor {
+ public:
+  explicit PendingRow(const RequestRecord& r) : values_(kColumnCount) {
+    const Usage& u = r.usage;
+    const Cost& c = r.cost;
+    auto text = [&](Col col, const std::string& v) { values_[col] = v; };
+    auto text_or_null = [&](Col col, const std::string& v) {
+      if (!v.empty()) values_[col] = v;
+    };
+    auto integer = [&](Col col, int64_t v) { values_[col] = v; };
+    auto opt = [&](Col col, std::optional<int64_t> v) {
+      if (v) values_[col] = *v;
+    };
+    text(kRequestId, r.request_id);
+    text(kThreadId, r.thread_id);
+    integer(kCreatedAt, r.created_at_us);
+    text(kEndpoint, r.endpoint);
+    text(kModel, r.model);
+    text(kProvider, r.provider);
+    text(kProviderType, r.provider_type);
+    text(kUpstreamModel, r.upstream_model);
+    text(kApiKeyId, r.api_key_id);
+    integer(kStream, r.stream ? 1 : 0);
+    text(kStatus, r.status);
+    integer(kHttpStatus, r.http_status);
+    integer(kUpstreamStatus, r.upstream_status);
+    opt(kLatency, r.latency_us);
+    opt(kTtft, r.ttft_us);
+    opt(kCacheRead, u.cache_read);
+    opt(kCacheWrite5m, u.cache_write_5m);
+    opt(kCacheWrite1h, u.cache_write_1h);
+    opt(kUncached, u.uncached);
+    opt(kOutput, u.output);
+    opt(kReasoning, u.reasoning);
+    opt(kReportedInput, u.reported_input);
+    integer(kClamped, u.clamped ? 1 : 0);
+    text_or_null(kUsageRaw, u.raw);
+    integer(kCostCacheRead, c.cache_read);
+    integer(kCostCacheWrite, c.cache_write);
+    integer(kCostUncached, c.uncached);
+    integer(kCostOutput, c.output);
+    integer(kCostTotal, c.total);
+    integer(kCostSaved, c.saved);
+    integer(kCostComplete, c.complete ? 1 : 0);
+    integer(kCostPriced, c.priced ? 1 : 0);
+    text(kError, r.error);
+    text(kUpstreamRequestId, r.upstream_request_id);
+    text(kFinishReason, r.finish_reason);
+    if (!r.cache_diagnosis.is_null()) text(kDiagnosis, WriteJson(r.cache_diagnosis));
+    text(kResponseId, r.response_id);
+    opt(kCacheWriteNoTtl, u.cache_write_no_ttl);
+    integer(kCostMissed, c.missed);
+    text(kTarget, r.target);
+    integer(kKeyIndex, r.key_index);
+    text(kSystemFingerprint, r.system_fingerprint);
+    text_or_null(kRoute, r.route);
+    if (r.attempts.is_array() && !r.attempts.empty()) text(kAttempts, WriteJson(r.attempts));
+    opt(kCacheReadOffload, u.cache_read_offload);
+    text(kCacheHelper, r.cache_helper);
+    text(kProviderCacheMissReason, r.provider_cache_miss_reason);
+    text(kCacheReadOffloadTier, u.cache_read_offload_tier);
+    integer(kUsageEstimated, u.estimated ? 1 : 0);
+  }
+
+  Result<bool> Step() override { return !std::exchange(stepped_, true); }
+  bool IsNull(int column) const override {
+    return std::holds_alternative<std::monostate>(values_[column]);
+  }
+  int64_t Int(int column) const override { return OptInt(column).value_or(0); }
+  std::optional<int64_t> OptInt(int column) const override {
+    const int64_t* v = std::get_if<int64_t>(&values_[column]);
+    return v ? std::optional<int64_t>(*v) : std::nullopt;
+  }
+  std::string Text(int column) const override {
+    const std::string* v = std::get_if<std::string>(&values_[column]);
+    return v ? *v : std::string();
+  }
+  double Real(int column) const override { return static_cast<double>(Int(column)); }
+
+ private:
+  std::vector<std::variant<std::monostate, int64_t, std::string>> values_;
+  bool stepped_ = false;
+};
+
+}  // namespace
+
+Result<json> PendingRequestJson(const RequestRecord& record) {
+  return Guarded([&]() -> Result<json> {
+    PendingRow row(record);
+    return RequestJson(row, record.request_id);
   });
 }
 

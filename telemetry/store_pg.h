@@ -86,6 +86,8 @@ class PostgresTelemetryStore final : public TelemetryStore, private BatchSink {
   Result<std::unique_ptr<Reader>> AcquireReader() const;
   // Runs a read statement on a pooled connection and hands back its rows.
   Result<PgRows> Read(std::string_view sql, const PgParams& params) const;
+  // GetRequest's query: the committed row only (GetRequest adds the writer's pending records).
+  Result<nlohmann::json> GetCommittedRequest(std::string_view id) const;
 
   // BatchSink, on the writer thread.
   Outcome WriteBatch(std::deque<RequestRecord>& batch) override;

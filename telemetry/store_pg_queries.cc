@@ -6,6 +6,7 @@
 
 #include "telemetry/store_pg.h"
 #include "telemetry/store_rows.h"
+#include "telemetry/store_writer.h"
 
 namespace kvgate::telemetry::internal {
 
@@ -64,6 +65,11 @@ Result<json> PostgresTelemetryStore::ListRequests(const RequestQuery& query) con
 }
 
 Result<json> PostgresTelemetryStore::GetRequest(std::string_view id) const {
+  return GetRequestAfterWrite(writer_, id,
+                              [this](std::string_view key) { return GetCommittedRequest(key); });
+}
+
+Result<json> PostgresTelemetryStore::GetCommittedRequest(std::string_view id) const {
   // kvgate's id, else the id of the response body (the newest). PostgreSQL does not promise the
   // branches of a UNION ALL in order, so the preference is an explicit sort key (a column after
   // the turn's, which TurnJson does not read).

@@ -14,6 +14,7 @@
 #include "telemetry/pricing.h"
 #include "telemetry/store.h"
 #include "telemetry/store_rows.h"
+#include "telemetry/store_writer.h"
 #include "telemetry/store_sqlite.h"
 
 namespace kvgate::telemetry {
@@ -320,7 +321,12 @@ Result<json> SqliteTelemetryStore::ListRequests(const RequestQuery& query) const
   return RequestListJson(rows, page->limit);
 }
 
-Result<json> SqliteTelemetryStore::GetRequest(std::string_view request_id) const {
+Result<json> SqliteTelemetryStore::GetRequest(std::string_view id) const {
+  return GetRequestAfterWrite(writer_, id,
+                              [this](std::string_view key) { return GetCommittedRequest(key); });
+}
+
+Result<json> SqliteTelemetryStore::GetCommittedRequest(std::string_view request_id) const {
   auto reader = AcquireReader();
   if (!reader) return std::unexpected(reader.error());
   // kvgate's id, else the id of the response body (the newest, should an upstream reuse one).

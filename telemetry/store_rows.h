@@ -71,6 +71,9 @@ Result<RequestPage> ParseRequestPage(const RequestQuery& query);
 Result<nlohmann::json> RequestListJson(RowCursor& rows, int limit);
 // The first row (TurnColumns) as GetRequest's answer; kNotFound without one.
 Result<nlohmann::json> RequestJson(RowCursor& rows, std::string_view id);
+// A record handed to the writer and not yet committed (BatchWriter::FindPending) as GetRequest
+// will answer for it once committed.
+Result<nlohmann::json> PendingRequestJson(const RequestRecord& record);
 // Rows of TurnColumns plus the fingerprint's text (column kTurnColumnCount).
 Result<std::vector<RequestRecord>> LatestTurnsFromRows(RowCursor& rows, int* skipped_corrupt);
 

@@ -94,6 +94,8 @@ class SqliteTelemetryStore final : public TelemetryStore, private BatchSink {
     std::unique_ptr<Db> db_;
   };
   Result<std::unique_ptr<Reader>> AcquireReader() const;
+  // GetRequest's query: the committed row only (GetRequest adds the writer's pending records).
+  Result<nlohmann::json> GetCommittedRequest(std::string_view id) const;
 
   // BatchSink, on the writer thread: the batch in one transaction, retried a few times. An
   // error that IsOutage() (disk full, a lock held elsewhere, an I/O error) makes it report the

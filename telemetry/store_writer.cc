@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/thread_name.h"
+#include "telemetry/store_rows.h"
 
 namespace kvgate::telemetry::internal {
 namespace {
@@ -81,6 +82,15 @@ Status BatchWriter::Start(const std::string& journal_base, size_t journal_segmen
 }
 
 std::optional<BatchWriter::JournalMark> BatchWriter::Checkpoint(const RequestRecord& record) {
+  {
+    // The answer's last bytes follow, and Record() only after them: a read for this id meanwhile
+    // waits for it (FindPending) instead of finding nothing. Bounded, should a caller never
+    // hand its record over.
+    constexpr size_t kMaxAnnounced = 4096;
+    MutexLock lock(&mu_);
+    if (announced_.size() >= kMaxAnnounced) announced_.erase(announced_.begin());
+    announced_.push_back({record.request_id, record.response_id});
+  }
   if (!journal_) return std::nullopt;
   // Journaled as it stands, with no copy (the journal's writer replaces text that is not UTF-8
   // itself); only an unstamped record is copied to be stamped, as Record() would.
@@ -105,13 +115,24 @@ void BatchWriter::Record(RequestRecord record, std::optional<JournalMark> checkp
     if (auto segment = journal_->Append(record)) refs.entry = *segment;
   }
   refs.queued_ns = clock_.MonotonicNanos();
-  bool wake = false;
+  bool wake = false, handed = false;
   std::vector<Journal::Segment> released;
   {
     MutexLock lock(&mu_);
     ++stats_.recorded;
+    if (!announced_.empty()) {
+      auto it = std::find_if(announced_.begin(), announced_.end(), [&](const Announced& a) {
+        return a.request_id == record.request_id;
+      });
+      if (it != announced_.end()) {
+        *it = std::move(announced_.back());
+        announced_.pop_back();
+      }
+    }
+    handed = pending_waiters_ > 0;
     if (stopping_) {
       ++stats_.write_errors;
+      if (handed) handed_cv_.SignalAll();
       return;
     }
     queue_.push_back(std::move(record));
@@ -126,6 +147,55 @@ void BatchWriter::Record(RequestRecord record, std::optional<JournalMark> checkp
   }
   if (journal_) journal_->Release(released);
   if (wake) work_cv_.Signal();
+  if (handed) handed_cv_.SignalAll();
+}
+
+const RequestRecord* BatchWriter::FindPendingLocked(std::string_view id) const {
+  // kvgate's id first, as the stores' queries prefer it; else the newest with the response id
+  // (the queue's records are newer than the batch's).
+  auto by_request = [&](const RequestRecord& r) { return r.request_id == id; };
+  auto by_response = [&](const RequestRecord& r) { return r.response_id == id; };
+  if (in_flight_) {
+    if (auto it = std::find_if(in_flight_->begin(), in_flight_->end(), by_request);
+        it != in_flight_->end()) {
+      return &*it;
+    }
+  }
+  if (auto it = std::find_if(queue_.begin(), queue_.end(), by_request); it != queue_.end()) {
+    return &*it;
+  }
+  if (auto it = std::find_if(queue_.rbegin(), queue_.rend(), by_response); it != queue_.rend()) {
+    return &*it;
+  }
+  if (in_flight_) {
+    if (auto it = std::find_if(in_flight_->rbegin(), in_flight_->rend(), by_response);
+        it != in_flight_->rend()) {
+      return &*it;
+    }
+  }
+  return nullptr;
+}
+
+std::optional<RequestRecord> BatchWriter::FindPending(std::string_view id,
+                                                      std::chrono::milliseconds wait) const {
+  if (id.empty()) return std::nullopt;  // as the stores' queries: "" names no response
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  MutexLock lock(&mu_);
+  for (;;) {
+    if (const RequestRecord* found = FindPendingLocked(id)) return *found;
+    const bool announced =
+        std::any_of(announced_.begin(), announced_.end(), [&](const Announced& a) {
+          return a.request_id == id || a.response_id == id;
+        });
+    if (!announced || stopping_) return std::nullopt;
+    ++pending_waiters_;
+    const bool woken = handed_cv_.WaitUntil(&mu_, deadline);
+    --pending_waiters_;
+    if (!woken) {
+      const RequestRecord* found = FindPendingLocked(id);
+      return found ? std::optional<RequestRecord>(*found) : std::nullopt;
+    }
+  }
 }
 
 size_t BatchWriter::DropOverflowLocked(std::vector<Journal::Segment>* released) {
@@ -183,6 +253,7 @@ void BatchWriter::Close() {
     stopping_ = true;
   }
   work_cv_.SignalAll();
+  handed_cv_.SignalAll();
   if (writer_.joinable()) writer_.join();  // the writer drains the queue before it exits
 }
 
@@ -221,6 +292,7 @@ void BatchWriter::WriterLoop() {
       journal_refs.swap(queue_journal_);
       batch_end = enqueued_seq_;
       batch_in_flight_ = true;
+      in_flight_ = &batch;
       batch_oldest_ns_ = journal_refs.front().queued_ns;
     }
     BatchSink::Outcome outcome = sink_.WriteBatch(batch);
@@ -275,6 +347,7 @@ bool BatchWriter::Requeue(std::deque<RequestRecord>& batch, std::deque<JournalRe
     for (const JournalRefs& r : queue_journal_) refs.push_back(r);
     queue_.swap(batch);
     queue_journal_.swap(refs);
+    in_flight_ = nullptr;  // before the batch changes (it did above, under mu_ too)
     batch.clear();
     refs.clear();
     batch_in_flight_ = false;
@@ -316,6 +389,7 @@ void BatchWriter::Finish(size_t batch_size, uint64_t batch_end, std::deque<Journ
     ++stats_.batches;
     committed_seq_ = batch_end;
     batch_in_flight_ = false;
+    in_flight_ = nullptr;  // the batch is freed after this
     // Records that arrived during a long attempt may have passed the bound.
     DropOverflowLocked(&released);
     was_failing = stats_.failing;
@@ -384,6 +458,20 @@ void BatchWriter::ReportDrops(bool force) {
                "%zu records (the most the queue holds) wait for %s\n",
                static_cast<unsigned long long>(dropped), static_cast<unsigned long long>(total),
                max_queued_records_, sink_.Describe().c_str());
+}
+
+Result<nlohmann::json> GetRequestAfterWrite(
+    const BatchWriter& writer, std::string_view id,
+    const std::function<Result<nlohmann::json>(std::string_view)>& committed) {
+  // How long a read waits for a record whose answer is going out (checkpointed, not yet handed
+  // over): the request path hands it over right after its last write, so well under this.
+  constexpr std::chrono::milliseconds kAnnouncedWait{1'000};
+  Result<nlohmann::json> stored = committed(id);
+  if (stored || stored.error().code != ErrorCode::kNotFound) return stored;
+  if (std::optional<RequestRecord> pending = writer.FindPending(id, kAnnouncedWait)) {
+    return PendingRequestJson(*pending);
+  }
+  return committed(id);
 }
 
 }  // namespace kvgate::telemetry::internal

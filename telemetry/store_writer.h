@@ -10,17 +10,26 @@
 // shutdown during an outage leaves the unwritten records in the journal, so the next process
 // writes them.
 //
+// Read-after-write: FindPending() gives a record that is handed over but not yet committed (in
+// the queue or in the batch being written), so a store can answer for it before its commit. A
+// record checkpointed but not yet handed over (its answer is going out) is announced by its ids,
+// and FindPending waits for it.
+//
 // Thread safety: every public method may be called from any thread.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "common/clock.h"
 #include "common/mutex.h"
@@ -68,6 +77,13 @@ class BatchWriter {
   std::optional<JournalMark> Checkpoint(const RequestRecord& record);
   void Record(RequestRecord record, std::optional<JournalMark> checkpoint);
   Status Flush();
+  // A copy of the record with request id `id`, else of the newest with response id `id`, among
+  // those handed over and not yet done (queued, or in the batch being written). When there is
+  // none but a record with that id was checkpointed and not yet handed over (its answer is on
+  // its way to the client, Record() follows), waits up to `wait` for it. nullopt: none (it may
+  // have been committed meanwhile: the caller reads the database again).
+  std::optional<RequestRecord> FindPending(std::string_view id,
+                                           std::chrono::milliseconds wait) const;
   // Drains the queue (or, with the database unreachable, leaves it in the journal) and joins
   // the writer thread. Idempotent.
   void Close();
@@ -97,6 +113,8 @@ class BatchWriter {
   // them done and lost, and appends their journal entries to *released for the caller to
   // release once mu_ is dropped. Returns how many were dropped.
   size_t DropOverflowLocked(std::vector<Journal::Segment>* released) REQUIRES(mu_);
+  // FindPending's search; the record stays valid while mu_ is held.
+  const RequestRecord* FindPendingLocked(std::string_view id) const REQUIRES(mu_);
   // Rate-limited stderr lines for failures, outages, drops and the recovery. Writer thread.
   void ReportWriteOutcome(uint64_t failed, size_t batch_size, bool was_failing,
                           const std::string& error);
@@ -126,6 +144,18 @@ class BatchWriter {
   CondVar written_cv_;  // signalled: committed_seq_ advanced, or writer exited
   std::deque<RequestRecord> queue_ GUARDED_BY(mu_);
   std::deque<JournalRefs> queue_journal_ GUARDED_BY(mu_);  // parallel to queue_
+  // The writer's batch while batch_in_flight_ (null otherwise), for FindPending. The writer
+  // thread reads it without mu_ only as const (the sink), and changes or frees it only after it
+  // cleared this under mu_, so readers under mu_ see it whole.
+  const std::deque<RequestRecord>* in_flight_ PT_GUARDED_BY(mu_) GUARDED_BY(mu_) = nullptr;
+  // The ids of records checkpointed and not yet handed to Record(), for FindPending to wait on
+  // (a few: the answers going out right now).
+  struct Announced {
+    std::string request_id, response_id;
+  };
+  std::vector<Announced> announced_ GUARDED_BY(mu_);
+  mutable int pending_waiters_ GUARDED_BY(mu_) = 0;  // FindPending callers waiting on handed_cv_
+  mutable CondVar handed_cv_;  // signalled: a record was handed over (with waiters), or stopping_
   // Whether the writer has taken a batch out of the queue and not yet finished or handed it
   // back, and when the batch's oldest record was queued.
   bool batch_in_flight_ GUARDED_BY(mu_) = false;
@@ -146,5 +176,12 @@ class BatchWriter {
   Mutex close_mu_;
   bool closed_ GUARDED_BY(close_mu_) = false;
 };
+
+// Both stores' GetRequest: the committed row (`committed`, the store's query), else the record
+// still pending in `writer` (the same JSON), else the committed row again (it may have been
+// committed between the two looks). The writer is asked only when the database has no row.
+Result<nlohmann::json> GetRequestAfterWrite(
+    const BatchWriter& writer, std::string_view id,
+    const std::function<Result<nlohmann::json>(std::string_view)>& committed);
 
 }  // namespace kvgate::telemetry::internal

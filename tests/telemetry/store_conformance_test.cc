@@ -1,7 +1,10 @@
 // The store contract of store.h, run against every implementation (store_factory.h): SQLite and
 // PostgreSQL must give the same answers to the same records.
 #include <algorithm>
+#include <chrono>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -106,6 +109,48 @@ TEST_P(StoreConformanceTest, GetRequestGivesBackEveryField) {
   auto missing = store_->GetRequest("req_none");
   ASSERT_FALSE(missing.has_value());
   EXPECT_EQ(missing.error().code, ErrorCode::kNotFound);
+}
+
+// Read-after-write: a record handed to the store is readable at once, by kvgate's id and by the
+// response's id, with the JSON it has once committed (the group commit is an hour here, so it
+// is still queued when read).
+TEST_P(StoreConformanceTest, GetRequestAnswersForAQueuedRecordAsOnceCommitted) {
+  StoreOptions options;
+  options.commit_interval = std::chrono::hours(1);
+  Reopen(std::move(options));
+  store_->Record(FullRecord());
+  auto queued = store_->GetRequest("req_full");
+  ASSERT_TRUE(queued.has_value()) << queued.error().ToString();
+  auto queued_by_response = store_->GetRequest("resp_42");
+  ASSERT_TRUE(queued_by_response.has_value()) << queued_by_response.error().ToString();
+  EXPECT_EQ(store_->stats().queue_depth, 1u);  // not committed when read
+  EXPECT_EQ(store_->stats().written, 0u);
+  EXPECT_EQ(*queued_by_response, *queued);
+  EXPECT_EQ(store_->GetRequest("req_none").error().code, ErrorCode::kNotFound);
+  EXPECT_EQ(store_->GetRequest("").error().code, ErrorCode::kNotFound);
+  ASSERT_TRUE(store_->Flush().has_value());
+  auto committed = store_->GetRequest("req_full");
+  ASSERT_TRUE(committed.has_value()) << committed.error().ToString();
+  EXPECT_EQ(*queued, *committed);
+  EXPECT_EQ((*queued)["cache_diagnosis"]["cause"], "prompt_changed");
+  EXPECT_EQ((*queued)["usage_raw"]["cache_read_input_tokens"], 900);
+}
+
+// A record checkpointed (its answer's last bytes are going out) but not yet handed over: a read
+// for it waits for Record() instead of answering 404, and sees the final record.
+TEST_P(StoreConformanceTest, GetRequestWaitsForACheckpointedRecord) {
+  RequestRecord record = FullRecord();
+  const std::optional<TelemetryStore::JournalMark> mark = store_->Checkpoint(record);
+  std::thread commit([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    record.status = "client_disconnected";  // the final outcome differs from the checkpoint's
+    store_->Record(record, mark);
+  });
+  auto got = store_->GetRequest("resp_42");
+  commit.join();
+  ASSERT_TRUE(got.has_value()) << got.error().ToString();
+  EXPECT_EQ((*got)["request_id"], "req_full");
+  EXPECT_EQ((*got)["status"], "client_disconnected");
 }
 
 TEST_P(StoreConformanceTest, ThreadAggregatesKeepUnknownApartFromZero) {

@@ -184,12 +184,18 @@ class Gateway:
             time.sleep(0.05)
 
     def wait_request(self, request_id: str, timeout: float = 10.0) -> dict:
-        """Polls /api/requests/{id} until the request is stored; returns its record."""
+        """Polls /api/requests/{id} until the request is stored (committed: the list, the
+        threads and the overview show it too; /api/requests/{id} answers from the moment the
+        response is complete); returns its record."""
         deadline = time.monotonic() + timeout
         while True:
             st, _, body = self.admin_get(f"/api/requests/{urllib.parse.quote(request_id)}")
             if st == 200:
-                return body
+                at = urllib.parse.quote(body["created_at"])
+                _, _, listed = self.admin_get(f"/api/requests?since={at}&until={at}&limit=1000")
+                if any(r["request_id"] == body["request_id"]
+                       for r in (listed or {}).get("requests", [])):
+                    return body
             if time.monotonic() > deadline:
                 raise AssertionError(f"request {request_id} not stored within {timeout}s: "
                                      f"{st} {body!r:.2000}")

@@ -35,6 +35,30 @@ def test_request_found_by_the_response_body_id(gw, model, stream):
     assert listed["requests"][0]["usage"].keys() == rec["usage"].keys()
 
 
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_request_readable_right_after_the_response(gw, stream):
+    """Read-after-write: the record is readable the moment the answer is complete, by the body's
+    id and by x-request-id, with no wait for the store's group commit."""
+    client = gw.client()
+    for i in range(10):
+        raw = client.chat.completions.with_raw_response.create(
+            model="gpt-4o-mini", messages=[{"role": "user", "content": f"read me {i}"}],
+            max_tokens=8, stream=stream, extra_body={"thread_identifier": f"raw-{stream}-{i}"})
+        request_id = raw.headers["x-request-id"]
+        if stream:
+            body_id = [c.id for c in raw.parse()][0]
+        else:
+            body_id = raw.parse().id
+        st, _, by_body = gw.admin_get(f"/api/requests/{urllib.parse.quote(body_id)}")
+        assert st == 200, (i, body_id, by_body)
+        st, _, by_kvgate = gw.admin_get(f"/api/requests/{request_id}")
+        assert st == 200, (i, request_id, by_kvgate)
+        assert by_body["request_id"] == request_id and by_body["response_id"] == body_id
+        assert by_body["thread_id"] == f"raw-{stream}-{i}" and by_body["status"] == "ok"
+        assert by_body["stream"] == stream and by_body["usage"]["output"] is not None
+        assert by_kvgate["response_id"] == body_id
+
 def test_since_and_until_take_rfc3339_and_micros(gw):
     client = gw.client()
     before = time.time()

@@ -85,16 +85,8 @@ def raw_http(port: int, data: bytes, timeout: float = 10.0):
 
 
 def recorded_request(gw, request_id: str, timeout: float = 10.0) -> dict:
-    """Polls /api/requests/{id} until the telemetry row is there (it is written asynchronously)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        st, _, body = gw.admin_get(f"/api/requests/{urllib.parse.quote(request_id, safe='')}")
-        if st == 200:
-            return body
-        if time.monotonic() > deadline:
-            raise AssertionError(f"request {request_id} not recorded within {timeout}s: "
-                                 f"last answer {st}: {body!r}")
-        time.sleep(0.05)
+    """The request's stored record, once committed (the list shows it too): gwctl's wait_request."""
+    return gw.wait_request(request_id, timeout)
 
 
 def chat_once(client, thread_id: str, model: str = "gpt-4o-mini", content: str = "hello"):

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <utility>
+
+#include "telemetry/pricing.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -32,7 +35,7 @@ uint64_t CombinePrefix(uint64_t previous, uint64_t element_hash, FingerprintElem
 // `value` minified, without its cache_control members at any depth: a breakpoint marks where a
 // provider may cache, it is not part of the prompt's tokens, and clients move it every turn (to
 // the newest message), which must not read as a change of the message it left.
-void AppendPromptBytes(raw_json::Value value, std::string& out) {
+void AppendElementBytes(raw_json::Value value, std::string& out) {
   if (value.text.find("\"cache_control\"") == std::string_view::npos) {
     raw_json::AppendMinified(value, out);
     return;
@@ -47,7 +50,7 @@ void AppendPromptBytes(raw_json::Value value, std::string& out) {
       out += '"';
       out += m.key;
       out += "\":";
-      AppendPromptBytes(m.value, out);
+      AppendElementBytes(m.value, out);
     });
     out += '}';
   } else if (value.is_array()) {
@@ -56,12 +59,34 @@ void AppendPromptBytes(raw_json::Value value, std::string& out) {
     raw_json::ForEachElement(value, [&](raw_json::Value element) {
       if (!first) out += ',';
       first = false;
-      AppendPromptBytes(element, out);
+      AppendElementBytes(element, out);
     });
     out += ']';
   } else {
     raw_json::AppendMinified(value, out);
   }
+}
+
+// A plain JSON string's text without its quotes; "" for anything else (roles and item types are
+// short ASCII words: an escaped one is not worth decoding).
+std::string_view PlainString(const std::optional<raw_json::Value>& value) {
+  if (!value || !value->is_string() || value->text.size() < 2 ||
+      value->text.find('\\') != std::string_view::npos) {
+    return {};
+  }
+  return value->text.substr(1, value->text.size() - 2);
+}
+
+// A message's role; a Responses API item without one is a tool's output or the model's call.
+std::string MessageRole(raw_json::Value message) {
+  if (message.is_string()) return "user";  // a Responses string input
+  if (!message.is_object()) return "";
+  std::string_view role = PlainString(raw_json::Find(message, "role"));
+  if (!role.empty()) return std::string(role.substr(0, 32));
+  const std::string_view type = PlainString(raw_json::Find(message, "type"));
+  if (type.ends_with("_call_output")) return "tool";
+  if (type.ends_with("_call") || type == "reasoning") return "assistant";
+  return "";
 }
 
 void AddElement(PromptFingerprint& fp, FingerprintElement::Kind kind, int message_index,
@@ -71,9 +96,9 @@ void AddElement(PromptFingerprint& fp, FingerprintElement::Kind kind, int messag
   FingerprintElement e;
   e.kind = kind;
   e.message_index = message_index;
-  if (kind == FingerprintElement::Kind::kMessage && value.is_object()) {
-    const std::optional<raw_json::Value> role = raw_json::Find(value, "role");
-    e.system_role = role && (role->text == "\"system\"" || role->text == "\"developer\"");
+  if (kind == FingerprintElement::Kind::kMessage) {
+    e.role = MessageRole(value);
+    e.system_role = e.role == "system" || e.role == "developer";
   }
   e.length = text.size();
   e.chunks.reserve((text.size() + kFingerprintChunkBytes - 1) / kFingerprintChunkBytes);
@@ -86,56 +111,17 @@ void AddElement(PromptFingerprint& fp, FingerprintElement::Kind kind, int messag
   fp.elements.push_back(std::move(e));
 }
 
-constexpr char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
-std::string Base64(const std::vector<uint8_t>& in) {
-  std::string out;
-  out.reserve((in.size() + 2) / 3 * 4);
-  for (size_t i = 0; i < in.size(); i += 3) {
-    uint32_t n = uint32_t(in[i]) << 16;
-    if (i + 1 < in.size()) n |= uint32_t(in[i + 1]) << 8;
-    if (i + 2 < in.size()) n |= in[i + 2];
-    out += kB64[(n >> 18) & 63];
-    out += kB64[(n >> 12) & 63];
-    out += i + 1 < in.size() ? kB64[(n >> 6) & 63] : '=';
-    out += i + 2 < in.size() ? kB64[n & 63] : '=';
-  }
-  return out;
+// Cache hits come in whole granularity steps, and nothing below the minimum is cached.
+int64_t Cacheable(int64_t tokens, const CacheRules& rules) {
+  if (tokens <= 0 || tokens < rules.min_tokens) return 0;
+  const int64_t g = std::max<int64_t>(1, rules.granularity);
+  return tokens / g * g;
 }
 
-std::optional<std::vector<uint8_t>> Unbase64(std::string_view in) {
-  if (in.size() % 4 != 0) return std::nullopt;
-  auto value = [](char c) -> int {
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+') return 62;
-    if (c == '/') return 63;
-    return -1;
-  };
-  std::vector<uint8_t> out;
-  for (size_t i = 0; i < in.size(); i += 4) {
-    uint32_t n = 0;
-    int pad = 0;
-    for (size_t j = 0; j < 4; ++j) {
-      const char c = in[i + j];
-      if (c == '=' && i + 4 == in.size() && j >= 2) {
-        ++pad;
-        n <<= 6;
-        continue;
-      }
-      const int v = value(c);
-      if (v < 0 || pad > 0) return std::nullopt;
-      n = (n << 6) | uint32_t(v);
-    }
-    out.push_back(uint8_t(n >> 16));
-    if (pad < 2) out.push_back(uint8_t(n >> 8));
-    if (pad < 1) out.push_back(uint8_t(n));
-  }
-  return out;
-}
+}  // namespace
 
-std::string_view KindName(FingerprintElement::Kind kind) {
+std::string_view ElementKindName(FingerprintElement::Kind kind) {
   switch (kind) {
     case FingerprintElement::Kind::kTools:
       return "tools";
@@ -147,20 +133,7 @@ std::string_view KindName(FingerprintElement::Kind kind) {
   return "message";
 }
 
-std::string Hex16(uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
-// Cache hits come in whole granularity steps, and nothing below the minimum is cached.
-int64_t Cacheable(int64_t tokens, const CacheRules& rules) {
-  if (tokens <= 0 || tokens < rules.min_tokens) return 0;
-  const int64_t g = std::max<int64_t>(1, rules.granularity);
-  return tokens / g * g;
-}
-
-}  // namespace
+void AppendPromptBytes(raw_json::Value value, std::string& out) { AppendElementBytes(value, out); }
 
 uint64_t PromptFingerprint::TotalBytes() const {
   uint64_t total = 0;
@@ -168,110 +141,32 @@ uint64_t PromptFingerprint::TotalBytes() const {
   return total;
 }
 
-PromptFingerprint Fingerprint(const raw_json::Object& body) {
-  PromptFingerprint fp;
-  std::string text;  // one buffer for every element's minified bytes
-  if (auto v = body.Find("tools"); v && !v->is_null()) {
-    AddElement(fp, FingerprintElement::Kind::kTools, -1, *v, text);
-  }
+void ForEachPromptElement(
+    const raw_json::Object& body,
+    const std::function<void(FingerprintElement::Kind, int, raw_json::Value)>& fn) {
+  if (auto v = body.Find("tools"); v && !v->is_null()) fn(FingerprintElement::Kind::kTools, -1, *v);
   // The Responses API's system text is `instructions`.
   std::optional<raw_json::Value> system = body.Find("system");
   if (!system || system->is_null()) system = body.Find("instructions");
-  if (system && !system->is_null()) {
-    AddElement(fp, FingerprintElement::Kind::kSystem, -1, *system, text);
-  }
+  if (system && !system->is_null()) fn(FingerprintElement::Kind::kSystem, -1, *system);
   std::optional<raw_json::Value> messages = body.Find("messages");
   if (!messages || !messages->is_array()) messages = body.Find("input");  // Responses API
   if (messages && messages->is_array()) {
     int index = 0;
     raw_json::ForEachElement(*messages, [&](raw_json::Value message) {
-      AddElement(fp, FingerprintElement::Kind::kMessage, index++, message, text);
+      fn(FingerprintElement::Kind::kMessage, index++, message);
     });
   } else if (messages && messages->is_string()) {
-    AddElement(fp, FingerprintElement::Kind::kMessage, 0, *messages, text);  // one user message
+    fn(FingerprintElement::Kind::kMessage, 0, *messages);  // one user message
   }
-  return fp;
 }
 
-std::string ToJsonText(const PromptFingerprint& fp) {
-  // Written directly rather than through nlohmann::json: the telemetry writer does this for every
-  // turn of every thread, and the text is a fixed, flat shape.
-  std::string out = "[";
-  std::vector<uint8_t> bytes;
-  for (const auto& e : fp.elements) {
-    if (out.size() > 1) out += ',';
-    out += R"({"k":")";
-    out += KindName(e.kind);
-    out += '"';
-    if (e.kind == FingerprintElement::Kind::kMessage) {
-      out += R"(,"i":)";
-      out += std::to_string(e.message_index);
-      if (e.system_role) out += R"(,"s":1)";
-    }
-    out += R"(,"h":")";
-    out += Hex16(e.prefix_hash);
-    out += R"(","n":)";
-    out += std::to_string(e.length);
-    bytes.clear();
-    for (uint32_t c : e.chunks) {
-      for (int b = 0; b < 4; ++b) bytes.push_back(uint8_t(c >> (8 * b)));
-    }
-    out += R"(,"c":")";
-    out += Base64(bytes);
-    out += R"("})";
-  }
-  out += ']';
-  return out;
-}
-
-Result<PromptFingerprint> FromJson(const nlohmann::json& json) {
-  auto bad = [](const std::string& why) {
-    return MakeError(ErrorCode::kCorruptData, "prompt fingerprint: " + why);
-  };
-  if (!json.is_array()) return bad("not an array");
+PromptFingerprint Fingerprint(const raw_json::Object& body) {
   PromptFingerprint fp;
-  for (const auto& j : json) {
-    if (!j.is_object()) return bad("element is not an object");
-    FingerprintElement e;
-    const auto k = j.find("k");
-    const auto h = j.find("h");
-    const auto n = j.find("n");
-    const auto c = j.find("c");
-    if (k == j.end() || !k->is_string() || h == j.end() || !h->is_string() || n == j.end() ||
-        !n->is_number_unsigned() || c == j.end() || !c->is_string()) {
-      return bad("element lacks k/h/n/c");
-    }
-    const std::string kind = k->get<std::string>();
-    if (kind == "tools") {
-      e.kind = FingerprintElement::Kind::kTools;
-    } else if (kind == "system") {
-      e.kind = FingerprintElement::Kind::kSystem;
-    } else if (kind == "message") {
-      e.kind = FingerprintElement::Kind::kMessage;
-      const auto i = j.find("i");
-      if (i == j.end() || !i->is_number_integer()) return bad("message element lacks i");
-      e.message_index = i->get<int>();
-      e.system_role = j.value("s", 0) == 1;
-    } else {
-      return bad("unknown kind '" + kind + "'");
-    }
-    const std::string hex = h->get<std::string>();
-    if (hex.size() != 16 || hex.find_first_not_of("0123456789abcdef") != std::string::npos) {
-      return bad("bad hash");
-    }
-    e.prefix_hash = std::stoull(hex, nullptr, 16);
-    e.length = n->get<uint64_t>();
-    auto bytes = Unbase64(c->get<std::string>());
-    if (!bytes || bytes->size() % 4 != 0) return bad("bad chunk list");
-    if (bytes->size() / 4 != (e.length + kFingerprintChunkBytes - 1) / kFingerprintChunkBytes) {
-      return bad("chunk count does not match length");
-    }
-    for (size_t i = 0; i < bytes->size(); i += 4) {
-      e.chunks.push_back(uint32_t((*bytes)[i]) | uint32_t((*bytes)[i + 1]) << 8 |
-                         uint32_t((*bytes)[i + 2]) << 16 | uint32_t((*bytes)[i + 3]) << 24);
-    }
-    fp.elements.push_back(std::move(e));
-  }
+  std::string text;  // one buffer for every element's minified bytes
+  ForEachPromptElement(body, [&](FingerprintElement::Kind kind, int index, raw_json::Value value) {
+    AddElement(fp, kind, index, value, text);
+  });
   return fp;
 }
 
@@ -321,6 +216,19 @@ nlohmann::json Diagnosis::ToJson() const {
   if (router) j["router"] = *router;
   if (min_tokens) j["min_tokens"] = *min_tokens;
   if (ttl_seconds) j["ttl_seconds"] = *ttl_seconds;
+  if (role) j["role"] = *role;
+  if (message_number) j["message_number"] = *message_number;
+  if (excerpt) {
+    nlohmann::json& x = j["excerpt"] = nlohmann::json::object();
+    if (excerpt->before) x["before"] = *excerpt->before;
+    if (excerpt->after) x["after"] = *excerpt->after;
+    if (excerpt->beyond_kept) x["beyond_kept"] = true;
+  }
+  if (volatile_prefix) {
+    j["volatile"] = true;
+    j["turns_changed"] = turns_changed;
+    j["lost_usd"] = PicoUsdToUsd(lost);
+  }
   return j;
 }
 
@@ -415,18 +323,57 @@ std::optional<CacheExpectation> ExpectCached(const TurnSummary& last,
 
 namespace {
 
-// "message 3" / "the system" / "the tools" for where a prompt changed, "" when it only got
-// shorter.
-std::string ChangedElement(const PrefixComparison& cmp, Diagnosis& d) {
-  if (!cmp.diverged_kind) return "";
-  d.element = std::string(KindName(*cmp.diverged_kind));
+// Sets where a prompt changed on `d`: its element, role and position.
+void SetChangedElement(const PrefixComparison& cmp, const FingerprintElement& changed,
+                       Diagnosis& d) {
+  d.element = std::string(ElementKindName(*cmp.diverged_kind));
   d.char_offset = cmp.diverged_char_offset;
-  if (*cmp.diverged_kind == FingerprintElement::Kind::kMessage) {
-    d.message_index = cmp.diverged_message_index;
-    d.system_message = cmp.diverged_system_role;
-    return "message " + std::to_string(cmp.diverged_message_index);
+  switch (*cmp.diverged_kind) {
+    case FingerprintElement::Kind::kTools:
+      d.role = "tools";
+      break;
+    case FingerprintElement::Kind::kSystem:
+      d.role = "system";
+      break;
+    case FingerprintElement::Kind::kMessage:
+      d.message_index = cmp.diverged_message_index;
+      d.message_number = cmp.diverged_message_index + 1;
+      d.system_message = cmp.diverged_system_role;
+      if (!changed.role.empty()) {
+        d.role = changed.role;
+      } else if (changed.system_role) {
+        d.role = "system";  // a stored fingerprint from before roles were kept
+      }
+      break;
   }
-  return "the " + *d.element;
+}
+
+// 1920 -> "1,920".
+std::string Grouped(uint64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+// pico-USD as "$0.0123" (cents and up: "$1.25").
+std::string Dollars(int64_t pico) {
+  const double usd = PicoUsdToUsd(pico);
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), usd >= 0.995 ? "$%.2f" : "$%.4f", usd);
+  return buf;
+}
+
+// "the system prompt", "message 4 (user)", "the tools": where a prompt changed, in words.
+std::string ChangedElementName(const Diagnosis& d) {
+  if (d.element == "tools") return "the tools";
+  if (d.element == "system") return "the system prompt";
+  const std::string number = std::to_string(d.message_number.value_or(0));
+  if (d.role == "system" || d.role == "developer") return "the system prompt (message " + number + ")";
+  if (d.role) return "message " + number + " (" + *d.role + ")";
+  return "message " + number;
 }
 
 }  // namespace
@@ -516,11 +463,9 @@ std::optional<Diagnosis> DiagnoseTurn(const TurnSummary& prev, const TurnSummary
   d.cause = "prompt_changed";
   d.lost_tokens = lost;
   d.expected_cached = could_have;
-  const std::string where = ChangedElement(cmp, d);
-  std::snprintf(buf, sizeof(buf), " differs from the previous turn at character %llu",
-                static_cast<unsigned long long>(cmp.diverged_char_offset));
-  d.detail = "the prompt changed: " + where + buf + " (within " +
-             std::to_string(kFingerprintChunkBytes) + " characters), so " +
+  SetChangedElement(cmp, cur.fingerprint->elements[cmp.common_elements], d);
+  d.detail = ChangedElementName(d) + " changed at character " + Grouped(cmp.diverged_char_offset) +
+             " (within " + std::to_string(kFingerprintChunkBytes) + " characters), so " +
              std::to_string(lost) + " tokens the previous turn had cached could not be read";
   return d;
 }
@@ -579,11 +524,13 @@ void ThreadTracker::Remember(ThreadView& view, TurnSummary turn) {
   view.latest = std::move(turn);
 }
 
-void ThreadTracker::InsertLocked(Shard& shard, const std::string& thread_id, TurnSummary turn) {
+void ThreadTracker::InsertLocked(Shard& shard, const std::string& thread_id, TurnSummary turn,
+                                 std::shared_ptr<const PromptTexts> texts) {
   shard.lru.push_front(thread_id);
   ThreadView view;
   Remember(view, std::move(turn));
-  shard.threads.emplace(thread_id, Shard::Entry{std::move(view), shard.lru.begin()});
+  shard.threads.emplace(thread_id,
+                        Shard::Entry{std::move(view), shard.lru.begin(), std::move(texts), {}});
   while (shard.threads.size() > per_shard_cap_) {
     shard.threads.erase(shard.lru.back());
     shard.lru.pop_back();
@@ -596,13 +543,17 @@ bool ThreadTracker::Take(const RequestRecord& turn, bool newer_replaces) {
   MutexLock lock(&shard.mu);
   auto it = shard.threads.find(turn.thread_id);
   if (it == shard.threads.end()) {
-    InsertLocked(shard, turn.thread_id, TurnSummary::Of(turn, turn.prompt_fingerprint));
+    InsertLocked(shard, turn.thread_id, TurnSummary::Of(turn, turn.prompt_fingerprint), nullptr);
     return true;
   }
   // A turn this replica served is remembered already, with the same start time; an older stored
   // turn would move the thread backwards.
   if (!newer_replaces || turn.created_at_us <= it->second.view.latest->created_at_us) return false;
   Remember(it->second.view, TurnSummary::Of(turn, turn.prompt_fingerprint));
+  // A stored turn carries no text, and the run of changes this replica saw is broken by a turn
+  // it did not see.
+  it->second.texts.reset();
+  it->second.run = {};
   shard.lru.splice(shard.lru.begin(), shard.lru, it->second.lru_pos);
   return true;
 }
@@ -614,21 +565,71 @@ std::optional<Diagnosis> ThreadTracker::Diagnose(const RequestRecord& turn,
   if (turn.thread_id.empty()) return std::nullopt;
   TurnSummary current = TurnSummary::Of(turn, std::move(fingerprint));
   std::optional<TurnSummary> previous;
+  std::shared_ptr<const PromptTexts> previous_texts;
   {
     Shard& shard = ShardFor(turn.thread_id);
     MutexLock lock(&shard.mu);
     auto it = shard.threads.find(turn.thread_id);
     if (it != shard.threads.end()) {
       previous = it->second.view.latest;
+      previous_texts = std::exchange(it->second.texts, context.texts);
       Remember(it->second.view, current);
       shard.lru.splice(shard.lru.begin(), shard.lru, it->second.lru_pos);
     } else {
-      InsertLocked(shard, turn.thread_id, current);
+      InsertLocked(shard, turn.thread_id, current, context.texts);
     }
   }
-  // The comparison runs outside the lock: summaries are values and fingerprints immutable.
+  // The comparison runs outside the lock: summaries are values, fingerprints and texts immutable.
   if (!previous) return std::nullopt;
-  return DiagnoseTurn(*previous, current, rules, context);
+  std::optional<Diagnosis> d = DiagnoseTurn(*previous, current, rules, context);
+  const int64_t missed = d && context.missed_cost ? context.missed_cost(*d) : 0;
+  const PrefixComparison cmp = ComparePrefixes(*previous->fingerprint, *current.fingerprint);
+  const Shard::ChangeRun run = ExtendRun(turn.thread_id, cmp, missed);
+  if (!d || d->cause != "prompt_changed") return d;
+  d->excerpt = ExcerptAt(previous_texts.get(), context.texts.get(), cmp.common_elements);
+  if (run.turns >= kVolatileTurns) {
+    d->volatile_prefix = true;
+    d->turns_changed = run.turns;
+    d->lost = run.lost;
+    d->detail = ChangedElementName(*d) + " changes at character " + Grouped(*d->char_offset) +
+                " on every turn (" + std::to_string(run.turns) +
+                " in a row: a timestamp, a request id or a counter?); everything after it is "
+                "re-written each turn: " +
+                Dollars(run.lost) + " lost over " + std::to_string(run.turns) +
+                " turns; move it after the cached part";
+  }
+  if (d->excerpt && d->excerpt->beyond_kept) {
+    d->detail += " (the text there was not kept: kvgate keeps the start of each element, " +
+                 Grouped(PromptTextBounds{}.element_bytes) + " bytes at most)";
+  }
+  return d;
+}
+
+ThreadTracker::Shard::ChangeRun ThreadTracker::ExtendRun(const std::string& thread_id,
+                                                         const PrefixComparison& cmp,
+                                                         int64_t lost) {
+  Shard& shard = ShardFor(thread_id);
+  MutexLock lock(&shard.mu);
+  auto it = shard.threads.find(thread_id);
+  if (it == shard.threads.end()) return {};  // forgotten meanwhile
+  Shard::ChangeRun& run = it->second.run;
+  if (!cmp.diverged_kind) {
+    run = {};
+    return run;
+  }
+  const uint64_t offset = cmp.diverged_char_offset;
+  const bool same_place =
+      run.turns > 0 && run.kind == *cmp.diverged_kind &&
+      run.message_index == cmp.diverged_message_index &&
+      (offset > run.offset ? offset - run.offset : run.offset - offset) <= kVolatileOffsetSlack;
+  if (same_place) {
+    ++run.turns;
+    run.lost += lost;
+    run.offset = offset;
+  } else {
+    run = {*cmp.diverged_kind, cmp.diverged_message_index, offset, 1, lost};
+  }
+  return run;
 }
 
 ThreadView ThreadTracker::View(const std::string& thread_id) const {

@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -24,6 +25,7 @@
 #include "common/error.h"
 #include "common/mutex.h"
 #include "common/raw_json.h"
+#include "telemetry/prompt_excerpt.h"
 #include "telemetry/record.h"
 
 namespace kvgate::telemetry {
@@ -42,6 +44,9 @@ struct FingerprintElement {
   // kMessage: its role is system or developer (what a provider with a top-level system prompt,
   // Anthropic, receives as its system).
   bool system_role = false;
+  // kMessage: its role as sent ("system", "developer", "user", "assistant", "tool"; a Responses
+  // item without one: "tool" for a tool's output, "assistant" for a call), "" when unknown.
+  std::string role;
   bool operator==(const FingerprintElement&) const = default;
 };
 
@@ -63,9 +68,19 @@ struct PromptFingerprint {
 // turn. Missing or malformed fields are skipped; never throws.
 PromptFingerprint Fingerprint(const raw_json::Object& request_body);
 
+// The elements Fingerprint hashes, in its order: fn(kind, message_index, value).
+void ForEachPromptElement(
+    const raw_json::Object& request_body,
+    const std::function<void(FingerprintElement::Kind, int, raw_json::Value)>& fn);
+// An element's bytes as Fingerprint hashes them: minified, cache_control members left out.
+void AppendPromptBytes(raw_json::Value value, std::string& out);
+
+// "tools" | "system" | "message": an element's kind as stored and in a diagnosis' `element`.
+std::string_view ElementKindName(FingerprintElement::Kind kind);
+
 // Storage form (RequestRecord.prompt_fingerprint): a JSON array, one object per element:
-// {"k":"tools"|"system"|"message","i":message_index,"h":"<16 hex>","n":length,"c":"<base64 of
-// little-endian u32 chunk hashes>"}.
+// {"k":"tools"|"system"|"message","i":message_index,"r":role,"h":"<16 hex>","n":length,"c":"<base64
+// of little-endian u32 chunk hashes>"} ("r" only for a message with a role; older rows lack it).
 std::string ToJsonText(const PromptFingerprint& fingerprint);
 Result<PromptFingerprint> FromJson(const nlohmann::json& json);
 
@@ -113,6 +128,17 @@ struct Diagnosis {
   std::optional<std::string> element;   // prompt_changed: "tools" | "system" | "message"
   std::optional<uint64_t> char_offset;  // prompt_changed: chunk-aligned offset, see above
   std::optional<int64_t> lost_tokens;   // prompt_changed: cached tokens the change cost
+  // prompt_changed: the changed element's role ("tools" for the tools, "system" for a top-level
+  // system; a message's role, when known) and, for a message, its 1-based position.
+  std::optional<std::string> role;
+  std::optional<int> message_number;
+  // prompt_changed: the text around the change (when the thread's texts are kept).
+  std::optional<Excerpt> excerpt;
+  // prompt_changed: the same element changed at about the same place on `turns_changed`
+  // consecutive turns (>= kVolatileTurns), which cost `lost` (Cost::missed, pico-USD) together.
+  bool volatile_prefix = false;
+  int turns_changed = 0;
+  int64_t lost = 0;
   std::optional<std::string> previous_model, previous_provider;  // model_switch, routed_away
   std::optional<std::string> router;                             // routed_away
   std::optional<int64_t> min_tokens;                             // below_minimum
@@ -122,7 +148,9 @@ struct Diagnosis {
   // provider could not have cached them).
   int64_t MissedTokens() const;
 
-  // {"cause","detail","expected_cached","cached","idle_seconds", and the optional fields set}.
+  // {"cause","detail","expected_cached","cached","idle_seconds", and the optional fields set;
+  // "excerpt": {"before","after","beyond_kept"}; a volatile prefix: "volatile": true,
+  // "turns_changed", "lost_usd"}.
   nlohmann::json ToJson() const;
 };
 
@@ -175,7 +203,19 @@ std::optional<CacheExpectation> ExpectCached(const TurnSummary& last,
 struct TurnContext {
   std::string router;        // the router that chose this turn's target, "" without one
   std::string route_reason;  // its reason in words
+  // This turn's prompt text (CapturePromptTexts), for the excerpt of a change and for the next
+  // turn to compare with; null keeps no text (excerpts off).
+  std::shared_ptr<const PromptTexts> texts;
+  // What a diagnosed miss cost (Cost::missed, pico-USD; MissCost), so that the tracker can sum a
+  // volatile prefix's turns; null counts 0.
+  std::function<int64_t(const Diagnosis&)> missed_cost;
 };
+
+// A prompt that changes in the same element at about the same place (within
+// kVolatileOffsetSlack bytes) on this many consecutive turns has a volatile prefix: a timestamp,
+// a request id or a counter that re-writes the cache after it on every turn.
+inline constexpr int kVolatileTurns = 3;
+inline constexpr uint64_t kVolatileOffsetSlack = 2 * kFingerprintChunkBytes;
 
 // The diagnosis itself, without state: `previous` and `current` are consecutive turns of a thread,
 // `rules` those of the target `current` went to. Returns nullopt when there is nothing to say:
@@ -242,7 +282,9 @@ class ThreadTracker {
 
   // Compares `turn` with the previous turn of turn.thread_id, then remembers `turn` as the latest.
   // Returns nullopt for a turn without thread id (not remembered) and for the first turn of a
-  // thread; otherwise DiagnoseTurn(previous, this turn, rules).
+  // thread; otherwise DiagnoseTurn(previous, this turn, rules), and for prompt_changed the
+  // excerpt (context.texts against the previous turn's) and the volatile-prefix run. The
+  // thread keeps context.texts (not the previous turn's) for its next turn.
   // REQUIRES: fingerprint != nullptr.
   std::optional<Diagnosis> Diagnose(const RequestRecord& turn,
                                     std::shared_ptr<const PromptFingerprint> fingerprint,
@@ -272,9 +314,19 @@ class ThreadTracker {
   struct Shard {
     mutable Mutex mu;
     std::list<std::string> lru GUARDED_BY(mu);  // front = most recently used
+    // Consecutive turns that changed the same element at about the same place.
+    struct ChangeRun {
+      FingerprintElement::Kind kind = FingerprintElement::Kind::kMessage;
+      int message_index = -1;
+      uint64_t offset = 0;
+      int turns = 0;     // 0: the last turn changed nothing before the previous prompt's end
+      int64_t lost = 0;  // their Cost::missed, summed (pico-USD)
+    };
     struct Entry {
       ThreadView view;  // view.latest is always set
       std::list<std::string>::iterator lru_pos;
+      std::shared_ptr<const PromptTexts> texts;  // the latest turn's, null when not kept
+      ChangeRun run;
     };
     std::unordered_map<std::string, Entry> threads GUARDED_BY(mu);
   };
@@ -284,10 +336,13 @@ class ThreadTracker {
   bool Take(const RequestRecord& turn, bool newer_replaces);
   // Inserts a new thread at the front of its shard's LRU, evicting beyond the cap. REQUIRES:
   // thread_id not in the shard.
-  void InsertLocked(Shard& shard, const std::string& thread_id, TurnSummary turn)
-      REQUIRES(shard.mu);
+  void InsertLocked(Shard& shard, const std::string& thread_id, TurnSummary turn,
+                    std::shared_ptr<const PromptTexts> texts) REQUIRES(shard.mu);
   // Makes `turn` the thread's latest: its target's entry replaced, the running means updated.
   static void Remember(ThreadView& view, TurnSummary turn);
+  // Extends or restarts the thread's change run with this turn's comparison; returns it.
+  Shard::ChangeRun ExtendRun(const std::string& thread_id, const PrefixComparison& comparison,
+                             int64_t lost);
 
   // Constant after construction.
   const size_t per_shard_cap_;

@@ -308,7 +308,11 @@ TEST(ThreadTrackerTest, PromptChangedNamesMessageAndCharacter) {
   EXPECT_EQ(j["message_index"], 0);
   EXPECT_EQ(j["element"], "message");
   EXPECT_EQ(j["char_offset"], (12 + 200) / 64 * 64);
-  EXPECT_NE(j["detail"].get<std::string>().find("message 0"), std::string::npos) << j.dump();
+  EXPECT_EQ(j["role"], "system");
+  EXPECT_EQ(j["message_number"], 1);
+  EXPECT_NE(j["detail"].get<std::string>().find("the system prompt (message 1) changed"),
+            std::string::npos)
+      << j.dump();
 }
 
 TEST(ThreadTrackerTest, PromptChangedInToolsNamesTools) {

@@ -148,7 +148,8 @@ export function causeText(d, turn = {}) {
       return s;
     }
     case 'prompt_changed': {
-      const near = typeof d.char_offset === 'number' ? `, near character ${fmtInt(d.char_offset)}` : '';
+      let near = typeof d.char_offset === 'number' ? `, near character ${fmtInt(d.char_offset)}` : '';
+      if (d.volatile) near += ` (the same place on ${fmtInt(d.turns_changed)} turns in a row: ${fmtUsd(d.lost_usd)} lost)`;
       if (d.element === 'message') return `prompt changed at message ${d.message_index}${near}`;
       if (d.element === 'system') return `system prompt changed${near}`;
       if (d.element === 'tools') return `tool definitions changed${near}`;

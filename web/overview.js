@@ -1,6 +1,7 @@
 // The overview: requests, cost, what the cache saved and what its misses cost, and the hit rate
 // over the last hour, day or week, by model and provider; and the threads that lost the most
-// money to cache misses in that window; and, where a provider reports on its own cache misses
+// money to cache misses in that window, what those misses cost by cause and the threads whose
+// prompt changes at the same place every turn; and, where a provider reports on its own cache misses
 // (Anthropic's cache diagnostics), how often its account agrees with kvgate's.
 import { api, query } from './api.js';
 import { causeText, chart, clear, fmtInt, fmtPct, fmtTime, fmtUsd, h, providerReason } from './format.js';
@@ -124,6 +125,30 @@ function render(root, state, ov, lossy) {
         h('td', { class: 'num' }, fmtUsd(th.cost_usd)), h('td', { class: 'num' }, fmtPct(th.hit_ratio)),
         h('td', {}, th.models.join(', '))))))) :
       h('p', { class: 'muted' }, 'No thread lost money to a diagnosed cache miss in this window.')));
+
+  const causes = ov.lost_by_cause || [];
+  root.append(h('div', { class: 'card' }, h('h2', {}, 'Lost to misses by cause'),
+    causes.length ? h('div', { class: 'scroll' }, h('table', { id: 'lost-by-cause' },
+      h('thead', {}, h('tr', {}, ['Cause', 'Requests', 'Lost to misses'].map((c) => h('th', {}, c)))),
+      h('tbody', {}, causes.map((c) => h('tr', { dataset: { cause: c.cause || '' } },
+        h('td', {}, c.cause || '—'), h('td', { class: 'num' }, fmtInt(c.requests)),
+        h('td', { class: 'num' }, fmtUsd(c.cost_missed_usd))))))) :
+      h('p', { class: 'muted' }, `No diagnosed cache miss in the last ${state.window}.`)));
+
+  // A timestamp, a request id or a counter early in a prompt re-writes the cache after it on
+  // every turn: each thread where kvgate saw one, and what it cost.
+  const volatile = ov.volatile_prefixes || [];
+  root.append(h('div', { class: 'card' }, h('h2', {}, 'Prompts that change at the same place every turn'),
+    volatile.length ? h('div', { class: 'scroll' }, h('table', { id: 'volatile-prefixes' },
+      h('thead', {}, h('tr', {}, ['Thread', 'Model', 'Where', 'Character', 'Turns in a row', 'Lost to misses'].map((c) => h('th', {}, c)))),
+      h('tbody', {}, volatile.map((v) => h('tr', {},
+        h('td', { class: 'id' }, h('a', { href: `#/threads/${encodeURIComponent(v.thread_id)}` }, v.thread_id)),
+        h('td', {}, v.model || '—'),
+        h('td', {}, v.message_number ? `message ${v.message_number} (${v.role || '?'})` : (v.role || '—')),
+        h('td', { class: 'num' }, v.char_offset === null || v.char_offset === undefined ? '—' : fmtInt(v.char_offset)),
+        h('td', { class: 'num' }, fmtInt(v.turns_changed)),
+        h('td', { class: 'num' }, fmtUsd(v.cost_missed_usd))))))) :
+      h('p', { class: 'muted' }, 'No prompt changed at the same place on three turns in a row in this window.')));
 }
 
 function kpi(label, value, note, id) {

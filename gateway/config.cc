@@ -136,8 +136,9 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
   if (!root.is_object()) {
     return MakeError(ErrorCode::kInvalidArgument, config.source + ": top level must be a mapping");
   }
-  static const std::set<std::string> kTopLevel = {"server",  "storage", "providers", "models",
-                                                  "alerts",  "pricing", "routers",   "routing"};
+  static const std::set<std::string> kTopLevel = {"server",  "storage", "providers",
+                                                  "models",  "alerts",  "pricing",
+                                                  "routers", "routing", "diagnosis"};
   for (const auto& [key, _] : root.items()) {
     if (!kTopLevel.contains(key)) {
       return MakeError(ErrorCode::kInvalidArgument,
@@ -233,6 +234,16 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
     auto shared = r.Bool("shared_threads", config.shared_threads);
     if (!shared) return std::unexpected(shared.error());
     config.shared_threads = *shared;
+  }
+  if (auto it = root.find("diagnosis"); it != root.end() && !it->is_null()) {
+    Reader r{*it, "diagnosis"};
+    if (!it->is_object()) {
+      return MakeError(ErrorCode::kInvalidArgument, "diagnosis must be a mapping");
+    }
+    if (Status s = OnlyKeys(*it, "diagnosis", {"excerpts"}); !s) return std::unexpected(s.error());
+    auto excerpts = r.Bool("excerpts", config.diagnosis_excerpts);
+    if (!excerpts) return std::unexpected(excerpts.error());
+    config.diagnosis_excerpts = *excerpts;
   }
   if (auto it = root.find("pricing"); it != root.end() && !it->is_null()) {
     Reader r{*it, "pricing"};

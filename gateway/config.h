@@ -142,6 +142,10 @@ struct GatewayConfig {
   // replicas see each other's turns (gateway::Recorder shared_threads; docs/deployment.md). Off
   // saves a database read per threaded turn where the load balancer keeps a thread on one replica.
   bool shared_threads = true;
+  // diagnosis: `excerpts` keeps the start of each threaded turn's prompt (secrets redacted) to
+  // show what changed in a prompt_changed diagnosis (gateway::Recorder::KeepPromptTexts); false
+  // keeps and stores no prompt text at all.
+  bool diagnosis_excerpts = true;
   // catalog
   std::string price_catalog_path;  // optional extra JSON catalog (kvgate or LiteLLM field names)
   // Optional overrides of the catalog's caching rules per provider type (`pricing.caching_rules`),

@@ -48,6 +48,7 @@ Result<std::unique_ptr<Gateway>> Gateway::Create(const GatewayConfig& config, Ga
                          connection.api_keys.end());
   }
   gateway->redactor_ = SecretRedactor(provider_keys);
+  if (config.diagnosis_excerpts) deps.recorder->KeepPromptTexts(gateway->redactor_);
   if (deps.recorder->shares_threads()) gateway->thread_reads_.emplace(kSharedThreadReaders);
   for (const router::Target& t : deps.router->targets()) {
     if (!gateway->connections_.contains(t.provider)) {

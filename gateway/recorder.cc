@@ -26,9 +26,17 @@ std::optional<telemetry::TelemetryStore::JournalMark> Recorder::Checkpoint(
   return store_.Checkpoint(record);
 }
 
+std::shared_ptr<const telemetry::PromptTexts> Recorder::CapturePromptTexts(
+    const raw_json::Object& request_body) const {
+  if (!text_redactor_) return nullptr;
+  return std::make_shared<const telemetry::PromptTexts>(
+      telemetry::CapturePromptTexts(request_body, *text_redactor_));
+}
+
 void Recorder::Record(telemetry::RequestRecord record,
                       const std::optional<telemetry::Price>& price,
-                      std::optional<telemetry::TelemetryStore::JournalMark> checkpoint) {
+                      std::optional<telemetry::TelemetryStore::JournalMark> checkpoint,
+                      std::shared_ptr<const telemetry::PromptTexts> texts) {
   telemetry::MakeTextValid(record);  // before the metrics' labels and the listeners see it
   if (price) record.cost = telemetry::ComputeCost(record.usage, *price);
   // (A plain index: GCC 12 warns of a maybe-uninitialized std::optional<size_t> here.)
@@ -40,6 +48,12 @@ void Recorder::Record(telemetry::RequestRecord record,
     if (record.route_facts.moved) {
       context.router = record.route_facts.router;
       context.route_reason = record.route_facts.reason;
+    }
+    context.texts = std::move(texts);
+    if (price) {
+      context.missed_cost = [&record, &price](const telemetry::Diagnosis& d) {
+        return telemetry::MissCost(d.MissedTokens(), record.usage, *price);
+      };
     }
     const telemetry::CacheRules rules =
         target != kNone ? router_.targets()[target].cache_rules : telemetry::CacheRules{};

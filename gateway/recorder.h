@@ -7,8 +7,11 @@
 #include <cstdint>
 
 #include <functional>
+#include <memory>
 #include <optional>
 
+#include "common/raw_json.h"
+#include "common/redact.h"
 #include "router/router.h"
 #include "telemetry/diagnosis.h"
 #include "telemetry/metrics.h"
@@ -33,13 +36,24 @@ class Recorder {
   // record (which is asynchronous either way: a listener never sees it committed).
   void AddListener(std::function<void(const telemetry::RequestRecord&)> listener);
 
+  // Keeps the prompt text of threaded turns for the excerpts of prompt_changed diagnoses, with
+  // what `redactor` knows (and anything shaped like a credential) taken out first (config
+  // diagnosis.excerpts, on by default). Call before serving; without it no text is kept.
+  void KeepPromptTexts(SecretRedactor redactor) { text_redactor_ = std::move(redactor); }
+  // The text of a threaded turn's prompt to keep (telemetry::CapturePromptTexts), null when
+  // texts are not kept. Runs after the answer went out (RequestLog::Commit).
+  std::shared_ptr<const telemetry::PromptTexts> CapturePromptTexts(
+      const raw_json::Object& request_body) const;
+
   // Fills record.cost (when `price` is known) and, for a successful turn of a thread that carries
   // its prompt_fingerprint, record.cache_diagnosis (with the rules of the target that served
   // it; "routed_away" when its route says a router moved the thread); lets the router learn from
   // it; then hands the record on. The fingerprint is kept (and stored) only for turns the tracker
-  // compared.
+  // compared. `texts` (CapturePromptTexts of its body) gives a prompt_changed diagnosis its
+  // excerpt and is what the thread's next turn is compared with.
   void Record(telemetry::RequestRecord record, const std::optional<telemetry::Price>& price,
-              std::optional<telemetry::TelemetryStore::JournalMark> checkpoint = std::nullopt);
+              std::optional<telemetry::TelemetryStore::JournalMark> checkpoint = std::nullopt,
+              std::shared_ptr<const telemetry::PromptTexts> texts = nullptr);
   // Journals `record` as it stands, priced (record.cost is set from `price` when known), before its
   // answer's last bytes leave the process (TelemetryStore::Checkpoint), so that a crash right
   // after cannot lose an answered request. The record is not copied: this runs on every request.
@@ -90,6 +104,7 @@ class Recorder {
   mutable telemetry::ThreadTracker tracker_;
   mutable std::atomic<uint64_t> taken_{0}, read_errors_{0};
   std::vector<std::function<void(const telemetry::RequestRecord&)>> listeners_;  // set before use
+  std::optional<SecretRedactor> text_redactor_;  // set before use; nullopt: no text kept
 };
 
 }  // namespace kvgate::gateway

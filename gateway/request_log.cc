@@ -77,13 +77,16 @@ void RequestLog::Commit() {
   }
   record_.latency_us = ElapsedMicros();
   if (record_.status.empty()) record_.status = "ok";
+  std::shared_ptr<const telemetry::PromptTexts> texts;
   if (prompt_ && record_.status == "ok") {
     record_.prompt_fingerprint =
         fingerprint_ ? std::move(fingerprint_)
                      : std::make_shared<const telemetry::PromptFingerprint>(
                            telemetry::Fingerprint(raw_json::Object(*prompt_)));
+    // Only a thread's turn is ever compared with another: no text for the others.
+    if (!record_.thread_id.empty()) texts = recorder_.CapturePromptTexts(raw_json::Object(*prompt_));
   }
-  recorder_.Record(std::move(record_), price_, checkpoint_);
+  recorder_.Record(std::move(record_), price_, checkpoint_, std::move(texts));
 }
 
 }  // namespace kvgate::gateway

@@ -245,7 +245,14 @@ class TelemetryStore {
   //    "latency_ms_avg"},
   // as {"since", "until", "bucket_seconds", "series": [...], "totals": {same keys but start},
   //     "by_model": [{"model", "provider", same keys, "series": [{"requests", "hit_ratio",
-  //                   "cost_usd"}, one per bucket]}] (most requests first)}.
+  //                   "cost_usd"}, one per bucket]}] (most requests first),
+  //     "lost_by_cause": [{"cause", "requests", "cost_missed_usd"}] (the diagnosed requests of
+  //                       the range by their diagnosis' cause, most dollars lost first),
+  //     "volatile_prefixes": [{"thread_id", "model", "role", "message_number", "char_offset",
+  //                           "turns_changed", "cost_missed_usd", "last_seen"}] (each thread
+  //                           and model whose diagnosis saw a volatile prefix in the range, as
+  //                           its latest such diagnosis says; most dollars lost first, 50 at
+  //                           most)}.
   // kInvalidArgument when bucket_seconds is not a multiple of 60 or the range has over 2,000
   // buckets.
   virtual Result<nlohmann::json> Overview(int64_t since_us, int64_t until_us,

@@ -168,6 +168,78 @@ Result<json> OverviewJson(RowCursor& s, int64_t since_us, int64_t until_us,
   });
 }
 
+// The diagnosed requests only (cache_diagnosis is NULL on the others), through requests_by_time.
+// (json_extract fails the whole statement on text that is not JSON: such a row counts under "".)
+std::string_view LostByCauseSql() {
+  return "SELECT CASE WHEN json_valid(cache_diagnosis) THEN json_extract(cache_diagnosis, "
+         "'$.cause') END AS cause, count(*), "
+         "coalesce(sum(cost_missed), 0) FROM requests WHERE created_at_us >= ?1 AND "
+         "created_at_us < ?2 AND cache_diagnosis IS NOT NULL GROUP BY cause";
+}
+
+// The diagnosis is stored compact (WriteJson), so the text match finds exactly the volatile ones
+// without parsing every diagnosis of the range.
+std::string_view VolatilePrefixesSql() {
+  return "SELECT thread_id, model, cache_diagnosis, created_at_us FROM requests "
+         "WHERE created_at_us >= ?1 AND created_at_us < ?2 AND "
+         "cache_diagnosis LIKE '%\"volatile\":true%' ORDER BY created_at_us";
+}
+
+Status AddCacheLosses(RowCursor& by_cause, RowCursor& volatile_rows, json& overview) {
+  constexpr size_t kMaxVolatile = 50;
+  auto added = Guarded([&]() -> Result<bool> {
+    struct Lost {
+      std::string cause;
+      int64_t requests = 0, missed = 0;
+    };
+    std::vector<Lost> causes;
+    for (;;) {
+      Result<bool> row = by_cause.Step();
+      if (!row) return std::unexpected(row.error());
+      if (!*row) break;
+      causes.push_back({by_cause.Text(0), by_cause.Int(1), by_cause.Int(2)});
+    }
+    std::stable_sort(causes.begin(), causes.end(), [](const Lost& a, const Lost& b) {
+      return a.missed != b.missed ? a.missed > b.missed : a.requests > b.requests;
+    });
+    json lost = json::array();
+    for (const Lost& c : causes) {
+      lost.push_back({{"cause", c.cause},
+                      {"requests", c.requests},
+                      {"cost_missed_usd", PicoUsdToUsd(c.missed)}});
+    }
+    overview["lost_by_cause"] = std::move(lost);
+
+    // Oldest first: a thread's later diagnosis (a longer run) replaces its earlier one.
+    std::map<std::pair<std::string, std::string>, json> latest;
+    for (;;) {
+      Result<bool> row = volatile_rows.Step();
+      if (!row) return std::unexpected(row.error());
+      if (!*row) break;
+      const json d = json::parse(volatile_rows.Text(2), nullptr, /*allow_exceptions=*/false);
+      if (!d.is_object() || !d.value("volatile", false)) continue;
+      json entry = {{"thread_id", volatile_rows.Text(0)},
+                    {"model", volatile_rows.Text(1)},
+                    {"role", d.value("role", json())},
+                    {"message_number", d.value("message_number", json())},
+                    {"char_offset", d.value("char_offset", json())},
+                    {"turns_changed", d.value("turns_changed", 0)},
+                    {"cost_missed_usd", d.value("lost_usd", 0.0)},
+                    {"last_seen", FormatRfc3339Micros(volatile_rows.Int(3))}};
+      latest[{volatile_rows.Text(0), volatile_rows.Text(1)}] = std::move(entry);
+    }
+    std::vector<json> found;
+    for (auto& [key, entry] : latest) found.push_back(std::move(entry));
+    std::stable_sort(found.begin(), found.end(), [](const json& a, const json& b) {
+      return a["cost_missed_usd"].get<double>() > b["cost_missed_usd"].get<double>();
+    });
+    if (found.size() > kMaxVolatile) found.resize(kMaxVolatile);
+    overview["volatile_prefixes"] = std::move(found);
+    return true;
+  });
+  if (!added) return std::unexpected(added.error());
+  return {};
+}
 
 Result<json> SqliteTelemetryStore::Overview(int64_t since_us, int64_t until_us,
                                             int64_t bucket_seconds) const {
@@ -180,7 +252,21 @@ Result<json> SqliteTelemetryStore::Overview(int64_t since_us, int64_t until_us,
   (*stmt)->BindInt(1, range->first_minute_us);
   (*stmt)->BindInt(2, until_us);
   SqliteRows rows(**stmt);
-  return OverviewJson(rows, since_us, until_us, bucket_seconds, *range);
+  Result<json> overview = OverviewJson(rows, since_us, until_us, bucket_seconds, *range);
+  if (!overview) return overview;
+  auto by_cause = (*reader)->db().Prepare(LostByCauseSql());
+  if (!by_cause) return std::unexpected(by_cause.error());
+  auto volatile_stmt = (*reader)->db().Prepare(VolatilePrefixesSql());
+  if (!volatile_stmt) return std::unexpected(volatile_stmt.error());
+  for (auto* s : {&**by_cause, &**volatile_stmt}) {
+    s->BindInt(1, since_us);
+    s->BindInt(2, until_us);
+  }
+  SqliteRows cause_rows(**by_cause), volatile_rows(**volatile_stmt);
+  if (Status s = AddCacheLosses(cause_rows, volatile_rows, *overview); !s) {
+    return std::unexpected(s.error());
+  }
+  return overview;
 }
 
 Result<json> SqliteTelemetryStore::Live(std::string_view thread_id) const {

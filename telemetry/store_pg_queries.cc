@@ -101,7 +101,30 @@ Result<json> PostgresTelemetryStore::Overview(int64_t since_us, int64_t until_us
       "WHERE minute_us >= $1 AND minute_us < $2",
       p);
   if (!rows) return std::unexpected(rows.error());
-  return OverviewJson(*rows, since_us, until_us, bucket_seconds, *range);
+  Result<json> overview = OverviewJson(*rows, since_us, until_us, bucket_seconds, *range);
+  if (!overview) return overview;
+  PgParams window;
+  window.Int(since_us);
+  window.Int(until_us);
+  // SQLite's LostByCauseSql and VolatilePrefixesSql. The cause is read with a pattern, not a
+  // ::jsonb cast, which would fail the whole statement on one row that is not JSON; kvgate writes
+  // the diagnosis compact, and no other key ends in "cause".
+  auto by_cause = Read(
+      "SELECT substring(cache_diagnosis from '\"cause\":\"([a-z_]*)\"') AS cause, count(*), "
+      "coalesce(sum(cost_missed), 0)::bigint FROM requests WHERE created_at_us >= $1 AND "
+      "created_at_us < $2 AND cache_diagnosis IS NOT NULL GROUP BY cause",
+      window);
+  if (!by_cause) return std::unexpected(by_cause.error());
+  auto volatile_rows = Read(
+      "SELECT thread_id, model, cache_diagnosis, created_at_us FROM requests "
+      "WHERE created_at_us >= $1 AND created_at_us < $2 AND "
+      "cache_diagnosis LIKE '%\"volatile\":true%' ORDER BY created_at_us",
+      window);
+  if (!volatile_rows) return std::unexpected(volatile_rows.error());
+  if (Status s = AddCacheLosses(*by_cause, *volatile_rows, *overview); !s) {
+    return std::unexpected(s.error());
+  }
+  return overview;
 }
 
 Result<json> PostgresTelemetryStore::Live(std::string_view thread_id) const {

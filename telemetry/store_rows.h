@@ -89,6 +89,15 @@ Result<OverviewRange> CheckOverviewRange(int64_t since_us, int64_t until_us,
 Result<nlohmann::json> OverviewJson(RowCursor& rows, int64_t since_us, int64_t until_us,
                                     int64_t bucket_seconds, const OverviewRange& range);
 
+// The overview's cache losses, from the diagnosed requests of the range: `by_cause` holds the rows
+// of LostByCauseSql (cause, requests, cost_missed), `volatile_rows` those of VolatilePrefixesSql
+// (thread_id, model, cache_diagnosis, cost_missed; oldest first). Adds "lost_by_cause" and
+// "volatile_prefixes" to `overview` (store.h says their shape).
+Status AddCacheLosses(RowCursor& by_cause, RowCursor& volatile_rows, nlohmann::json& overview);
+// SQLite's statements for it (?1 = since_us, ?2 = until_us).
+std::string_view LostByCauseSql();
+std::string_view VolatilePrefixesSql();
+
 // The PostgreSQL statements beside the SQLite ones (store_queries.cc), with $n parameters of
 // the same numbers.
 std::string PostgresThreadListSql(const ThreadQuery& query, bool has_cursor);

@@ -315,6 +315,67 @@ TEST_P(StoreConformanceTest, ProviderDiagnosedRequestsAreListedAndPagedAlone) {
   EXPECT_EQ(ids, (std::vector<std::string>{"pd6", "pd3", "pd0"}));
 }
 
+// The overview's cache losses come from the diagnosed requests of its range: summed by cause, and
+// each thread's latest volatile-prefix diagnosis.
+TEST_P(StoreConformanceTest, OverviewAddsUpLossesByCauseAndListsVolatilePrefixes) {
+  const char* usage = R"({"prompt_tokens": 3000, "prompt_tokens_details": {"cached_tokens": 0}})";
+  auto diagnosed = [&](const std::string& id, const std::string& thread, int64_t at,
+                       json diagnosis, int64_t missed) {
+    RequestRecord r = MakeRecord(id, thread, at, "gpt-4o", UsageFlavor::kOpenAIChat, usage);
+    r.cache_diagnosis = std::move(diagnosis);
+    r.cost.missed = missed;
+    store_->Record(r);
+  };
+  auto changed = [](int turns, double lost_usd) {
+    json d = {{"cause", "prompt_changed"}, {"role", "system"}, {"message_number", 1},
+              {"char_offset", 64}, {"detail", "the system prompt (message 1) changes"}};
+    if (turns >= 3) {
+      d["volatile"] = true;
+      d["turns_changed"] = turns;
+      d["lost_usd"] = lost_usd;
+    }
+    return d;
+  };
+  constexpr int64_t kMilliDollar = 1'000'000'000;  // pico-USD
+  diagnosed("v1", "th_v", kT0 + 1, changed(1, 0), kMilliDollar);
+  diagnosed("v2", "th_v", kT0 + 2, changed(2, 0), 2 * kMilliDollar);
+  diagnosed("v3", "th_v", kT0 + 3, changed(3, 0.006), 3 * kMilliDollar);
+  diagnosed("v4", "th_v", kT0 + 4, changed(4, 0.010), 4 * kMilliDollar);
+  diagnosed("e1", "th_e", kT0 + 5, {{"cause", "expired"}}, 7 * kMilliDollar);
+  diagnosed("b1", "th_b", kT0 + 6, {{"cause", "below_minimum"}}, 0);
+  // Outside the range: not counted.
+  diagnosed("late", "th_v", kT0 + 10 * kMinute, changed(5, 0.5), 50 * kMilliDollar);
+  store_->Record(MakeRecord("plain", "th_p", kT0 + 7, "gpt-4o", UsageFlavor::kOpenAIChat, usage));
+  ASSERT_TRUE(store_->Flush().has_value());
+
+  auto overview = store_->Overview(kT0, kT0 + 2 * kMinute, 60);
+  ASSERT_TRUE(overview.has_value()) << overview.error().ToString();
+  const json& lost = (*overview)["lost_by_cause"];
+  ASSERT_EQ(lost.size(), 3u) << lost.dump();
+  EXPECT_EQ(lost[0]["cause"], "prompt_changed");  // most dollars first
+  EXPECT_EQ(lost[0]["requests"], 4);
+  EXPECT_DOUBLE_EQ(lost[0]["cost_missed_usd"].get<double>(), 0.010);
+  EXPECT_EQ(lost[1]["cause"], "expired");
+  EXPECT_DOUBLE_EQ(lost[1]["cost_missed_usd"].get<double>(), 0.007);
+  EXPECT_EQ(lost[2]["cause"], "below_minimum");
+  EXPECT_EQ(lost[2]["requests"], 1);
+
+  const json& found = (*overview)["volatile_prefixes"];
+  ASSERT_EQ(found.size(), 1u) << found.dump();
+  EXPECT_EQ(found[0]["thread_id"], "th_v");
+  EXPECT_EQ(found[0]["model"], "gpt-4o");
+  EXPECT_EQ(found[0]["role"], "system");
+  EXPECT_EQ(found[0]["message_number"], 1);
+  EXPECT_EQ(found[0]["char_offset"], 64);
+  EXPECT_EQ(found[0]["turns_changed"], 4);  // the thread's latest run in the range
+  EXPECT_DOUBLE_EQ(found[0]["cost_missed_usd"].get<double>(), 0.010);
+
+  auto empty = store_->Overview(kT0 + 20 * kMinute, kT0 + 21 * kMinute, 60);
+  ASSERT_TRUE(empty.has_value()) << empty.error().ToString();
+  EXPECT_EQ((*empty)["lost_by_cause"], json::array());
+  EXPECT_EQ((*empty)["volatile_prefixes"], json::array());
+}
+
 TEST_P(StoreConformanceTest, OverviewAndLive) {
   store_->Record(MakeRecord("o1", "th1", kT0 + 5, "gpt-4o", UsageFlavor::kOpenAIChat,
                             R"({"prompt_tokens": 100, "completion_tokens": 5, "prompt_tokens_details": {"cached_tokens": 0}})"));

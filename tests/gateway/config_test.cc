@@ -84,6 +84,21 @@ TEST(ConfigTest, StorageSharedThreadsIsForPostgres) {
   }
 }
 
+TEST(ConfigTest, DiagnosisExcerptsAreOnUnlessTurnedOff) {
+  auto plain = ParseConfig("storage: {sqlite: /tmp/x.db}\n", FakeEnv({}));
+  ASSERT_TRUE(plain.has_value()) << plain.error().message;
+  EXPECT_TRUE(plain->diagnosis_excerpts);
+  auto off = ParseConfig("diagnosis: {excerpts: false}\n", FakeEnv({}));
+  ASSERT_TRUE(off.has_value()) << off.error().message;
+  EXPECT_FALSE(off->diagnosis_excerpts);
+  for (const char* bad : {"diagnosis: {excerpt: false}\n", "diagnosis: {excerpts: sometimes}\n",
+                          "diagnosis: [excerpts]\n"}) {
+    auto r = ParseConfig(bad, FakeEnv({}));
+    ASSERT_FALSE(r.has_value()) << bad;
+    EXPECT_NE(r.error().message.find("diagnosis"), std::string::npos) << r.error().message;
+  }
+}
+
 TEST(ConfigTest, InterpolationDefaultsAndErrors) {
   auto env = FakeEnv({{"A", "1"}});
   EXPECT_EQ(*InterpolateEnv("x${A}y", env), "x1y");

@@ -5,23 +5,10 @@
 #include <functional>
 #include <string>
 
+#include "router/prompt_size.h"
+
 namespace kvgate::router::internal {
 namespace {
-
-// The prompt's tokens on target t: exact from its engine's probe, else the thread's last prompt
-// there scaled by bytes, else bytes at the target's learned ratio.
-int64_t PromptTokens(const RouterState& s, size_t t, const RequestFacts& facts,
-                     const telemetry::ThreadView& thread) {
-  if (auto probe = ProbeFor(facts, t)) return (*probe)->prompt_tokens;
-  const telemetry::TurnSummary* last = thread.OnTarget(s.targets[t].name);
-  if (last != nullptr && last->total_input && last->fingerprint && facts.fingerprint) {
-    const uint64_t last_bytes = std::max<uint64_t>(1, last->fingerprint->TotalBytes());
-    return static_cast<int64_t>(double(*last->total_input) * double(facts.prompt_bytes) /
-                                double(last_bytes));
-  }
-  MutexLock lock(&s.learned[t]->mu);
-  return static_cast<int64_t>(double(facts.prompt_bytes) / s.learned[t]->bytes_per_token);
-}
 
 int64_t ExpectedOutput(const RouterState& s, size_t t, const RequestFacts& facts,
                        const telemetry::ThreadView& thread) {
@@ -37,15 +24,22 @@ int64_t ExpectedOutput(const RouterState& s, size_t t, const RequestFacts& facts
   return n;
 }
 
-std::optional<int64_t> ExpectedCached(const RouterState& s, size_t t, const RequestFacts& facts,
-                                      const telemetry::ThreadView& thread, int64_t prompt_tokens) {
-  if (auto probe = ProbeFor(facts, t)) return (*probe)->cached_tokens;
+// What target t's cache holds of the prompt, and what kind of turn this would be there.
+struct CacheOutlook {
+  std::optional<int64_t> cached;  // nullopt: cold (no cache of this thread there)
+  std::string_view turn;          // Candidate::turn
+};
+
+CacheOutlook ExpectedCached(const RouterState& s, size_t t, const RequestFacts& facts,
+                            const telemetry::ThreadView& thread, int64_t prompt_tokens) {
   const telemetry::TurnSummary* last = thread.OnTarget(s.targets[t].name);
-  if (last == nullptr || !facts.fingerprint) return std::nullopt;
+  const std::string_view turn = last == nullptr ? "first_use" : "warm";
+  if (auto probe = ProbeFor(facts, t)) return {.cached = (*probe)->cached_tokens, .turn = turn};
+  if (last == nullptr || !facts.fingerprint) return {.turn = turn};
   auto e = telemetry::ExpectCached(*last, *facts.fingerprint, prompt_tokens,
                                    s.targets[t].cache_rules, facts.now_us);
-  if (!e) return std::nullopt;
-  return e->Live();
+  if (!e) return {.turn = turn};
+  return {.cached = e->Live(), .turn = e->expired ? "after_expiry" : "warm"};
 }
 
 // The thread's binding for affinity thread: its last turn's target, within the TTL.
@@ -198,7 +192,7 @@ Result<Sifted> Sift(const RouterState& s, const RequestFacts& facts,
 
   // A rough token count for when-rules, before any target is chosen: the thread's last prompt
   // scaled, else bytes at the first target's ratio.
-  const int64_t rough_tokens = PromptTokens(s, indices.front(), facts, thread);
+  const int64_t rough_tokens = EstimatePromptSize(s, indices.front(), facts, thread).tokens;
   const WhenRule* rule = nullptr;
   size_t rule_index = 0;
   for (size_t w = 0; w < r.when.size(); ++w) {
@@ -223,20 +217,25 @@ Result<Sifted> Sift(const RouterState& s, const RequestFacts& facts,
     Candidate c;
     c.target = t;
     c.key = KeyFor(s, t, facts, thread, &r);
-    const int64_t prompt = PromptTokens(s, t, facts, thread);
+    const PromptSize size = EstimatePromptSize(s, t, facts, thread);
+    const int64_t prompt = size.tokens;
     c.prompt_tokens = prompt;
+    c.ratio_source = RatioSourceName(size.source);
     if (std::string why = WhyNot(s, t, facts, prompt, rule, rule_index); !why.empty()) {
       c.eligible = false;
       c.why_not = std::move(why);
       out.ineligible.push_back(std::move(c));
       continue;
     }
-    const std::optional<int64_t> cached = ExpectedCached(s, t, facts, thread, prompt);
+    const CacheOutlook outlook = ExpectedCached(s, t, facts, thread, prompt);
+    c.turn = outlook.turn;
     TurnEstimate e = EstimateTurn(target,
                                   {.prompt_tokens = prompt,
                                    .expected_output = ExpectedOutput(s, t, facts, thread),
-                                   .cached = cached},
-                                  thread.OnTarget(target.name), facts.cache_breakpoints);
+                                   .cached = outlook.cached},
+                                  {.last_on_target = thread.OnTarget(target.name),
+                                   .thread_latest = thread.latest ? &*thread.latest : nullptr,
+                                   .breakpoints = facts.cache_breakpoints});
     c.cached_tokens = e.cached;
     if (e.priced) c.cost_pico = e.cost_pico;
     out.slate.eligible.push_back(std::move(c));

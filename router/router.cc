@@ -70,7 +70,9 @@ Result<std::unique_ptr<Router>> Router::Create(std::vector<Target> targets, Rout
                                          {"target", "outcome"});
     auto error = registry->AddHistogram(
         "kvgate_route_prediction_error_ratio",
-        "Cost planner: |estimated - billed| / billed cost of each routed turn.", {"router"},
+        "Cost planner: |estimated - billed| / billed cost of each routed turn, by the kind of "
+        "turn on the target that answered (warm, after_expiry, first_use).",
+        {"router", "turn"},
         {0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0});
     if (!decisions) return std::unexpected(decisions.error());
     if (!attempts) return std::unexpected(attempts.error());
@@ -240,7 +242,8 @@ void Router::Learn(size_t target, uint64_t prompt_bytes, const telemetry::Reques
   }
   const double error = std::fabs(double(*facts.estimated_cost_pico - record.cost.total)) /
                        double(record.cost.total);
-  if (auto* h = s.prediction_error->WithLabels({facts.router})) h->Observe(error);
+  const std::string_view turn = facts.turn.empty() ? std::string_view("first_use") : facts.turn;
+  if (auto* h = s.prediction_error->WithLabels({facts.router, turn})) h->Observe(error);
 }
 
 std::string Router::DecisionText(const RouteDecision& d) const {
@@ -284,6 +287,18 @@ std::string Router::DecisionText(const RouteDecision& d) const {
       w.Null();
     }
     w.Key("est_cost_pico").OptInt(c.cost_pico);
+    w.Key("ratio_source");
+    if (c.ratio_source.empty()) {
+      w.Null();
+    } else {
+      w.String(c.ratio_source);
+    }
+    w.Key("turn");
+    if (c.turn.empty()) {
+      w.Null();
+    } else {
+      w.String(c.turn);
+    }
     if (t.keys > 1) w.Key("key").Int(c.key);
     w.EndObject();
   }
@@ -301,6 +316,7 @@ telemetry::RequestRecord::RouteFacts Router::Facts(const RouteDecision& d,
   for (const Candidate& c : d.candidates) {
     if (state_->targets[c.target].name == answered_by) {
       facts.estimated_cost_pico = c.cost_pico;
+      facts.turn = std::string(c.turn);
       break;
     }
   }

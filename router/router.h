@@ -183,6 +183,14 @@ struct Candidate {
   std::optional<int64_t> prompt_tokens;    // estimated (exact from an engine probe)
   std::optional<int64_t> cached_tokens;    // estimated cache reads there
   std::optional<int64_t> cost_pico;        // estimated cost of this turn there
+  // Where prompt_tokens came from: "tokenizer" (the engine counted it), "learned" (the target's
+  // own bytes-per-token ratio), "thread" (the ratio the thread's text showed on the target it
+  // was on), "other_targets" (the ratios the other targets learned), "default"; "" when nothing
+  // was estimated.
+  std::string_view ratio_source;
+  // What this turn would be there: "warm" (the thread's last turn there is within the TTL),
+  // "after_expiry" (it is not), "first_use" (the thread has not been there); "" when unknown.
+  std::string_view turn;
 };
 
 struct RouteDecision {
@@ -220,7 +228,8 @@ class Router {
   // `targets` is the table (names unique); `config` must pass CheckTargets against it.
   // `registry` (optional) gets the routing metrics: kvgate_route_decisions_total{router,
   // strategy,reason}, kvgate_upstream_attempts_total{target,outcome}, kvgate_circuit_open{target},
-  // kvgate_route_prediction_error_ratio (|estimated - billed| / billed per routed turn).
+  // kvgate_route_prediction_error_ratio{router,turn} (|estimated - billed| / billed per routed
+  // turn; turn: warm, after_expiry or first_use, as Candidate::turn).
   static Result<std::unique_ptr<Router>> Create(std::vector<Target> targets, RoutingConfig config,
                                                 const Clock& clock,
                                                 telemetry::MetricsRegistry* registry = nullptr);

@@ -61,8 +61,7 @@ Ranking CheapestOverHorizon(const StrategyContext& ctx, Slate& slate) {
   std::vector<int64_t> after;
   for (size_t i = 0; i < slate.eligible.size(); ++i) {
     const TurnEstimate& e = slate.estimates[i];
-    const int64_t future = FutureCostPico(ctx.targets[slate.eligible[i].target], e, h - 1, thread,
-                                          ctx.facts.cache_breakpoints);
+    const int64_t future = FutureCostPico(ctx.targets[slate.eligible[i].target], e, h - 1, thread);
     after.push_back(future);
     double total = e.priced ? double(e.cost_pico + future) : kUnpriced;
     // Ties go to the incumbent: a switch must save something to be worth its churn.

@@ -70,6 +70,7 @@ struct RequestRecord {
     std::string reason;
     bool moved = false;  // the decision moved the thread off its bound target
     std::optional<int64_t> estimated_cost_pico;  // its estimate for the target that answered
+    std::string turn;  // that target's turn kind: "warm" | "after_expiry" | "first_use" | ""
   } route_facts;
   // Not stored: the request path already brought the thread tracker up to date from the store
   // (gateway::Recorder::SyncThread, with threads shared between replicas), so the diagnosis

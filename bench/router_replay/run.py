@@ -79,14 +79,20 @@ class Session:
     system: str
     tools: list
     turns: list[Turn] = field(default_factory=list)
+    # A cold-start session: every turn before its first long gap needs the premium model, and its
+    # cheaper targets are models of its own (per strategy) that no request has reached before:
+    # after the expiry the planner meets them with no learned bytes-per-token ratio.
+    cold: bool = False
 
 
 def words(rng: random.Random, n: int) -> str:
     return " ".join(f"w{rng.randrange(50_000)}" for _ in range(n))
 
 
-def make_sessions(n: int, seed: int) -> list[Session]:
+def make_sessions(n: int, seed: int, cold_share: float = 0.0) -> list[Session]:
     rng = random.Random(seed)
+    # A generator of its own, so that the sessions stay those of the same seed without cold ones.
+    cold_rng = random.Random(seed * 1_000_003 + 1)
     sessions = []
     for sid in range(n):
         system = f"session {sid} agent instructions: " + words(rng, rng.randint(3000, 15000))
@@ -108,8 +114,34 @@ def make_sessions(n: int, seed: int) -> list[Session]:
             # The user side of an agent's turn is mostly tool output: a file, a search result.
             s.turns.append(Turn(words(rng, rng.randint(30, 1200)), words(rng, rng.randint(20, 200)),
                                 0.0 if i == 0 else gap, premium, down))
+        if cold_rng.random() < cold_share:
+            make_cold(s, cold_rng)
         sessions.append(s)
     return sessions
+
+
+def make_cold(s: Session, rng: random.Random):
+    """Turns the session into a cold-start one: premium until its first gap past the TTL (one is
+    placed after turn 2-5 when it has none there), free to move after it."""
+    expiry = next((i for i, t in enumerate(s.turns) if i >= 2 and t.gap > TTL_S), None)
+    if expiry is None:
+        expiry = min(len(s.turns) - 1, rng.randint(2, 5))
+        s.turns[expiry].gap = rng.uniform(2.8, 4.0)
+    for i, t in enumerate(s.turns):
+        t.premium = i < expiry
+        if t.premium and t.down == PREMIUM:
+            t.down = None  # the premium model must serve these
+    s.cold = True
+
+
+def base_target(name: str) -> str:
+    """sonnet, flash or llama: a cold-start session's own models are named <base>-<run>-c<sid>."""
+    return name.split("-", 1)[0]
+
+
+def router_of(s: Session, strategy: str) -> str:
+    """The router a session's turns name: a cold-start session has its own cost routers."""
+    return f"{strategy}-c{s.sid}" if s.cold and strategy != "premium" else strategy
 
 
 def body_of(s: Session, i: int, model: str, thread: str) -> dict:
@@ -135,14 +167,27 @@ def body_of(s: Session, i: int, model: str, thread: str) -> dict:
 
 # -- processes -------------------------------------------------------------------------------
 
-def kvgate_config(sim_port: int, db: Path, horizon: str) -> str:
+def kvgate_config(sim_port: int, db: Path, horizon: str, cold: list[Session]) -> str:
     sim = f"http://127.0.0.1:{sim_port}"
     when = "    when:\n      - {match: {metadata.needs: premium}, targets: [sonnet]}\n"
     provider = {PREMIUM: "anthropic", MID: "openai", BUDGET: "openai"}
-    models = "models:\n" + "".join(
-        f"  - {{name: {t}, provider: {provider[t]}, upstream_model: {UPSTREAM[t]}, pricing: "
-        f"{{input: \"{p[0]}\", cached_input: \"{p[1]}\", cache_write_5m: \"{p[2]}\", "
-        f"output: \"{p[3]}\"}}}}\n" for t, p in PRICES.items())
+
+    def model(name: str, base: str) -> str:
+        p = PRICES[base]
+        return (f"  - {{name: {name}, provider: {provider[base]}, upstream_model: {UPSTREAM[base]}, "
+                f"pricing: {{input: \"{p[0]}\", cached_input: \"{p[1]}\", "
+                f"cache_write_5m: \"{p[2]}\", output: \"{p[3]}\"}}}}\n")
+
+    models = "models:\n" + "".join(model(t, t) for t in PRICES)
+    # Each cold-start session's own cheaper models and cost routers, per strategy.
+    cold_routers = ""
+    for s in cold:
+        for strategy, aware in (("cache-blind", "false"), ("kvgate", "true")):
+            own = [f"{t}-{strategy}-c{s.sid}" for t in (MID, BUDGET)]
+            models += "".join(model(name, base_target(name)) for name in own)
+            cold_routers += (f"  - name: {router_of(s, strategy)}\n    strategy: cost\n"
+                             f"    cache_aware: {aware}\n    targets: [sonnet, {', '.join(own)}]\n"
+                             f"    retries: 0\n    horizon_turns: {horizon}\n{when}")
     return f"""\
 server: {{listen: 127.0.0.1:0, admin_token: {ADMIN}, threads: 2}}
 storage: {{sqlite: {db}}}
@@ -168,7 +213,7 @@ providers:
     targets: [sonnet, flash, llama]
     retries: 0
     horizon_turns: {horizon}
-{when}# The replay's outages are per-request faults, not provider-wide: the breaker stays closed so
+{when}{cold_routers}# The replay's outages are per-request faults, not provider-wide: the breaker stays closed so
 # one session's outage does not move the others.
 routing:
   health: {{failures_to_open: 1000, error_rate_to_open: 1.0, min_requests: 100000}}
@@ -176,9 +221,10 @@ routing:
 
 
 class Kvgate:
-    def __init__(self, binary: str, workdir: Path, sim_port: int, horizon: str):
+    def __init__(self, binary: str, workdir: Path, sim_port: int, horizon: str,
+                 cold: list[Session]):
         self.config = workdir / "kvgate.yaml"
-        self.config.write_text(kvgate_config(sim_port, workdir / "router.db", horizon))
+        self.config.write_text(kvgate_config(sim_port, workdir / "router.db", horizon, cold))
         self.log = open(workdir / "kvgate.stderr.log", "wb")
         self.proc = subprocess.Popen([binary, "serve", "--config", str(self.config)],
                                      stdout=self.log, stderr=subprocess.PIPE, cwd=workdir)
@@ -222,7 +268,7 @@ def replay(gw: Kvgate, sessions: list[Session], model: str, run: str, concurrenc
         thread = f"{run}-{s.sid}"
         for i, t in enumerate(s.turns):
             time.sleep(t.gap)
-            b = body_of(s, i, model, thread)
+            b = body_of(s, i, router_of(s, model), thread)
             try:
                 client.chat.completions.create(**b)
             except openai.APIError as e:
@@ -327,9 +373,13 @@ def rfc3339_seconds(text: str) -> float:
         tzinfo=datetime.timezone.utc).timestamp()
 
 
+TURN_KINDS = ("warm", "after_expiry", "first_use")
+
+
 def totals(turns_by_thread: dict[str, list]) -> dict:
     cost = read = write = uncached = 0
     errors = []
+    by_kind: dict[str, list[float]] = {k: [] for k in TURN_KINDS}
     for turns in turns_by_thread.values():
         for t in turns:
             cost += t["cost_pico_usd"]["total"]
@@ -342,9 +392,13 @@ def totals(turns_by_thread: dict[str, list]) -> dict:
                               None)
                 billed = t["cost_pico_usd"]["total"]
                 if chosen and chosen["est_cost_pico"] is not None and billed > 0:
-                    errors.append(abs(chosen["est_cost_pico"] - billed) / billed)
+                    error = abs(chosen["est_cost_pico"] - billed) / billed
+                    errors.append(error)
+                    if chosen.get("turn") in by_kind:
+                        by_kind[chosen["turn"]].append(error)
     total_in = read + write + uncached
-    return {"cost": cost, "hit": read / total_in if total_in else 0.0, "errors": errors}
+    return {"cost": cost, "hit": read / total_in if total_in else 0.0, "errors": errors,
+            "by_kind": by_kind}
 
 
 def pct(values: list[float], q: float) -> float:
@@ -360,25 +414,30 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=40)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--horizon", default="auto", help="the kvgate router's horizon_turns")
+    ap.add_argument("--cold-share", type=float, default=0.25,
+                    help="share of cold-start sessions (premium until the first expiry, then "
+                         "cheaper targets that never had traffic); 0 for none")
     ap.add_argument("--kvgate", default=str(REPO / "build" / "bin" / "kvgate"))
     ap.add_argument("--out", default=str(REPO / "bench" / "out" / "router_replay"))
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="kvgate-router-replay-"))
-    sessions = make_sessions(args.sessions, args.seed)
+    sessions = make_sessions(args.sessions, args.seed, args.cold_share)
+    cold = [s for s in sessions if s.cold]
     n_turns = sum(len(s.turns) for s in sessions)
     print(f"{len(sessions)} sessions, {n_turns} turns; "
           f"{sum(t.premium for s in sessions for t in s.turns)} premium turns, "
           f"{sum(1 for s in sessions if any(t.down for t in s.turns))} sessions with an outage, "
-          f"{sum(t.gap > TTL_S for s in sessions for t in s.turns)} gaps past the TTL", flush=True)
+          f"{sum(t.gap > TTL_S for s in sessions for t in s.turns)} gaps past the TTL, "
+          f"{len(cold)} cold-start sessions", flush=True)
 
     sim = SimProcess(openai_key="sk-openai-sim", extra_args=["--output-tokens", str(OUTPUT_TOKENS)],
                      log_dir=str(work))
     results = {}
     try:
         sim.client.config(openai_ttl=TTL_S, anthropic_ttl_5m=TTL_S, anthropic_ttl_1h=LONG_TTL_S)
-        gw = Kvgate(args.kvgate, work, sim.port, args.horizon)
+        gw = Kvgate(args.kvgate, work, sim.port, args.horizon, cold)
         try:
             for name in ("premium", "cache-blind", "kvgate"):
                 sim.client.reset()  # every strategy starts with cold provider caches
@@ -399,7 +458,7 @@ def main() -> int:
     # Token counts per turn and tokenizer, from the runs (premium: Anthropic's, the others:
     # OpenAI's); output tokens as billed.
     rates = load_rates()
-    oracle = 0
+    oracle = cold_oracle = 0
     checks = {name: [0, 0] for name in results}
     for s in sessions:
         prompt = {"openai": {}, "anthropic": {}}
@@ -410,7 +469,7 @@ def main() -> int:
                 if u["uncached"] is None:
                     continue
                 total = u["cache_read"] + u["cache_write_5m"] + u["cache_write_1h"] + u["uncached"]
-                prompt[KIND[t["target"]]][i] = total
+                prompt[KIND[base_target(t["target"])]][i] = total
                 output[i] = u["output"]
         # A turn's count is missing for a tokenizer only where no run could send it there (a
         # premium turn for the OpenAI models, a premium outage for Anthropic's): the oracle never
@@ -421,12 +480,16 @@ def main() -> int:
         # The oracle meets the turns when the kvgate run sent them (the gaps as they really were,
         # latency included).
         kv_turns = results["kvgate"]["turns"][f"kvgate-{args.seed}-{s.sid}"]
-        oracle += oracle_session(rates, s, prompt, output, times_of(kv_turns))
+        best = oracle_session(rates, s, prompt, output, times_of(kv_turns))
+        oracle += best
+        if s.cold:
+            cold_oracle += best
         for name, res in results.items():
             turns = res["turns"][f"{name}-{args.seed}-{s.sid}"]
             if len(turns) != len(s.turns):
                 continue
-            checks[name][0] += model_cost(rates, s, prompt, output, [t["target"] for t in turns],
+            checks[name][0] += model_cost(rates, s, prompt, output,
+                                          [base_target(t["target"]) for t in turns],
                                           times_of(turns))
             checks[name][1] += sum(t["cost_pico_usd"]["total"] for t in turns)
 
@@ -443,6 +506,19 @@ def main() -> int:
                          "oracle_model_vs_billed": checks[name][0] / max(1, checks[name][1])}
     summary["prediction_error_median"] = pct(kv["errors"], 0.5)
     summary["prediction_error_p95"] = pct(kv["errors"], 0.95)
+    summary["prediction_error_by_turn"] = {
+        k: {"turns": len(v), "median": pct(v, 0.5), "p95": pct(v, 0.95)}
+        for k, v in kv["by_kind"].items()}
+    # The cold-start sessions alone: what each strategy billed for them against their oracle.
+    cold_rows = []
+    if cold:
+        summary["cold_start"] = {"sessions": len(cold), "oracle_usd": cold_oracle / 1e12}
+        for name in ("premium", "cache-blind", "kvgate"):
+            threads = {f"{name}-{args.seed}-{s.sid}" for s in cold}
+            t = totals({k: v for k, v in results[name]["turns"].items() if k in threads})
+            cold_rows.append((name, t["cost"] / 1e12, t["cost"] / cold_oracle))
+            summary["cold_start"][name] = {"usd": t["cost"] / 1e12,
+                                           "x_oracle": t["cost"] / cold_oracle}
     print()
     print(f"| strategy | billed USD | x oracle | x kvgate | cache hit rate | client errors | "
           f"oracle model / billed |")
@@ -454,6 +530,19 @@ def main() -> int:
     print(f"planner prediction error (kvgate, |estimated - billed| / billed per turn): "
           f"median {summary['prediction_error_median']:.4f}, "
           f"p95 {summary['prediction_error_p95']:.4f} over {len(kv['errors'])} turns")
+    print()
+    print("| turn on the chosen target | turns | median error | p95 error |")
+    print("| --- | --- | --- | --- |")
+    for k, v in summary["prediction_error_by_turn"].items():
+        print(f"| {k} | {v['turns']} | {v['median']:.4f} | {v['p95']:.4f} |")
+    if cold_rows:
+        print()
+        print(f"cold-start sessions ({len(cold)}): billed against their hindsight oracle")
+        print("| strategy | billed USD | x oracle |")
+        print("| --- | --- | --- |")
+        for name, usd, xo in cold_rows:
+            print(f"| {name} | {usd:.4f} | {xo:.3f} |")
+        print(f"| hindsight oracle | {cold_oracle / 1e12:.4f} | 1.000 |")
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     print(f"(summary in {out / 'summary.json'}; logs in {work})")
     return 0

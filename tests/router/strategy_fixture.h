@@ -69,9 +69,8 @@ struct StrategyFixture {
       slate.eligible.push_back(c);
       std::optional<int64_t> hit;
       if (i < cached.size()) hit = cached[i];
-      slate.estimates.push_back(
-          EstimateTurn(targets[i], {.prompt_tokens = prompt, .expected_output = 100, .cached = hit},
-                       nullptr, false));
+      slate.estimates.push_back(EstimateTurn(
+          targets[i], {.prompt_tokens = prompt, .expected_output = 100, .cached = hit}, {}));
     }
     return slate;
   }

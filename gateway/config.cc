@@ -138,7 +138,8 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
   }
   static const std::set<std::string> kTopLevel = {"server",  "storage", "providers",
                                                   "models",  "alerts",  "pricing",
-                                                  "routers", "routing", "diagnosis"};
+                                                  "routers", "routing", "diagnosis",
+                                                  "threads"};
   for (const auto& [key, _] : root.items()) {
     if (!kTopLevel.contains(key)) {
       return MakeError(ErrorCode::kInvalidArgument,
@@ -188,6 +189,14 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
       config.api_keys = std::move(*parsed);
       for (const ApiKeyConfig& key : config.api_keys) config.api_key_hashes.push_back(key.key_hash);
     }
+  }
+  if (auto it = root.find("threads"); it != root.end() && !it->is_null()) {
+    if (!it->is_object()) return MakeError(ErrorCode::kInvalidArgument, "threads must be a mapping");
+    if (Status s = OnlyKeys(*it, "threads", {"auto"}); !s) return std::unexpected(s.error());
+    Reader r{*it, "threads"};
+    auto inferred = r.Bool("auto", config.auto_threads);
+    if (!inferred) return std::unexpected(inferred.error());
+    config.auto_threads = *inferred;
   }
   if (auto it = root.find("storage"); it != root.end() && !it->is_null()) {
     Reader r{*it, "storage"};
@@ -304,7 +313,16 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
       auto upstream = r.String("upstream_model", mc.name);
       if (!upstream) return std::unexpected(upstream.error());
       mc.upstream_model = upstream->empty() ? mc.name : *upstream;
-      if (auto pr = m.find("pricing"); pr != m.end() && !pr->is_null()) {
+      if (auto pr = m.find("pricing"); pr != m.end() && pr->is_object() && pr->contains("as")) {
+        // A comparison price: the catalog's price of another model (BuildTargets looks it up).
+        const json& as = (*pr)["as"];
+        if (!as.is_string() || as.get<std::string>().empty() || pr->size() != 1) {
+          return MakeError(ErrorCode::kInvalidArgument,
+                           r.path + ".pricing.as must be a model name from the price catalog, "
+                                    "alone (e.g. pricing: {as: gpt-4o-mini})");
+        }
+        mc.price_as = as.get<std::string>();
+      } else if (pr != m.end() && !pr->is_null()) {
         auto price = ParsePricing(*pr, r.path + ".pricing");
         if (!price) return std::unexpected(price.error());
         mc.pricing = *price;
@@ -638,7 +656,12 @@ GatewayConfig DefaultConfig(const EnvLookup& env, const std::string& bundled_mod
          .type = std::string(providers::ProviderTypeName(providers::ProviderType::kLocal)),
          .model_path = bundled_model_path,
          .kv_cache_tokens = 16384});
-    config.models.push_back({.name = "smollm2", .provider = "local", .upstream_model = "smollm2"});
+    // Priced as a small API model, for comparison (the engine itself charges nothing): the
+    // first run then shows what the cache saves in dollars.
+    config.models.push_back({.name = "smollm2",
+                             .provider = "local",
+                             .upstream_model = "smollm2",
+                             .price_as = std::string(kBundledComparisonModel)});
   } else {
     config.warnings.push_back("bundled model not found at " + bundled_model_path +
                               " (run scripts/fetch_model.sh); the built-in engine is off");

@@ -85,6 +85,10 @@ struct ModelConfig {
   std::string provider;        // a ProviderConfig::name
   std::string upstream_model;  // what is sent upstream (defaults to name)
   std::optional<telemetry::Price> pricing;  // overrides the catalog
+  // `pricing: {as: MODEL}`: priced at the catalog's price of another model, a comparison price
+  // (what the same tokens would cost there; a self-hosted model has no per-token price). "" when
+  // not set.
+  std::string price_as;
   int64_t context_window = 0;  // tokens; 0: the catalog's (or the engine's), else unknown
   // What the model can do, where it differs from its provider type's defaults (routers send a
   // request only where it can be served). responses / embeddings: whether its provider serves
@@ -146,6 +150,9 @@ struct GatewayConfig {
   // show what changed in a prompt_changed diagnosis (gateway::Recorder::KeepPromptTexts); false
   // keeps and stores no prompt text at all.
   bool diagnosis_excerpts = true;
+  // `threads: {auto: ...}`: requests that name no thread join the thread whose last turn they
+  // continue (gateway/auto_threads.h); false turns the inference off.
+  bool auto_threads = true;
   // catalog
   std::string price_catalog_path;  // optional extra JSON catalog (kvgate or LiteLLM field names)
   // Optional overrides of the catalog's caching rules per provider type (`pricing.caching_rules`),
@@ -179,6 +186,9 @@ Result<std::string> InterpolateEnv(const std::string& text, const EnvLookup& env
 Result<GatewayConfig> ParseConfig(const std::string& yaml_text, const EnvLookup& env,
                                   std::string source = "<string>");
 Result<GatewayConfig> LoadConfigFile(const std::string& path, const EnvLookup& env);
+
+// The API model the bundled model is priced as in the default config (a comparison price).
+inline constexpr std::string_view kBundledComparisonModel = "gpt-4o-mini";
 
 // No config file: listen on 127.0.0.1:8080, ./kvgate.db, a provider for each of OPENAI_API_KEY,
 // ANTHROPIC_API_KEY, DEEPSEEK_API_KEY, OPENROUTER_API_KEY, GEMINI_API_KEY that is set (with the

@@ -73,6 +73,13 @@ Result<std::unique_ptr<Gateway>> Gateway::Create(const GatewayConfig& config, Ga
   }
   deps.recorder->AddListener(
       [keys = gateway->keys_](const telemetry::RequestRecord& record) { keys->OnRecord(record); });
+  if (config.auto_threads) {
+    gateway->auto_threads_ = std::make_shared<AutoThreads>();
+    deps.recorder->AddListener(
+        [threads = gateway->auto_threads_](const telemetry::RequestRecord& record) {
+          threads->Settle(record);
+        });
+  }
   deps.metrics->registry().AddSection(
       [keys = gateway->keys_](std::string& out) { keys->ExposeMetrics(out); });
   if (deps.alerting != nullptr) {
@@ -219,6 +226,7 @@ std::vector<http::Header> Gateway::OnRejected(const http::Rejection& rejection) 
         // who owns a thread: ScopeThread reads the owner from successful turns only).
         std::optional<std::string> owner = threads_.OwnerOf(thread_id);
         rec.thread_id = StoredThreadId(thread_id, rec.api_key_id, owner.value_or(rec.api_key_id));
+        if (!rec.thread_id.empty()) rec.thread_source = telemetry::kThreadFromHeader;
       }
     }
   }

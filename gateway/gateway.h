@@ -19,6 +19,7 @@
 #include "common/clock.h"
 #include "gateway/admin/admin_api.h"
 #include "gateway/api/apis.h"
+#include "gateway/auto_threads.h"
 #include "gateway/config.h"
 #include "gateway/http/server.h"
 #include "gateway/providers/provider.h"
@@ -102,6 +103,9 @@ class Gateway {
                                               const api::ClientApi& api, RequestLog& log);
   // Parse: the gateway key (`key`, null without keys), the body, then the API's own fields; the
   // client's error otherwise.
+  // Gives a request that names no thread the automatic thread it continues, or a new one
+  // (auto_threads.h); its fingerprint goes to the log, for the router and the diagnosis.
+  void InferThread(const http::Request& request, const api::ApiCall& call, RequestLog& log);
   std::expected<std::unique_ptr<api::ApiCall>, providers::ClientError> ReadRequest(
       const http::Request& request, const api::ClientApi& api, std::shared_ptr<KeyState>& key,
       telemetry::RequestRecord& rec) const;
@@ -173,6 +177,9 @@ class Gateway {
   // Which thread a request belongs to: owners of thread ids, Responses API responses (internally
   // locked; its store reads run on blocking_pool_).
   ThreadDirectory threads_{*deps_.store, blocking_pool_};
+  // Threads inferred for requests that name none (internally locked); null with
+  // `threads: {auto: false}`. Shared with the recorder listener that settles each request.
+  std::shared_ptr<AutoThreads> auto_threads_;
   // The client APIs by path (constant).
   api::ClientApis apis_;
   // The gateway keys and their limits (internally locked); shared with the recorder listener and

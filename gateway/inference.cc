@@ -114,6 +114,11 @@ asio::awaitable<void> Gateway::ServeInference(http::Request& request, http::Resp
     co_await client.SendError(*refused, "error");
     co_return;
   }
+  // A request that names no thread joins the one whose last turn it continues (auto_threads.h).
+  if (rec.thread_id.empty() && auto_threads_ && api_call.whole_prompt() &&
+      !api_call.thread_from_answer()) {
+    InferThread(request, api_call, log);
+  }
   // With threads shared between replicas, the thread's latest stored turn is read once, off the
   // event loop, before anything looks at the thread (the router, the cache helpers, the
   // diagnosis): another replica may have served its previous turn.
@@ -147,6 +152,24 @@ asio::awaitable<void> Gateway::ServeInference(http::Request& request, http::Resp
       .worker_index = request.worker_index};
   client.OnAnswerId([&api_call](telemetry::RequestRecord& r) { api_call.OnAnswerId(r); });
   co_await RunAttempts(inference, api_call, *decision, client);
+}
+
+void Gateway::InferThread(const http::Request& request, const api::ApiCall& call, RequestLog& log) {
+  auto& rec = log.record();
+  auto fingerprint =
+      std::make_shared<const telemetry::PromptFingerprint>(telemetry::Fingerprint(call.body()));
+  if (fingerprint->elements.empty()) return;  // no prompt kvgate can read: nothing to continue
+  const uint64_t tenant =
+      TenantOf(rec.api_key_id, request.header("authorization"), request.header("x-api-key"),
+               request.header("api-key"), request.header("x-goog-api-key"));
+  AutoThreads::Assignment assigned =
+      auto_threads_->Assign(rec.request_id, tenant, call.body(), *fingerprint);
+  // Under gateway keys the id is the key's (thread_scope.h): a new random id, so claimed as is.
+  rec.thread_id = rec.api_key_id.empty() ? std::move(assigned.thread_id)
+                                         : threads_.ClaimNew(assigned.thread_id, rec.api_key_id);
+  rec.thread_source = telemetry::kThreadFromAuto;
+  rec.thread_parent = std::move(assigned.parent);
+  log.set_fingerprint(std::move(fingerprint));  // hashed once: the router and the diagnosis
 }
 
 std::expected<std::unique_ptr<api::ApiCall>, providers::ClientError> Gateway::ReadRequest(
@@ -199,11 +222,14 @@ std::expected<router::RouteDecision, providers::ClientError> Gateway::Route(
   if (router.FindRouter(rec.model) != nullptr) {
     call.FillContentFacts(facts);
     if (!rec.thread_id.empty() && call.whole_prompt()) {
-      auto fingerprint =
-          std::make_shared<const telemetry::PromptFingerprint>(telemetry::Fingerprint(call.body()));
+      std::shared_ptr<const telemetry::PromptFingerprint> fingerprint = log.fingerprint();
+      if (!fingerprint) {
+        fingerprint = std::make_shared<const telemetry::PromptFingerprint>(
+            telemetry::Fingerprint(call.body()));
+        log.set_fingerprint(fingerprint);  // hashed once, for the diagnosis too
+      }
       facts.prompt_bytes = fingerprint->TotalBytes();
-      facts.fingerprint = fingerprint;
-      log.set_fingerprint(std::move(fingerprint));  // hashed once, for the diagnosis too
+      facts.fingerprint = std::move(fingerprint);
       thread = deps_.recorder->View(rec.thread_id);
     }
     ProbeEngines(call, rec.api_key_id, facts);

@@ -34,6 +34,9 @@ class RequestLog {
   void set_fingerprint(std::shared_ptr<const telemetry::PromptFingerprint> fingerprint) {
     fingerprint_ = std::move(fingerprint);
   }
+  const std::shared_ptr<const telemetry::PromptFingerprint>& fingerprint() const {
+    return fingerprint_;
+  }
   // Marks the first content token sent to the client (streams); later calls are ignored.
   void MarkFirstToken();
   // The attempt loop's bookkeeping: an attempt's entry is added to record().attempts when it

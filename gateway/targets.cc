@@ -33,6 +33,14 @@ Result<std::vector<router::Target>> BuildTargets(const GatewayConfig& config,
     t.upstream_model = m.upstream_model.empty() ? m.name : m.upstream_model;
     if (m.pricing) {
       t.price = m.pricing;
+    } else if (!m.price_as.empty()) {
+      t.price = catalog.Find(m.price_as);
+      if (!t.price) {
+        return MakeError(ErrorCode::kInvalidArgument,
+                         "model " + m.name + ": pricing.as names " + m.price_as +
+                             ", which is not in the price catalog");
+      }
+      t.price_as = m.price_as;
     } else if (auto price = catalog.Find(t.upstream_model)) {
       t.price = price;
     } else {

@@ -53,6 +53,9 @@ struct Target {
   telemetry::ProviderType type = telemetry::ProviderType::kOpenAI;  // its provider's type
   std::string upstream_model;  // what is sent upstream
   std::optional<telemetry::Price> price;  // nullopt: unknown price (cost marked incomplete)
+  // The catalog model whose price `price` is when it is a comparison price (`pricing: {as: ...}`:
+  // a self-hosted model priced as an API model), "" otherwise.
+  std::string price_as;
   telemetry::CacheRules cache_rules;
   int64_t context_window = 0;  // tokens; 0 = unknown (every prompt fits)
   Capabilities capabilities;

@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "common/error.h"
 #include "telemetry/pricing.h"
@@ -14,9 +15,21 @@ namespace kvgate::telemetry {
 
 struct PromptFingerprint;  // diagnosis.h
 
+// Where a request's thread id came from (RequestRecord::thread_source; docs/api.md): the body's
+// thread fields, a header (X-Thread-Id or an agent's session header), a Responses API
+// previous_response_id chain, or kvgate's inference from the prompt (gateway/auto_threads.h).
+inline constexpr std::string_view kThreadFromBody = "body";
+inline constexpr std::string_view kThreadFromHeader = "header";
+inline constexpr std::string_view kThreadFromResponseChain = "response_chain";
+inline constexpr std::string_view kThreadFromAuto = "auto";
+
 struct RequestRecord {
   std::string request_id;      // kvgate's id, also sent to the client as x-request-id
-  std::string thread_id;       // empty when the client gave none
+  std::string thread_id;       // empty when the request has no thread
+  std::string thread_source;   // kThreadFrom*: where thread_id came from; "" without one
+  // An automatic thread that forked off another (a second request continued the same turn): the
+  // thread it forked from. "" otherwise.
+  std::string thread_parent;
   int64_t created_at_us = 0;   // wall clock, microseconds since the epoch, when the request arrived
   std::string endpoint;        // "chat.completions" | "completions" | "responses" | "embeddings" |
                                // "messages"

@@ -30,7 +30,8 @@ constexpr std::string_view kTurnColumns =
     "cost_total, cost_saved, cost_complete, cost_priced, error, upstream_request_id, finish_reason, "
     "cache_diagnosis, seq, response_id, cache_write_no_ttl, cost_missed, target, key_index, "
     "system_fingerprint, route, attempts, cache_read_offload, cache_helper, "
-    "provider_cache_miss_reason, cache_read_offload_tier, usage_estimated";
+    "provider_cache_miss_reason, cache_read_offload_tier, usage_estimated, thread_source, "
+    "thread_parent";
 enum Col {
   kRequestId, kThreadId, kCreatedAt, kEndpoint, kModel, kProvider, kProviderType, kUpstreamModel,
   kApiKeyId, kStream, kStatus, kHttpStatus, kUpstreamStatus, kLatency, kTtft, kCacheRead,
@@ -39,7 +40,7 @@ enum Col {
   kCostPriced, kError, kUpstreamRequestId, kFinishReason, kDiagnosis, kSeq, kResponseId,
   kCacheWriteNoTtl, kCostMissed, kTarget, kKeyIndex, kSystemFingerprint, kRoute, kAttempts,
   kCacheReadOffload, kCacheHelper, kProviderCacheMissReason, kCacheReadOffloadTier, kUsageEstimated,
-  kColumnCount
+  kThreadSource, kThreadParent, kColumnCount
 };
 static_assert(kColumnCount == internal::kTurnColumnCount);
 
@@ -97,6 +98,12 @@ json TurnJson(const internal::RowCursor& s, Detail detail) {
   turn["latency_ms"] = OptMs(s.OptInt(kLatency));
   turn["ttft_ms"] = OptMs(s.OptInt(kTtft));
   turn["response_id"] = s.Text(kResponseId);
+  // Where the thread came from (docs/api.md): body, header, response_chain or auto; null without
+  // a thread. An automatic thread that forked names the thread it forked from.
+  const std::string source = s.Text(kThreadSource);
+  turn["thread_source"] = source.empty() ? json(nullptr) : json(source);
+  const std::string parent = s.Text(kThreadParent);
+  turn["thread_parent"] = parent.empty() ? json(nullptr) : json(parent);
   turn["usage"] = {{"cache_read", OptInt(s.OptInt(kCacheRead))},
                    {"cache_write_5m", OptInt(s.OptInt(kCacheWrite5m))},
                    {"cache_write_1h", OptInt(s.OptInt(kCacheWrite1h))},
@@ -290,11 +297,16 @@ Result<json> ThreadJson(RowCursor& s, std::string_view thread_id) {
     json models = json::array();
     std::set<std::string> seen_models;
     int64_t first = 0, last = 0;
+    std::string source, parent;  // the first turn's
     for (;;) {
       Result<bool> row = s.Step();
       if (!row) return std::unexpected(row.error());
       if (!*row) break;
       turns.push_back(TurnJson(s, Detail::kTurn));
+      if (turns.size() == 1) {
+        source = s.Text(kThreadSource);
+        parent = s.Text(kThreadParent);
+      }
       const int64_t created = s.Int(kCreatedAt);
       if (turns.size() == 1 || created < first) first = created;
       if (turns.size() == 1 || created > last) last = created;
@@ -329,6 +341,8 @@ Result<json> ThreadJson(RowCursor& s, std::string_view thread_id) {
     summary["first_seen"] = FormatRfc3339Micros(first);
     summary["last_seen"] = FormatRfc3339Micros(last);
     summary["models"] = std::move(models);
+    summary["thread_source"] = source.empty() ? json(nullptr) : json(source);
+    summary["thread_parent"] = parent.empty() ? json(nullptr) : json(parent);
     KnownSum writes;
     for (const KnownSum* w : {&w5m, &w1h, &no_ttl}) {
       const json v = w->Json();
@@ -465,6 +479,8 @@ class PendingRow : public RowCursor {
     text(kProviderCacheMissReason, r.provider_cache_miss_reason);
     text(kCacheReadOffloadTier, u.cache_read_offload_tier);
     integer(kUsageEstimated, u.estimated ? 1 : 0);
+    text(kThreadSource, r.thread_source);
+    text(kThreadParent, r.thread_parent);
   }
 
   Result<bool> Step() override { return !std::exchange(stepped_, true); }

@@ -46,7 +46,7 @@ class RowCursor {
 
 // The columns of a turn, in the order TurnJson reads them (both dialects select these names).
 std::string_view TurnColumns();
-inline constexpr int kTurnColumnCount = 50;
+inline constexpr int kTurnColumnCount = 52;
 
 // ListThreads: the page a query asks for; kInvalidArgument for a bad cursor.
 struct ThreadPage {

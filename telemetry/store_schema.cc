@@ -422,7 +422,15 @@ constexpr std::string_view kUsageEstimated = R"sql(
 ALTER TABLE requests ADD COLUMN usage_estimated INTEGER NOT NULL DEFAULT 0;
 )sql";
 
-constexpr std::array<Migration, 10> kCoreMigrations = {{
+// Version 14, where a turn's thread came from: requests.thread_source ("body", "header",
+// "response_chain", "auto"; '' without a thread, and in every older row) and
+// requests.thread_parent, the thread an automatic thread forked from ('' otherwise).
+constexpr std::string_view kThreadSource = R"sql(
+ALTER TABLE requests ADD COLUMN thread_source TEXT NOT NULL DEFAULT '';
+ALTER TABLE requests ADD COLUMN thread_parent TEXT NOT NULL DEFAULT '';
+)sql";
+
+constexpr std::array<Migration, 11> kCoreMigrations = {{
     {1, "requests_and_threads", kRequestsAndThreads, kRequestsAndThreadsPostgres},
     {2, "thread_last_prompt", kThreadLastPrompt, {}},
     {3, "routing", kRouting, {}},
@@ -431,6 +439,7 @@ constexpr std::array<Migration, 10> kCoreMigrations = {{
     {11, "api_keys", kApiKeys, kApiKeysPostgres},
     {12, "provider_cache_diagnostics", kProviderDiagnostics, {}},
     {13, "usage_estimated", kUsageEstimated, {}},
+    {14, "thread_source", kThreadSource, {}},
     {20, "engine_offload", kEngineOffload, kEngineOffloadPostgres},
     {21, "engine_offload_tier", kEngineOffloadTier, {}},
 }};

@@ -24,14 +24,21 @@ function render(box, engines) {
   }
   for (const e of engines) {
     const hit = e.prefix_cache_queries_tokens > 0 ? e.prefix_cache_hits_tokens / e.prefix_cache_queries_tokens : null;
-    const used = e.pool_blocks > 0 ? e.used_blocks / e.pool_blocks : 0;
+    // A block holds data while a running request uses it or while it keeps a cached prefix
+    // (free, reusable on a hit until evicted): "in use" counts both, as a person reading the pool
+    // expects; the share held by running requests is shown beside it.
+    const holding = e.used_blocks + (e.cached_free_blocks || 0);
+    const used = e.pool_blocks > 0 ? holding / e.pool_blocks : 0;
+    const running = e.kv_cache_usage_perc ?? (e.pool_blocks > 0 ? e.used_blocks / e.pool_blocks : 0);
     const meter = h('div', { class: 'meter', role: 'meter', 'aria-valuemin': '0', 'aria-valuemax': '100', 'aria-valuenow': String(Math.round(used * 100)) },
       h('div', { class: 'meter-fill' }));
     meter.firstChild.style.width = `${(used * 100).toFixed(1)}%`;  // CSSOM, allowed by the CSP
     box.append(h('div', { class: 'card engine', dataset: { provider: e.provider } },
       h('h2', {}, `${e.provider} `, h('span', { class: 'muted small' }, `${e.backend} · ${(e.models || []).join(', ')}`)),
       h('div', { class: 'kpis' },
-        stat('KV pool in use', fmtPct(e.kv_cache_usage_perc ?? used), `${fmtInt(e.used_blocks)} of ${fmtInt(e.pool_blocks)} blocks of ${e.block_size} tokens`),
+        stat('KV pool in use', fmtPct(used), `${fmtInt(holding)} of ${fmtInt(e.pool_blocks)} blocks of ${e.block_size} tokens: ` +
+          `${fmtInt(e.used_blocks)} by running requests, ${fmtInt(e.cached_free_blocks)} holding cached prefixes`),
+        stat('Held by running requests', fmtPct(running), 'the rest of the pool is cache or free'),
         stat('Prefix-cache hit rate', fmtPct(hit), `${fmtInt(e.prefix_cache_hits_tokens)} of ${fmtInt(e.prefix_cache_queries_tokens)} prompt tokens`),
         stat('Cached, free blocks', fmtInt(e.cached_free_blocks), 'reusable until evicted'),
         stat('Evictions', fmtInt(e.evictions), `${fmtInt(e.cache_written_blocks)} blocks written`),

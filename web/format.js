@@ -187,3 +187,34 @@ export function chart(canvas, config) {
     maintainAspectRatio: false }, config.options || {});
   return new window.Chart(canvas, config);
 }
+
+// Where a thread's id came from (a turn's thread_source), in words.
+export function threadSourceText(source) {
+  switch (source) {
+    case 'body': return 'named in the request body';
+    case 'header': return 'named by a header (X-Thread-Id or an agent\'s session)';
+    case 'response_chain': return 'a Responses API chain (previous_response_id)';
+    case 'auto': return 'inferred: each turn continues the previous one';
+    default: return 'thread source unknown';
+  }
+}
+
+// The label of comparison prices ({model: catalog model}, pricing: {as: ...}): those models' costs
+// are what the named API model would charge for the same tokens. Null when there are none.
+export function comparisonNote(prices) {
+  const entries = Object.entries(prices || {});
+  if (!entries.length) return null;
+  const list = entries.map(([m, as]) => `${m} as ${as}`).join(', ');
+  return h('p', { class: 'note comparison-prices' },
+    `Comparison prices: ${list}. These costs are what that API model would charge for the same ` +
+    'tokens; a self-hosted model charges nothing per token.');
+}
+
+// The model a request asked for, and beside it the model that served it when a router chose
+// another (a record's `target`).
+export function servedModel(r) {
+  if (!r.model) return '—';
+  if (!r.target || r.target === r.model) return r.model;
+  return h('span', { class: 'served', title: `asked for ${r.model}, served by ${r.target}` },
+    r.model, h('span', { class: 'muted' }, ' → '), h('span', { class: 'served-target' }, r.target));
+}

@@ -76,7 +76,7 @@ function windowText(m) {
 function edit(state, m) {
   state.editing = m || {};
   const v = m || { name: '', metric: 'cache_hit_rate', scope: 'global', condition: 'below', threshold: 0.5,
-    window: '5m', min_requests: 1, cooldown: '15m', for: '0s', resolve_threshold: null, channels: [], enabled: true };
+    window: '5m', min_requests: null, cooldown: '15m', for: '0s', resolve_threshold: null, channels: [], enabled: true };
   const f = {
     name: h('input', { name: 'name', required: true, value: v.name }),
     metric: h('select', { name: 'metric' }, METRICS.map((x) => h('option', { value: x, selected: x === v.metric }, x))),
@@ -84,7 +84,8 @@ function edit(state, m) {
     condition: h('select', { name: 'condition' }, ['above', 'below'].map((x) => h('option', { value: x, selected: x === v.condition }, x))),
     threshold: h('input', { name: 'threshold', type: 'number', step: 'any', required: true, value: v.threshold }),
     window: h('input', { name: 'window', value: v.window_seconds !== undefined ? `${v.window_seconds}s` : v.window }),
-    min_requests: h('input', { name: 'min_requests', type: 'number', min: '1', value: v.min_requests }),
+    min_requests: h('input', { name: 'min_requests', type: 'number', min: '1', value: v.min_requests ?? '',
+      placeholder: 'default: 20 for rates, else 1' }),
     cooldown: h('input', { name: 'cooldown', value: v.cooldown_seconds !== undefined ? `${v.cooldown_seconds}s` : v.cooldown }),
     pending: h('input', { name: 'for', value: v.for ?? '0s' }),
     resolve: h('input', { name: 'resolve_threshold', type: 'number', step: 'any', value: v.resolve_threshold ?? '' }),
@@ -98,7 +99,8 @@ function edit(state, m) {
     ev.preventDefault();
     const body = { name: f.name.value.trim(), metric: f.metric.value, scope: f.scope.value, condition: f.condition.value,
       threshold: Number(f.threshold.value), window: f.window.value.trim() || '5m',
-      min_requests: Number(f.min_requests.value || 1), cooldown: f.cooldown.value.trim() || '15m',
+      ...(f.min_requests.value ? { min_requests: Number(f.min_requests.value) } : {}),
+      cooldown: f.cooldown.value.trim() || '15m',
       for: f.pending.value.trim() || '0s',
       resolve_threshold: f.resolve.value.trim() === '' ? null : Number(f.resolve.value),
       channels: channelBoxes.map((l) => l.firstChild).filter((c) => c.checked).map((c) => c.value), enabled: f.enabled.checked };

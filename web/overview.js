@@ -4,7 +4,7 @@
 // prompt changes at the same place every turn; and, where a provider reports on its own cache misses
 // (Anthropic's cache diagnostics), how often its account agrees with kvgate's.
 import { api, query } from './api.js';
-import { causeText, chart, clear, fmtInt, fmtPct, fmtTime, fmtUsd, h, providerReason } from './format.js';
+import { causeText, comparisonNote, servedModel, chart, clear, fmtInt, fmtPct, fmtTime, fmtUsd, h, providerReason } from './format.js';
 
 const WINDOWS = ['1h', '24h', '7d'];
 const DIAGNOSED = 200;  // the latest provider-diagnosed turns the agreement card counts
@@ -52,7 +52,7 @@ function agreementCard(state, turns) {
       h('tbody', {}, off.map((t) => h('tr', { dataset: { requestId: t.request_id } },
         h('td', { class: 'nowrap' }, fmtTime(t.created_at)),
         h('td', { class: 'id' }, t.thread_id ? h('a', { href: `#/threads/${encodeURIComponent(t.thread_id)}` }, t.thread_id) : '—'),
-        h('td', {}, t.model || '—'),
+        h('td', {}, servedModel(t)),
         h('td', {}, t.cache_diagnosis ? causeText(t.cache_diagnosis, t) : 'no miss'),
         h('td', {}, providerReason(t.provider_cache_diagnosis)))))))
       : null);
@@ -74,6 +74,8 @@ function render(root, state, ov, lossy) {
     kpi('Saved by the cache', fmtUsd(t.saved_usd), 'against the same tokens uncached', 'kpi-saved'),
     kpi('Lost to misses', fmtUsd(t.missed_usd), 'diagnosed cache misses', 'kpi-missed'),
     kpi('Hit rate', fmtPct(t.hit_ratio), 'read ÷ (read + writes + uncached)', 'kpi-hit')));
+  const note = comparisonNote(ov.comparison_prices);
+  if (note) root.append(note);
 
   const labels = ov.series.map((p) => tickLabel(p.start, state.window));
   const volume = h('canvas', { id: 'volume-chart' });

@@ -2,7 +2,7 @@
 // provider's own cache diagnosis against kvgate's) and each request's full record. More rows come
 // through the server's cursor.
 import { api, query } from './api.js';
-import { clear, fmtInt, fmtMs, fmtTime, fmtUsd, h, providerDiagnosisText, providerReason, statusClass } from './format.js';
+import { clear, fmtInt, fmtMs, fmtTime, fmtUsd, h, providerDiagnosisText, providerReason, servedModel, statusClass } from './format.js';
 import { recordDetail } from './thread.js';
 
 const STATUSES = ['', 'ok', 'error', 'upstream_error', 'timeout', 'client_disconnected', 'shutdown'];
@@ -90,7 +90,7 @@ function render(state) {
       h('td', { class: 'nowrap' }, fmtTime(r.created_at)),
       h('td', {}, h('span', { class: `status ${statusClass(r.status)}` }, r.status), r.http_status ? h('span', { class: 'muted small' }, ` ${r.http_status}`) : null,
         providerBadge(r.provider_cache_diagnosis)),
-      h('td', {}, r.model || '—'), h('td', {}, r.provider || '—'),
+      h('td', {}, servedModel(r)), h('td', {}, r.provider || '—'),
       h('td', { class: 'id' }, r.thread_id ? h('a', { href: `#/threads/${encodeURIComponent(r.thread_id)}`, onclick: (ev) => ev.stopPropagation() }, r.thread_id) : '—'),
       h('td', { class: 'num' }, fmtMs(r.latency_ms)),
       h('td', { class: 'num' }, fmtInt(sumInput(r.usage))),

@@ -3,7 +3,7 @@
 // record (raw usage JSON, the router's decision and attempts when present) one click away.
 import { api } from './api.js';
 import { COST_PARTS, KINDS, causeText, chart, clear, fmtClock, fmtInt, fmtMs, fmtPct, fmtTime, fmtUsd, h,
-  hitRate, providerDiagnosisText, providerReason, statusClass } from './format.js';
+  hitRate, providerDiagnosisText, providerReason, statusClass, threadSourceText, comparisonNote, servedModel } from './format.js';
 
 export async function mount(view, route) {
   const id = route.id;
@@ -39,7 +39,11 @@ function render(root, state, data) {
       h('a', { href: '#/threads', class: 'back' }, '← Threads'),
       h('h1', { class: 'thread-id', title: state.id }, state.id),
       h('p', { class: 'muted' }, `${fmtInt(s.turns)} turns · ${s.models.join(', ')} · ` +
-        `${fmtTime(s.first_seen)} → ${fmtTime(s.last_seen)}`)),
+        `${fmtTime(s.first_seen)} → ${fmtTime(s.last_seen)}`),
+      h('p', { class: 'muted thread-source', dataset: { source: s.thread_source || '' } },
+        threadSourceText(s.thread_source),
+        s.thread_parent ? h('span', {}, ' · forked from ',
+          h('a', { href: `#/threads/${encodeURIComponent(s.thread_parent)}` }, s.thread_parent)) : null)),
     h('div', { class: 'kpis' },
       kpi('Session hit rate', fmtPct(hitRate(s.tokens)), 'cache read ÷ (read + writes + uncached)', 'kpi-session-hit'),
       kpi('Latest turn hit rate', fmtPct(hitRate(last.usage)), `turn ${turns.length}`, 'kpi-latest-hit'),
@@ -47,6 +51,10 @@ function render(root, state, data) {
       kpi('Saved by the cache', fmtUsd(s.cost_usd.saved), 'against the same tokens uncached', 'kpi-saved'),
       kpi('Lost to misses', fmtUsd(s.cost_usd.missed), `${diagnosed.length} diagnosed turn${diagnosed.length === 1 ? '' : 's'}`, 'kpi-missed')),
   );
+
+  const priced = Object.fromEntries(Object.entries(data.comparison_prices || {}).filter(([m]) => s.models.includes(m)));
+  const note = comparisonNote(priced);
+  if (note) root.append(note);
 
   const tokenCanvas = h('canvas', { id: 'tokens-chart', 'aria-label': 'Tokens per turn' });
   const costCanvas = h('canvas', { id: 'cost-chart', 'aria-label': 'Cost per turn' });
@@ -126,7 +134,7 @@ function turnRow(root, state, t, i) {
     onkeydown: (ev) => { if (ev.key === 'Enter') toggleTurn(root, state, i, t); } },
   h('td', {}, String(i + 1)),
   h('td', { class: 'nowrap', title: fmtTime(t.created_at) }, fmtClock(t.created_at)),
-  h('td', { class: 'nowrap' }, t.model, h('div', { class: 'muted small' }, t.provider), routeBadge, attempts),
+  h('td', { class: 'model-cell' }, servedModel(t), h('div', { class: 'muted small' }, t.provider), routeBadge, attempts),
   h('td', {}, h('span', { class: `status ${statusClass(t.status)}` }, t.status)),
   h('td', { class: 'num' }, fmtMs(t.latency_ms)),
   h('td', { class: 'num' }, fmtMs(t.ttft_ms)),
@@ -183,7 +191,7 @@ export function recordDetail(rec) {
   const c = rec.cost_usd;
   const facts = [
     ['Request id', rec.request_id], ['Response id', rec.response_id || '—'],
-    ['Upstream request id', rec.upstream_request_id || '—'], ['Thread', rec.thread_id || '—'],
+    ['Upstream request id', rec.upstream_request_id || '—'], ['Thread', rec.thread_id ? `${rec.thread_id} (${threadSourceText(rec.thread_source)})` : '—'],
     ['Model', `${rec.model} → ${rec.upstream_model || rec.model} (${rec.provider || 'no provider'}, ${rec.provider_type || '—'})`],
     ['Status', `${rec.status} (HTTP ${rec.http_status}, upstream ${rec.upstream_status || '—'})`],
     ['Finish reason', rec.finish_reason || '—'], ['Stream', rec.stream ? 'yes' : 'no'],

@@ -27,9 +27,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run as bench  # noqa: E402  (nginx setup, kvgate startup, wrk)
 
 
-def request_body(stream, anthropic, context_kb, model=None):
+def request_body(stream, anthropic, context_kb, model=None, thread=True):
     """The 1.2 KB chat request of run.py; with `context_kb`, that many KB of earlier turns before
-    it (an agent's long conversation); `anthropic` sends it to the Anthropic-type upstream."""
+    it (an agent's long conversation); `anthropic` sends it to the Anthropic-type upstream.
+    Without `thread`, no thread id: kvgate infers the thread (an automatic thread)."""
     history = []
     turn = "Here is some context about the task. " * 27  # ~1 KB
     for i in range(context_kb):
@@ -38,6 +39,8 @@ def request_body(stream, anthropic, context_kb, model=None):
             "messages": [{"role": "system", "content": "You are a helpful assistant. " * 40}] + history +
                         [{"role": "user", "content": "Say hello."}],
             "thread_identifier": "bench-thread"}
+    if not thread:
+        del body["thread_identifier"]
     if model:
         body["model"] = model
     if stream or anthropic:
@@ -155,8 +158,11 @@ def main():
     ap.add_argument("--model", default=None,
                     help="the model requests name (bench-router: through the cost router)")
     ap.add_argument("--no-journal", action="store_true", help="kvgate without its crash journal")
+    ap.add_argument("--no-thread-id", action="store_true",
+                    help="requests name no thread: kvgate infers one (automatic threads)")
     args = ap.parse_args()
-    body = request_body(args.stream, args.anthropic, args.context_kb, args.model)
+    body = request_body(args.stream, args.anthropic, args.context_kb, args.model,
+                        thread=not args.no_thread_id)
     for tool in ("valgrind", "callgrind_annotate", "strace", "nginx", "wrk"):
         if shutil.which(tool) is None:
             sys.exit(f"{tool} is not installed (apt-get install valgrind strace nginx-light wrk)")

@@ -87,6 +87,9 @@ class AdminApi {
   Result<nlohmann::json> EngineLookup(const http::Request& request) const;
   // GET /api/engine (engine_api.cc): each engine's state and the models it serves.
   nlohmann::json EngineState() const;
+  // {"<model>": "<catalog model>"} for each model priced as another (pricing: {as: ...}), so
+  // that the thread view and the overview can label those costs as comparison prices.
+  nlohmann::json ComparisonPrices() const;
   // The model entry of a target or router (its name), nullopt for an unknown name (models_api.cc).
   std::optional<nlohmann::json> ModelJson(std::string_view name) const;
   // Every model and router, or those `key` may use.

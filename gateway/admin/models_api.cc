@@ -19,8 +19,13 @@ constexpr std::string_view kJson = "application/json";
 std::optional<json> AdminApi::ModelJson(std::string_view name) const {
   if (std::optional<size_t> t = deps_.router->FindTarget(name)) {
     const router::Target& target = deps_.router->targets()[*t];
-    return json{
+    json model{
         {"id", target.name}, {"object", "model"}, {"created", 0}, {"owned_by", target.provider}};
+    // A comparison price (pricing: {as: ...}) says so: its costs are another model's rates.
+    if (!target.price_as.empty()) {
+      model["kvgate_pricing"] = {{"as", target.price_as}, {"comparison", true}};
+    }
+    return model;
   }
   if (const router::RouterConfig* r = deps_.router->FindRouter(name)) {
     json targets = json::array();

@@ -20,6 +20,14 @@ using admin::ThreadQueryFrom;
 
 }  // namespace
 
+json AdminApi::ComparisonPrices() const {
+  json out = json::object();
+  for (const router::Target& t : deps_.router->targets()) {
+    if (!t.price_as.empty()) out[t.name] = t.price_as;
+  }
+  return out;
+}
+
 asio::awaitable<void> AdminApi::HandleRead(http::Request& request, http::ResponseWriter& writer) {
   const std::string& path = request.path;
   telemetry::TelemetryStore& store = *deps_.store;
@@ -38,6 +46,7 @@ asio::awaitable<void> AdminApi::HandleRead(http::Request& request, http::Respons
   } else if (path.rfind("/api/threads/", 0) == 0) {
     std::string id = http::PercentDecode(std::string_view(path).substr(13));
     result = co_await run([&store, &id] { return store.GetThread(id); });
+    if (result) (*result)["comparison_prices"] = ComparisonPrices();
   } else if (path == "/api/requests") {
     auto listing = RequestListingFrom(request);
     if (!listing) {
@@ -62,6 +71,7 @@ asio::awaitable<void> AdminApi::HandleRead(http::Request& request, http::Respons
       const OverviewRange& r = *range;
       result = co_await run(
           [&store, &r] { return store.Overview(r.since_us, r.until_us, r.bucket_seconds); });
+      if (result) (*result)["comparison_prices"] = ComparisonPrices();
     }
   } else if (path == "/api/live") {
     const std::string thread_id = request.query_param("thread_id");

@@ -121,8 +121,12 @@ class ClientApi {
 // boolean or absent). Fills record.model and record.stream.
 std::optional<providers::ClientError> ReadModelAndStream(const raw_json::Object& body,
                                                          telemetry::RequestRecord& record);
+// The first of the agents' session headers (providers::kAgentSessionHeaders) the request
+// carries; empty when none.
+providers::AgentSession AgentSessionHeader(const http::Request& request);
 // The OpenAI APIs' reading: the thread id (providers::ThreadIdOf: the body's thread fields, then
-// X-Thread-Id) into record.thread_id, then ReadModelAndStream.
+// X-Thread-Id; then an agent's session header) into record.thread_id and .thread_source, then
+// ReadModelAndStream.
 std::optional<providers::ClientError> ReadOpenAIRequest(const http::Request& request,
                                                         const raw_json::Object& body,
                                                         telemetry::RequestRecord& record);

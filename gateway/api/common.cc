@@ -114,10 +114,29 @@ std::optional<providers::ClientError> ReadModelAndStream(const raw_json::Object&
 std::optional<providers::ClientError> ReadOpenAIRequest(const http::Request& request,
                                                         const raw_json::Object& body,
                                                         telemetry::RequestRecord& record) {
-  Result<std::string> thread_id = providers::ThreadIdOf(body, request.header("x-thread-id"));
-  if (!thread_id) return BadRequest(thread_id.error().message, "invalid_thread_id");
-  record.thread_id = std::move(*thread_id);
+  Result<providers::ClientThread> named =
+      providers::ThreadIdOf(body, request.header("x-thread-id"));
+  if (named && named->id.empty()) {
+    if (providers::AgentSession session = AgentSessionHeader(request); !session.value.empty()) {
+      named = providers::ClientThread{std::string(session.value), telemetry::kThreadFromHeader};
+      if (Status valid = providers::ValidateThreadId(
+              session.value, "the " + std::string(session.header) + " header");
+          !valid) {
+        named = std::unexpected(valid.error());
+      }
+    }
+  }
+  if (!named) return BadRequest(named.error().message, "invalid_thread_id");
+  record.thread_id = std::move(named->id);
+  record.thread_source = named->source;
   return ReadModelAndStream(body, record);
+}
+
+providers::AgentSession AgentSessionHeader(const http::Request& request) {
+  for (std::string_view name : providers::kAgentSessionHeaders) {
+    if (std::string_view value = request.header(name); !value.empty()) return {name, value};
+  }
+  return {};
 }
 
 AnswerStyle OpenAIStyle() {

@@ -74,13 +74,13 @@ class MessagesApi final : public ClientApi {
   std::expected<std::unique_ptr<ApiCall>, providers::ClientError> Read(
       const http::Request& request, const raw_json::Object& body,
       telemetry::RequestRecord& record) const override {
-    // Messages clients also name their conversation by Claude Code's session header or
-    // metadata.user_id (docs/api.md).
-    Result<std::string> thread_id = providers::MessagesThreadIdOf(
-        body, request.header("x-thread-id"), request.header("x-claude-code-session-id"));
-    if (!thread_id)
-      return std::unexpected(BadRequest(thread_id.error().message, "invalid_thread_id"));
-    record.thread_id = std::move(*thread_id);
+    // Messages clients also name their conversation by an agent's session header (Claude
+    // Code's) or metadata.user_id (docs/api.md).
+    Result<providers::ClientThread> named = providers::MessagesThreadIdOf(
+        body, request.header("x-thread-id"), AgentSessionHeader(request));
+    if (!named) return std::unexpected(BadRequest(named.error().message, "invalid_thread_id"));
+    record.thread_id = std::move(named->id);
+    record.thread_source = named->source;
     if (auto error = ReadModelAndStream(body, record)) return std::unexpected(std::move(*error));
     // Passed on only as printable ASCII (what their values are): nothing a client sends can
     // reach another server's request head as anything but these two fields.

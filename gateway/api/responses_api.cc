@@ -111,6 +111,7 @@ class ResponsesCall final : public ApiCall {
       other_keys_response_ = previous.other_key;
       if (record.thread_id.empty() && !previous.thread_id.empty()) {
         record.thread_id = std::move(previous.thread_id);
+        record.thread_source = telemetry::kThreadFromResponseChain;
       } else if (record.thread_id.empty()) {
         // A conversation kvgate has not seen begin (or another key's: the same to this one): the
         // response id names the thread.
@@ -119,6 +120,7 @@ class ResponsesCall final : public ApiCall {
           co_return BadRequest(valid.error().message, "invalid_thread_id");
         }
         record.thread_id = co_await threads.Scope(previous_response_, record.api_key_id);
+        record.thread_source = telemetry::kThreadFromResponseChain;
         if (!other_keys_response_) {
           threads.responses().Remember(previous_response_, record.thread_id, record.api_key_id);
         }
@@ -186,6 +188,7 @@ class ResponsesCall final : public ApiCall {
         providers::ValidateThreadId(record.response_id, "the response id")) {
       // A new id, so its key's own (unless a client of another key named a thread so first).
       record.thread_id = threads_->ClaimNew(record.response_id, record.api_key_id);
+      record.thread_source = telemetry::kThreadFromResponseChain;
     }
     threads_->responses().Remember(record.response_id, record.thread_id, record.api_key_id);
   }

@@ -26,11 +26,11 @@
 namespace kvgate::providers {
 
 // The thread id of a Messages request: the sources of ThreadIdOf (thread_identifier, the
-// X-Thread-Id header, metadata.thread_id), then the `session_header` (Claude Code's
-// X-Claude-Code-Session-Id, "" when absent), then metadata.user_id. The winner must pass
-// ValidateThreadId (kInvalidArgument naming its source otherwise).
-Result<std::string> MessagesThreadIdOf(const raw_json::Object& body, std::string_view header,
-                                       std::string_view session_header);
+// X-Thread-Id header, metadata.thread_id), then `session` (an agent's session header,
+// kAgentSessionHeaders: Claude Code's X-Claude-Code-Session-Id), then metadata.user_id. The
+// winner must pass ValidateThreadId (kInvalidArgument naming its source otherwise).
+Result<ClientThread> MessagesThreadIdOf(const raw_json::Object& body, std::string_view header,
+                                        AgentSession session);
 
 struct MessagesToChatOptions {
   // Whether `top_k` may be sent (OpenAI itself rejects it; vLLM, SGLang, llama.cpp and the

@@ -351,22 +351,26 @@ Result<std::string> MessagesToChat(const raw_json::Object& messages_body,
   }
 }
 
-Result<std::string> MessagesThreadIdOf(const raw_json::Object& body, std::string_view header,
-                                       std::string_view session_header) {
-  Result<std::string> id = ThreadIdOf(body, header);
-  if (!id || !id->empty()) return id;
-  auto checked = [](std::string value, std::string_view source) -> Result<std::string> {
-    if (Status s = ValidateThreadId(value, source); !s) return std::unexpected(s.error());
-    return value;
+Result<ClientThread> MessagesThreadIdOf(const raw_json::Object& body, std::string_view header,
+                                        AgentSession session) {
+  Result<ClientThread> named = ThreadIdOf(body, header);
+  if (!named || !named->id.empty()) return named;
+  auto checked = [](std::string value, std::string_view where,
+                    std::string_view source) -> Result<ClientThread> {
+    if (Status s = ValidateThreadId(value, where); !s) return std::unexpected(s.error());
+    return ClientThread{std::move(value), source};
   };
-  if (!session_header.empty()) {
-    return checked(std::string(session_header), "the X-Claude-Code-Session-Id header");
+  if (!session.value.empty()) {
+    return checked(std::string(session.value), StrCat("the ", session.header, " header"),
+                   telemetry::kThreadFromHeader);
   }
   if (std::optional<raw_json::Value> metadata = body.Find("metadata")) {
     std::string user = Decoded(raw_json::Find(*metadata, "user_id"));
-    if (!user.empty()) return checked(std::move(user), "metadata.user_id");
+    if (!user.empty()) {
+      return checked(std::move(user), "metadata.user_id", telemetry::kThreadFromBody);
+    }
   }
-  return std::string();
+  return ClientThread{};
 }
 
 }  // namespace kvgate::providers

@@ -97,25 +97,28 @@ Status ValidateThreadId(std::string_view id, std::string_view source) {
   return {};
 }
 
-Result<std::string> ThreadIdOf(const raw_json::Object& body, std::string_view header) {
-  auto checked = [](std::string id, std::string_view source) -> Result<std::string> {
-    if (Status s = ValidateThreadId(id, source); !s) return std::unexpected(s.error());
-    return id;
+Result<ClientThread> ThreadIdOf(const raw_json::Object& body, std::string_view header) {
+  auto checked = [](std::string id, std::string_view where,
+                    std::string_view source) -> Result<ClientThread> {
+    if (Status s = ValidateThreadId(id, where); !s) return std::unexpected(s.error());
+    return ClientThread{std::move(id), source};
   };
   if (std::optional<raw_json::Value> v = body.Find("thread_identifier")) {
     if (std::optional<std::string> id = ThreadIdFrom(*v)) {
-      return checked(std::move(*id), "thread_identifier");
+      return checked(std::move(*id), "thread_identifier", telemetry::kThreadFromBody);
     }
   }
-  if (!header.empty()) return checked(std::string(header), "the X-Thread-Id header");
+  if (!header.empty()) {
+    return checked(std::string(header), "the X-Thread-Id header", telemetry::kThreadFromHeader);
+  }
   if (std::optional<raw_json::Value> meta = body.Find("metadata")) {
     if (std::optional<raw_json::Value> v = raw_json::Find(*meta, "thread_id")) {
       if (std::optional<std::string> id = ThreadIdFrom(*v)) {
-        return checked(std::move(*id), "metadata.thread_id");
+        return checked(std::move(*id), "metadata.thread_id", telemetry::kThreadFromBody);
       }
     }
   }
-  return std::string();
+  return ClientThread{};
 }
 
 std::optional<std::string> UnsupportedFeature(const json& body, std::string_view upstream) {

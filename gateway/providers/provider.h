@@ -29,6 +29,7 @@
 #include "common/raw_json.h"
 #include "gateway/providers/endpoint.h"
 #include "telemetry/provider_traits.h"
+#include "telemetry/record.h"
 #include "telemetry/usage.h"
 
 namespace kvgate::providers {
@@ -113,7 +114,23 @@ bool ClientWantsStreamUsage(const raw_json::Object& client_body);
 // then the X-Thread-Id header (`header`, "" when absent), then metadata.thread_id. The id that
 // wins must pass ValidateThreadId (kInvalidArgument naming its source otherwise): ids are stored
 // in several indexes and shown in the dashboard, so a client cannot make them huge or unreadable.
-Result<std::string> ThreadIdOf(const raw_json::Object& body, std::string_view header);
+struct ClientThread {
+  std::string id;          // "" when the request names none
+  std::string_view source; // telemetry::kThreadFrom*: "body" or "header"; "" without an id
+};
+Result<ClientThread> ThreadIdOf(const raw_json::Object& body, std::string_view header);
+
+// The headers that coding agents and SDKs name their sessions by, read (in this order) when the
+// request names no thread itself: Claude Code's, OpenAI Codex's (`session_id`, one per Codex
+// session) and OpenCode's. (The OpenAI Agents SDK sends none: its conversations are threaded by
+// previous_response_id, or inferred.)
+inline constexpr std::string_view kAgentSessionHeaders[] = {"x-claude-code-session-id",
+                                                            "session_id", "x-opencode-session"};
+// One of those headers as a request sent it (both empty when it sent none).
+struct AgentSession {
+  std::string_view header;  // its name, as kAgentSessionHeaders spells it
+  std::string_view value;
+};
 
 // The longest thread id kvgate accepts, in bytes (docs/api.md).
 inline constexpr size_t kMaxThreadIdBytes = 512;

@@ -105,6 +105,21 @@ std::string_view ScopeName(Scope s) { return NameOf(kScopes, s); }
 std::string_view ConditionName(Condition c) { return NameOf(kConditions, c); }
 std::string_view ChannelTypeName(ChannelConfig::Type t) { return NameOf(kChannelTypes, t); }
 
+int64_t DefaultMinRequests(Metric metric) {
+  switch (metric) {
+    case Metric::kErrorRate:
+    case Metric::kCacheHitRate:
+    case Metric::kLatencyP95:
+    case Metric::kTtftP95:
+      return kRateMinRequests;
+    case Metric::kCost:
+    case Metric::kCacheDrop:
+    case Metric::kBudget:
+      return 1;
+  }
+  return 1;
+}
+
 Result<int64_t> ParseDurationSeconds(const nlohmann::json& value) {
   auto bad = [] {
     return MakeError(ErrorCode::kInvalidArgument,
@@ -162,6 +177,7 @@ Result<AlertRule> ParseRule(const nlohmann::json& j) {
   auto metric = Lookup(kMetrics, j["metric"], "monitor.metric");
   if (!metric) return std::unexpected(metric.error());
   rule.metric = *metric;
+  rule.min_requests = DefaultMinRequests(rule.metric);
   if (j.contains("scope")) {
     auto scope = Lookup(kScopes, j["scope"], "monitor.scope");
     if (!scope) return std::unexpected(scope.error());

@@ -42,7 +42,8 @@ struct AlertRule {
   Condition condition = Condition::kAbove;
   double threshold = 0;
   int64_t window_seconds = 300;    // "window": "5m"
-  int64_t min_requests = 1;        // fewer requests in the window: no judgement
+  // Fewer requests in the window: no judgement. Defaults to DefaultMinRequests(metric).
+  int64_t min_requests = 1;
   int64_t cooldown_seconds = 900;  // "cooldown": at most one alert per scope key per cooldown
   // "for": how long the condition must hold, judged on every evaluation, before the monitor
   // fires (0: at once). A value that wobbles around the threshold never holds that long.
@@ -60,6 +61,13 @@ struct AlertRule {
 // year has no use, and the bound keeps every duration far from overflowing once in microseconds.
 inline constexpr int64_t kMaxMonitorDurationSeconds = 366 * 86400;
 inline constexpr int64_t kMaxMinRequests = 1'000'000'000;
+
+// The min_requests a monitor gets when it names none: 20 for a rate or a percentile
+// (error_rate, cache_hit_rate, latency_p95, ttft_p95), which two requests cannot judge (a
+// hit-rate monitor would fire on the second request ever); 1 for sums and counts (cost,
+// cache_drop) and for budget, where one request is already an answer.
+inline constexpr int64_t kRateMinRequests = 20;
+int64_t DefaultMinRequests(Metric metric);
 
 // Parses "45s", "5m", "2h", "1d" or a bare number of seconds (string or JSON integer), between 1 s
 // and kMaxMonitorDurationSeconds.

@@ -132,7 +132,7 @@ TEST_F(EngineTest, CostFiresOncePerIncidentThenResolves) {
 
 TEST_F(EngineTest, CooldownSuppressesRefiringThenAllowsIt) {
   engine_->SetRules({Rule(R"({"name":"errors","metric":"error_rate","condition":"above",
-      "threshold":0.5,"window":"1m","cooldown":"10m"})")});
+      "threshold":0.5,"window":"1m","cooldown":"10m","min_requests":1})")});
   RequestRecord bad = Record();
   bad.status = "upstream_error";
   auto burst = [&](const RequestRecord& r) {
@@ -158,7 +158,7 @@ TEST_F(EngineTest, CooldownSuppressesRefiringThenAllowsIt) {
 // pending period the condition must hold on every evaluation for that long before it fires.
 TEST_F(EngineTest, APendingPeriodMustPassWithTheConditionHoldingBeforeItFires) {
   engine_->SetRules({Rule(R"({"name":"errors","metric":"error_rate","condition":"above",
-      "threshold":0.5,"window":"10m","for":"2m"})")});
+      "threshold":0.5,"window":"10m","for":"2m","min_requests":1})")});
   RequestRecord bad = Record();
   bad.status = "upstream_error";
   auto tick = [&](const RequestRecord& r, int seconds) {
@@ -186,7 +186,7 @@ TEST_F(EngineTest, APendingPeriodMustPassWithTheConditionHoldingBeforeItFires) {
 
 TEST_F(EngineTest, AResolveThresholdKeepsAnIncidentOpenWhileTheValueHovers) {
   engine_->SetRules({Rule(R"({"name":"errors","metric":"error_rate","condition":"above",
-      "threshold":0.5,"resolve_threshold":0.3,"window":"10m"})")});
+      "threshold":0.5,"resolve_threshold":0.3,"window":"10m","min_requests":1})")});
   RequestRecord bad = Record();
   bad.status = "upstream_error";
   auto add = [&](const RequestRecord& r) {
@@ -234,7 +234,7 @@ TEST_F(EngineTest, ErrorRateNeedsMinRequests) {
 
 TEST_F(EngineTest, LatencyP95IsNearestRank) {
   engine_->SetRules({Rule(R"({"name":"slow","metric":"latency_p95","condition":"above",
-      "threshold":2})")});
+      "threshold":2,"min_requests":1})")});
   RequestRecord fast = Record(), slow = Record();
   slow.latency_us = 5'000'000;
   for (int i = 0; i < 19; ++i) engine_->Submit(fast);
@@ -250,7 +250,7 @@ TEST_F(EngineTest, LatencyP95IsNearestRank) {
 
 TEST_F(EngineTest, TtftP95PerModelNamesTheScopeKey) {
   engine_->SetRules({Rule(R"({"name":"ttft","metric":"ttft_p95","scope":"model",
-      "condition":"above","threshold":1})")});
+      "condition":"above","threshold":1,"min_requests":1})")});
   RequestRecord quick = Record("gpt-4o"), sluggish = Record("claude-sonnet-4-5"),
                 no_ttft = Record("gpt-4o");
   sluggish.ttft_us = 3'000'000;

@@ -117,6 +117,24 @@ TEST(RuleTest, APendingPeriodAndAResolveThresholdOnTheResolvedSide) {
   }
 }
 
+TEST(RuleTest, ARateNeedsTwentyRequestsUnlessTheMonitorSaysOtherwise) {
+  auto rule = [](std::string_view metric) {
+    return ParseRule(json{{"name", "m"}, {"metric", metric}, {"condition", "above"},
+                          {"threshold", 0.5}, {"scope", metric == "budget" ? "api_key" : "global"}})
+        .value();
+  };
+  for (std::string_view metric : {"error_rate", "cache_hit_rate", "latency_p95", "ttft_p95"}) {
+    EXPECT_EQ(rule(metric).min_requests, 20) << metric;
+  }
+  for (std::string_view metric : {"cost", "cache_drop", "budget"}) {
+    EXPECT_EQ(rule(metric).min_requests, 1) << metric;
+  }
+  auto explicit_one = ParseRule(json::parse(R"({"name":"m","metric":"error_rate",
+      "condition":"above","threshold":0.5,"min_requests":1})"));
+  ASSERT_TRUE(explicit_one.has_value());
+  EXPECT_EQ(explicit_one->min_requests, 1);
+}
+
 TEST(RuleTest, ParsesAFullRule) {
   auto rule = ParseRule(json::parse(R"({"name":"hit rate low","metric":"cache_hit_rate",
       "scope":"model","condition":"below","threshold":0.5,"window":"10m","min_requests":20,

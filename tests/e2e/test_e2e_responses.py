@@ -186,13 +186,16 @@ def test_explicit_thread_id_wins_and_the_chain_follows_it(rgw, sim):
     assert all("thread_identifier" not in b and "stream_options" not in b for b in forwarded)
 
 
-def test_unstored_response_starts_no_thread(rgw, sim):
+def test_unstored_response_starts_no_response_chain(rgw, sim):
     client = rgw.client()
     raw = client.responses.with_raw_response.create(model="gpt-4o-mini", input="once",
                                                     store=False)
     resp = raw.parse()
     rec = rgw.wait_request(raw.headers["x-request-id"])
-    assert rec["thread_id"] == "" and rec["response_id"] == resp.id
+    # Not a thread named by its response (nothing can chain to it), but an automatic one: a
+    # client that re-sends its whole input (Codex does, with store: false) continues it.
+    assert rec["thread_id"].startswith("auto-") and rec["thread_source"] == "auto"
+    assert rec["response_id"] == resp.id
     # It cannot be continued: the provider's own 400 reaches the client.
     with pytest.raises(openai.BadRequestError) as e:
         client.responses.create(model="gpt-4o-mini", input="x", previous_response_id=resp.id)

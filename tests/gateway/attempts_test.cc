@@ -139,7 +139,9 @@ TEST_F(AttemptsTest, A503IsRetriedThenFallsBackAndEveryAttemptIsRecorded) {
   EXPECT_EQ(row["attempts"][2]["status"], "ok");
   EXPECT_EQ(row["route"]["router"], "both");
   EXPECT_EQ(row["route"]["target"], "a");  // the first choice; attempts say what happened
-  // One client request, one record.
+  // One client request, one record. (GET by id answers from the write queue before the commit;
+  // the list shows committed records only.)
+  ASSERT_TRUE(store().Flush().has_value());
   auto listed = store().ListRequests({});
   ASSERT_TRUE(listed.has_value());
   EXPECT_EQ((*listed)["requests"].size(), 1u);

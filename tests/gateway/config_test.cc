@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <map>
+
+#include "gateway/targets.h"
+#include "telemetry/pricing.h"
 
 namespace kvgate::gateway {
 namespace {
@@ -475,6 +479,72 @@ providers:
 }
 
 }  // namespace
+TEST(ConfigTest, PricingAsAComparisonModel) {
+  const std::string yaml = R"(
+providers:
+  - {name: local, type: local, model_path: /nonexistent.gguf}
+models:
+  - {name: smollm2, provider: local, pricing: {as: gpt-4o-mini}}
+)";
+  auto config = ParseConfig(yaml, FakeEnv({}));
+  ASSERT_TRUE(config.has_value()) << config.error().ToString();
+  EXPECT_EQ(config->models[0].price_as, "gpt-4o-mini");
+  EXPECT_FALSE(config->models[0].pricing.has_value());
+  auto targets = BuildTargets(*config, telemetry::PriceCatalog::BuiltIn(), nullptr);
+  ASSERT_TRUE(targets.has_value()) << targets.error().ToString();
+  const auto mini = telemetry::PriceCatalog::BuiltIn().Find("gpt-4o-mini");
+  ASSERT_TRUE(mini.has_value());
+  ASSERT_TRUE((*targets)[0].price.has_value());
+  EXPECT_EQ((*targets)[0].price->base.input, mini->base.input);
+  EXPECT_EQ((*targets)[0].price->base.cached_input, mini->base.cached_input);
+  EXPECT_EQ((*targets)[0].price_as, "gpt-4o-mini");
+
+  // `as` stands alone, names a string, and must be in the catalog.
+  for (const char* bad : {"{as: gpt-4o-mini, input: 1}", "{as: 3}", "{as: ''}"}) {
+    auto parsed = ParseConfig(std::string(R"(
+providers: [{name: local, type: local, model_path: /nonexistent.gguf}]
+models: [{name: smollm2, provider: local, pricing: )") + bad + "}]\n",
+                              FakeEnv({}));
+    ASSERT_FALSE(parsed.has_value()) << bad;
+    EXPECT_NE(parsed.error().message.find("models[0].pricing.as"), std::string::npos)
+        << parsed.error().message;
+  }
+  auto unknown = ParseConfig(R"(
+providers: [{name: local, type: local, model_path: /nonexistent.gguf}]
+models: [{name: smollm2, provider: local, pricing: {as: no-such-model-anywhere}}]
+)",
+                             FakeEnv({}));
+  ASSERT_TRUE(unknown.has_value());
+  auto refused = BuildTargets(*unknown, telemetry::PriceCatalog::BuiltIn(), nullptr);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_NE(refused.error().message.find("no-such-model-anywhere"), std::string::npos);
+}
+
+TEST(ConfigTest, TheBundledModelIsPricedForComparison) {
+  const std::string model = testing::TempDir() + "/bundled.gguf";
+  { FILE* f = std::fopen(model.c_str(), "w"); std::fclose(f); }
+  auto config = DefaultConfig(FakeEnv({}), model);
+  ASSERT_EQ(config.models.size(), 1u);
+  EXPECT_EQ(config.models[0].name, "smollm2");
+  EXPECT_EQ(config.models[0].price_as, "gpt-4o-mini");
+  std::remove(model.c_str());
+}
+
+TEST(ConfigTest, ThreadsAuto) {
+  auto on = ParseConfig("threads: {auto: true}\n", FakeEnv({}));
+  ASSERT_TRUE(on.has_value());
+  EXPECT_TRUE(on->auto_threads);
+  EXPECT_TRUE(ParseConfig("{}\n", FakeEnv({}))->auto_threads);  // the default
+  auto off = ParseConfig("threads: {auto: false}\n", FakeEnv({}));
+  ASSERT_TRUE(off.has_value());
+  EXPECT_FALSE(off->auto_threads);
+  auto bad = ParseConfig("threads: {auto: maybe}\n", FakeEnv({}));
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_NE(bad.error().message.find("threads.auto"), std::string::npos);
+  auto typo = ParseConfig("threads: {automatic: true}\n", FakeEnv({}));
+  ASSERT_FALSE(typo.has_value());
+}
+
 TEST(ConfigTest, ADirectoryIsNotAConfigFile) {
   const std::string dir = ::testing::TempDir();
   auto config = LoadConfigFile(dir, FakeEnv({}));

@@ -454,18 +454,28 @@ TEST(AnthropicErrorTest, KvgateAndUpstreamErrorsInAnthropicShape) {
 }
 
 TEST(MessagesThreadIdTest, SourcesInOrder) {
+  const AgentSession session{"x-claude-code-session-id", "d"};
+  auto id = [](const std::string& body, std::string_view header, AgentSession s) {
+    return MessagesThreadIdOf(ObjectOf(body), header, s).value();
+  };
   const std::string all = R"({"thread_identifier":"a","metadata":{"thread_id":"c","user_id":"e"}})";
-  EXPECT_EQ(MessagesThreadIdOf(ObjectOf(all), "b", "d").value(), "a");
+  EXPECT_EQ(id(all, "b", session).id, "a");
+  EXPECT_EQ(id(all, "b", session).source, "body");
   const std::string no_ident = R"({"metadata":{"thread_id":"c","user_id":"e"}})";
-  EXPECT_EQ(MessagesThreadIdOf(ObjectOf(no_ident), "b", "d").value(), "b");
-  EXPECT_EQ(MessagesThreadIdOf(ObjectOf(no_ident), "", "d").value(), "c");
+  EXPECT_EQ(id(no_ident, "b", session).id, "b");
+  EXPECT_EQ(id(no_ident, "b", session).source, "header");
+  EXPECT_EQ(id(no_ident, "", session).id, "c");
   const std::string user_only = R"({"metadata":{"user_id":"e"}})";
-  EXPECT_EQ(MessagesThreadIdOf(ObjectOf(user_only), "", "d").value(), "d");
-  EXPECT_EQ(MessagesThreadIdOf(ObjectOf(user_only), "", "").value(), "e");
-  EXPECT_EQ(MessagesThreadIdOf(ObjectOf("{}"), "", "").value(), "");
-  auto bad = MessagesThreadIdOf(ObjectOf("{}"), "", std::string(600, 'x'));
+  EXPECT_EQ(id(user_only, "", session).id, "d");
+  EXPECT_EQ(id(user_only, "", session).source, "header");
+  EXPECT_EQ(id(user_only, "", {}).id, "e");
+  EXPECT_EQ(id(user_only, "", {}).source, "body");
+  EXPECT_EQ(id("{}", "", {}).id, "");
+  EXPECT_EQ(id("{}", "", {}).source, "");
+  const std::string long_value(600, 'x');
+  auto bad = MessagesThreadIdOf(ObjectOf("{}"), "", {"x-claude-code-session-id", long_value});
   ASSERT_FALSE(bad.has_value());
-  EXPECT_NE(bad.error().message.find("X-Claude-Code-Session-Id"), std::string::npos);
+  EXPECT_NE(bad.error().message.find("x-claude-code-session-id"), std::string::npos);
 }
 
 }  // namespace

@@ -227,7 +227,7 @@ TEST(OpenAICompatRequestTest, MetadataLeftEmptyIsDroppedOtherwiseKept) {
 
 TEST(ThreadIdTest, PrecedenceThreadIdentifierHeaderMetadata) {
   auto id = [](std::string_view body, std::string_view header) {
-    return ThreadIdOf(raw_json::Object(raw_json::Parse(body).value()), header).value();
+    return ThreadIdOf(raw_json::Object(raw_json::Parse(body).value()), header).value().id;
   };
   EXPECT_EQ(id(R"({"thread_identifier":"a","metadata":{"thread_id":"c"}})", "b"), "a");
   EXPECT_EQ(id(R"({"metadata":{"thread_id":"c"}})", "b"), "b");
@@ -255,7 +255,7 @@ TEST(ThreadIdTest, RejectsIdsThatAreNotUtf8TooLongOrHaveControlCharacters) {
   EXPECT_FALSE(id("{}", "cut\xe2\x82").has_value());
 
   const std::string longest(kMaxThreadIdBytes, 'a');
-  EXPECT_EQ(id(R"({"thread_identifier":")" + longest + "\"}", ""), longest);
+  EXPECT_EQ(id(R"({"thread_identifier":")" + longest + "\"}", "")->id, longest);
   auto too_long = id(R"({"thread_identifier":")" + longest + "b\"}", "");
   ASSERT_FALSE(too_long.has_value());
   EXPECT_NE(too_long.error().message.find("thread_identifier is 513 bytes long"),
@@ -264,7 +264,7 @@ TEST(ThreadIdTest, RejectsIdsThatAreNotUtf8TooLongOrHaveControlCharacters) {
   ASSERT_FALSE(meta.has_value());
   EXPECT_EQ(meta.error().message, "metadata.thread_id contains a control character");
   // Only the id that wins is checked: a valid thread_identifier overrides a bad header.
-  EXPECT_EQ(id(R"({"thread_identifier":"ok"})", "\xff").value(), "ok");
+  EXPECT_EQ(id(R"({"thread_identifier":"ok"})", "\xff").value().id, "ok");
 }
 
 TEST(OpenAICompatRequestTest, RejectsNonObjectBodyAndMissingMessages) {

@@ -662,6 +662,24 @@ def test_every_page_fits_the_screen(browser, kvgate, recorded, width):
         browser.set_window_size(1280, 900)
 
 
+def test_the_turns_table_fits_its_card_at_1280_px(browser, kvgate, recorded):
+    """The fifteen columns of a thread's turns fit a 1280 px window whole: the Cause column is
+    seen without scrolling the table sideways."""
+    browser.set_window_size(1280, 900)
+    try:
+        signed_in(browser, kvgate)
+        goto(browser, kvgate, "/threads/dash-diag", ".thread-page[data-render-ms]")
+        widths = browser.execute_script("""
+            const t = document.getElementById('turns'), box = t.parentElement;
+            const cause = [...t.querySelectorAll('th')].pop().getBoundingClientRect();
+            return [t.scrollWidth, box.clientWidth, cause.right, box.getBoundingClientRect().right];""")
+        table, box, cause_right, box_right = widths
+        assert table <= box, widths
+        assert cause_right <= box_right + 1, widths
+    finally:
+        browser.set_window_size(1280, 900)
+
+
 @pytest.mark.skipif(not os.environ.get("KVGATE_SCREENSHOTS"), reason="KVGATE_SCREENSHOTS not set")
 def test_save_screenshots(browser, kvgate, recorded):
     """Spreads real traffic over about four minutes first, so the last hour's chart has more

@@ -526,14 +526,34 @@ void ThreadTracker::Remember(ThreadView& view, TurnSummary turn) {
 
 void ThreadTracker::InsertLocked(Shard& shard, const std::string& thread_id, TurnSummary turn,
                                  std::shared_ptr<const PromptTexts> texts) {
-  shard.lru.push_front(thread_id);
+  shard.probation.push_front(thread_id);
   ThreadView view;
   Remember(view, std::move(turn));
-  shard.threads.emplace(thread_id,
-                        Shard::Entry{std::move(view), shard.lru.begin(), std::move(texts), {}});
+  shard.threads.emplace(thread_id, Shard::Entry{std::move(view), shard.probation.begin(), false,
+                                                std::move(texts), {}});
   while (shard.threads.size() > per_shard_cap_) {
-    shard.threads.erase(shard.lru.back());
-    shard.lru.pop_back();
+    std::list<std::string>& victims = shard.probation.empty() ? shard.lru : shard.probation;
+    shard.threads.erase(victims.back());
+    victims.pop_back();
+  }
+}
+
+void ThreadTracker::TouchLocked(Shard& shard, Shard::Entry& entry) {
+  if (entry.kept) {
+    shard.lru.splice(shard.lru.begin(), shard.lru, entry.lru_pos);
+    return;
+  }
+  if (entry.view.turns < 2) {
+    shard.probation.splice(shard.probation.begin(), shard.probation, entry.lru_pos);
+    return;
+  }
+  shard.lru.splice(shard.lru.begin(), shard.probation, entry.lru_pos);
+  entry.kept = true;
+  const size_t kept_cap = std::max<size_t>(1, per_shard_cap_ * 4 / 5);
+  while (shard.lru.size() > kept_cap) {
+    auto oldest = shard.threads.find(shard.lru.back());
+    shard.probation.splice(shard.probation.begin(), shard.lru, std::prev(shard.lru.end()));
+    if (oldest != shard.threads.end()) oldest->second.kept = false;
   }
 }
 
@@ -554,7 +574,7 @@ bool ThreadTracker::Take(const RequestRecord& turn, bool newer_replaces) {
   // it did not see.
   it->second.texts.reset();
   it->second.run = {};
-  shard.lru.splice(shard.lru.begin(), shard.lru, it->second.lru_pos);
+  TouchLocked(shard, it->second);
   return true;
 }
 
@@ -574,7 +594,7 @@ std::optional<Diagnosis> ThreadTracker::Diagnose(const RequestRecord& turn,
       previous = it->second.view.latest;
       previous_texts = std::exchange(it->second.texts, context.texts);
       Remember(it->second.view, current);
-      shard.lru.splice(shard.lru.begin(), shard.lru, it->second.lru_pos);
+      TouchLocked(shard, it->second);
     } else {
       InsertLocked(shard, turn.thread_id, current, context.texts);
     }
@@ -644,7 +664,7 @@ void ThreadTracker::Forget(const std::string& thread_id) {
   MutexLock lock(&shard.mu);
   auto it = shard.threads.find(thread_id);
   if (it == shard.threads.end()) return;
-  shard.lru.erase(it->second.lru_pos);
+  (it->second.kept ? shard.lru : shard.probation).erase(it->second.lru_pos);
   shard.threads.erase(it);
 }
 

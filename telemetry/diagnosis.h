@@ -313,7 +313,13 @@ class ThreadTracker {
  private:
   struct Shard {
     mutable Mutex mu;
-    std::list<std::string> lru GUARDED_BY(mu);  // front = most recently used
+    // A segmented LRU, front = most recently used: threads seen once wait in `probation`, and
+    // move to `lru` with their second turn. Eviction takes from probation first, so a burst of
+    // one-turn threads (one-shot requests, each an automatic thread) cannot push out the
+    // conversations; `lru` keeps at most 4/5 of the capacity, its oldest moving back to
+    // probation, so that new threads always have room to reach their second turn.
+    std::list<std::string> lru GUARDED_BY(mu);
+    std::list<std::string> probation GUARDED_BY(mu);
     // Consecutive turns that changed the same element at about the same place.
     struct ChangeRun {
       FingerprintElement::Kind kind = FingerprintElement::Kind::kMessage;
@@ -324,7 +330,8 @@ class ThreadTracker {
     };
     struct Entry {
       ThreadView view;  // view.latest is always set
-      std::list<std::string>::iterator lru_pos;
+      std::list<std::string>::iterator lru_pos;  // in `lru`, or in `probation` when !kept
+      bool kept = false;                          // in `lru`
       std::shared_ptr<const PromptTexts> texts;  // the latest turn's, null when not kept
       ChangeRun run;
     };
@@ -338,6 +345,9 @@ class ThreadTracker {
   // thread_id not in the shard.
   void InsertLocked(Shard& shard, const std::string& thread_id, TurnSummary turn,
                     std::shared_ptr<const PromptTexts> texts) REQUIRES(shard.mu);
+  // Marks `entry` (of `thread_id`) the most recently used: to the front of its segment, or into
+  // `lru` once it has two turns (demoting `lru`'s oldest beyond its share).
+  void TouchLocked(Shard& shard, Shard::Entry& entry) REQUIRES(shard.mu);
   // Makes `turn` the thread's latest: its target's entry replaced, the running means updated.
   static void Remember(ThreadView& view, TurnSummary turn);
   // Extends or restarts the thread's change run with this turn's comparison; returns it.

@@ -413,12 +413,41 @@ TEST(ThreadTrackerTest, LruForgetsLeastRecentlyUsedThreads) {
   EXPECT_EQ(tracker.Size(), 2u);
   // b is new again: its turn is a first turn (null) even though reads are 0 after 400 s.
   EXPECT_FALSE(tracker.Diagnose(turn_of("b", 400), fp, kOpenAI).has_value());
-  // c was remembered (b's return evicted a): 400 s idle with 0 reads -> expired.
-  auto d = tracker.Diagnose(turn_of("c", 404), fp, kOpenAI);
+  // b's return evicted c, the one-turn thread, not a, which has two turns: 402 s idle with 0
+  // reads -> expired.
+  auto d = tracker.Diagnose(turn_of("a", 402), fp, kOpenAI);
   ASSERT_TRUE(d.has_value());
   EXPECT_EQ(d->cause, "expired");
-  tracker.Forget("c");
+  EXPECT_FALSE(tracker.Diagnose(turn_of("c", 403), fp, kOpenAI).has_value());  // forgotten
+  tracker.Forget("a");
   EXPECT_EQ(tracker.Size(), 1u);
+}
+
+TEST(ThreadTrackerTest, ConversationsOutliveABurstOfOneTurnThreads) {
+  // One-shot requests (each its own automatic thread) arrive far more often than conversations'
+  // turns; they must not push the conversations out of the tracker's memory.
+  ThreadTracker tracker({.max_threads = 20, .shards = 1});
+  auto turn_of = [](const std::string& thread, int64_t at) {
+    RequestRecord r = Turn(at, 0, 2000);
+    r.thread_id = thread;
+    return r;
+  };
+  const auto fp = Fp(Body(kSystem, 1));
+  for (int i = 0; i < 10; ++i) {
+    tracker.Diagnose(turn_of("conversation-" + std::to_string(i), 0), fp, kOpenAI);
+    tracker.Diagnose(turn_of("conversation-" + std::to_string(i), 1), fp, kOpenAI);
+  }
+  for (int i = 0; i < 1000; ++i) {
+    tracker.Diagnose(turn_of("one-shot-" + std::to_string(i), 2), fp, kOpenAI);
+  }
+  EXPECT_EQ(tracker.Size(), 20u);
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(tracker.View("conversation-" + std::to_string(i)).turns, 2) << i;
+  }
+  // New threads still get room to reach their second turn.
+  tracker.Diagnose(turn_of("late", 3), fp, kOpenAI);
+  tracker.Diagnose(turn_of("late", 4), fp, kOpenAI);
+  EXPECT_EQ(tracker.View("late").turns, 2);
 }
 
 TEST(ThreadTrackerTest, RestoredTurnIsComparedWithTheThreadsNextTurn) {

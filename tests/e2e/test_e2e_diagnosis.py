@@ -64,12 +64,12 @@ def test_diagnosis_continues_across_a_restart(kvgate_bin, sim, tmp_path, kvgate_
     msgs = [system, {"role": "user", "content": "before the restart"}]
     ask(kg.gateway().client(), "gpt-4o-mini", msgs, "diag-restart")
     ask(kg.gateway().client(), "gpt-4o-mini", [{"role": "user", "content": "no thread"}],
-        "")  # an empty thread id: no thread, so nothing to remember
+        "")  # an empty thread id: an automatic thread, remembered too
     kg.gateway().wait_turns("diag-restart", 1)
     assert kg.terminate() == 0
 
     kg.start()
-    assert "restored the last turn of 1 threads for cache diagnosis" in kg.stderr_tail()
+    assert "restored the last turn of 2 threads for cache diagnosis" in kg.stderr_tail()
     gw = kg.gateway()
     edited = [{"role": "system", "content": "EDITED " + system["content"]}] + msgs[1:] + \
         [{"role": "user", "content": "after the restart"}]

@@ -32,12 +32,20 @@ class Recorder {
   // Extra consumers of finished records (the monitors); called just before the store gets the
   // record (which is asynchronous either way: a listener never sees it committed).
   void AddListener(std::function<void(const telemetry::RequestRecord&)> listener);
+  // The keep-warm service's view of every finished record (gateway/keep_warm.h), after pricing and
+  // diagnosis and before the metrics, the listeners and the store: it learns from the turn and
+  // may set record.keep_warm_saved. Set before use; at most one.
+  void SetKeepWarmObserver(std::function<void(telemetry::RequestRecord&)> observer) {
+    keep_warm_observer_ = std::move(observer);
+  }
 
   // Fills record.cost (when `price` is known) and, for a successful turn of a thread that carries
   // its prompt_fingerprint, record.cache_diagnosis (with the rules of the target that served
   // it; "routed_away" when its route says a router moved the thread); lets the router learn from
   // it; then hands the record on. The fingerprint is kept (and stored) only for turns the tracker
-  // compared.
+  // compared. A keep-warm ping (purpose "keep_warm") is not a turn: it is not diagnosed, the
+  // router does not learn from it, and when it succeeded the tracker learns that the thread's
+  // cache on its target was renewed (ThreadTracker::Renew).
   void Record(telemetry::RequestRecord record, const std::optional<telemetry::Price>& price,
               std::optional<telemetry::TelemetryStore::JournalMark> checkpoint = std::nullopt);
   // Journals `record` as it stands, priced (record.cost is set from `price` when known), before its
@@ -90,6 +98,7 @@ class Recorder {
   mutable telemetry::ThreadTracker tracker_;
   mutable std::atomic<uint64_t> taken_{0}, read_errors_{0};
   std::vector<std::function<void(const telemetry::RequestRecord&)>> listeners_;  // set before use
+  std::function<void(telemetry::RequestRecord&)> keep_warm_observer_;          // set before use
 };
 
 }  // namespace kvgate::gateway

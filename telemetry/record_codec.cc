@@ -42,9 +42,10 @@ static_assert(sizeof(Cost) == 64, "a Cost field was added: journal it in record_
 // JSON: this runs on every request, and writing the JSON line cost ~20,000 instructions, ten
 // times these copies.
 // Version 2 appended cache_helper, version 3 provider_cache_miss_reason, version 4
-// usage.cache_read_offload_tier, version 5 usage.estimated; entries of older versions (an older
+// usage.cache_read_offload_tier, version 5 usage.estimated, version 6 purpose and
+// keep_warm_saved; entries of older versions (an older
 // kvgate's journal) still decode.
-constexpr char kEntryVersion = 5;
+constexpr char kEntryVersion = 6;
 
 class EntryWriter {
  public:
@@ -176,6 +177,10 @@ void VisitFields(Io& io, Record& r, char version) {
   if (version >= 3) io.Str(r.provider_cache_miss_reason);
   if (version >= 4) io.Str(r.usage.cache_read_offload_tier);
   if (version >= 5) io.Bool(r.usage.estimated);
+  if (version >= 6) {
+    io.Str(r.purpose);
+    io.I64(r.keep_warm_saved);
+  }
 }
 
 }  // namespace

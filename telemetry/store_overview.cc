@@ -169,6 +169,30 @@ Result<json> OverviewJson(RowCursor& s, int64_t since_us, int64_t until_us,
 }
 
 
+std::string KeepWarmOverviewSql(char mark) {
+  const std::string since = std::string(1, mark) + "1", until = std::string(1, mark) + "2";
+  return "SELECT (SELECT count(*) FROM requests WHERE purpose = 'keep_warm' AND created_at_us >= " +
+         since + " AND created_at_us <= " + until +
+         "), (SELECT CAST(coalesce(sum(cost_total), 0) AS BIGINT) FROM requests WHERE purpose = 'keep_warm' AND "
+         "created_at_us >= " +
+         since + " AND created_at_us <= " + until +
+         "), (SELECT CAST(coalesce(sum(keep_warm_saved), 0) AS BIGINT) FROM requests WHERE keep_warm_saved <> 0 "
+         "AND created_at_us >= " +
+         since + " AND created_at_us <= " + until + ")";
+}
+
+Status AddKeepWarmTotals(RowCursor& row, json& overview) {
+  Result<bool> step = row.Step();
+  if (!step) return std::unexpected(step.error());
+  const int64_t pings = *step ? row.Int(0) : 0, cost = *step ? row.Int(1) : 0,
+                saved = *step ? row.Int(2) : 0;
+  overview["keep_warm"] = {{"pings", pings},
+                           {"cost_usd", PicoUsdToUsd(cost)},
+                           {"saved_usd", PicoUsdToUsd(saved)},
+                           {"net_usd", PicoUsdToUsd(saved - cost)}};
+  return {};
+}
+
 Result<json> SqliteTelemetryStore::Overview(int64_t since_us, int64_t until_us,
                                             int64_t bucket_seconds) const {
   Result<OverviewRange> range = CheckOverviewRange(since_us, until_us, bucket_seconds);
@@ -180,7 +204,15 @@ Result<json> SqliteTelemetryStore::Overview(int64_t since_us, int64_t until_us,
   (*stmt)->BindInt(1, range->first_minute_us);
   (*stmt)->BindInt(2, until_us);
   SqliteRows rows(**stmt);
-  return OverviewJson(rows, since_us, until_us, bucket_seconds, *range);
+  Result<json> out = OverviewJson(rows, since_us, until_us, bucket_seconds, *range);
+  if (!out) return out;
+  auto kept = (*reader)->db().Prepare(KeepWarmOverviewSql('?'));
+  if (!kept) return std::unexpected(kept.error());
+  (*kept)->BindInt(1, since_us);
+  (*kept)->BindInt(2, until_us);
+  SqliteRows kept_rows(**kept);
+  if (Status s = AddKeepWarmTotals(kept_rows, *out); !s) return std::unexpected(s.error());
+  return out;
 }
 
 Result<json> SqliteTelemetryStore::Live(std::string_view thread_id) const {

@@ -37,8 +37,8 @@ constexpr std::string_view kRequestColumns =
     "cost_priced, error, upstream_request_id, finish_reason, cache_diagnosis, response_id, "
     "cache_write_no_ttl, cost_missed, target, key_index, system_fingerprint, route, attempts, "
     "cache_read_offload, cache_helper, provider_cache_miss_reason, cache_read_offload_tier, "
-    "usage_estimated";
-constexpr int kRequestParams = 49;
+    "usage_estimated, purpose, keep_warm_saved";
+constexpr int kRequestParams = 51;
 
 // SQLite's upserts (store_sqlite.cc) with PostgreSQL's names: least/greatest for min/max, and
 // the existing row named by its table (an unqualified column would be ambiguous with excluded).
@@ -165,6 +165,8 @@ Status AddRequestParams(const RequestRecord& r, PgParams& p) {
   p.Text(r.provider_cache_miss_reason);
   p.Text(u.cache_read_offload_tier);
   p.Int(u.estimated ? 1 : 0);
+  p.Text(r.purpose);
+  p.Int(r.keep_warm_saved);
   return {};
 }
 

@@ -101,7 +101,15 @@ Result<json> PostgresTelemetryStore::Overview(int64_t since_us, int64_t until_us
       "WHERE minute_us >= $1 AND minute_us < $2",
       p);
   if (!rows) return std::unexpected(rows.error());
-  return OverviewJson(*rows, since_us, until_us, bucket_seconds, *range);
+  Result<json> out = OverviewJson(*rows, since_us, until_us, bucket_seconds, *range);
+  if (!out) return out;
+  PgParams k;
+  k.Int(since_us);
+  k.Int(until_us);
+  auto kept = Read(KeepWarmOverviewSql('$'), k);
+  if (!kept) return std::unexpected(kept.error());
+  if (Status s = AddKeepWarmTotals(*kept, *out); !s) return std::unexpected(s.error());
+  return out;
 }
 
 Result<json> PostgresTelemetryStore::Live(std::string_view thread_id) const {

@@ -90,8 +90,8 @@ Result<std::unique_ptr<Gateway>> Gateway::Create(const GatewayConfig& config, Ga
         *deps.router, config.keep_warm,
         [self](std::shared_ptr<const PingTemplate> ping, std::string thread_id) {
           // Called by the keep-warm timer, on loop 0.
-          asio::co_spawn(*self->ping_executor_, self->SendPing(std::move(ping), std::move(thread_id)),
-                         asio::detached);
+          asio::co_spawn(*self->ping_executor_,
+                         self->SendPing(std::move(ping), std::move(thread_id)), asio::detached);
         });
     deps.recorder->SetKeepWarmObserver(
         [kw = gateway->keep_warm_](telemetry::RequestRecord& record) { kw->Observe(record); });

@@ -320,11 +320,11 @@ std::optional<int64_t> KeepWarm::RunDue(int64_t now_us) {
       const double idle = double(now_us - t.last_turn_us) / 1e6;
       const double window = double(t.ttl_us) / 1e6;
       const auto tenant_it = tenants_.find(t.tenant);
-      const keep_warm::SurvivalCounts tenant =
-          tenant_it == tenants_.end() ? keep_warm::SurvivalCounts{}
-                                      : tenant_it->second.Conditional(idle, window);
-      const double p = keep_warm::NextTurnProbability(
-          t.gaps.Conditional(idle, window), tenant, gateway_gaps_.Conditional(idle, window));
+      const keep_warm::SurvivalCounts tenant = tenant_it == tenants_.end()
+                                                   ? keep_warm::SurvivalCounts{}
+                                                   : tenant_it->second.Conditional(idle, window);
+      const double p = keep_warm::NextTurnProbability(t.gaps.Conditional(idle, window), tenant,
+                                                      gateway_gaps_.Conditional(idle, window));
       keep_warm::DecisionInput in{
           .probability = p,
           .economics = {.prefix_tokens = t.prefix_tokens,
@@ -386,7 +386,8 @@ void KeepWarm::ExposeMetrics(std::string& out) const {
     sample("kvgate_keep_warm_pings_total", name, nullptr, std::to_string(o.pings));
   }
   family("kvgate_keep_warm_cost_usd_total", "What keep-warm pings cost (USD).");
-  for (const auto& [name, o] : owners_) sample("kvgate_keep_warm_cost_usd_total", name, nullptr, usd(o.cost));
+  for (const auto& [name, o] : owners_)
+    sample("kvgate_keep_warm_cost_usd_total", name, nullptr, usd(o.cost));
   family("kvgate_keep_warm_saved_usd_total",
          "What pinged caches saved the turns after them (re-writes avoided, USD); minus the cost: "
          "the net saving.");

@@ -43,10 +43,10 @@ namespace kvgate::gateway {
 // What a ping resends: the thread's last turn as it went to its target.
 struct PingTemplate {
   providers::Endpoint endpoint = providers::Endpoint::kChatCompletions;
-  std::string body;      // PingBody of the body sent (the target's wire)
-  size_t target = 0;     // index in router::Router::targets()
-  int key_index = 0;     // the provider key that served the turn
-  std::string model;     // what the client asked for (a model or a router)
+  std::string body;             // PingBody of the body sent (the target's wire)
+  size_t target = 0;            // index in router::Router::targets()
+  int key_index = 0;            // the provider key that served the turn
+  std::string model;            // what the client asked for (a model or a router)
   std::string record_endpoint;  // RequestRecord::endpoint of the turn
   std::string api_key_id;
   // The attempt's provider options worth keeping (the Messages pass-through's headers).
@@ -61,8 +61,8 @@ std::optional<std::string> PingBody(const raw_json::Object& body);
 
 class KeepWarm {
  public:
-  static constexpr size_t kMaxBodyBytes = 1 << 20;         // 1 MiB per thread
-  static constexpr size_t kMaxTotalBytes = 256ull << 20;   // 256 MiB of bodies in all
+  static constexpr size_t kMaxBodyBytes = 1 << 20;        // 1 MiB per thread
+  static constexpr size_t kMaxTotalBytes = 256ull << 20;  // 256 MiB of bodies in all
   static constexpr size_t kMaxThreads = 20'000;
   static constexpr size_t kThreadGaps = 16, kTenantGaps = 256, kGatewayGaps = 2048;
   static constexpr size_t kMaxTenants = 1000;
@@ -115,12 +115,12 @@ class KeepWarm {
     std::string tenant;
     std::shared_ptr<const PingTemplate> ping;  // null: nothing to resend
     int64_t ttl_us = 0;
-    int64_t last_turn_us = 0;      // the last client turn's arrival
-    int64_t renewed_us = 0;        // the latest cache use: that turn or a successful ping
+    int64_t last_turn_us = 0;  // the last client turn's arrival
+    int64_t renewed_us = 0;    // the latest cache use: that turn or a successful ping
     int64_t prefix_tokens = 0, tail_tokens = 0;
     int pings_since_turn = 0;
-    int64_t in_flight_hold = -1;   // >= 0: a ping is out, holding this much of the day's cap
-    int64_t due_us = 0;            // 0: not scheduled
+    int64_t in_flight_hold = -1;  // >= 0: a ping is out, holding this much of the day's cap
+    int64_t due_us = 0;           // 0: not scheduled
     keep_warm::GapSample gaps{kThreadGaps};
     bool retired = false;  // counted as a gap that never ended (RetireLocked)
     std::list<std::string>::iterator lru_pos;
@@ -150,7 +150,7 @@ class KeepWarm {
   std::map<std::string, Owner, std::less<>> owners_ GUARDED_BY(mu_);  // one per configs_ entry
   std::unordered_map<std::string, PingTemplate> staged_ GUARDED_BY(mu_);
   std::unordered_map<std::string, Thread> threads_ GUARDED_BY(mu_);
-  std::list<std::string> lru_ GUARDED_BY(mu_);  // front: most recently active
+  std::list<std::string> lru_ GUARDED_BY(mu_);                    // front: most recently active
   std::multimap<int64_t, std::string> schedule_ GUARDED_BY(mu_);  // due time -> thread
   size_t body_bytes_ GUARDED_BY(mu_) = 0;
   std::unordered_map<std::string, keep_warm::GapSample> tenants_ GUARDED_BY(mu_);

@@ -3,12 +3,11 @@
 // each ping goes through the same Upstream as a client's attempt, to the thread's last target
 // and provider key, and is recorded (purpose "keep_warm") like any request, its answer dropped.
 #include <algorithm>
-#include <chrono>
-
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <chrono>
 
 #include "common/ids.h"
 #include "common/utf8.h"
@@ -78,8 +77,7 @@ asio::awaitable<void> Gateway::KeepWarmLoop() {
   for (;;) {
     const int64_t now = deps_.clock->NowUnixMicros();
     const std::optional<int64_t> next = keep_warm_->RunDue(now);
-    const int64_t sleep_us =
-        std::clamp(next ? *next - now : kMaxSleepUs, kMinSleepUs, kMaxSleepUs);
+    const int64_t sleep_us = std::clamp(next ? *next - now : kMaxSleepUs, kMinSleepUs, kMaxSleepUs);
     timer.expires_after(std::chrono::microseconds(sleep_us));
     auto [ec] = co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
     if (ec) co_return;
@@ -131,14 +129,14 @@ asio::awaitable<void> Gateway::SendPing(std::shared_ptr<const PingTemplate> ping
   if (!result.answered && !log.committed()) {
     log.SetError(result.error.status, result.status_word, Utf8Snippet(result.message, 300));
   }
-  log.EndAttempt({{"target", target.name},
-                  {"provider", target.provider},
-                  {"status", result.answered ? "ok" : result.status_word},
-                  {"http_status", result.outcome.status != 0 ? result.outcome.status
-                                                             : rec.upstream_status},
-                  {"error", result.message.empty() ? nlohmann::json()
-                                                   : nlohmann::json(Utf8Snippet(result.message, 300))},
-                  {"latency_ms", latency_ms}});
+  log.EndAttempt(
+      {{"target", target.name},
+       {"provider", target.provider},
+       {"status", result.answered ? "ok" : result.status_word},
+       {"http_status", result.outcome.status != 0 ? result.outcome.status : rec.upstream_status},
+       {"error", result.message.empty() ? nlohmann::json()
+                                        : nlohmann::json(Utf8Snippet(result.message, 300))},
+       {"latency_ms", latency_ms}});
   log.Commit();
 }
 

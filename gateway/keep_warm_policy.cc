@@ -62,23 +62,29 @@ int64_t PingEconomics::Cost() const {
 }
 
 int64_t PingEconomics::WorstCost() const {
-  return Times(prefix_tokens, std::max(WriteRate(), rates.input)) + Times(tail_tokens, rates.input) +
-         Times(1, rates.output);
+  return Times(prefix_tokens, std::max(WriteRate(), rates.input)) +
+         Times(tail_tokens, rates.input) + Times(1, rates.output);
 }
 
 int64_t PingEconomics::Saving() const { return SavingFor(prefix_tokens); }
 
 int64_t PingEconomics::SavingFor(int64_t tokens) const {
-  return Times(std::min(tokens, prefix_tokens), std::max<int64_t>(0, WriteRate() - rates.cached_input));
+  return Times(std::min(tokens, prefix_tokens),
+               std::max<int64_t>(0, WriteRate() - rates.cached_input));
 }
 
 std::string_view ReasonName(Decision decision) {
   switch (decision) {
-    case Decision::kPing: return "";
-    case Decision::kUnlikely: return "unlikely";
-    case Decision::kThreadCap: return "thread_cap";
-    case Decision::kDailyCap: return "daily_cap";
-    case Decision::kNotCached: return "not_cached";
+    case Decision::kPing:
+      return "";
+    case Decision::kUnlikely:
+      return "unlikely";
+    case Decision::kThreadCap:
+      return "thread_cap";
+    case Decision::kDailyCap:
+      return "daily_cap";
+    case Decision::kNotCached:
+      return "not_cached";
   }
   return "";
 }

@@ -83,21 +83,21 @@ struct PingEconomics {
 
 enum class Decision {
   kPing,
-  kUnlikely,    // P x saving <= cost
-  kThreadCap,   // max_pings_per_thread pings in a row without a turn: the thread has ended
-  kDailyCap,    // the worst case would take the day's spend over max_usd_per_day
-  kNotCached,   // nothing cached to keep (prefix below the provider's minimum)
+  kUnlikely,   // P x saving <= cost
+  kThreadCap,  // max_pings_per_thread pings in a row without a turn: the thread has ended
+  kDailyCap,   // the worst case would take the day's spend over max_usd_per_day
+  kNotCached,  // nothing cached to keep (prefix below the provider's minimum)
 };
 // "unlikely" | "thread_cap" | "daily_cap" | "not_cached" ("" for kPing): the metric's reason.
 std::string_view ReasonName(Decision decision);
 
 struct DecisionInput {
-  double probability = 0;        // NextTurnProbability
+  double probability = 0;  // NextTurnProbability
   PingEconomics economics;
-  int pings_since_turn = 0;      // pings sent since the thread's last turn
+  int pings_since_turn = 0;  // pings sent since the thread's last turn
   int max_pings_per_thread = 1;
-  int64_t day_committed = 0;     // pico-USD spent and held today by this model's or router's pings
-  int64_t day_cap = 0;           // max_usd_per_day, pico-USD
+  int64_t day_committed = 0;  // pico-USD spent and held today by this model's or router's pings
+  int64_t day_cap = 0;        // max_usd_per_day, pico-USD
 };
 Decision Decide(const DecisionInput& in);
 

@@ -36,7 +36,8 @@ struct ThreadDelta {
   std::set<std::string> models;
   const RequestRecord* last_prompt = nullptr;  // the batch's last turn with a prompt fingerprint
 
-  int64_t rows = 0;  // turns and keep-warm pings (a ping is not a turn, but its cost is the thread's)
+  int64_t rows =
+      0;  // turns and keep-warm pings (a ping is not a turn, but its cost is the thread's)
 
   void Add(const RequestRecord& r) {
     const Usage& u = r.usage;

@@ -146,9 +146,8 @@ TEST(KeepWarmPingBody, KeepsThePromptBytesAndAsksForOneToken) {
   ASSERT_TRUE(parsed.has_value());
   auto ping = PingBody(raw_json::Object(*parsed));
   ASSERT_TRUE(ping.has_value());
-  EXPECT_EQ(*ping,
-            R"({"model":"m","messages":[{"role":"user","content":"hi  there"}],)"
-            R"("temperature":0.5,"max_tokens":1,"stream":false})");
+  EXPECT_EQ(*ping, R"({"model":"m","messages":[{"role":"user","content":"hi  there"}],)"
+                   R"("temperature":0.5,"max_tokens":1,"stream":false})");
   auto reasoning = raw_json::Parse(R"({"model":"o","max_completion_tokens":99,"messages":[]})");
   ASSERT_TRUE(reasoning.has_value());
   EXPECT_EQ(*PingBody(raw_json::Object(*reasoning)),
@@ -200,9 +199,10 @@ TEST(KeepWarmConfigTest, RejectsBadValuesWithTheirPath) {
     EXPECT_NE(config.error().message.find(c.message), std::string::npos)
         << c.keep_warm << ": " << config.error().message;
   }
-  auto router = Parse(head + "  - {name: m, provider: a}\nrouters:\n  - {name: r, strategy: "
-                             "fallback, targets: [m], keep_warm: {enabled: true, "
-                             "max_pings_per_thread: -3}}\n");
+  auto router = Parse(head +
+                      "  - {name: m, provider: a}\nrouters:\n  - {name: r, strategy: "
+                      "fallback, targets: [m], keep_warm: {enabled: true, "
+                      "max_pings_per_thread: -3}}\n");
   ASSERT_FALSE(router.has_value());
   EXPECT_NE(router.error().message.find("routers[0].keep_warm.max_pings_per_thread"),
             std::string::npos)
@@ -337,8 +337,9 @@ TEST_F(KeepWarmServiceTest, StopsAfterMaxPingsWithNoTurn) {
     }
   }
   EXPECT_EQ(sent_.size(), 2u);
-  EXPECT_NE(Metrics().find("kvgate_keep_warm_skipped_total{model=\"sonnet\",reason=\"thread_cap\"} 1"),
-            std::string::npos)
+  EXPECT_NE(
+      Metrics().find("kvgate_keep_warm_skipped_total{model=\"sonnet\",reason=\"thread_cap\"} 1"),
+      std::string::npos)
       << Metrics();
 }
 

@@ -6,6 +6,8 @@ ping; a model whose per-day cap cannot hold one ping sends none either."""
 import json
 import random
 import re
+import shutil
+import subprocess
 import time
 import urllib.parse
 
@@ -158,6 +160,17 @@ def test_ping_renews_the_cache_and_the_thread_shows_the_net(warm_gw):
         kw["cost_usd"], rel=1e-6)
     assert metric(gw, "kvgate_keep_warm_saved_usd_total", model=HOT) == pytest.approx(
         kw["saved_usd"], rel=1e-6)
+
+    # promtool accepts the keep-warm families as kvgate exposes them.
+    if shutil.which("promtool"):
+        _, _, text = gw.request("GET", "/metrics")
+        text = text.decode() if isinstance(text, bytes) else str(text)
+        ours = "".join(line + "\n" for line in text.splitlines()
+                       if "kvgate_keep_warm_" in line)
+        assert "# TYPE kvgate_keep_warm_skipped_total counter" in ours, ours
+        check = subprocess.run(["promtool", "check", "metrics"], input=ours.encode(),
+                               capture_output=True, timeout=30)
+        assert check.returncode == 0, (check.stdout, check.stderr, ours)
 
     st, _, overview = gw.admin_get("/api/overview?window=1h")
     assert st == 200, overview

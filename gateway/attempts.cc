@@ -158,6 +158,7 @@ asio::awaitable<void> Gateway::RunAttempts(const InferenceCall& call, api::ApiCa
       if (!wire) {
         result = std::move(wire.error());
       } else {
+        StageKeepWarm(sent, plan, rec);
         result = co_await UpstreamFor(target).Attempt(sent, plan, client);
       }
       const int64_t latency_us = (deps_.clock->MonotonicNanos() - started_ns) / 1000;

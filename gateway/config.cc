@@ -26,6 +26,7 @@ namespace {
 using nlohmann::json;
 using config_internal::Millis;
 using config_internal::OnlyKeys;
+using config_internal::ParseKeepWarm;
 using config_internal::ParseProvider;
 using config_internal::Reader;
 using config_internal::Threads;
@@ -299,7 +300,7 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
       Reader r{m, "models[" + std::to_string(i) + "]"};
       if (!m.is_object()) return MakeError(ErrorCode::kInvalidArgument, r.path + " must be a mapping");
       if (Status s = OnlyKeys(m, r.path, {"name", "provider", "upstream_model", "pricing",
-                                          "context_window", "supports"});
+                                          "context_window", "supports", "keep_warm"});
           !s) {
         return std::unexpected(s.error());
       }
@@ -356,6 +357,11 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
           *slot = *v;
         }
       }
+      if (auto kw = m.find("keep_warm"); kw != m.end() && !kw->is_null()) {
+        auto keep_warm = ParseKeepWarm(*kw, r.path);
+        if (!keep_warm) return std::unexpected(keep_warm.error());
+        config.keep_warm[mc.name] = *keep_warm;
+      }
       config.models.push_back(std::move(mc));
     }
   }
@@ -364,7 +370,29 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
     const json none;
     auto routers = root.find("routers");
     auto routing = root.find("routing");
-    auto parsed = router::ParseRoutingConfig(routers == root.end() ? none : *routers,
+    // A router's keep_warm is the gateway's (the router module knows nothing of pings): read
+    // here and taken out of what the router module parses.
+    json routers_for_router = routers == root.end() ? none : *routers;
+    if (routers_for_router.is_array()) {
+      for (size_t i = 0; i < routers_for_router.size(); ++i) {
+        json& entry = routers_for_router[i];
+        if (!entry.is_object()) continue;
+        auto kw = entry.find("keep_warm");
+        if (kw == entry.end()) continue;
+        if (!kw->is_null()) {
+          const std::string path = "routers[" + std::to_string(i) + "]";
+          auto keep_warm = ParseKeepWarm(*kw, path);
+          if (!keep_warm) return std::unexpected(keep_warm.error());
+          auto name = entry.find("name");
+          if (name == entry.end() || !name->is_string()) {
+            return MakeError(ErrorCode::kInvalidArgument, path + ".name must be a string");
+          }
+          config.keep_warm[name->get<std::string>()] = *keep_warm;
+        }
+        entry.erase("keep_warm");
+      }
+    }
+    auto parsed = router::ParseRoutingConfig(routers_for_router,
                                              routing == root.end() ? none : *routing);
     if (!parsed) return std::unexpected(parsed.error());
     config.routing = std::move(*parsed);

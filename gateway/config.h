@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -100,6 +101,18 @@ struct ModelConfig {
 
 // The limits of one gateway key (server.api_keys objects, keys made through /api/keys). Zero
 // means "no limit" for the counts; no max_budget means no budget.
+// keep_warm: of a model or a router (docs/keep-warm.md): pings kvgate sends shortly before a
+// thread's cached prefix expires, when the next turn is likely enough to come to pay for them.
+struct KeepWarmConfig {
+  bool enabled = false;
+  // The most all pings of this model or router may cost per UTC day (pings are skipped rather than
+  // going over it).
+  double max_usd_per_day = 5.0;
+  // Pings in a row without a client turn of the thread between them, after which the thread is
+  // taken to have ended and gets no more.
+  int max_pings_per_thread = 3;
+};
+
 struct KeyLimits {
   std::vector<std::string> models;        // client-facing model or router names; empty: any
   std::optional<int64_t> max_budget_pico;  // pico-USD per budget period (lifetime without one)
@@ -160,6 +173,8 @@ struct GatewayConfig {
   nlohmann::json caching_rules;
   std::vector<ProviderConfig> providers;
   std::vector<ModelConfig> models;
+  // keep_warm of the models and routers that set it, by their name (enabled or not).
+  std::map<std::string, KeepWarmConfig> keep_warm;
   // The `routers:` list and the `routing:` section, parsed (router/router.h).
   router::RoutingConfig routing;
   // The `alerts:` section as JSON, handed to the monitors module unchanged.

@@ -65,6 +65,10 @@ Result<int> Threads(const Reader& r);
 Status OnlyKeys(const json& object, const std::string& path,
                 std::initializer_list<std::string_view> known);
 
+// `keep_warm:` of the model or router at `path` ("models[0]"): its keys read and checked, the caps'
+// defaults filled in.
+Result<KeepWarmConfig> ParseKeepWarm(const json& k, const std::string& path);
+
 // One entry of `providers:` at `path` ("providers[2]"): its keys read and typed.
 Result<ProviderConfig> ParseProvider(const json& p, const std::string& path);
 // The checks that need the whole entry (type, what each type allows), errors naming `where`.

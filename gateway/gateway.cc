@@ -1,6 +1,8 @@
 #include "gateway/gateway.h"
 
 #include <boost/asio/async_result.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -10,6 +12,7 @@
 #include "common/utf8.h"
 #include "gateway/alerting.h"
 #include "gateway/answers.h"
+#include "gateway/keep_warm.h"
 #include "gateway/request_log.h"
 #include "gateway/run_blocking.h"
 #include "gateway/targets.h"
@@ -87,6 +90,22 @@ Result<std::unique_ptr<Gateway>> Gateway::Create(const GatewayConfig& config, Ga
       return keys->BudgetFraction(api_key_id);
     });
   }
+  bool keep_warm = false;
+  for (const auto& [name, c] : config.keep_warm) keep_warm = keep_warm || c.enabled;
+  if (keep_warm) {
+    Gateway* self = gateway.get();
+    gateway->keep_warm_ = std::make_shared<KeepWarm>(
+        *deps.router, config.keep_warm,
+        [self](std::shared_ptr<const PingTemplate> ping, std::string thread_id) {
+          // Called by the keep-warm timer, on loop 0.
+          asio::co_spawn(*self->ping_executor_,
+                         self->SendPing(std::move(ping), std::move(thread_id)), asio::detached);
+        });
+    deps.recorder->SetKeepWarmObserver(
+        [kw = gateway->keep_warm_](telemetry::RequestRecord& record) { kw->Observe(record); });
+    deps.metrics->registry().AddSection(
+        [kw = gateway->keep_warm_](std::string& out) { kw->ExposeMetrics(out); });
+  }
   gateway->admin_.emplace(
       AdminDeps{.admin_token = config.admin_token,
                 .store = deps.store,
@@ -123,6 +142,10 @@ http::Handler Gateway::handler() {
 }
 
 void Gateway::OnLoopStart(size_t index, asio::any_io_executor executor) {
+  if (index == 0 && keep_warm_) {
+    ping_executor_ = executor;
+    asio::co_spawn(executor, KeepWarmLoop(), asio::detached);
+  }
   clients_.at(index) = upstream::Client::Create(std::move(executor), client_options_);
 }
 

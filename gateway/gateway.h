@@ -38,6 +38,8 @@ namespace kvgate::gateway {
 class LocalEngines;  // the built-in engine instances (local providers), see local_provider.h
 class Alerting;      // monitors and alert delivery, see alerting.h
 class RequestLog;    // request_log.h
+class KeepWarm;      // keep_warm.h
+struct PingTemplate;  // keep_warm.h
 
 // The body of the 500 a request gets when kvgate fails on it (an escaped exception).
 std::string InternalErrorJson(std::string_view request_id);
@@ -152,6 +154,15 @@ class Gateway {
       const raw_json::Object& body, const std::optional<telemetry::Price>& price,
       ClientStream& client);
   upstream::Client& ClientFor(size_t worker_index) { return *clients_[worker_index]; }
+  // Keep-warm (keep_warm_ping.cc): the timer that runs the service's due decisions, on event
+  // loop 0; one ping, recorded with purpose "keep_warm", sent on that loop to the thread's target
+  // with its provider key, its answer discarded.
+  boost::asio::awaitable<void> KeepWarmLoop();
+  boost::asio::awaitable<void> SendPing(std::shared_ptr<const PingTemplate> ping,
+                                        std::string thread_id);
+  // Before an attempt: what a ping of this turn would resend, when its thread is kept warm.
+  void StageKeepWarm(const InferenceCall& sent, const AttemptPlan& plan,
+                     const telemetry::RequestRecord& rec);
   // The upstream that serves `target`'s provider (the engines for local, else remote_): its
   // attempts, its prefix lookups and its token counts.
   Upstream& UpstreamFor(const router::Target& target) const;
@@ -187,6 +198,11 @@ class Gateway {
   std::shared_ptr<VirtualKeys> keys_;
   // The admin API and the model list; borrows keys_ and blocking_pool_, so declared after them.
   std::optional<AdminApi> admin_;
+  // Keep-warm pings (null when no model or router enables keep_warm); shared with the recorder's
+  // observer and the metrics section. Its pings run on event loop 0 (ping_executor_, set by
+  // OnLoopStart before that loop serves).
+  std::shared_ptr<KeepWarm> keep_warm_;
+  std::optional<boost::asio::any_io_executor> ping_executor_;
 };
 
 }  // namespace kvgate::gateway

@@ -43,7 +43,13 @@ void Recorder::Record(telemetry::RequestRecord record,
   constexpr size_t kNone = static_cast<size_t>(-1);
   size_t target = kNone;
   if (auto t = record.target.empty() ? std::nullopt : router_.FindTarget(record.target)) target = *t;
-  if (record.prompt_fingerprint && !record.thread_id.empty() && record.status == "ok") {
+  const bool ping = record.purpose == telemetry::kPurposeKeepWarm;
+  if (ping) {
+    record.prompt_fingerprint.reset();
+    if (record.status == "ok" && !record.thread_id.empty()) {
+      tracker_.Renew(record.thread_id, record.target, record.created_at_us);
+    }
+  } else if (record.prompt_fingerprint && !record.thread_id.empty() && record.status == "ok") {
     telemetry::TurnContext context;
     if (record.route_facts.moved) {
       context.router = record.route_facts.router;
@@ -69,10 +75,11 @@ void Recorder::Record(telemetry::RequestRecord record,
   } else {
     record.prompt_fingerprint.reset();  // nothing will ever compare with it
   }
-  if (target != kNone && record.status == "ok") {
+  if (target != kNone && record.status == "ok" && !ping) {
     router_.Learn(target, record.prompt_fingerprint ? record.prompt_fingerprint->TotalBytes() : 0,
                   record);
   }
+  if (keep_warm_observer_) keep_warm_observer_(record);
   metrics_.Observe(record);
   // Listeners read the record before the store takes it: moving it in saves a copy per request.
   for (const auto& listener : listeners_) listener(record);

@@ -35,6 +35,12 @@ class Recorder {
   // Extra consumers of finished records (the monitors); called just before the store gets the
   // record (which is asynchronous either way: a listener never sees it committed).
   void AddListener(std::function<void(const telemetry::RequestRecord&)> listener);
+  // The keep-warm service's view of every finished record (gateway/keep_warm.h), after pricing and
+  // diagnosis and before the metrics, the listeners and the store: it learns from the turn and
+  // may set record.keep_warm_saved. Set before use; at most one.
+  void SetKeepWarmObserver(std::function<void(telemetry::RequestRecord&)> observer) {
+    keep_warm_observer_ = std::move(observer);
+  }
 
   // Keeps the prompt text of threaded turns for the excerpts of prompt_changed diagnoses, with
   // what `redactor` knows (and anything shaped like a credential) taken out first (config
@@ -50,7 +56,9 @@ class Recorder {
   // it; "routed_away" when its route says a router moved the thread); lets the router learn from
   // it; then hands the record on. The fingerprint is kept (and stored) only for turns the tracker
   // compared. `texts` (CapturePromptTexts of its body) gives a prompt_changed diagnosis its
-  // excerpt and is what the thread's next turn is compared with.
+  // excerpt and is what the thread's next turn is compared with. A keep-warm ping (purpose
+  // "keep_warm") is not a turn: it is not diagnosed, the router does not learn from it, and when it succeeded the tracker learns that the thread's
+  // cache on its target was renewed (ThreadTracker::Renew).
   void Record(telemetry::RequestRecord record, const std::optional<telemetry::Price>& price,
               std::optional<telemetry::TelemetryStore::JournalMark> checkpoint = std::nullopt,
               std::shared_ptr<const telemetry::PromptTexts> texts = nullptr);
@@ -105,6 +113,7 @@ class Recorder {
   mutable std::atomic<uint64_t> taken_{0}, read_errors_{0};
   std::vector<std::function<void(const telemetry::RequestRecord&)>> listeners_;  // set before use
   std::optional<SecretRedactor> text_redactor_;  // set before use; nullopt: no text kept
+  std::function<void(telemetry::RequestRecord&)> keep_warm_observer_;          // set before use
 };
 
 }  // namespace kvgate::gateway

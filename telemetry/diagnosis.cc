@@ -312,7 +312,7 @@ std::optional<CacheExpectation> ExpectCached(const TurnSummary& last,
   }
   if (current_input_tokens) usable = std::min(usable, *current_input_tokens);
   e.tokens = Cacheable(usable, rules);
-  e.idle_seconds = double(now_us - last.created_at_us) / 1e6;
+  e.idle_seconds = double(now_us - std::max(last.created_at_us, last.renewed_at_us)) / 1e6;
   e.ttl_seconds = rules.ttl_seconds;
   if (e.ttl_seconds && last.wrote_1h) {
     e.ttl_seconds = std::max<int64_t>(*e.ttl_seconds, rules.long_ttl_seconds);
@@ -657,6 +657,21 @@ ThreadView ThreadTracker::View(const std::string& thread_id) const {
   MutexLock lock(&shard.mu);
   auto it = shard.threads.find(thread_id);
   return it == shard.threads.end() ? ThreadView{} : it->second.view;
+}
+
+bool ThreadTracker::Renew(const std::string& thread_id, std::string_view target, int64_t at_us) {
+  Shard& shard = ShardFor(thread_id);
+  MutexLock lock(&shard.mu);
+  auto it = shard.threads.find(thread_id);
+  if (it == shard.threads.end()) return false;
+  ThreadView& view = it->second.view;
+  for (TurnSummary& t : view.by_target) {
+    if (t.target == target) t.renewed_at_us = std::max(t.renewed_at_us, at_us);
+  }
+  if (view.latest->target == target) {
+    view.latest->renewed_at_us = std::max(view.latest->renewed_at_us, at_us);
+  }
+  return true;
 }
 
 void ThreadTracker::Forget(const std::string& thread_id) {

@@ -169,6 +169,9 @@ struct TurnSummary {
   std::optional<int64_t> total_input;  // when every input component is known
   std::optional<int64_t> output;
   bool wrote_1h = false;               // the turn wrote with the long TTL
+  // When a keep-warm ping last read this turn's cached prefix on the same target (renewing its
+  // TTL), 0 when none did: its expiry counts from the later of this and created_at_us.
+  int64_t renewed_at_us = 0;
 
   // REQUIRES: fingerprint != nullptr.
   static TurnSummary Of(const RequestRecord& record,
@@ -185,7 +188,7 @@ struct CacheExpectation {
   int64_t tokens = 0;          // expected cache reads, ignoring expiry
   int64_t shared_tokens = 0;   // tokens of the shared prefix
   int64_t left_cached = 0;     // what the last turn left in the cache (before expiry)
-  double idle_seconds = 0;     // now - last turn
+  double idle_seconds = 0;     // now - the last turn (or the keep-warm ping that renewed it)
   std::optional<int64_t> ttl_seconds;  // the TTL that applies to the last turn's entries
   bool expired = false;        // idle >= ttl: the cache is expected gone
   PrefixComparison comparison;
@@ -305,6 +308,11 @@ class ThreadTracker {
   // running means are updated as for a diagnosed turn. Returns whether it was taken (false, too,
   // without thread id or fingerprint).
   bool Absorb(const RequestRecord& turn) { return Take(turn, /*newer_replaces=*/true); }
+  // A keep-warm ping read the thread's cached prefix on `target` at `at_us`: the cache the turn
+  // that target served last left is renewed from then (TurnSummary::renewed_at_us), so the next
+  // turn is not diagnosed "expired" for an idle gap the ping bridged. The ping is not a turn: the
+  // thread's latest turn, gaps and means do not change. Returns false for an unknown thread.
+  bool Renew(const std::string& thread_id, std::string_view target, int64_t at_us);
   void Forget(const std::string& thread_id);
   size_t Size() const;
   // The most threads it remembers (max_threads rounded down to a multiple of the shard count).

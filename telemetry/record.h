@@ -23,6 +23,9 @@ inline constexpr std::string_view kThreadFromHeader = "header";
 inline constexpr std::string_view kThreadFromResponseChain = "response_chain";
 inline constexpr std::string_view kThreadFromAuto = "auto";
 
+// RequestRecord::purpose of a keep-warm ping (the other purpose is "client").
+inline constexpr std::string_view kPurposeKeepWarm = "keep_warm";
+
 struct RequestRecord {
   std::string request_id;      // kvgate's id, also sent to the client as x-request-id
   std::string thread_id;       // empty when the request has no thread
@@ -30,6 +33,10 @@ struct RequestRecord {
   // An automatic thread that forked off another (a second request continued the same turn): the
   // thread it forked from. "" otherwise.
   std::string thread_parent;
+  // Why kvgate made the request: "client" (a client's request) or "keep_warm" (a ping kvgate sent
+  // on its own to renew thread_id's cached prefix, gateway/keep_warm.h: not a turn of the thread,
+  // never diagnosed, but its cost is the thread's).
+  std::string purpose = "client";
   int64_t created_at_us = 0;   // wall clock, microseconds since the epoch, when the request arrived
   std::string endpoint;        // "chat.completions" | "completions" | "responses" | "embeddings" |
                                // "messages"
@@ -54,6 +61,10 @@ struct RequestRecord {
   std::optional<int64_t> ttft_us;     // arrival -> first content token sent (streams)
   Usage usage;
   Cost cost;                   // computed from usage and the model's price at record time
+  // On a client turn whose thread's cache a keep-warm ping renewed (so that it read what would
+  // otherwise have expired and been written again): those reads at the write rate minus the read
+  // rate, pico-USD. 0 otherwise.
+  int64_t keep_warm_saved = 0;
   std::string error;           // message of the error the client saw, "" when none
   std::string upstream_request_id;  // the provider's request id header, when given
   // The id the client got in the response body ("chatcmpl-...", "msg_..."), "" when it got none:

@@ -43,8 +43,9 @@ static_assert(sizeof(Cost) == 64, "a Cost field was added: journal it in record_
 // times these copies.
 // Version 2 appended cache_helper, version 3 provider_cache_miss_reason, version 4
 // usage.cache_read_offload_tier, version 5 usage.estimated, version 6 thread_source and
-// thread_parent; entries of older versions (an older kvgate's journal) still decode.
-constexpr char kEntryVersion = 6;
+// thread_parent, version 7 purpose and keep_warm_saved; entries of older versions (an older
+// kvgate's journal) still decode.
+constexpr char kEntryVersion = 7;
 
 class EntryWriter {
  public:
@@ -179,6 +180,10 @@ void VisitFields(Io& io, Record& r, char version) {
   if (version >= 6) {
     io.Str(r.thread_source);
     io.Str(r.thread_parent);
+  }
+  if (version >= 7) {
+    io.Str(r.purpose);
+    io.I64(r.keep_warm_saved);
   }
 }
 

@@ -118,6 +118,8 @@ struct RequestQuery {
   std::optional<int64_t> until_us;  // created at or before
   // Only requests whose provider reported on its own cache (provider_cache_diagnosis non-null).
   bool provider_diagnosed = false;
+  // "client" or "keep_warm" (RequestRecord::purpose); "" for both. Other values match nothing.
+  std::string purpose;
   int limit = 100;                  // clamped to [1, kRequestLimitMax]
   std::string cursor;               // "next_cursor" of the previous page; "" = newest first
 };

@@ -36,12 +36,16 @@ struct ThreadDelta {
   std::set<std::string> models;
   const RequestRecord* last_prompt = nullptr;  // the batch's last turn with a prompt fingerprint
 
+  int64_t rows =
+      0;  // turns and keep-warm pings (a ping is not a turn, but its cost is the thread's)
+
   void Add(const RequestRecord& r) {
     const Usage& u = r.usage;
     const std::optional<int64_t> total_input = u.TotalInput();
-    first_seen_us = turns == 0 ? r.created_at_us : std::min(first_seen_us, r.created_at_us);
-    last_seen_us = turns == 0 ? r.created_at_us : std::max(last_seen_us, r.created_at_us);
-    ++turns;
+    first_seen_us = rows == 0 ? r.created_at_us : std::min(first_seen_us, r.created_at_us);
+    last_seen_us = rows == 0 ? r.created_at_us : std::max(last_seen_us, r.created_at_us);
+    ++rows;
+    if (r.purpose != kPurposeKeepWarm) ++turns;
     cache_read += u.cache_read.value_or(0);
     cache_write_5m += u.cache_write_5m.value_or(0);
     cache_write_1h += u.cache_write_1h.value_or(0);

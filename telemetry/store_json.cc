@@ -31,7 +31,7 @@ constexpr std::string_view kTurnColumns =
     "cache_diagnosis, seq, response_id, cache_write_no_ttl, cost_missed, target, key_index, "
     "system_fingerprint, route, attempts, cache_read_offload, cache_helper, "
     "provider_cache_miss_reason, cache_read_offload_tier, usage_estimated, thread_source, "
-    "thread_parent";
+    "thread_parent, purpose, keep_warm_saved";
 enum Col {
   kRequestId, kThreadId, kCreatedAt, kEndpoint, kModel, kProvider, kProviderType, kUpstreamModel,
   kApiKeyId, kStream, kStatus, kHttpStatus, kUpstreamStatus, kLatency, kTtft, kCacheRead,
@@ -40,7 +40,7 @@ enum Col {
   kCostPriced, kError, kUpstreamRequestId, kFinishReason, kDiagnosis, kSeq, kResponseId,
   kCacheWriteNoTtl, kCostMissed, kTarget, kKeyIndex, kSystemFingerprint, kRoute, kAttempts,
   kCacheReadOffload, kCacheHelper, kProviderCacheMissReason, kCacheReadOffloadTier, kUsageEstimated,
-  kThreadSource, kThreadParent, kColumnCount
+  kThreadSource, kThreadParent, kPurpose, kKeepWarmSaved, kColumnCount
 };
 static_assert(kColumnCount == internal::kTurnColumnCount);
 
@@ -104,6 +104,9 @@ json TurnJson(const internal::RowCursor& s, Detail detail) {
   turn["thread_source"] = source.empty() ? json(nullptr) : json(source);
   const std::string parent = s.Text(kThreadParent);
   turn["thread_parent"] = parent.empty() ? json(nullptr) : json(parent);
+  // "client", or "keep_warm" for a ping kvgate sent to renew the thread's cache (not a turn).
+  turn["purpose"] = s.Text(kPurpose).empty() ? "client" : s.Text(kPurpose);
+  turn["keep_warm_saved_usd"] = PicoUsdToUsd(s.Int(kKeepWarmSaved));
   turn["usage"] = {{"cache_read", OptInt(s.OptInt(kCacheRead))},
                    {"cache_write_5m", OptInt(s.OptInt(kCacheWrite5m))},
                    {"cache_write_1h", OptInt(s.OptInt(kCacheWrite1h))},
@@ -298,6 +301,9 @@ Result<json> ThreadJson(RowCursor& s, std::string_view thread_id) {
     std::set<std::string> seen_models;
     int64_t first = 0, last = 0;
     std::string source, parent;  // the first turn's
+    // Keep-warm pings are listed among the turns (purpose "keep_warm") and their cost is the
+    // thread's, but they are not turns of the conversation.
+    int64_t pings = 0, ping_cost = 0, saved_by_pings = 0;
     for (;;) {
       Result<bool> row = s.Step();
       if (!row) return std::unexpected(row.error());
@@ -307,6 +313,11 @@ Result<json> ThreadJson(RowCursor& s, std::string_view thread_id) {
         source = s.Text(kThreadSource);
         parent = s.Text(kThreadParent);
       }
+      if (s.Text(kPurpose) == kPurposeKeepWarm) {
+        ++pings;
+        ping_cost += s.Int(kCostTotal);
+      }
+      saved_by_pings += s.Int(kKeepWarmSaved);
       const int64_t created = s.Int(kCreatedAt);
       if (turns.size() == 1 || created < first) first = created;
       if (turns.size() == 1 || created > last) last = created;
@@ -337,7 +348,7 @@ Result<json> ThreadJson(RowCursor& s, std::string_view thread_id) {
       return MakeError(ErrorCode::kNotFound, "no thread \"" + std::string(thread_id) + "\"");
     }
     json summary;
-    summary["turns"] = turns.size();
+    summary["turns"] = static_cast<int64_t>(turns.size()) - pings;
     summary["first_seen"] = FormatRfc3339Micros(first);
     summary["last_seen"] = FormatRfc3339Micros(last);
     summary["models"] = std::move(models);
@@ -359,6 +370,11 @@ Result<json> ThreadJson(RowCursor& s, std::string_view thread_id) {
     out["thread_id"] = std::string(thread_id);
     out["turns"] = std::move(turns);
     out["summary"] = std::move(summary);
+    // What keep-warm pings cost this thread and what they saved its turns; net may be negative.
+    out["keep_warm"] = {{"pings", pings},
+                        {"cost_usd", PicoUsdToUsd(ping_cost)},
+                        {"saved_usd", PicoUsdToUsd(saved_by_pings)},
+                        {"net_usd", PicoUsdToUsd(saved_by_pings - ping_cost)}};
     return out;
   });
 }
@@ -481,6 +497,8 @@ class PendingRow : public RowCursor {
     integer(kUsageEstimated, u.estimated ? 1 : 0);
     text(kThreadSource, r.thread_source);
     text(kThreadParent, r.thread_parent);
+    text(kPurpose, r.purpose);
+    integer(kKeepWarmSaved, r.keep_warm_saved);
   }
 
   Result<bool> Step() override { return !std::exchange(stepped_, true); }
@@ -550,6 +568,7 @@ Result<std::vector<RequestRecord>> LatestTurnsFromRows(RowCursor& s, int* skippe
       r.usage.cache_read_offload = s.OptInt(kCacheReadOffload);
       r.usage.cache_read_offload_tier = s.Text(kCacheReadOffloadTier);
       r.usage.estimated = s.Int(kUsageEstimated) != 0;
+      r.purpose = s.Text(kPurpose);
       r.response_id = s.Text(kResponseId);
       r.prompt_fingerprint = std::make_shared<const PromptFingerprint>(std::move(*fingerprint));
       turns.push_back(std::move(r));

@@ -241,6 +241,30 @@ Status AddCacheLosses(RowCursor& by_cause, RowCursor& volatile_rows, json& overv
   return {};
 }
 
+std::string KeepWarmOverviewSql(char mark) {
+  const std::string since = std::string(1, mark) + "1", until = std::string(1, mark) + "2";
+  return "SELECT (SELECT count(*) FROM requests WHERE purpose = 'keep_warm' AND created_at_us >= " +
+         since + " AND created_at_us <= " + until +
+         "), (SELECT CAST(coalesce(sum(cost_total), 0) AS BIGINT) FROM requests WHERE purpose = 'keep_warm' AND "
+         "created_at_us >= " +
+         since + " AND created_at_us <= " + until +
+         "), (SELECT CAST(coalesce(sum(keep_warm_saved), 0) AS BIGINT) FROM requests WHERE keep_warm_saved <> 0 "
+         "AND created_at_us >= " +
+         since + " AND created_at_us <= " + until + ")";
+}
+
+Status AddKeepWarmTotals(RowCursor& row, json& overview) {
+  Result<bool> step = row.Step();
+  if (!step) return std::unexpected(step.error());
+  const int64_t pings = *step ? row.Int(0) : 0, cost = *step ? row.Int(1) : 0,
+                saved = *step ? row.Int(2) : 0;
+  overview["keep_warm"] = {{"pings", pings},
+                           {"cost_usd", PicoUsdToUsd(cost)},
+                           {"saved_usd", PicoUsdToUsd(saved)},
+                           {"net_usd", PicoUsdToUsd(saved - cost)}};
+  return {};
+}
+
 Result<json> SqliteTelemetryStore::Overview(int64_t since_us, int64_t until_us,
                                             int64_t bucket_seconds) const {
   Result<OverviewRange> range = CheckOverviewRange(since_us, until_us, bucket_seconds);
@@ -258,14 +282,17 @@ Result<json> SqliteTelemetryStore::Overview(int64_t since_us, int64_t until_us,
   if (!by_cause) return std::unexpected(by_cause.error());
   auto volatile_stmt = (*reader)->db().Prepare(VolatilePrefixesSql());
   if (!volatile_stmt) return std::unexpected(volatile_stmt.error());
-  for (auto* s : {&**by_cause, &**volatile_stmt}) {
+  auto kept = (*reader)->db().Prepare(KeepWarmOverviewSql('?'));
+  if (!kept) return std::unexpected(kept.error());
+  for (auto* s : {&**by_cause, &**volatile_stmt, &**kept}) {
     s->BindInt(1, since_us);
     s->BindInt(2, until_us);
   }
-  SqliteRows cause_rows(**by_cause), volatile_rows(**volatile_stmt);
+  SqliteRows cause_rows(**by_cause), volatile_rows(**volatile_stmt), kept_rows(**kept);
   if (Status s = AddCacheLosses(cause_rows, volatile_rows, *overview); !s) {
     return std::unexpected(s.error());
   }
+  if (Status s = AddKeepWarmTotals(kept_rows, *overview); !s) return std::unexpected(s.error());
   return overview;
 }
 

@@ -37,8 +37,8 @@ constexpr std::string_view kRequestColumns =
     "cost_priced, error, upstream_request_id, finish_reason, cache_diagnosis, response_id, "
     "cache_write_no_ttl, cost_missed, target, key_index, system_fingerprint, route, attempts, "
     "cache_read_offload, cache_helper, provider_cache_miss_reason, cache_read_offload_tier, "
-    "usage_estimated, thread_source, thread_parent";
-constexpr int kRequestParams = 51;
+    "usage_estimated, thread_source, thread_parent, purpose, keep_warm_saved";
+constexpr int kRequestParams = 53;
 
 // SQLite's upserts (store_sqlite.cc) with PostgreSQL's names: least/greatest for min/max, and
 // the existing row named by its table (an unqualified column would be ambiguous with excluded).
@@ -167,6 +167,8 @@ Status AddRequestParams(const RequestRecord& r, PgParams& p) {
   p.Int(u.estimated ? 1 : 0);
   p.Text(r.thread_source);
   p.Text(r.thread_parent);
+  p.Text(r.purpose);
+  p.Int(r.keep_warm_saved);
   return {};
 }
 

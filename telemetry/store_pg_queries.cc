@@ -124,6 +124,9 @@ Result<json> PostgresTelemetryStore::Overview(int64_t since_us, int64_t until_us
   if (Status s = AddCacheLosses(*by_cause, *volatile_rows, *overview); !s) {
     return std::unexpected(s.error());
   }
+  auto kept = Read(KeepWarmOverviewSql('$'), window);
+  if (!kept) return std::unexpected(kept.error());
+  if (Status s = AddKeepWarmTotals(*kept, *overview); !s) return std::unexpected(s.error());
   return overview;
 }
 

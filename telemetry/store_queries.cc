@@ -281,6 +281,9 @@ std::string RequestListSqlWith(const RequestQuery& query, bool has_cursor, char 
   if (query.since_us.has_value()) sql += " AND created_at_us >= " + p(5);
   if (query.until_us.has_value()) sql += " AND created_at_us <= " + p(9);
   if (query.provider_diagnosed) sql += " AND provider_cache_miss_reason <> ''";
+  // One of two literals, never the caller's text.
+  if (query.purpose == kPurposeKeepWarm) sql += " AND purpose = 'keep_warm'";
+  if (query.purpose == "client") sql += " AND purpose = 'client'";
   if (has_cursor) sql += " AND (created_at_us, seq) < (" + p(6) + ", " + p(7) + ")";
   sql += " ORDER BY created_at_us DESC, seq DESC LIMIT " + p(8);
   return sql;

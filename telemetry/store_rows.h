@@ -46,7 +46,7 @@ class RowCursor {
 
 // The columns of a turn, in the order TurnJson reads them (both dialects select these names).
 std::string_view TurnColumns();
-inline constexpr int kTurnColumnCount = 52;
+inline constexpr int kTurnColumnCount = 54;
 
 // ListThreads: the page a query asks for; kInvalidArgument for a bad cursor.
 struct ThreadPage {
@@ -85,6 +85,12 @@ struct OverviewRange {
 };
 Result<OverviewRange> CheckOverviewRange(int64_t since_us, int64_t until_us,
                                          int64_t bucket_seconds);
+// The overview's keep-warm sums over [since, until] (pings, their cost, what they saved), for
+// `mark` '?' (SQLite) or '$' (PostgreSQL), the times as parameters 1 and 2; and its one row added
+// to an overview as "keep_warm": {pings, cost_usd, saved_usd, net_usd}.
+std::string KeepWarmOverviewSql(char mark);
+Status AddKeepWarmTotals(RowCursor& row, nlohmann::json& overview);
+
 // The rows of OverviewSql (any order) as the overview.
 Result<nlohmann::json> OverviewJson(RowCursor& rows, int64_t since_us, int64_t until_us,
                                     int64_t bucket_seconds, const OverviewRange& range);

@@ -430,7 +430,19 @@ ALTER TABLE requests ADD COLUMN thread_source TEXT NOT NULL DEFAULT '';
 ALTER TABLE requests ADD COLUMN thread_parent TEXT NOT NULL DEFAULT '';
 )sql";
 
-constexpr std::array<Migration, 11> kCoreMigrations = {{
+// Version 15, keep-warm pings (gateway/keep_warm.h): requests.purpose, "client" for a client's
+// request (every older row) or "keep_warm" for a ping kvgate sent to renew a thread's cached
+// prefix; requests.keep_warm_saved, pico-USD a client turn saved because a ping had renewed its
+// thread's cache (RequestRecord::keep_warm_saved). The indexes serve the overview's keep-warm sums
+// (the pings, and the few turns a ping saved) and GET /api/requests?purpose=.
+constexpr std::string_view kKeepWarm = R"sql(
+ALTER TABLE requests ADD COLUMN purpose TEXT NOT NULL DEFAULT 'client';
+ALTER TABLE requests ADD COLUMN keep_warm_saved BIGINT NOT NULL DEFAULT 0;
+CREATE INDEX requests_by_purpose ON requests (purpose, created_at_us);
+CREATE INDEX requests_kept_warm ON requests (created_at_us) WHERE keep_warm_saved <> 0;
+)sql";
+
+constexpr std::array<Migration, 12> kCoreMigrations = {{
     {1, "requests_and_threads", kRequestsAndThreads, kRequestsAndThreadsPostgres},
     {2, "thread_last_prompt", kThreadLastPrompt, {}},
     {3, "routing", kRouting, {}},
@@ -440,6 +452,7 @@ constexpr std::array<Migration, 11> kCoreMigrations = {{
     {12, "provider_cache_diagnostics", kProviderDiagnostics, {}},
     {13, "usage_estimated", kUsageEstimated, {}},
     {14, "thread_source", kThreadSource, {}},
+    {15, "keep_warm", kKeepWarm, {}},
     {20, "engine_offload", kEngineOffload, kEngineOffloadPostgres},
     {21, "engine_offload_tier", kEngineOffloadTier, {}},
 }};

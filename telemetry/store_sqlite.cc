@@ -35,10 +35,10 @@ INSERT INTO requests (
   cost_complete, cost_priced, error, upstream_request_id, finish_reason, cache_diagnosis,
   response_id, cache_write_no_ttl, cost_missed, target, key_index, system_fingerprint, route,
   attempts, cache_read_offload, cache_helper, provider_cache_miss_reason, cache_read_offload_tier,
-  usage_estimated, thread_source, thread_parent)
+  usage_estimated, thread_source, thread_parent, purpose, keep_warm_saved)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20,
         ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, ?35, ?36, ?37, ?38,
-        ?39, ?40, ?41, ?42, ?43, ?44, ?45, ?46, ?47, ?48, ?49, ?50, ?51)
+        ?39, ?40, ?41, ?42, ?43, ?44, ?45, ?46, ?47, ?48, ?49, ?50, ?51, ?52, ?53)
 ON CONFLICT (request_id) DO NOTHING)sql";
 
 // A batch's turns of one thread folded into its aggregates. Token sums count known values only;
@@ -294,6 +294,8 @@ Status SqliteTelemetryStore::InsertRequest(const RequestRecord& r) {
   s.BindInt(49, u.estimated ? 1 : 0);
   s.BindTextNoCopy(50, r.thread_source);
   s.BindTextNoCopy(51, r.thread_parent);
+  s.BindTextNoCopy(52, r.purpose);
+  s.BindInt(53, r.keep_warm_saved);
   if (Result<bool> step = s.Step(); !step) return fail(step.error());
   if (writer_db_->Changes() == 0) {
     return fail(Error{ErrorCode::kInvalidArgument, "duplicate request_id " + r.request_id});

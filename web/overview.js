@@ -73,7 +73,12 @@ function render(root, state, ov, lossy) {
     kpi('Cost', fmtUsd(t.cost_usd), `in the last ${state.window}`, 'kpi-cost'),
     kpi('Saved by the cache', fmtUsd(t.saved_usd), 'against the same tokens uncached', 'kpi-saved'),
     kpi('Lost to misses', fmtUsd(t.missed_usd), 'diagnosed cache misses', 'kpi-missed'),
-    kpi('Hit rate', fmtPct(t.hit_ratio), 'read ÷ (read + writes + uncached)', 'kpi-hit')));
+    kpi('Hit rate', fmtPct(t.hit_ratio), 'read ÷ (read + writes + uncached)', 'kpi-hit'),
+    ov.keep_warm && ov.keep_warm.pings
+      ? kpi('Keep-warm net', fmtUsd(ov.keep_warm.net_usd),
+        `${fmtInt(ov.keep_warm.pings)} pings: saved ${fmtUsd(ov.keep_warm.saved_usd)}, cost ${fmtUsd(ov.keep_warm.cost_usd)}`,
+        'kpi-keep-warm')
+      : null));
   const note = comparisonNote(ov.comparison_prices);
   if (note) root.append(note);
 

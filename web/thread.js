@@ -49,7 +49,8 @@ function render(root, state, data) {
       kpi('Latest turn hit rate', fmtPct(hitRate(last.usage)), `turn ${turns.length}`, 'kpi-latest-hit'),
       kpi('Cost', fmtUsd(s.cost_usd.total), s.cost_complete ? 'all turns priced' : 'lower bound: some usage unknown', 'kpi-cost'),
       kpi('Saved by the cache', fmtUsd(s.cost_usd.saved), 'against the same tokens uncached', 'kpi-saved'),
-      kpi('Lost to misses', fmtUsd(s.cost_usd.missed), `${diagnosed.length} diagnosed turn${diagnosed.length === 1 ? '' : 's'}`, 'kpi-missed')),
+      kpi('Lost to misses', fmtUsd(s.cost_usd.missed), `${diagnosed.length} diagnosed turn${diagnosed.length === 1 ? '' : 's'}`, 'kpi-missed'),
+      keepWarmKpi(data.keep_warm)),
   );
 
   const priced = Object.fromEntries(Object.entries(data.comparison_prices || {}).filter(([m]) => s.models.includes(m)));
@@ -113,6 +114,15 @@ function render(root, state, data) {
   for (const i of state.expanded) expandTurn(root, state, i, turns[i]);
 }
 
+// What keep-warm pings saved this thread's turns minus what they cost (negative when they did not
+// pay); absent for a thread that was never pinged.
+function keepWarmKpi(kw) {
+  if (!kw || !kw.pings) return null;
+  return kpi('Keep-warm net', fmtUsd(kw.net_usd),
+    `${fmtInt(kw.pings)} ping${kw.pings === 1 ? '' : 's'}: saved ${fmtUsd(kw.saved_usd)}, cost ${fmtUsd(kw.cost_usd)}`,
+    'kpi-keep-warm');
+}
+
 function kpi(label, value, note, id) {
   return h('div', { class: 'kpi', id }, h('div', { class: 'kpi-label' }, label),
     h('div', { class: 'kpi-value' }, value), h('div', { class: 'kpi-note' }, note));
@@ -134,7 +144,8 @@ function turnRow(root, state, t, i) {
     onkeydown: (ev) => { if (ev.key === 'Enter') toggleTurn(root, state, i, t); } },
   h('td', {}, String(i + 1)),
   h('td', { class: 'nowrap', title: fmtTime(t.created_at) }, fmtClock(t.created_at)),
-  h('td', { class: 'model-cell' }, servedModel(t), h('div', { class: 'muted small' }, t.provider), routeBadge, attempts),
+  h('td', { class: 'model-cell' }, servedModel(t), h('div', { class: 'muted small' }, t.provider), routeBadge, attempts,
+    t.purpose === 'keep_warm' ? h('span', { class: 'badge', title: 'a ping kvgate sent to renew the cache; not a turn' }, 'keep-warm ping') : null),
   h('td', {}, h('span', { class: `status ${statusClass(t.status)}` }, t.status)),
   h('td', { class: 'num' }, fmtMs(t.latency_ms)),
   h('td', { class: 'num' }, fmtMs(t.ttft_ms)),

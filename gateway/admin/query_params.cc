@@ -108,6 +108,13 @@ Result<telemetry::RequestQuery> RequestQueryFrom(const http::Request& request) {
                      "client_disconnected, shutdown; got \"" +
                          query.status + "\"");
   }
+  query.purpose = request.query_param("purpose");
+  if (!query.purpose.empty() && query.purpose != "client" &&
+      query.purpose != telemetry::kPurposeKeepWarm) {
+    return MakeError(
+        ErrorCode::kInvalidArgument,
+        "purpose must be one of client, keep_warm; got \"" + Utf8Snippet(query.purpose) + "\"");
+  }
   auto since = TimeParam(request, "since");
   if (!since) return std::unexpected(since.error());
   query.since_us = *since;

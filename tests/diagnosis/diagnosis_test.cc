@@ -265,6 +265,31 @@ TEST(ThreadTrackerTest, ExpiredAfterIdleBeyondTtl) {
   EXPECT_FALSE(j["detail"].get<std::string>().empty());
 }
 
+// A keep-warm ping renewed the cache at 250 s: the turn at 400 s is 150 s from that renewal, so
+// its reads are expected (and their absence would be an eviction, not an expiry). The ping is no
+// turn: the thread's turn count and gaps are the real turns'.
+TEST(ThreadTrackerTest, RenewalByAPingIsNotAnExpiry) {
+  ThreadTracker tracker;
+  ASSERT_FALSE(tracker.Diagnose(Turn(0, 0, 2000), Fp(Body(kSystem, 1)), kOpenAI));
+  EXPECT_FALSE(tracker.Renew("unknown", "", kT0));
+  // (The turns name no router, so their target is the model they asked for.)
+  EXPECT_TRUE(tracker.Renew("thr_1", "gpt-4o", kT0 + 250'000'000));
+  EXPECT_EQ(tracker.View("thr_1").turns, 1);
+  auto d = tracker.Diagnose(Turn(400, 0, 2100), Fp(Body(kSystem, 2)), kOpenAI);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->cause, "partial_eviction");  // 150 s after the renewal: not expired
+  const ThreadView view = tracker.View("thr_1");
+  EXPECT_EQ(view.turns, 2);
+  ASSERT_EQ(view.recent_gaps.size(), 1u);
+  EXPECT_DOUBLE_EQ(view.recent_gaps[0], 400.0);
+  // Renewed again at 500 s, then nothing read at 700 s: evicted, not expired.
+  tracker.Renew("thr_1", "gpt-4o", kT0 + 500'000'000);
+  d = tracker.Diagnose(Turn(700, 0, 2300), Fp(Body(kSystem, 3)), kOpenAI);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->cause, "partial_eviction");
+  EXPECT_DOUBLE_EQ(d->idle_seconds, 200.0);
+}
+
 TEST(ThreadTrackerTest, ZeroReadsBeforeTtlIsEviction) {
   ThreadTracker tracker;
   ASSERT_FALSE(tracker.Diagnose(Turn(0, 0, 2000), Fp(Body(kSystem, 1)), kOpenAI));

@@ -59,19 +59,51 @@ RequestRecord Full() {
   r.attempts = json::array({{{"target", "sonnet"}, {"status", "ok"}}});
   r.cache_helper = "anthropic_auto_cache";
   r.provider_cache_miss_reason = "system_changed";
+  r.purpose = "keep_warm";
+  r.keep_warm_saved = 12'345;
+  r.thread_source = "auto";
+  r.thread_parent = "auto-0643a1f2c9b7e5d41c0f9a2b";
   return r;
 }
 
 // Journals an older kvgate left still replay: entry version 1 (before cache_helper), 2 (before
-// provider_cache_miss_reason), 3 (before cache_read_offload_tier) and 4 (before usage.estimated).
+// provider_cache_miss_reason), 3 (before cache_read_offload_tier), 4 (before usage.estimated), 5
+// (before thread_source and thread_parent) and 6 (before purpose and keep_warm_saved): a record
+// from before keep-warm is a client's.
 TEST(JournalTest, OlderEntryVersionsStillDecode) {
   RequestRecord r = Full();
   r.usage.estimated = true;
+  std::string v6 = EncodeJournalEntry(r);
+  ASSERT_EQ(v6.front(), 7);
+  v6.front() = 6;
+  v6.resize(v6.size() - (4 + r.purpose.size() + 8));  // version 7's string and int64
+  Result<RequestRecord> back6 = DecodeJournalEntry(v6);
+  ASSERT_TRUE(back6.has_value()) << back6.error().message;
+  EXPECT_EQ(back6->purpose, "client");
+  EXPECT_EQ(back6->keep_warm_saved, 0);
+  EXPECT_EQ(back6->thread_source, "auto");
+  EXPECT_EQ(back6->thread_parent, r.thread_parent);
+
+  // Below, version 7's fields are an empty string and a 0 (12 bytes), and version 6's two
+  // empty strings (8 bytes).
+  r.purpose.clear();
+  r.keep_warm_saved = 0;
+  std::string v5 = EncodeJournalEntry(r);
+  v5.front() = 5;
+  v5.resize(v5.size() - 12 - (4 + r.thread_source.size()) - (4 + r.thread_parent.size()));
+  Result<RequestRecord> back5 = DecodeJournalEntry(v5);
+  ASSERT_TRUE(back5.has_value()) << back5.error().message;
+  EXPECT_EQ(back5->thread_source, "");
+  EXPECT_EQ(back5->purpose, "client");
+  EXPECT_TRUE(back5->usage.estimated);
+
+  r.thread_source.clear();
+  r.thread_parent.clear();
   std::string v4 = EncodeJournalEntry(r);
-  ASSERT_EQ(v4.front(), 5);
+  ASSERT_EQ(v4.front(), 7);
   EXPECT_TRUE(DecodeJournalEntry(v4)->usage.estimated);
   v4.front() = 4;
-  v4.resize(v4.size() - 1);  // version 5's last field: usage.estimated, one byte
+  v4.resize(v4.size() - 20 - 1);  // version 5's last field: usage.estimated, one byte
   Result<RequestRecord> back4 = DecodeJournalEntry(v4);
   ASSERT_TRUE(back4.has_value()) << back4.error().message;
   EXPECT_FALSE(back4->usage.estimated);
@@ -80,9 +112,9 @@ TEST(JournalTest, OlderEntryVersionsStillDecode) {
   r.usage.estimated = false;
   r.usage.cache_read_offload_tier.clear();
   std::string v3 = EncodeJournalEntry(r);
-  ASSERT_EQ(v3.front(), 5);
+  ASSERT_EQ(v3.front(), 7);
   v3.front() = 3;
-  v3.resize(v3.size() - 5);  // version 4's and 5's fields: an empty string's length, a bool
+  v3.resize(v3.size() - 20 - 5);  // version 4's and 5's fields: an empty string's length, a bool
   Result<RequestRecord> back3 = DecodeJournalEntry(v3);
   ASSERT_TRUE(back3.has_value()) << back3.error().message;
   EXPECT_EQ(back3->provider_cache_miss_reason, r.provider_cache_miss_reason);
@@ -91,7 +123,7 @@ TEST(JournalTest, OlderEntryVersionsStillDecode) {
   r.provider_cache_miss_reason.clear();
   std::string v2 = EncodeJournalEntry(r);
   v2.front() = 2;
-  v2.resize(v2.size() - 9);  // the empty strings of versions 3 and 4, version 5's bool
+  v2.resize(v2.size() - 20 - 9);  // the empty strings of versions 3 and 4, version 5's bool
   Result<RequestRecord> back = DecodeJournalEntry(v2);
   ASSERT_TRUE(back.has_value()) << back.error().message;
   EXPECT_EQ(back->cache_helper, "anthropic_auto_cache");
@@ -100,7 +132,7 @@ TEST(JournalTest, OlderEntryVersionsStillDecode) {
   r.cache_helper.clear();
   std::string v1 = EncodeJournalEntry(r);
   v1.front() = 1;
-  v1.resize(v1.size() - 13);  // the empty strings of versions 2, 3 and 4, version 5's bool
+  v1.resize(v1.size() - 20 - 13);  // the empty strings of versions 2, 3 and 4, version 5's bool
   back = DecodeJournalEntry(v1);
   ASSERT_TRUE(back.has_value()) << back.error().message;
   EXPECT_EQ(back->request_id, r.request_id);
@@ -120,6 +152,10 @@ TEST(JournalTest, EveryFieldSurvivesAnEntry) {
   EXPECT_EQ(back->key_index, 2);
   EXPECT_EQ(back->error, r.error);
   EXPECT_EQ(back->cache_helper, "anthropic_auto_cache");
+  EXPECT_EQ(back->purpose, "keep_warm");
+  EXPECT_EQ(back->thread_source, "auto");
+  EXPECT_EQ(back->thread_parent, r.thread_parent);
+  EXPECT_EQ(back->keep_warm_saved, 12'345);
   EXPECT_EQ(json::parse(back->route), json::parse(r.route));
   EXPECT_EQ(back->attempts, r.attempts);
   EXPECT_EQ(back->cache_diagnosis, r.cache_diagnosis);

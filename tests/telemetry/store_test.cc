@@ -105,7 +105,8 @@ TEST(TelemetryStoreTest, ThreadShapeAndValues) {
   Result<json> thread = store->GetThread("th_a");
   ASSERT_TRUE(thread.has_value()) << thread.error().ToString();
   const json& t = *thread;
-  EXPECT_EQ(Keys(t), (std::set<std::string>{"thread_id", "turns", "summary"}));
+  EXPECT_EQ(Keys(t), (std::set<std::string>{"thread_id", "turns", "summary", "keep_warm"}));
+  EXPECT_EQ(t["keep_warm"]["pings"], 0);
   EXPECT_EQ(t["thread_id"], "th_a");
   ASSERT_EQ(t["turns"].size(), 3u);
   EXPECT_EQ(t["turns"][0]["request_id"], "req_1");
@@ -119,7 +120,9 @@ TEST(TelemetryStoreTest, ThreadShapeAndValues) {
                                             "usage_clamped", "usage_estimated", "response_id", "target",
                                             "route", "attempts",
                                             "cache_read_by_tier", "cache_helper",
-                                            "provider_cache_diagnosis"}));
+                                            "provider_cache_diagnosis", "purpose",
+                                            "keep_warm_saved_usd"}));
+  EXPECT_EQ(a["purpose"], "client");
   EXPECT_TRUE(a["cache_helper"].is_null()) << "no helper acted";
   // Without a router: served by the model it named, no decision, no attempts recorded.
   EXPECT_EQ(a["target"], "gpt-4o-mini");

@@ -28,12 +28,8 @@ import concurrent.futures
 import json
 import math
 import random
-import re
-import signal
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.parse
 import urllib.request
@@ -42,7 +38,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "sim"))
+sys.path.insert(0, str(REPO / "bench"))
 from simctl import SimProcess  # noqa: E402
+from kvgate_proc import Kvgate  # noqa: E402
 
 import openai  # noqa: E402
 
@@ -133,39 +131,6 @@ models:
 """
 
 
-class Kvgate:
-    def __init__(self, binary: str, workdir: Path, config: str):
-        workdir.mkdir(parents=True, exist_ok=True)
-        (workdir / "kvgate.yaml").write_text(config)
-        self.log = open(workdir / "kvgate.stderr.log", "wb")
-        self.proc = subprocess.Popen([binary, "serve", "--config", str(workdir / "kvgate.yaml")],
-                                     stdout=self.log, stderr=subprocess.PIPE, cwd=workdir)
-        self.port = None
-        for line in iter(self.proc.stderr.readline, b""):
-            self.log.write(line)
-            m = re.search(rb"listening on http://127\.0\.0\.1:(\d+)", line)
-            if m:
-                self.port = int(m.group(1))
-                break
-        if self.port is None:
-            raise RuntimeError(f"kvgate did not start; see {workdir / 'kvgate.stderr.log'}")
-        threading.Thread(target=self._pump, daemon=True).start()
-
-    def _pump(self):
-        for line in iter(self.proc.stderr.readline, b""):
-            self.log.write(line)
-
-    def get(self, path: str):
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}",
-                                     headers={"Authorization": f"Bearer {ADMIN}"})
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.read()
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(60)
-
-
 # -- replay ----------------------------------------------------------------------------------
 
 def replay(gw: Kvgate, sessions: list[Session], mode: str, run: str, scale: float, ttl: float,
@@ -224,7 +189,7 @@ def collect(gw: Kvgate, threads: list[str], expected: dict[str, int]) -> dict[st
     deadline = time.monotonic() + 60
     for th in threads:
         while True:
-            body = json.loads(gw.get(f"/api/threads/{urllib.parse.quote(th, safe='')}"))
+            body = gw.get(f"/api/threads/{urllib.parse.quote(th, safe='')}")
             turns = [t for t in body["turns"] if t["purpose"] == "client"]
             if len(turns) >= expected[th] or time.monotonic() > deadline:
                 out[th] = body
@@ -315,7 +280,7 @@ def main() -> int:
                 sim.client.reset()
                 gw = Kvgate(args.kvgate, work / f"{set_name}-{mode}",
                             kvgate_config(sim.port, work / f"{set_name}-{mode}" / "kw.db", ttl,
-                                          args.cap_usd, args.max_pings))
+                                          args.cap_usd, args.max_pings), ADMIN)
                 try:
                     run_id = f"{set_name}-{mode}-{args.seed}"
                     run = replay(gw, sessions, mode, run_id, args.scale, ttl, args.max_pings)

@@ -26,21 +26,18 @@ import concurrent.futures
 import json
 import os
 import random
-import re
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "sim"))
+sys.path.insert(0, str(REPO / "bench"))
 from simctl import SimProcess  # noqa: E402
+from kvgate_proc import Kvgate  # noqa: E402
 
 import openai  # noqa: E402
 
@@ -218,43 +215,6 @@ providers:
 routing:
   health: {{failures_to_open: 1000, error_rate_to_open: 1.0, min_requests: 100000}}
 """
-
-
-class Kvgate:
-    def __init__(self, binary: str, workdir: Path, sim_port: int, horizon: str,
-                 cold: list[Session]):
-        self.config = workdir / "kvgate.yaml"
-        self.config.write_text(kvgate_config(sim_port, workdir / "router.db", horizon, cold))
-        self.log = open(workdir / "kvgate.stderr.log", "wb")
-        self.proc = subprocess.Popen([binary, "serve", "--config", str(self.config)],
-                                     stdout=self.log, stderr=subprocess.PIPE, cwd=workdir)
-        self.port = None
-        deadline = time.monotonic() + 30
-        for line in iter(self.proc.stderr.readline, b""):
-            self.log.write(line)
-            m = re.search(rb"listening on http://127\.0\.0\.1:(\d+)", line)
-            if m:
-                self.port = int(m.group(1))
-                break
-            if time.monotonic() > deadline:
-                break
-        if self.port is None:
-            raise RuntimeError(f"kvgate did not start; see {workdir / 'kvgate.stderr.log'}")
-        threading.Thread(target=self._pump, daemon=True).start()
-
-    def _pump(self):
-        for line in iter(self.proc.stderr.readline, b""):
-            self.log.write(line)
-
-    def get(self, path: str):
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}",
-                                     headers={"Authorization": f"Bearer {ADMIN}"})
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return json.loads(r.read())
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(60)
 
 
 # -- replay ----------------------------------------------------------------------------------
@@ -437,7 +397,8 @@ def main() -> int:
     results = {}
     try:
         sim.client.config(openai_ttl=TTL_S, anthropic_ttl_5m=TTL_S, anthropic_ttl_1h=LONG_TTL_S)
-        gw = Kvgate(args.kvgate, work, sim.port, args.horizon, cold)
+        gw = Kvgate(args.kvgate, work,
+                    kvgate_config(sim.port, work / "router.db", args.horizon, cold), ADMIN)
         try:
             for name in ("premium", "cache-blind", "kvgate"):
                 sim.client.reset()  # every strategy starts with cold provider caches

@@ -5,7 +5,9 @@ import random
 
 import pytest
 
-from conftest import SIM_OPENAI_KEY
+# The simulator's OpenAI key, which the shared kvgate is configured with (conftest.py's
+# SIM_OPENAI_KEY: importing it from conftest is ambiguous when tests/sim is collected too).
+SIM_OPENAI_KEY = "sk-openai-sim"
 from gwctl import with_config_tail
 
 

@@ -121,8 +121,12 @@ TEST(TelemetryStoreTest, ThreadShapeAndValues) {
                                             "route", "attempts",
                                             "cache_read_by_tier", "cache_helper",
                                             "provider_cache_diagnosis", "purpose",
-                                            "keep_warm_saved_usd"}));
+                                            "keep_warm_saved_usd", "thread_source",
+                                            "thread_parent"}));
   EXPECT_EQ(a["purpose"], "client");
+  // Recorded without a source (a record made directly, as a replayed journal entry may be).
+  EXPECT_TRUE(a["thread_source"].is_null());
+  EXPECT_TRUE(a["thread_parent"].is_null());
   EXPECT_TRUE(a["cache_helper"].is_null()) << "no helper acted";
   // Without a router: served by the model it named, no decision, no attempts recorded.
   EXPECT_EQ(a["target"], "gpt-4o-mini");

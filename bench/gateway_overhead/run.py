@@ -194,7 +194,7 @@ routers:
 """)
     log = open(os.path.join(tmp, f"{name}.log"), "w+")
     proc = subprocess.Popen([binary, "serve", "--config", cfg], stderr=log, stdout=log)
-    deadline = time.time() + 30
+    deadline = time.time() + 120  # under valgrind on a busy machine, startup takes a while
     port = None
     while time.time() < deadline and port is None:
         log.seek(0)

@@ -511,7 +511,11 @@ def test_engine_page_and_the_prompt_lookup(browser, kvgate, recorded):
     goto(browser, kvgate, "/engine", ".card.engine")
     engine = api(kvgate, "/api/engine")["engines"][0]
     card = browser.find_element(By.CSS_SELECTOR, ".card.engine").text
-    assert f"{engine['used_blocks']:,} of {engine['pool_blocks']:,} blocks" in card
+    # In use: blocks of running requests plus blocks holding cached prefixes, both named.
+    holding = engine["used_blocks"] + engine["cached_free_blocks"]
+    assert f"{holding:,} of {engine['pool_blocks']:,} blocks" in card, card
+    assert f"{engine['used_blocks']:,} by running requests" in card, card
+    assert f"{engine['cached_free_blocks']:,} holding cached prefixes" in card, card
     assert "smollm2" in card
     prompt = "Tell me a short story about a lighthouse keeper and a cat. " * 8
     kvgate.gateway().client().completions.create(model="smollm2", prompt=prompt, max_tokens=2)

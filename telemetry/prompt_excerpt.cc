@@ -49,7 +49,8 @@ constexpr std::array kKeyShapes = {
 
 void RedactKeyShapes(std::string& text) {
   for (size_t i = 0; i < text.size();) {
-    if (i > 0 && IsTokenChar(text[i - 1])) {
+    if ((i > 0 && IsTokenChar(text[i - 1])) ||
+        std::string_view("srpAgxh").find(text[i]) == std::string_view::npos) {
       ++i;
       continue;
     }
@@ -110,7 +111,7 @@ std::string Window(std::string_view text, size_t at) {
 
 size_t PromptTexts::Bytes() const {
   size_t n = 0;
-  for (const ElementText& e : elements) n += e.text.size();
+  for (const ElementText& e : elements) n += std::min(e.text.size(), e.bound);
   return n;
 }
 
@@ -123,6 +124,7 @@ void RedactPromptText(std::string& text, const SecretRedactor& redactor) {
 PromptTexts CapturePromptTexts(const raw_json::Object& body, const SecretRedactor& redactor,
                                PromptTextBounds bounds) {
   PromptTexts texts;
+  texts.redactor = &redactor;
   size_t left = bounds.total_bytes;
   std::string bytes;
   ForEachPromptElement(body, [&](FingerprintElement::Kind, int, raw_json::Value value) {
@@ -130,21 +132,33 @@ PromptTexts CapturePromptTexts(const raw_json::Object& body, const SecretRedacto
     bytes.clear();
     AppendPromptBytes(value, bytes);
     ElementText e;
-    // A secret cut in half by the bound would no longer be recognized: redact, then cut.
-    const size_t cut = CutAtCharacter(bytes, std::min(bounds.element_bytes, left) + 256);
+    e.bound = std::min(bounds.element_bytes, left);
+    const size_t cut = CutAtCharacter(bytes, e.bound + kRedactionMargin);
     e.text.assign(bytes, 0, cut);
-    RedactPromptText(e.text, redactor);
     e.complete = cut == bytes.size();
-    const size_t keep = CutAtCharacter(e.text, std::min(bounds.element_bytes, left));
-    if (keep < e.text.size()) {
-      e.text.resize(keep);
-      e.complete = false;
-    }
-    left -= e.text.size();
+    left -= std::min(e.bound, e.text.size());
     texts.elements.push_back(std::move(e));
   });
   return texts;
 }
+
+namespace {
+
+// An element's text as an excerpt may show it: secrets out, then cut to its bound (redacting
+// first, so that a secret the bound would cut in half is still recognized).
+ElementText Shown(const ElementText& kept, const SecretRedactor* redactor) {
+  static const SecretRedactor kNone;
+  ElementText out{.text = kept.text, .complete = kept.complete, .bound = kept.bound};
+  RedactPromptText(out.text, redactor != nullptr ? *redactor : kNone);
+  const size_t keep = CutAtCharacter(out.text, kept.bound);
+  if (keep < out.text.size()) {
+    out.text.resize(keep);
+    out.complete = false;
+  }
+  return out;
+}
+
+}  // namespace
 
 std::optional<Excerpt> ExcerptAt(const PromptTexts* previous, const PromptTexts* current,
                                  size_t element) {
@@ -154,8 +168,8 @@ std::optional<Excerpt> ExcerptAt(const PromptTexts* previous, const PromptTexts*
   if (element >= previous->elements.size() || element >= current->elements.size()) {
     return Excerpt{.beyond_kept = true};
   }
-  const ElementText& p = previous->elements[element];
-  const ElementText& c = current->elements[element];
+  const ElementText p = Shown(previous->elements[element], previous->redactor);
+  const ElementText c = Shown(current->elements[element], current->redactor);
   const std::string_view a = p.text, b = c.text;
   const size_t shorter = std::min(a.size(), b.size());
   const size_t at = static_cast<size_t>(

@@ -3,8 +3,11 @@
 //
 // The fingerprint (diagnosis.h) knows where a prompt changed, to 64 bytes, without any text. To
 // show *what* changed, the tracker keeps, per live thread, the previous turn's text of each prompt
-// element, bounded, with secrets taken out before it is kept. Nothing here runs for a request
-// without a thread, nor when excerpts are turned off (config `diagnosis: {excerpts: false}`).
+// element, bounded. Secrets are taken out when an excerpt is made, from the two texts it is made
+// of: redacting every turn's text as it is kept cost more than the rest of the request path
+// (about 250,000 instructions for a 1.2 KB prompt), and excerpts are rare. Until then the text is
+// held as the request body itself was, in this process's memory only. Nothing here runs for a
+// request without a thread, nor when excerpts are turned off (`diagnosis: {excerpts: false}`).
 //
 // Pure logic: no I/O.
 #pragma once
@@ -33,17 +36,22 @@ struct PromptTextBounds {
 };
 
 // One element's kept text: the start of its minified JSON (the bytes the fingerprint hashes),
-// cut at a UTF-8 character boundary, secrets replaced by SecretRedactor::kMarker.
+// cut at a UTF-8 character boundary, with a margin past the bound (kRedactionMargin) so that a
+// secret the bound would cut in half is still recognized when the excerpt is redacted.
 struct ElementText {
   std::string text;
   bool complete = false;  // `text` is the whole element (nothing was cut off)
+  size_t bound = 0;       // the bytes an excerpt may show of it, once redacted
 };
+inline constexpr size_t kRedactionMargin = 256;
 
 // A turn's kept text, element for element in fingerprint order (Fingerprint's elements[i] is
 // elements[i] here); elements past the total bound are absent.
 struct PromptTexts {
   std::vector<ElementText> elements;
-  size_t Bytes() const;
+  // Redacts an excerpt's texts (the provider keys it knows); must outlive this. Never null.
+  const SecretRedactor* redactor = nullptr;
+  size_t Bytes() const;  // the bytes excerpts may show (each element up to its bound)
 };
 
 // Takes out what must not be kept: every form of the secrets `redactor` knows (the provider keys,

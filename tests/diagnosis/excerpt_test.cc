@@ -214,8 +214,9 @@ TEST(ExcerptTest, WindowsNeverCutAMultiByteCharacter) {
                          PromptTextBounds{.element_bytes = 100, .total_bytes = 1000});
   ASSERT_EQ(texts.elements.size(), 1u);
   EXPECT_FALSE(texts.elements[0].complete);
-  EXPECT_LE(texts.elements[0].text.size(), 100u);
-  EXPECT_GE(texts.elements[0].text.size(), 98u);
+  // (Kept with the redaction margin; an excerpt shows at most the bound, once redacted.)
+  EXPECT_LE(texts.elements[0].text.size(), 100u + kRedactionMargin);
+  EXPECT_GE(texts.elements[0].text.size(), 98u + kRedactionMargin);
   EXPECT_TRUE(IsValidUtf8(texts.elements[0].text));
 }
 
@@ -227,7 +228,7 @@ TEST(ExcerptTest, TextIsBoundedAndAChangePastItHasNoBefore) {
       CapturePromptTexts(raw_json::Object(raw_json::Parse(bytes).value()), SecretRedactor());
   const PromptTextBounds bounds;
   ASSERT_GE(texts.elements.size(), 4u);
-  EXPECT_EQ(texts.elements[0].text.size(), bounds.element_bytes);  // the tools, cut
+  EXPECT_EQ(texts.elements[0].text.size(), bounds.element_bytes + kRedactionMargin);  // cut
   EXPECT_FALSE(texts.elements[0].complete);
   EXPECT_LE(texts.Bytes(), bounds.total_bytes);
   EXPECT_TRUE(texts.elements.back().complete);

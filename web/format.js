@@ -150,9 +150,17 @@ export function causeText(d, turn = {}) {
     case 'prompt_changed': {
       let near = typeof d.char_offset === 'number' ? `, near character ${fmtInt(d.char_offset)}` : '';
       if (d.volatile) near += ` (the same place on ${fmtInt(d.turns_changed)} turns in a row: ${fmtUsd(d.lost_usd)} lost)`;
-      if (d.element === 'message') return `prompt changed at message ${d.message_index}${near}`;
-      if (d.element === 'system') return `system prompt changed${near}`;
-      if (d.element === 'tools') return `tool definitions changed${near}`;
+      // What changed, by its role and 1-based number, then the text around the change.
+      const ex = d.excerpt && typeof d.excerpt.after === 'string'
+        ? `: “…${d.excerpt.before}…” → “…${d.excerpt.after}…”` : '';
+      const system = d.role === 'system' || d.role === 'developer';
+      if (d.element === 'message' && d.message_number) {
+        return (system ? `the system prompt (message ${d.message_number}) changed`
+          : `message ${d.message_number} (${d.role || 'message'}) changed`) + near + ex;
+      }
+      if (d.element === 'message') return `prompt changed at message ${d.message_index + 1}${near}${ex}`;
+      if (d.element === 'system') return `the system prompt changed${near}${ex}`;
+      if (d.element === 'tools') return `the tool definitions changed${near}${ex}`;
       return d.detail ? d.detail.replace(/^the prompt changed: /, 'prompt changed: ') : 'prompt changed';
     }
     case 'model_switch':

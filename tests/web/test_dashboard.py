@@ -345,7 +345,10 @@ def test_each_diagnosed_turn_says_why_in_words(browser, kvgate, recorded):
     assert texts[0].startswith(f"expired after {round(expired['idle_seconds'])} s")
     changed = data["turns"][3]["cache_diagnosis"]
     assert changed["message_index"] == 3 and 1900 <= changed["char_offset"] <= 2100, changed
-    assert texts[1] == f"prompt changed at message 3, near character {changed['char_offset']:,}"
+    # Named by its role and 1-based number, with the text around the change.
+    assert texts[1].startswith(f"message 4 (user) changed, near character {changed['char_offset']:,}"), texts[1]
+    assert changed["excerpt"]["after"] and "EDITED" in changed["excerpt"]["after"], changed
+    assert "EDITED" in texts[1], texts[1]
     assert texts[2] == "switched from gpt-4o-mini (openai) to deepseek-chat: prompt caches are per model"
     # The same words in the turn's row, and the row is marked.
     row = browser.find_element(By.ID, "turn-4")

@@ -12,11 +12,19 @@
 # quick local scripts/test.sh). asan-full is opt-in: its engine and kernel tests run forward passes
 # under ASan, which would take CI past its time on 2 cores. Each stage's output streams as it runs;
 # a summary follows. Exits non-zero when any stage failed, after running all of them.
+# With KVGATE_CI_STAGES_DIR set (scripts/test.sh sets it inside the build tree), each stage's
+# output is also kept there as <stage>.log and the summary as summary.txt: the main suite's test
+# `ci_stages` (scripts/ci_stages_report.sh) fails on a failed stage and prints the end of its log,
+# so the failure shows in the summary that ends CI's output, not only far above it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 read -r -a STAGES <<< "${KVGATE_CI_STAGES-format fuzz asan tsan tsa}"
 results=()
 status=0
+REPORT_DIR=${KVGATE_CI_STAGES_DIR-}
+if [ -n "$REPORT_DIR" ]; then
+  rm -rf "$REPORT_DIR" && mkdir -p "$REPORT_DIR" && : > "$REPORT_DIR/summary.txt"
+fi
 for stage in "${STAGES[@]}"; do
   case "$stage" in
     main) continue ;;
@@ -28,8 +36,16 @@ for stage in "${STAGES[@]}"; do
   esac
   echo "==== stage $stage: ${cmd[*]}"
   start=$(date +%s)
-  if "${cmd[@]}"; then r=passed; else r=FAILED; status=1; fi
+  if [ -n "$REPORT_DIR" ]; then
+    "${cmd[@]}" 2>&1 | tee "$REPORT_DIR/$stage.log"
+    rc=${PIPESTATUS[0]}
+  else
+    rc=0
+    "${cmd[@]}" || rc=$?
+  fi
+  if [ "$rc" -eq 0 ]; then r=passed; else r=FAILED; status=1; fi
   results+=("$stage: $r in $(( $(date +%s) - start )) s")
+  if [ -n "$REPORT_DIR" ]; then echo "$stage $r $(( $(date +%s) - start ))" >> "$REPORT_DIR/summary.txt"; fi
   echo "==== stage $stage: $r"
 done
 if ((${#results[@]})); then

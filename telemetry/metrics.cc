@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <limits>
+#include <set>
 
 namespace kvgate::telemetry {
 namespace {
@@ -361,15 +362,44 @@ std::string MetricsRegistry::Expose() const {
 
 // GatewayMetrics --------------------------------------------------------------------------------
 
-Result<std::unique_ptr<GatewayMetrics>> GatewayMetrics::Create(MetricsRegistry& registry) {
-  auto m = std::unique_ptr<GatewayMetrics>(new GatewayMetrics(registry));
-  const std::vector<std::string> mp = {"model", "provider"};
+namespace {
+
+constexpr std::array<std::string_view, 4> kTokenKindNames = {"cache_read", "cache_write",
+                                                             "uncached", "output"};
+
+std::set<std::string, std::less<>> KnownModels(const MetricsScope& scope) {
+  std::set<std::string, std::less<>> names;
+  for (const MetricsScope::Route& route : scope.routes) {
+    names.insert(route.model);
+    names.insert(route.target);
+  }
+  return names;
+}
+
+// The index of `cause` in kMissCauses, kMissCauses.size() when it is none of them.
+size_t MissCauseIndex(std::string_view cause) {
+  return static_cast<size_t>(std::find(kMissCauses.begin(), kMissCauses.end(), cause) -
+                             kMissCauses.begin());
+}
+
+}  // namespace
+
+GatewayMetrics::GatewayMetrics(MetricsRegistry& registry, MetricsScope scope)
+    : registry_(registry), known_models_(KnownModels(scope)) {}
+
+Result<std::unique_ptr<GatewayMetrics>> GatewayMetrics::Create(MetricsRegistry& registry,
+                                                               MetricsScope scope) {
+  auto m = std::unique_ptr<GatewayMetrics>(new GatewayMetrics(registry, scope));
+  const std::vector<std::string> mtp = {"model", "target", "provider"};
   // Request durations span fast cache hits to multi-minute reasoning runs.
   const std::vector<double> duration_bounds = {0.05, 0.1, 0.25, 0.5, 1,   2.5,
                                                5,    10,  30,   60,  120, 300};
   const std::vector<double> ttft_bounds = {0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30};
-  auto requests = registry.AddCounter("kvgate_requests_total", "Requests handled, by final status.",
-                                      {"model", "provider", "status"});
+  auto requests = registry.AddCounter(
+      "kvgate_requests_total",
+      "Requests handled, by the model asked for, the configured model that served it (target), "
+      "its provider and the final status.",
+      {"model", "target", "provider", "status"});
   if (!requests) return std::unexpected(requests.error());
   m->requests_ = *requests;
   auto by_endpoint = registry.AddCounter(
@@ -379,29 +409,59 @@ Result<std::unique_ptr<GatewayMetrics>> GatewayMetrics::Create(MetricsRegistry& 
       {"endpoint", "status"});
   if (!by_endpoint) return std::unexpected(by_endpoint.error());
   m->endpoint_requests_ = *by_endpoint;
-  auto tokens = registry.AddCounter("kvgate_tokens_total",
-                                    "Tokens by kind (cache_read, cache_write, uncached, output); "
-                                    "unreported counts are not added.",
-                                    {"model", "provider", "kind"});
+  auto tokens = registry.AddCounter(
+      "kvgate_tokens_total",
+      "Tokens by kind (cache_read, cache_write, uncached, output) as the provider reported them; "
+      "unreported counts are not added (kvgate_tokens_unreported_total counts those turns).",
+      {"model", "target", "provider", "kind"});
   if (!tokens) return std::unexpected(tokens.error());
   m->tokens_ = *tokens;
-  auto cost = registry.AddCounter("kvgate_cost_usd_total", "Cost in USD of priced requests.", mp,
+  auto unreported = registry.AddCounter(
+      "kvgate_tokens_unreported_total",
+      "Successful turns whose provider did not report the token count of this kind (not zero: "
+      "unknown).",
+      {"model", "target", "provider", "kind"});
+  if (!unreported) return std::unexpected(unreported.error());
+  m->unreported_ = *unreported;
+  auto cost = registry.AddCounter("kvgate_cost_usd_total", "Cost in USD of priced requests.", mtp,
                                   /*decimals=*/12);
   if (!cost) return std::unexpected(cost.error());
   m->cost_ = *cost;
+  auto saved = registry.AddCounter(
+      "kvgate_cache_saved_usd_total",
+      "What caching saved in USD against the uncached input price (each turn's saving net of "
+      "its cache-write premium; a turn whose writes cost more than they saved adds 0).",
+      mtp, /*decimals=*/12);
+  if (!saved) return std::unexpected(saved.error());
+  m->saved_ = *saved;
+  auto misses = registry.AddCounter(
+      "kvgate_cache_misses_total",
+      "Turns on which kvgate diagnosed a cache miss, by cause (expired, partial_eviction, "
+      "prompt_changed, model_switch, routed_away, engine_restarted, below_minimum).",
+      {"model", "target", "provider", "cause"});
+  if (!misses) return std::unexpected(misses.error());
+  m->misses_ = *misses;
+  auto miss_cost = registry.AddCounter(
+      "kvgate_cache_miss_cost_usd_total",
+      "What the diagnosed cache misses cost in USD beyond a hit (missed tokens at the input "
+      "price instead of the cached price), by cause.",
+      {"model", "target", "provider", "cause"}, /*decimals=*/12);
+  if (!miss_cost) return std::unexpected(miss_cost.error());
+  m->miss_cost_ = *miss_cost;
   auto duration = registry.AddHistogram("kvgate_request_duration_seconds",
-                                        "Request arrival to last byte sent.", mp, duration_bounds);
+                                        "Request arrival to last byte sent.", mtp, duration_bounds);
   if (!duration) return std::unexpected(duration.error());
   m->duration_ = *duration;
   auto ttft =
       registry.AddHistogram("kvgate_time_to_first_token_seconds",
-                            "Request arrival to first content token sent.", mp, ttft_bounds);
+                            "Request arrival to first content token sent.", mtp, ttft_bounds);
   if (!ttft) return std::unexpected(ttft.error());
   m->ttft_ = *ttft;
   auto ratio = registry.AddGauge(
       "kvgate_cache_hit_ratio",
-      "Cumulative cache-read tokens over all input tokens, for requests with fully known input.",
-      mp);
+      "Since start: cache-read tokens over all input tokens, for requests with fully known input "
+      "(for a windowed ratio use kvgate_tokens_total).",
+      mtp);
   if (!ratio) return std::unexpected(ratio.error());
   m->hit_ratio_ = *ratio;
   auto upstream = registry.AddCounter("kvgate_upstream_errors_total",
@@ -427,6 +487,7 @@ Result<std::unique_ptr<GatewayMetrics>> GatewayMetrics::Create(MetricsRegistry& 
       {"provider", "reason", "agreement"});
   if (!diagnoses) return std::unexpected(diagnoses.error());
   m->provider_diagnoses_ = *diagnoses;
+  for (const MetricsScope::Route& route : scope.routes) m->Precreate(route);
   return m;
 }
 
@@ -446,63 +507,127 @@ Series* Cached(std::atomic<Series*>& slot, Family<Series>* family,
 
 }  // namespace
 
-GatewayMetrics::PairSeries& GatewayMetrics::SeriesOf(std::string_view model,
-                                                     std::string_view provider) {
-  const std::pair<std::string_view, std::string_view> key(model, provider);
+GatewayMetrics::RouteSeries& GatewayMetrics::SeriesOf(std::string_view model,
+                                                      std::string_view target,
+                                                      std::string_view provider) {
+  const std::array<std::string_view, 3> key = {model, target, provider};
   {
-    ReaderMutexLock lock(&pairs_mu_);
-    if (auto it = pairs_.find(key); it != pairs_.end()) return *it->second;
+    ReaderMutexLock lock(&routes_mu_);
+    if (auto it = routes_.find(key); it != routes_.end()) return *it->second;
   }
-  WriterMutexLock lock(&pairs_mu_);
-  auto [it, inserted] = pairs_.try_emplace(std::pair<std::string, std::string>(model, provider));
-  if (inserted) it->second = std::make_unique<PairSeries>();
+  WriterMutexLock lock(&routes_mu_);
+  auto [it, inserted] = routes_.try_emplace(
+      RouteKey{std::string(model), std::string(target), std::string(provider)});
+  if (inserted) it->second = std::make_unique<RouteSeries>();
   return *it->second;
+}
+
+std::string_view GatewayMetrics::Bounded(std::string_view name) const {
+  if (known_models_.empty() || name.empty() || known_models_.contains(name)) return name;
+  return kOtherLabel;
+}
+
+void GatewayMetrics::Precreate(const MetricsScope::Route& route) {
+  const std::string_view model = route.model, target = route.target, provider = route.provider;
+  RouteSeries& s = SeriesOf(model, target, provider);
+  Cached(s.requests_ok, requests_, {model, target, provider, "ok"});
+  for (size_t k = 0; k < kTokenKinds; ++k) {
+    Cached(s.tokens[k], tokens_, {model, target, provider, kTokenKindNames[k]});
+    Cached(s.unreported[k], unreported_, {model, target, provider, kTokenKindNames[k]});
+  }
+  Cached(s.cost, cost_, {model, target, provider});
+  Cached(s.saved, saved_, {model, target, provider});
+  for (size_t c = 0; c < kMissCauses.size(); ++c) {
+    Cached(s.misses[c], misses_, {model, target, provider, kMissCauses[c]});
+    Cached(s.miss_cost[c], miss_cost_, {model, target, provider, kMissCauses[c]});
+  }
+  Cached(s.duration, duration_, {model, target, provider});
+  Cached(s.ttft, ttft_, {model, target, provider});
 }
 
 void GatewayMetrics::Observe(const RequestRecord& r) {
   // A request that never reached a provider (unknown model, bad request) is counted without its
   // model name: the client chooses that name, and one series per name would let any client grow
-  // the exposition without bound.
-  const std::string& model = r.provider.empty() ? kNoModel : r.model;
-  PairSeries& pair = SeriesOf(model, r.provider);
+  // the exposition without bound. For the same reason a name the config does not know (the
+  // scope's) is counted as "other".
+  const bool reached = !r.provider.empty();
+  const std::string_view model = reached ? Bounded(r.model) : std::string_view(kNoModel);
+  const std::string_view target =
+      reached ? Bounded(r.target.empty() ? r.model : r.target) : std::string_view(kNoModel);
+  const std::string_view provider = r.provider;
+  RouteSeries& route = SeriesOf(model, target, provider);
   if (r.status == "ok") {
-    Cached(pair.requests_ok, requests_, {model, r.provider, "ok"})->Inc();
+    Cached(route.requests_ok, requests_, {model, target, provider, "ok"})->Inc();
   } else {
-    requests_->WithLabels({model, r.provider, r.status})->Inc();
+    requests_->WithLabels({model, target, provider, r.status})->Inc();
   }
   // The endpoint names are kvgate's own (RequestRecord::endpoint), a handful: no cardinality risk.
   endpoint_requests_->WithLabels({r.endpoint, r.status})->Inc();
 
-  static constexpr std::array<std::string_view, 4> kKinds = {"cache_read", "cache_write",
-                                                             "uncached", "output"};
+  const Usage& u = r.usage;
   auto add_tokens = [&](size_t kind, std::optional<int64_t> n) {
     if (n && *n > 0) {
-      Cached(pair.tokens[kind], tokens_, {model, r.provider, kKinds[kind]})->Inc(uint64_t(*n));
+      Cached(route.tokens[kind], tokens_, {model, target, provider, kTokenKindNames[kind]})
+          ->Inc(uint64_t(*n));
     }
   };
-  const Usage& u = r.usage;
   add_tokens(0, u.cache_read);
   add_tokens(1, u.cache_write_5m);
   add_tokens(1, u.cache_write_1h);
   add_tokens(1, u.cache_write_no_ttl);
   add_tokens(2, u.uncached);
   add_tokens(3, u.output);
+  if (r.status == "ok") {
+    // Unknown is not zero: a turn whose provider left a count out is counted apart, so that a hit
+    // rate from the token counters can say how much it did not see.
+    const std::array<bool, kTokenKinds> known = {u.cache_read.has_value(),
+                                                 u.CacheWrite().has_value(),
+                                                 u.uncached.has_value(), u.output.has_value()};
+    for (size_t k = 0; k < kTokenKinds; ++k) {
+      if (!known[k]) {
+        Cached(route.unreported[k], unreported_, {model, target, provider, kTokenKindNames[k]})
+            ->Inc();
+      }
+    }
+  }
 
   if (r.cost.priced && r.cost.total > 0) {
-    Cached(pair.cost, cost_, {model, r.provider})->Inc(uint64_t(r.cost.total));
+    Cached(route.cost, cost_, {model, target, provider})->Inc(uint64_t(r.cost.total));
+  }
+  // Cost::saved, the figure the overview and the threads show, is net of the write premium and so
+  // negative on a turn whose writes cost more than its reads saved; a counter cannot go down, so
+  // such a turn adds nothing.
+  if (r.cost.priced && r.cost.saved > 0) {
+    Cached(route.saved, saved_, {model, target, provider})->Inc(uint64_t(r.cost.saved));
+  }
+  if (r.cache_diagnosis.is_object()) {
+    const auto cause_field = r.cache_diagnosis.find("cause");
+    const std::string_view cause =
+        cause_field != r.cache_diagnosis.end() && cause_field->is_string()
+            ? std::string_view(cause_field->get_ref<const std::string&>())
+            : std::string_view();
+    if (const size_t c = MissCauseIndex(cause); c < kMissCauses.size()) {
+      Cached(route.misses[c], misses_, {model, target, provider, kMissCauses[c]})->Inc();
+      if (r.cost.missed > 0) {
+        Cached(route.miss_cost[c], miss_cost_, {model, target, provider, kMissCauses[c]})
+            ->Inc(uint64_t(r.cost.missed));
+      }
+    }
   }
   if (r.latency_us) {
-    Cached(pair.duration, duration_, {model, r.provider})->Observe(*r.latency_us / 1e6);
+    Cached(route.duration, duration_, {model, target, provider})->Observe(*r.latency_us / 1e6);
   }
-  if (r.ttft_us) Cached(pair.ttft, ttft_, {model, r.provider})->Observe(*r.ttft_us / 1e6);
+  if (r.ttft_us) {
+    Cached(route.ttft, ttft_, {model, target, provider})->Observe(*r.ttft_us / 1e6);
+  }
 
   const std::optional<int64_t> total = u.TotalInput();  // nullopt unless every part is known
   if (total && *total > 0 && u.cache_read) {
-    Gauge* gauge = Cached(pair.hit_ratio, hit_ratio_, {model, r.provider});
-    MutexLock lock(&pair.ratio_mu);
-    pair.ratio.cache_read += uint64_t(std::max<int64_t>(0, *u.cache_read));
-    pair.ratio.total_input += uint64_t(*total);
-    gauge->Set(double(pair.ratio.cache_read) / double(pair.ratio.total_input));
+    Gauge* gauge = Cached(route.hit_ratio, hit_ratio_, {model, target, provider});
+    MutexLock lock(&route.ratio_mu);
+    route.ratio.cache_read += uint64_t(std::max<int64_t>(0, *u.cache_read));
+    route.ratio.total_input += uint64_t(*total);
+    gauge->Set(double(route.ratio.cache_read) / double(route.ratio.total_input));
   }
 
   const bool upstream_failed =

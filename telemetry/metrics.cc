@@ -61,12 +61,13 @@ void AppendSeriesName(std::string& out, std::string_view name,
   out += '}';
 }
 
+// OpenMetrics escapes a HELP text as a label value (quotes too); the text format does not.
 void AppendHeader(std::string& out, const std::string& name, const std::string& help,
-                  std::string_view type) {
+                  std::string_view type, bool openmetrics = false) {
   out += "# HELP ";
   out += name;
   out += ' ';
-  out += EscapeHelp(help);
+  out += openmetrics ? EscapeLabelValue(help) : EscapeHelp(help);
   out += "\n# TYPE ";
   out += name;
   out += ' ';
@@ -131,16 +132,28 @@ std::string FormatMetricValue(double value) {
 }
 
 Histogram::Histogram(std::span<const double> bounds)
-    : bounds_(bounds), counts_(new std::atomic<uint64_t>[bounds.size() + 1]) {
+    : bounds_(bounds),
+      counts_(new std::atomic<uint64_t>[bounds.size() + 1]),
+      exemplars_(bounds.size() + 1) {
   for (size_t i = 0; i <= bounds_.size(); ++i) counts_[i].store(0, std::memory_order_relaxed);
 }
 
-void Histogram::Observe(double value) {
+void Histogram::Observe(double value, std::string_view trace_id) {
   // Buckets are "less than or equal": the first bound >= value.
   size_t i = 0;
   while (i < bounds_.size() && value > bounds_[i]) ++i;
   counts_[i].fetch_add(1, std::memory_order_relaxed);
   sum_.fetch_add(value, std::memory_order_relaxed);
+  if (!trace_id.empty()) {
+    MutexLock lock(&exemplar_mu_);
+    exemplars_[i].trace_id.assign(trace_id);
+    exemplars_[i].value = value;
+  }
+}
+
+std::vector<Exemplar> Histogram::Exemplars() const {
+  MutexLock lock(&exemplar_mu_);
+  return exemplars_;
 }
 
 std::vector<uint64_t> Histogram::CumulativeCounts() const {
@@ -187,10 +200,13 @@ Series* Family<Series>::WithLabels(std::initializer_list<std::string_view> value
 }
 
 template <class Series>
-void Family<Series>::ExposeTo(std::string& out) const {
+void Family<Series>::ExposeTo(std::string& out, ExpositionFormat format) const {
+  const bool om = format == ExpositionFormat::kOpenMetrics;
   ReaderMutexLock lock(&mu_);
   if constexpr (std::is_same_v<Series, Counter>) {
-    AppendHeader(out, name_, help_, "counter");
+    // OpenMetrics names a counter family without the _total its samples carry (registration
+    // made sure they end in it).
+    AppendHeader(out, om ? name_.substr(0, name_.size() - 6) : name_, help_, "counter", om);
     for (const auto& [values, series] : series_) {
       AppendSeriesName(out, name_, label_names_, values);
       out += ' ';
@@ -198,7 +214,7 @@ void Family<Series>::ExposeTo(std::string& out) const {
       out += '\n';
     }
   } else if constexpr (std::is_same_v<Series, Gauge>) {
-    AppendHeader(out, name_, help_, "gauge");
+    AppendHeader(out, name_, help_, "gauge", om);
     for (const auto& [values, series] : series_) {
       AppendSeriesName(out, name_, label_names_, values);
       out += ' ';
@@ -206,15 +222,22 @@ void Family<Series>::ExposeTo(std::string& out) const {
       out += '\n';
     }
   } else {
-    AppendHeader(out, name_, help_, "histogram");
+    AppendHeader(out, name_, help_, "histogram", om);
     const std::string bucket = name_ + "_bucket";
     for (const auto& [values, series] : series_) {
       const std::vector<uint64_t> counts = series->CumulativeCounts();
+      const std::vector<Exemplar> exemplars = om ? series->Exemplars() : std::vector<Exemplar>();
       for (size_t i = 0; i < counts.size(); ++i) {
         const std::string le = i < bounds_.size() ? FormatMetricValue(bounds_[i]) : "+Inf";
         AppendSeriesName(out, bucket, label_names_, values, "le", le);
         out += ' ';
         out += std::to_string(counts[i]);
+        if (i < exemplars.size() && !exemplars[i].trace_id.empty()) {
+          out += " # {trace_id=\"";
+          out += EscapeLabelValue(exemplars[i].trace_id);
+          out += "\"} ";
+          out += FormatMetricValue(exemplars[i].value);
+        }
         out += '\n';
       }
       AppendSeriesName(out, name_ + "_sum", label_names_, values);
@@ -330,7 +353,105 @@ void MetricsRegistry::AddSection(SectionWriter writer) {
   sections_.push_back(std::move(writer));
 }
 
-std::string MetricsRegistry::Expose() const {
+namespace {
+
+// A section's text-format exposition made OpenMetrics: a counter family's HELP and TYPE lines
+// name it without _total (a counter without that suffix becomes "unknown", which OpenMetrics
+// allows under any name), and raw quotes in HELP texts are escaped.
+void AppendAsOpenMetrics(std::string_view text, std::string& out) {
+  std::vector<std::string_view> lines;
+  for (size_t start = 0; start < text.size();) {
+    size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    lines.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  // Counter families of this section, as their TYPE lines name them.
+  std::set<std::string_view> counters;
+  for (std::string_view line : lines) {
+    if (line.starts_with("# TYPE ") && line.ends_with(" counter")) {
+      counters.insert(line.substr(7, line.size() - 7 - 8));
+    }
+  }
+  for (std::string_view line : lines) {
+    if (line.empty()) continue;  // OpenMetrics has no blank lines
+    if (!line.starts_with("# HELP ") && !line.starts_with("# TYPE ")) {
+      out += line;
+      out += '\n';
+      continue;
+    }
+    const std::string_view rest = line.substr(7);
+    const size_t space = rest.find(' ');
+    const std::string_view name = rest.substr(0, space);
+    const std::string_view tail = space == std::string_view::npos ? "" : rest.substr(space);
+    out += line.substr(0, 7);
+    const bool counter = counters.contains(name);
+    const bool suffixed = name.ends_with("_total");
+    out += counter && suffixed ? name.substr(0, name.size() - 6) : name;
+    if (line.starts_with("# TYPE ")) {
+      out += counter && !suffixed ? std::string_view(" unknown") : tail;
+    } else {
+      for (char c : tail) {
+        if (c == '"') out += '\\';
+        out += c;
+      }
+    }
+    out += '\n';
+  }
+}
+
+}  // namespace
+
+ExpositionFormat NegotiateExposition(std::string_view accept) {
+  // Media ranges separated by commas, each with optional ;-parameters (q among them).
+  while (!accept.empty()) {
+    const size_t comma = accept.find(',');
+    std::string_view range = accept.substr(0, comma);
+    accept = comma == std::string_view::npos ? std::string_view() : accept.substr(comma + 1);
+    const size_t semi = range.find(';');
+    std::string_view type = range.substr(0, semi);
+    while (!type.empty() && (type.front() == ' ' || type.front() == '\t')) type.remove_prefix(1);
+    while (!type.empty() && (type.back() == ' ' || type.back() == '\t')) type.remove_suffix(1);
+    if (type != "application/openmetrics-text") continue;
+    bool refused = false;
+    for (std::string_view params = semi == std::string_view::npos ? "" : range.substr(semi);
+         !params.empty();) {
+      params.remove_prefix(1);  // the ';'
+      const size_t next = params.find(';');
+      std::string_view param = params.substr(0, next);
+      params = next == std::string_view::npos ? std::string_view() : params.substr(next);
+      while (!param.empty() && param.front() == ' ') param.remove_prefix(1);
+      if (param.starts_with("q=")) {
+        const std::string_view q = param.substr(2);
+        refused = !q.empty() && q.find_first_not_of("0.") == std::string_view::npos;
+      }
+    }
+    if (!refused) return ExpositionFormat::kOpenMetrics;
+  }
+  return ExpositionFormat::kText;
+}
+
+std::string TraceIdOfTraceparent(std::string_view header) {
+  // version "-" trace-id "-" parent-id "-" flags; version ff is invalid; a later version may
+  // append fields after the flags.
+  auto hex = [](std::string_view s) {
+    return s.find_first_not_of("0123456789abcdef") == std::string_view::npos;
+  };
+  while (!header.empty() && header.front() == ' ') header.remove_prefix(1);
+  while (!header.empty() && header.back() == ' ') header.remove_suffix(1);
+  if (header.size() < 55 || header[2] != '-' || header[35] != '-' || header[52] != '-') return "";
+  const std::string_view version = header.substr(0, 2), trace = header.substr(3, 32);
+  if (!hex(version) || version == "ff" || !hex(trace) || !hex(header.substr(36, 16)) ||
+      !hex(header.substr(53, 2))) {
+    return "";
+  }
+  if (version == "00" && header.size() != 55) return "";
+  if (header.size() > 55 && header[55] != '-') return "";
+  if (trace.find_first_not_of('0') == std::string_view::npos) return "";
+  return std::string(trace);
+}
+
+std::string MetricsRegistry::Expose(ExpositionFormat format) const {
   std::vector<std::pair<MetricType, const void*>> order;
   std::vector<SectionWriter> sections;
   {
@@ -342,21 +463,28 @@ std::string MetricsRegistry::Expose() const {
   for (const auto& [type, family] : order) {
     switch (type) {
       case MetricType::kCounter:
-        static_cast<const CounterFamily*>(family)->ExposeTo(out);
+        static_cast<const CounterFamily*>(family)->ExposeTo(out, format);
         break;
       case MetricType::kGauge:
-        static_cast<const GaugeFamily*>(family)->ExposeTo(out);
+        static_cast<const GaugeFamily*>(family)->ExposeTo(out, format);
         break;
       case MetricType::kHistogram:
-        static_cast<const HistogramFamily*>(family)->ExposeTo(out);
+        static_cast<const HistogramFamily*>(family)->ExposeTo(out, format);
         break;
     }
   }
+  std::string text;
   for (const SectionWriter& section : sections) {
-    const size_t before = out.size();
-    section(out);
-    if (out.size() > before && out.back() != '\n') out += '\n';
+    text.clear();
+    section(text);
+    if (format == ExpositionFormat::kOpenMetrics) {
+      AppendAsOpenMetrics(text, out);
+    } else {
+      out += text;
+      if (!text.empty() && text.back() != '\n') out += '\n';
+    }
   }
+  if (format == ExpositionFormat::kOpenMetrics) out += "# EOF\n";
   return out;
 }
 
@@ -614,11 +742,21 @@ void GatewayMetrics::Observe(const RequestRecord& r) {
       }
     }
   }
+  // The exemplars' trace: the client's W3C trace when it sent one, else kvgate's request id,
+  // whose hex follows "req_".
+  std::string_view trace_id = r.trace_id;
+  if (trace_id.empty()) {
+    trace_id = r.request_id;
+    if (const size_t sep = trace_id.find('_'); sep != std::string_view::npos) {
+      trace_id.remove_prefix(sep + 1);
+    }
+  }
   if (r.latency_us) {
-    Cached(route.duration, duration_, {model, target, provider})->Observe(*r.latency_us / 1e6);
+    Cached(route.duration, duration_, {model, target, provider})
+        ->Observe(*r.latency_us / 1e6, trace_id);
   }
   if (r.ttft_us) {
-    Cached(route.ttft, ttft_, {model, target, provider})->Observe(*r.ttft_us / 1e6);
+    Cached(route.ttft, ttft_, {model, target, provider})->Observe(*r.ttft_us / 1e6, trace_id);
   }
 
   const std::optional<int64_t> total = u.TotalInput();  // nullopt unless every part is known

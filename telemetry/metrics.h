@@ -54,22 +54,50 @@ class Gauge {
   std::atomic<double> value_{0.0};
 };
 
+// One observation kept beside a histogram bucket, for OpenMetrics exemplars: the trace it came
+// from.
+struct Exemplar {
+  std::string trace_id;  // "" when the bucket has none
+  double value = 0;
+};
+
 // Bucket counts are kept per bucket (not cumulative) and summed at exposition, so `_count` always
 // equals the `+Inf` bucket even while observations race with a scrape.
 class Histogram {
  public:
   // REQUIRES: `bounds` strictly increasing and outliving this object (the family owns them).
   explicit Histogram(std::span<const double> bounds);
-  void Observe(double value);
+  // With a `trace_id`, the observation also becomes its bucket's exemplar (the latest one wins).
+  void Observe(double value, std::string_view trace_id = {});
   // Cumulative counts per upper bound, the last one for +Inf.
   std::vector<uint64_t> CumulativeCounts() const;
   double Sum() const { return sum_.load(std::memory_order_relaxed); }
+  // Each bucket's exemplar (bounds.size() + 1 of them), trace_id "" where none was observed.
+  std::vector<Exemplar> Exemplars() const;
 
  private:
   std::span<const double> bounds_;
   std::unique_ptr<std::atomic<uint64_t>[]> counts_;  // bounds_.size() + 1 (the overflow bucket)
   std::atomic<double> sum_{0.0};
+  // Only observations with a trace id take it: one short critical section per request.
+  mutable Mutex exemplar_mu_;
+  std::vector<Exemplar> exemplars_ GUARDED_BY(exemplar_mu_);  // bounds_.size() + 1
 };
+
+// The two exposition formats /metrics serves.
+enum class ExpositionFormat {
+  kText,         // Prometheus text format 0.0.4
+  kOpenMetrics,  // OpenMetrics 1.0: counter families named without _total, exemplars, # EOF
+};
+inline constexpr std::string_view kTextContentType = "text/plain; version=0.0.4; charset=utf-8";
+inline constexpr std::string_view kOpenMetricsContentType =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+// The format an Accept header asks for: OpenMetrics when it lists application/openmetrics-text
+// with a q above 0 (as Prometheus does by default), else the text format.
+ExpositionFormat NegotiateExposition(std::string_view accept);
+// The trace id of a W3C `traceparent` header ("00-<32 hex>-<16 hex>-<2 hex>"), "" when the header
+// is absent or malformed (or its trace id all zeros).
+std::string TraceIdOfTraceparent(std::string_view traceparent);
 
 enum class MetricType { kCounter, kGauge, kHistogram };
 
@@ -113,7 +141,7 @@ class Family {
   mutable SharedMutex mu_;
   std::map<std::vector<std::string>, std::unique_ptr<Series>, LabelsLess> series_ GUARDED_BY(mu_);
 
-  void ExposeTo(std::string& out) const;
+  void ExposeTo(std::string& out, ExpositionFormat format) const;
 };
 
 using CounterFamily = Family<Counter>;
@@ -144,8 +172,10 @@ class MetricsRegistry {
   using SectionWriter = std::function<void(std::string& out)>;
   void AddSection(SectionWriter writer);
 
-  // The whole exposition, text format 0.0.4 ("text/plain; version=0.0.4; charset=utf-8").
-  std::string Expose() const;
+  // The whole exposition, in the text format 0.0.4 (kTextContentType) or OpenMetrics
+  // (kOpenMetricsContentType). In OpenMetrics the sections' text is converted: a counter family
+  // is named without its _total suffix, quotes in HELP are escaped, and `# EOF` ends it all.
+  std::string Expose(ExpositionFormat format = ExpositionFormat::kText) const;
 
  private:
   Status CheckNewName(const std::string& name, const std::vector<std::string>& label_names)
@@ -235,7 +265,9 @@ class GatewayMetrics {
   //   kvgate_cache_misses_total{model,target,provider,cause}  turns kvgate diagnosed a miss on
   //   kvgate_cache_miss_cost_usd_total{model,target,provider,cause}  what they lost (Cost::missed)
   //   kvgate_request_duration_seconds{model,target,provider},
-  //   kvgate_time_to_first_token_seconds{...}       with the request's trace id as exemplar
+  //   kvgate_time_to_first_token_seconds{...}       both with the request's trace id as
+  //                                                 exemplar: RequestRecord::trace_id, else the
+  //                                                 hex of its request id
   //   kvgate_cache_hit_ratio{model,target,provider}  since-start cache_read / total input, over
   //                                                 requests whose whole input is known
   //   kvgate_upstream_errors_total{provider,code}  when status is upstream_error/timeout or the

@@ -338,6 +338,77 @@ TEST(GatewayMetricsTest, CreateTwiceOnOneRegistryFails) {
   EXPECT_FALSE(GatewayMetrics::Create(registry).has_value());
 }
 
+TEST(OpenMetricsTest, ExemplarsNameTheTraceAndCountersDropTotal) {
+  MetricsRegistry registry;
+  auto metrics = GatewayMetrics::Create(registry);
+  ASSERT_TRUE(metrics.has_value());
+  RequestRecord traced = SampleRecord();  // 1.2 s, TTFT 0.3 s
+  traced.request_id = "req_0123abcd";
+  traced.trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+  (*metrics)->Observe(traced);
+  RequestRecord untraced = SampleRecord();
+  untraced.request_id = "req_00ff11ee";
+  untraced.latency_us = 40'000;  // the 0.05 bucket
+  (*metrics)->Observe(untraced);
+  registry.AddSection([](std::string& out) {
+    out += "# HELP engine_things_total Things \"quoted\".\n# TYPE engine_things_total counter\n"
+           "engine_things_total 3\n# HELP odd_counter No suffix.\n# TYPE odd_counter counter\n"
+           "odd_counter 1\n";
+  });
+
+  const std::string om = registry.Expose(ExpositionFormat::kOpenMetrics);
+  const std::string mtp = "model=\"gpt-4o\",target=\"gpt-4o\",provider=\"openai\"";
+  EXPECT_TRUE(Contains(om, "kvgate_request_duration_seconds_bucket{" + mtp +
+                               ",le=\"2.5\"} 2 # {trace_id=\"4bf92f3577b34da6a3ce929d0e0e4736\"} "
+                               "1.2\n"))
+      << om;
+  // Without a traceparent, the request id's hex.
+  EXPECT_TRUE(Contains(om, "kvgate_request_duration_seconds_bucket{" + mtp +
+                               ",le=\"0.05\"} 1 # {trace_id=\"00ff11ee\"} 0.04\n"))
+      << om;
+  EXPECT_TRUE(Contains(om, "# TYPE kvgate_requests counter\n")) << om;
+  EXPECT_TRUE(Contains(om, "# HELP kvgate_requests Requests handled")) << om;
+  EXPECT_TRUE(Contains(om, "kvgate_requests_total{" + mtp + ",status=\"ok\"} 2\n")) << om;
+  EXPECT_TRUE(Contains(om, "# HELP engine_things Things \\\"quoted\\\".\n# TYPE engine_things "
+                           "counter\nengine_things_total 3\n"))
+      << om;
+  EXPECT_TRUE(Contains(om, "# TYPE odd_counter unknown\n")) << om;
+  EXPECT_TRUE(om.ends_with("odd_counter 1\n# EOF\n")) << om;
+  // The text format is unchanged: no exemplars, no EOF, counter families with _total.
+  const std::string text = registry.Expose();
+  EXPECT_FALSE(Contains(text, "trace_id")) << text;
+  EXPECT_FALSE(Contains(text, "# EOF")) << text;
+  EXPECT_TRUE(Contains(text, "# TYPE kvgate_requests_total counter\n")) << text;
+}
+
+TEST(OpenMetricsTest, AcceptHeaderPicksTheFormat) {
+  EXPECT_EQ(NegotiateExposition(""), ExpositionFormat::kText);
+  EXPECT_EQ(NegotiateExposition("text/plain"), ExpositionFormat::kText);
+  EXPECT_EQ(NegotiateExposition("*/*"), ExpositionFormat::kText);
+  // What Prometheus 2.x sends.
+  EXPECT_EQ(NegotiateExposition("application/openmetrics-text;version=1.0.0,application/"
+                                "openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;"
+                                "q=0.5,*/*;q=0.1"),
+            ExpositionFormat::kOpenMetrics);
+  EXPECT_EQ(NegotiateExposition("text/plain;q=0.9, application/openmetrics-text; q=0.5"),
+            ExpositionFormat::kOpenMetrics);
+  EXPECT_EQ(NegotiateExposition("application/openmetrics-text;q=0"), ExpositionFormat::kText);
+  EXPECT_EQ(NegotiateExposition("application/openmetrics-textual"), ExpositionFormat::kText);
+}
+
+TEST(OpenMetricsTest, TraceparentGivesItsTraceId) {
+  EXPECT_EQ(TraceIdOfTraceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+            "4bf92f3577b34da6a3ce929d0e0e4736");
+  EXPECT_EQ(TraceIdOfTraceparent(""), "");
+  EXPECT_EQ(TraceIdOfTraceparent("00-00000000000000000000000000000000-00f067aa0ba902b7-01"), "");
+  EXPECT_EQ(TraceIdOfTraceparent("ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"), "");
+  EXPECT_EQ(TraceIdOfTraceparent("00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01"), "");
+  EXPECT_EQ(TraceIdOfTraceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x"), "");
+  EXPECT_EQ(TraceIdOfTraceparent("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x"),
+            "4bf92f3577b34da6a3ce929d0e0e4736");
+  EXPECT_EQ(TraceIdOfTraceparent("00-4bf92f3577b34da6a3ce929d0e0e47\"6-00f067aa0ba902b7-01"), "");
+}
+
 // promtool is the reference parser for the exposition format; CI installs it (scripts/setup.sh).
 TEST(PromtoolTest, ExpositionPassesPromtoolCheckMetrics) {
   if (std::system("command -v promtool >/dev/null 2>&1") != 0) {

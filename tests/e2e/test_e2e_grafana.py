@@ -23,6 +23,7 @@ from gwctl import ADMIN_TOKEN, GATEWAY_KEY, ONE_SECOND_OPENAI_TTL
 
 REPO = Path(__file__).resolve().parent.parent.parent
 DASHBOARD = REPO / "deploy" / "grafana" / "kvgate.json"
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 CAUSES = ["expired", "partial_eviction", "prompt_changed", "model_switch", "routed_away",
           "engine_restarted", "below_minimum"]
 
@@ -135,6 +136,10 @@ def drive_traffic(gw, sim):
             model="gpt-4o-mini", messages=[{"role": "user", "content": "fail"}], max_tokens=8)
     # The built-in engine.
     ask("smollm2", [{"role": "user", "content": "Say hi"}], "graf-5")
+    # A client's W3C trace: its id becomes the latency histograms' exemplar.
+    client.chat.completions.create(
+        model="deepseek-chat", messages=[{"role": "user", "content": "traced"}], max_tokens=8,
+        extra_headers={"traceparent": f"00-{TRACE_ID}-00f067aa0ba902b7-01"})
     # An alert delivery (to a port nothing listens on).
     status, _, answer = gw.admin("POST", "/api/channels/hook/test", {})
     assert status == 202, (status, answer)
@@ -176,7 +181,8 @@ scrape_configs:
     log = open(tmp_path / "prom.log", "w")
     proc = subprocess.Popen([prometheus, f"--config.file={config}",
                              f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                             f"--web.listen-address=127.0.0.1:{port}"],
+                             f"--web.listen-address=127.0.0.1:{port}",
+                             "--enable-feature=exemplar-storage"],
                             stdout=subprocess.DEVNULL, stderr=log)
     try:
         # A scrape before the traffic, so that increase() and rate() see the counters move.
@@ -220,6 +226,29 @@ scrape_configs:
         assert per_model.get(("chain", "gpt-4o-mini")) == 0, per_model
         errors = promql(port, 'kvgate_upstream_errors_total{provider="openai",code="500"}')
         assert errors and float(errors[0]["value"][1]) >= 1, errors
+
+        # Prometheus scraped OpenMetrics (it asks for it first) and kept the exemplars: the
+        # client's trace id, and kvgate's request id hex for a request without a traceparent.
+        now = time.time()
+        url = (f"http://127.0.0.1:{port}/api/v1/query_exemplars?" + urllib.parse.urlencode(
+            {"query": "kvgate_request_duration_seconds_bucket", "start": now - 300, "end": now}))
+        with urllib.request.urlopen(url, timeout=5) as r:
+            found = json.loads(r.read())
+        assert found["status"] == "success", found
+        trace_ids = {e["labels"]["trace_id"] for s in found["data"] for e in s["exemplars"]}
+        assert TRACE_ID in trace_ids, trace_ids
+        request_hex = {r["request_id"].split("_", 1)[1] for r in rows}
+        assert trace_ids & request_hex, (trace_ids, sorted(request_hex)[:3])
+        st, headers, body = gw.request("GET", "/metrics",
+                                       headers={"Accept": "application/openmetrics-text"})
+        text = body.decode() if isinstance(body, bytes) else str(body)
+        assert st == 200 and text.endswith("# EOF\n"), text[-200:]
+        assert f'# {{trace_id="{TRACE_ID}"}}' in text
+        assert headers["content-type"].startswith("application/openmetrics-text"), headers
+        st, headers, body = gw.request("GET", "/metrics")
+        plain = body.decode() if isinstance(body, bytes) else str(body)
+        assert headers["content-type"].startswith("text/plain; version=0.0.4"), headers
+        assert "# EOF" not in plain and "trace_id" not in plain
 
         empty = []
         for title, expr in targets:

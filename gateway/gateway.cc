@@ -216,8 +216,14 @@ asio::awaitable<void> Gateway::HandleOther(http::Request& request, http::Respons
       // Still 200 when telemetry cannot be written: the gateway serves; the body says what ails.
       co_await writer.Send(200, kJson, JsonText(telemetry::StoreHealth(deps_.store->stats())));
     } else {
-      std::string text = deps_.metrics->registry().Expose();
-      co_await writer.Send(200, "text/plain; version=0.0.4; charset=utf-8", std::move(text));
+      const telemetry::ExpositionFormat format =
+          telemetry::NegotiateExposition(request.header("accept"));
+      std::string text = deps_.metrics->registry().Expose(format);
+      co_await writer.Send(200,
+                           std::string(format == telemetry::ExpositionFormat::kOpenMetrics
+                                           ? telemetry::kOpenMetricsContentType
+                                           : telemetry::kTextContentType),
+                           std::move(text));
     }
   } else {
     co_await SendNotFound(writer, request);

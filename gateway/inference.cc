@@ -58,6 +58,7 @@ asio::awaitable<void> Gateway::HandleInference(http::Request& request, http::Res
   RequestLog log(*deps_.recorder, *deps_.clock, request.arrival_monotonic_ns);
   auto& rec = log.record();
   rec.request_id = NewId("req");
+  rec.trace_id = telemetry::TraceIdOfTraceparent(request.header("traceparent"));
   rec.endpoint = std::string(providers::EndpointName(api.endpoint()));
   TrackedWriter tracked(writer, {});
   std::string failure;

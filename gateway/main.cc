@@ -367,7 +367,7 @@ int RunGateway(gateway::GatewayConfig config) {
     return 1;
   }
   telemetry::MetricsRegistry registry;
-  auto metrics = telemetry::GatewayMetrics::Create(registry);
+  auto metrics = telemetry::GatewayMetrics::Create(registry, gateway::MetricsScopeOf(config));
   if (!metrics) {
     std::fprintf(stderr, "kvgate: metrics: %s\n", metrics.error().message.c_str());
     return 1;

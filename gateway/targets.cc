@@ -117,4 +117,21 @@ Result<std::map<std::string, ProviderConnection>> BuildConnections(const Gateway
   return out;
 }
 
+telemetry::MetricsScope MetricsScopeOf(const GatewayConfig& config) {
+  telemetry::MetricsScope scope;
+  std::map<std::string, std::string, std::less<>> provider_of;
+  for (const ModelConfig& m : config.models) {
+    provider_of.emplace(m.name, m.provider);
+    scope.routes.push_back({.model = m.name, .target = m.name, .provider = m.provider});
+  }
+  for (const router::RouterConfig& r : config.routing.routers) {
+    for (const auto& t : r.targets) {
+      auto it = provider_of.find(t.model);
+      if (it == provider_of.end()) continue;
+      scope.routes.push_back({.model = r.name, .target = t.model, .provider = it->second});
+    }
+  }
+  return scope;
+}
+
 }  // namespace kvgate::gateway

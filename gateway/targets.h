@@ -12,6 +12,7 @@
 #include "gateway/config.h"
 #include "gateway/upstream.h"
 #include "router/router.h"
+#include "telemetry/metrics.h"
 #include "telemetry/pricing.h"
 
 namespace kvgate::gateway {
@@ -28,6 +29,11 @@ class LocalEngines;
 Result<std::vector<router::Target>> BuildTargets(const GatewayConfig& config,
                                                  const telemetry::PriceCatalog& catalog,
                                                  const LocalEngines* engines);
+
+// The label values of the gateway's per-model metric series (telemetry::MetricsScope): each
+// configured model served by itself, and each router with each of its targets that is a
+// configured model, with that model's provider.
+telemetry::MetricsScope MetricsScopeOf(const GatewayConfig& config);
 
 // Errors: an invalid base_url (its credentials redacted), an unknown provider type.
 Result<std::map<std::string, ProviderConnection>> BuildConnections(const GatewayConfig& config);

@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <limits>
+#include <set>
 
 namespace kvgate::telemetry {
 namespace {
@@ -60,12 +61,13 @@ void AppendSeriesName(std::string& out, std::string_view name,
   out += '}';
 }
 
+// OpenMetrics escapes a HELP text as a label value (quotes too); the text format does not.
 void AppendHeader(std::string& out, const std::string& name, const std::string& help,
-                  std::string_view type) {
+                  std::string_view type, bool openmetrics = false) {
   out += "# HELP ";
   out += name;
   out += ' ';
-  out += EscapeHelp(help);
+  out += openmetrics ? EscapeLabelValue(help) : EscapeHelp(help);
   out += "\n# TYPE ";
   out += name;
   out += ' ';
@@ -130,16 +132,28 @@ std::string FormatMetricValue(double value) {
 }
 
 Histogram::Histogram(std::span<const double> bounds)
-    : bounds_(bounds), counts_(new std::atomic<uint64_t>[bounds.size() + 1]) {
+    : bounds_(bounds),
+      counts_(new std::atomic<uint64_t>[bounds.size() + 1]),
+      exemplars_(bounds.size() + 1) {
   for (size_t i = 0; i <= bounds_.size(); ++i) counts_[i].store(0, std::memory_order_relaxed);
 }
 
-void Histogram::Observe(double value) {
+void Histogram::Observe(double value, std::string_view trace_id) {
   // Buckets are "less than or equal": the first bound >= value.
   size_t i = 0;
   while (i < bounds_.size() && value > bounds_[i]) ++i;
   counts_[i].fetch_add(1, std::memory_order_relaxed);
   sum_.fetch_add(value, std::memory_order_relaxed);
+  if (!trace_id.empty()) {
+    MutexLock lock(&exemplar_mu_);
+    exemplars_[i].trace_id.assign(trace_id);
+    exemplars_[i].value = value;
+  }
+}
+
+std::vector<Exemplar> Histogram::Exemplars() const {
+  MutexLock lock(&exemplar_mu_);
+  return exemplars_;
 }
 
 std::vector<uint64_t> Histogram::CumulativeCounts() const {
@@ -186,10 +200,13 @@ Series* Family<Series>::WithLabels(std::initializer_list<std::string_view> value
 }
 
 template <class Series>
-void Family<Series>::ExposeTo(std::string& out) const {
+void Family<Series>::ExposeTo(std::string& out, ExpositionFormat format) const {
+  const bool om = format == ExpositionFormat::kOpenMetrics;
   ReaderMutexLock lock(&mu_);
   if constexpr (std::is_same_v<Series, Counter>) {
-    AppendHeader(out, name_, help_, "counter");
+    // OpenMetrics names a counter family without the _total its samples carry (registration
+    // made sure they end in it).
+    AppendHeader(out, om ? name_.substr(0, name_.size() - 6) : name_, help_, "counter", om);
     for (const auto& [values, series] : series_) {
       AppendSeriesName(out, name_, label_names_, values);
       out += ' ';
@@ -197,7 +214,7 @@ void Family<Series>::ExposeTo(std::string& out) const {
       out += '\n';
     }
   } else if constexpr (std::is_same_v<Series, Gauge>) {
-    AppendHeader(out, name_, help_, "gauge");
+    AppendHeader(out, name_, help_, "gauge", om);
     for (const auto& [values, series] : series_) {
       AppendSeriesName(out, name_, label_names_, values);
       out += ' ';
@@ -205,15 +222,22 @@ void Family<Series>::ExposeTo(std::string& out) const {
       out += '\n';
     }
   } else {
-    AppendHeader(out, name_, help_, "histogram");
+    AppendHeader(out, name_, help_, "histogram", om);
     const std::string bucket = name_ + "_bucket";
     for (const auto& [values, series] : series_) {
       const std::vector<uint64_t> counts = series->CumulativeCounts();
+      const std::vector<Exemplar> exemplars = om ? series->Exemplars() : std::vector<Exemplar>();
       for (size_t i = 0; i < counts.size(); ++i) {
         const std::string le = i < bounds_.size() ? FormatMetricValue(bounds_[i]) : "+Inf";
         AppendSeriesName(out, bucket, label_names_, values, "le", le);
         out += ' ';
         out += std::to_string(counts[i]);
+        if (i < exemplars.size() && !exemplars[i].trace_id.empty()) {
+          out += " # {trace_id=\"";
+          out += EscapeLabelValue(exemplars[i].trace_id);
+          out += "\"} ";
+          out += FormatMetricValue(exemplars[i].value);
+        }
         out += '\n';
       }
       AppendSeriesName(out, name_ + "_sum", label_names_, values);
@@ -329,7 +353,105 @@ void MetricsRegistry::AddSection(SectionWriter writer) {
   sections_.push_back(std::move(writer));
 }
 
-std::string MetricsRegistry::Expose() const {
+namespace {
+
+// A section's text-format exposition made OpenMetrics: a counter family's HELP and TYPE lines
+// name it without _total (a counter without that suffix becomes "unknown", which OpenMetrics
+// allows under any name), and raw quotes in HELP texts are escaped.
+void AppendAsOpenMetrics(std::string_view text, std::string& out) {
+  std::vector<std::string_view> lines;
+  for (size_t start = 0; start < text.size();) {
+    size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    lines.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  // Counter families of this section, as their TYPE lines name them.
+  std::set<std::string_view> counters;
+  for (std::string_view line : lines) {
+    if (line.starts_with("# TYPE ") && line.ends_with(" counter")) {
+      counters.insert(line.substr(7, line.size() - 7 - 8));
+    }
+  }
+  for (std::string_view line : lines) {
+    if (line.empty()) continue;  // OpenMetrics has no blank lines
+    if (!line.starts_with("# HELP ") && !line.starts_with("# TYPE ")) {
+      out += line;
+      out += '\n';
+      continue;
+    }
+    const std::string_view rest = line.substr(7);
+    const size_t space = rest.find(' ');
+    const std::string_view name = rest.substr(0, space);
+    const std::string_view tail = space == std::string_view::npos ? "" : rest.substr(space);
+    out += line.substr(0, 7);
+    const bool counter = counters.contains(name);
+    const bool suffixed = name.ends_with("_total");
+    out += counter && suffixed ? name.substr(0, name.size() - 6) : name;
+    if (line.starts_with("# TYPE ")) {
+      out += counter && !suffixed ? std::string_view(" unknown") : tail;
+    } else {
+      for (char c : tail) {
+        if (c == '"') out += '\\';
+        out += c;
+      }
+    }
+    out += '\n';
+  }
+}
+
+}  // namespace
+
+ExpositionFormat NegotiateExposition(std::string_view accept) {
+  // Media ranges separated by commas, each with optional ;-parameters (q among them).
+  while (!accept.empty()) {
+    const size_t comma = accept.find(',');
+    std::string_view range = accept.substr(0, comma);
+    accept = comma == std::string_view::npos ? std::string_view() : accept.substr(comma + 1);
+    const size_t semi = range.find(';');
+    std::string_view type = range.substr(0, semi);
+    while (!type.empty() && (type.front() == ' ' || type.front() == '\t')) type.remove_prefix(1);
+    while (!type.empty() && (type.back() == ' ' || type.back() == '\t')) type.remove_suffix(1);
+    if (type != "application/openmetrics-text") continue;
+    bool refused = false;
+    for (std::string_view params = semi == std::string_view::npos ? "" : range.substr(semi);
+         !params.empty();) {
+      params.remove_prefix(1);  // the ';'
+      const size_t next = params.find(';');
+      std::string_view param = params.substr(0, next);
+      params = next == std::string_view::npos ? std::string_view() : params.substr(next);
+      while (!param.empty() && param.front() == ' ') param.remove_prefix(1);
+      if (param.starts_with("q=")) {
+        const std::string_view q = param.substr(2);
+        refused = !q.empty() && q.find_first_not_of("0.") == std::string_view::npos;
+      }
+    }
+    if (!refused) return ExpositionFormat::kOpenMetrics;
+  }
+  return ExpositionFormat::kText;
+}
+
+std::string TraceIdOfTraceparent(std::string_view header) {
+  // version "-" trace-id "-" parent-id "-" flags; version ff is invalid; a later version may
+  // append fields after the flags.
+  auto hex = [](std::string_view s) {
+    return s.find_first_not_of("0123456789abcdef") == std::string_view::npos;
+  };
+  while (!header.empty() && header.front() == ' ') header.remove_prefix(1);
+  while (!header.empty() && header.back() == ' ') header.remove_suffix(1);
+  if (header.size() < 55 || header[2] != '-' || header[35] != '-' || header[52] != '-') return "";
+  const std::string_view version = header.substr(0, 2), trace = header.substr(3, 32);
+  if (!hex(version) || version == "ff" || !hex(trace) || !hex(header.substr(36, 16)) ||
+      !hex(header.substr(53, 2))) {
+    return "";
+  }
+  if (version == "00" && header.size() != 55) return "";
+  if (header.size() > 55 && header[55] != '-') return "";
+  if (trace.find_first_not_of('0') == std::string_view::npos) return "";
+  return std::string(trace);
+}
+
+std::string MetricsRegistry::Expose(ExpositionFormat format) const {
   std::vector<std::pair<MetricType, const void*>> order;
   std::vector<SectionWriter> sections;
   {
@@ -341,35 +463,71 @@ std::string MetricsRegistry::Expose() const {
   for (const auto& [type, family] : order) {
     switch (type) {
       case MetricType::kCounter:
-        static_cast<const CounterFamily*>(family)->ExposeTo(out);
+        static_cast<const CounterFamily*>(family)->ExposeTo(out, format);
         break;
       case MetricType::kGauge:
-        static_cast<const GaugeFamily*>(family)->ExposeTo(out);
+        static_cast<const GaugeFamily*>(family)->ExposeTo(out, format);
         break;
       case MetricType::kHistogram:
-        static_cast<const HistogramFamily*>(family)->ExposeTo(out);
+        static_cast<const HistogramFamily*>(family)->ExposeTo(out, format);
         break;
     }
   }
+  std::string text;
   for (const SectionWriter& section : sections) {
-    const size_t before = out.size();
-    section(out);
-    if (out.size() > before && out.back() != '\n') out += '\n';
+    text.clear();
+    section(text);
+    if (format == ExpositionFormat::kOpenMetrics) {
+      AppendAsOpenMetrics(text, out);
+    } else {
+      out += text;
+      if (!text.empty() && text.back() != '\n') out += '\n';
+    }
   }
+  if (format == ExpositionFormat::kOpenMetrics) out += "# EOF\n";
   return out;
 }
 
 // GatewayMetrics --------------------------------------------------------------------------------
 
-Result<std::unique_ptr<GatewayMetrics>> GatewayMetrics::Create(MetricsRegistry& registry) {
-  auto m = std::unique_ptr<GatewayMetrics>(new GatewayMetrics(registry));
-  const std::vector<std::string> mp = {"model", "provider"};
+namespace {
+
+constexpr std::array<std::string_view, 4> kTokenKindNames = {"cache_read", "cache_write",
+                                                             "uncached", "output"};
+
+std::set<std::string, std::less<>> KnownModels(const MetricsScope& scope) {
+  std::set<std::string, std::less<>> names;
+  for (const MetricsScope::Route& route : scope.routes) {
+    names.insert(route.model);
+    names.insert(route.target);
+  }
+  return names;
+}
+
+// The index of `cause` in kMissCauses, kMissCauses.size() when it is none of them.
+size_t MissCauseIndex(std::string_view cause) {
+  return static_cast<size_t>(std::find(kMissCauses.begin(), kMissCauses.end(), cause) -
+                             kMissCauses.begin());
+}
+
+}  // namespace
+
+GatewayMetrics::GatewayMetrics(MetricsRegistry& registry, MetricsScope scope)
+    : registry_(registry), known_models_(KnownModels(scope)) {}
+
+Result<std::unique_ptr<GatewayMetrics>> GatewayMetrics::Create(MetricsRegistry& registry,
+                                                               MetricsScope scope) {
+  auto m = std::unique_ptr<GatewayMetrics>(new GatewayMetrics(registry, scope));
+  const std::vector<std::string> mtp = {"model", "target", "provider"};
   // Request durations span fast cache hits to multi-minute reasoning runs.
   const std::vector<double> duration_bounds = {0.05, 0.1, 0.25, 0.5, 1,   2.5,
                                                5,    10,  30,   60,  120, 300};
   const std::vector<double> ttft_bounds = {0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30};
-  auto requests = registry.AddCounter("kvgate_requests_total", "Requests handled, by final status.",
-                                      {"model", "provider", "status"});
+  auto requests = registry.AddCounter(
+      "kvgate_requests_total",
+      "Requests handled, by the model asked for, the configured model that served it (target), "
+      "its provider and the final status.",
+      {"model", "target", "provider", "status"});
   if (!requests) return std::unexpected(requests.error());
   m->requests_ = *requests;
   auto by_endpoint = registry.AddCounter(
@@ -379,29 +537,59 @@ Result<std::unique_ptr<GatewayMetrics>> GatewayMetrics::Create(MetricsRegistry& 
       {"endpoint", "status"});
   if (!by_endpoint) return std::unexpected(by_endpoint.error());
   m->endpoint_requests_ = *by_endpoint;
-  auto tokens = registry.AddCounter("kvgate_tokens_total",
-                                    "Tokens by kind (cache_read, cache_write, uncached, output); "
-                                    "unreported counts are not added.",
-                                    {"model", "provider", "kind"});
+  auto tokens = registry.AddCounter(
+      "kvgate_tokens_total",
+      "Tokens by kind (cache_read, cache_write, uncached, output) as the provider reported them; "
+      "unreported counts are not added (kvgate_tokens_unreported_total counts those turns).",
+      {"model", "target", "provider", "kind"});
   if (!tokens) return std::unexpected(tokens.error());
   m->tokens_ = *tokens;
-  auto cost = registry.AddCounter("kvgate_cost_usd_total", "Cost in USD of priced requests.", mp,
+  auto unreported = registry.AddCounter(
+      "kvgate_tokens_unreported_total",
+      "Successful turns whose provider did not report the token count of this kind (not zero: "
+      "unknown).",
+      {"model", "target", "provider", "kind"});
+  if (!unreported) return std::unexpected(unreported.error());
+  m->unreported_ = *unreported;
+  auto cost = registry.AddCounter("kvgate_cost_usd_total", "Cost in USD of priced requests.", mtp,
                                   /*decimals=*/12);
   if (!cost) return std::unexpected(cost.error());
   m->cost_ = *cost;
+  auto saved = registry.AddCounter(
+      "kvgate_cache_saved_usd_total",
+      "What caching saved in USD against the uncached input price (each turn's saving net of "
+      "its cache-write premium; a turn whose writes cost more than they saved adds 0).",
+      mtp, /*decimals=*/12);
+  if (!saved) return std::unexpected(saved.error());
+  m->saved_ = *saved;
+  auto misses = registry.AddCounter(
+      "kvgate_cache_misses_total",
+      "Turns on which kvgate diagnosed a cache miss, by cause (expired, partial_eviction, "
+      "prompt_changed, model_switch, routed_away, engine_restarted, below_minimum).",
+      {"model", "target", "provider", "cause"});
+  if (!misses) return std::unexpected(misses.error());
+  m->misses_ = *misses;
+  auto miss_cost = registry.AddCounter(
+      "kvgate_cache_miss_cost_usd_total",
+      "What the diagnosed cache misses cost in USD beyond a hit (missed tokens at the input "
+      "price instead of the cached price), by cause.",
+      {"model", "target", "provider", "cause"}, /*decimals=*/12);
+  if (!miss_cost) return std::unexpected(miss_cost.error());
+  m->miss_cost_ = *miss_cost;
   auto duration = registry.AddHistogram("kvgate_request_duration_seconds",
-                                        "Request arrival to last byte sent.", mp, duration_bounds);
+                                        "Request arrival to last byte sent.", mtp, duration_bounds);
   if (!duration) return std::unexpected(duration.error());
   m->duration_ = *duration;
   auto ttft =
       registry.AddHistogram("kvgate_time_to_first_token_seconds",
-                            "Request arrival to first content token sent.", mp, ttft_bounds);
+                            "Request arrival to first content token sent.", mtp, ttft_bounds);
   if (!ttft) return std::unexpected(ttft.error());
   m->ttft_ = *ttft;
   auto ratio = registry.AddGauge(
       "kvgate_cache_hit_ratio",
-      "Cumulative cache-read tokens over all input tokens, for requests with fully known input.",
-      mp);
+      "Since start: cache-read tokens over all input tokens, for requests with fully known input "
+      "(for a windowed ratio use kvgate_tokens_total).",
+      mtp);
   if (!ratio) return std::unexpected(ratio.error());
   m->hit_ratio_ = *ratio;
   auto upstream = registry.AddCounter("kvgate_upstream_errors_total",
@@ -427,6 +615,7 @@ Result<std::unique_ptr<GatewayMetrics>> GatewayMetrics::Create(MetricsRegistry& 
       {"provider", "reason", "agreement"});
   if (!diagnoses) return std::unexpected(diagnoses.error());
   m->provider_diagnoses_ = *diagnoses;
+  for (const MetricsScope::Route& route : scope.routes) m->Precreate(route);
   return m;
 }
 
@@ -446,63 +635,137 @@ Series* Cached(std::atomic<Series*>& slot, Family<Series>* family,
 
 }  // namespace
 
-GatewayMetrics::PairSeries& GatewayMetrics::SeriesOf(std::string_view model,
-                                                     std::string_view provider) {
-  const std::pair<std::string_view, std::string_view> key(model, provider);
+GatewayMetrics::RouteSeries& GatewayMetrics::SeriesOf(std::string_view model,
+                                                      std::string_view target,
+                                                      std::string_view provider) {
+  const std::array<std::string_view, 3> key = {model, target, provider};
   {
-    ReaderMutexLock lock(&pairs_mu_);
-    if (auto it = pairs_.find(key); it != pairs_.end()) return *it->second;
+    ReaderMutexLock lock(&routes_mu_);
+    if (auto it = routes_.find(key); it != routes_.end()) return *it->second;
   }
-  WriterMutexLock lock(&pairs_mu_);
-  auto [it, inserted] = pairs_.try_emplace(std::pair<std::string, std::string>(model, provider));
-  if (inserted) it->second = std::make_unique<PairSeries>();
+  WriterMutexLock lock(&routes_mu_);
+  auto [it, inserted] = routes_.try_emplace(
+      RouteKey{std::string(model), std::string(target), std::string(provider)});
+  if (inserted) it->second = std::make_unique<RouteSeries>();
   return *it->second;
+}
+
+std::string_view GatewayMetrics::Bounded(std::string_view name) const {
+  if (known_models_.empty() || name.empty() || known_models_.contains(name)) return name;
+  return kOtherLabel;
+}
+
+void GatewayMetrics::Precreate(const MetricsScope::Route& route) {
+  const std::string_view model = route.model, target = route.target, provider = route.provider;
+  RouteSeries& s = SeriesOf(model, target, provider);
+  Cached(s.requests_ok, requests_, {model, target, provider, "ok"});
+  for (size_t k = 0; k < kTokenKinds; ++k) {
+    Cached(s.tokens[k], tokens_, {model, target, provider, kTokenKindNames[k]});
+    Cached(s.unreported[k], unreported_, {model, target, provider, kTokenKindNames[k]});
+  }
+  Cached(s.cost, cost_, {model, target, provider});
+  Cached(s.saved, saved_, {model, target, provider});
+  for (size_t c = 0; c < kMissCauses.size(); ++c) {
+    Cached(s.misses[c], misses_, {model, target, provider, kMissCauses[c]});
+    Cached(s.miss_cost[c], miss_cost_, {model, target, provider, kMissCauses[c]});
+  }
+  Cached(s.duration, duration_, {model, target, provider});
+  Cached(s.ttft, ttft_, {model, target, provider});
 }
 
 void GatewayMetrics::Observe(const RequestRecord& r) {
   // A request that never reached a provider (unknown model, bad request) is counted without its
   // model name: the client chooses that name, and one series per name would let any client grow
-  // the exposition without bound.
-  const std::string& model = r.provider.empty() ? kNoModel : r.model;
-  PairSeries& pair = SeriesOf(model, r.provider);
+  // the exposition without bound. For the same reason a name the config does not know (the
+  // scope's) is counted as "other".
+  const bool reached = !r.provider.empty();
+  const std::string_view model = reached ? Bounded(r.model) : std::string_view(kNoModel);
+  const std::string_view target =
+      reached ? Bounded(r.target.empty() ? r.model : r.target) : std::string_view(kNoModel);
+  const std::string_view provider = r.provider;
+  RouteSeries& route = SeriesOf(model, target, provider);
   if (r.status == "ok") {
-    Cached(pair.requests_ok, requests_, {model, r.provider, "ok"})->Inc();
+    Cached(route.requests_ok, requests_, {model, target, provider, "ok"})->Inc();
   } else {
-    requests_->WithLabels({model, r.provider, r.status})->Inc();
+    requests_->WithLabels({model, target, provider, r.status})->Inc();
   }
   // The endpoint names are kvgate's own (RequestRecord::endpoint), a handful: no cardinality risk.
   endpoint_requests_->WithLabels({r.endpoint, r.status})->Inc();
 
-  static constexpr std::array<std::string_view, 4> kKinds = {"cache_read", "cache_write",
-                                                             "uncached", "output"};
+  const Usage& u = r.usage;
   auto add_tokens = [&](size_t kind, std::optional<int64_t> n) {
     if (n && *n > 0) {
-      Cached(pair.tokens[kind], tokens_, {model, r.provider, kKinds[kind]})->Inc(uint64_t(*n));
+      Cached(route.tokens[kind], tokens_, {model, target, provider, kTokenKindNames[kind]})
+          ->Inc(uint64_t(*n));
     }
   };
-  const Usage& u = r.usage;
   add_tokens(0, u.cache_read);
   add_tokens(1, u.cache_write_5m);
   add_tokens(1, u.cache_write_1h);
   add_tokens(1, u.cache_write_no_ttl);
   add_tokens(2, u.uncached);
   add_tokens(3, u.output);
+  if (r.status == "ok") {
+    // Unknown is not zero: a turn whose provider left a count out is counted apart, so that a hit
+    // rate from the token counters can say how much it did not see.
+    const std::array<bool, kTokenKinds> known = {u.cache_read.has_value(),
+                                                 u.CacheWrite().has_value(),
+                                                 u.uncached.has_value(), u.output.has_value()};
+    for (size_t k = 0; k < kTokenKinds; ++k) {
+      if (!known[k]) {
+        Cached(route.unreported[k], unreported_, {model, target, provider, kTokenKindNames[k]})
+            ->Inc();
+      }
+    }
+  }
 
   if (r.cost.priced && r.cost.total > 0) {
-    Cached(pair.cost, cost_, {model, r.provider})->Inc(uint64_t(r.cost.total));
+    Cached(route.cost, cost_, {model, target, provider})->Inc(uint64_t(r.cost.total));
+  }
+  // Cost::saved, the figure the overview and the threads show, is net of the write premium and so
+  // negative on a turn whose writes cost more than its reads saved; a counter cannot go down, so
+  // such a turn adds nothing.
+  if (r.cost.priced && r.cost.saved > 0) {
+    Cached(route.saved, saved_, {model, target, provider})->Inc(uint64_t(r.cost.saved));
+  }
+  if (r.cache_diagnosis.is_object()) {
+    const auto cause_field = r.cache_diagnosis.find("cause");
+    const std::string_view cause =
+        cause_field != r.cache_diagnosis.end() && cause_field->is_string()
+            ? std::string_view(cause_field->get_ref<const std::string&>())
+            : std::string_view();
+    if (const size_t c = MissCauseIndex(cause); c < kMissCauses.size()) {
+      Cached(route.misses[c], misses_, {model, target, provider, kMissCauses[c]})->Inc();
+      if (r.cost.missed > 0) {
+        Cached(route.miss_cost[c], miss_cost_, {model, target, provider, kMissCauses[c]})
+            ->Inc(uint64_t(r.cost.missed));
+      }
+    }
+  }
+  // The exemplars' trace: the client's W3C trace when it sent one, else kvgate's request id,
+  // whose hex follows "req_".
+  std::string_view trace_id = r.trace_id;
+  if (trace_id.empty()) {
+    trace_id = r.request_id;
+    if (const size_t sep = trace_id.find('_'); sep != std::string_view::npos) {
+      trace_id.remove_prefix(sep + 1);
+    }
   }
   if (r.latency_us) {
-    Cached(pair.duration, duration_, {model, r.provider})->Observe(*r.latency_us / 1e6);
+    Cached(route.duration, duration_, {model, target, provider})
+        ->Observe(*r.latency_us / 1e6, trace_id);
   }
-  if (r.ttft_us) Cached(pair.ttft, ttft_, {model, r.provider})->Observe(*r.ttft_us / 1e6);
+  if (r.ttft_us) {
+    Cached(route.ttft, ttft_, {model, target, provider})->Observe(*r.ttft_us / 1e6, trace_id);
+  }
 
   const std::optional<int64_t> total = u.TotalInput();  // nullopt unless every part is known
   if (total && *total > 0 && u.cache_read) {
-    Gauge* gauge = Cached(pair.hit_ratio, hit_ratio_, {model, r.provider});
-    MutexLock lock(&pair.ratio_mu);
-    pair.ratio.cache_read += uint64_t(std::max<int64_t>(0, *u.cache_read));
-    pair.ratio.total_input += uint64_t(*total);
-    gauge->Set(double(pair.ratio.cache_read) / double(pair.ratio.total_input));
+    Gauge* gauge = Cached(route.hit_ratio, hit_ratio_, {model, target, provider});
+    MutexLock lock(&route.ratio_mu);
+    route.ratio.cache_read += uint64_t(std::max<int64_t>(0, *u.cache_read));
+    route.ratio.total_input += uint64_t(*total);
+    gauge->Set(double(route.ratio.cache_read) / double(route.ratio.total_input));
   }
 
   const bool upstream_failed =

@@ -20,6 +20,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -53,22 +54,50 @@ class Gauge {
   std::atomic<double> value_{0.0};
 };
 
+// One observation kept beside a histogram bucket, for OpenMetrics exemplars: the trace it came
+// from.
+struct Exemplar {
+  std::string trace_id;  // "" when the bucket has none
+  double value = 0;
+};
+
 // Bucket counts are kept per bucket (not cumulative) and summed at exposition, so `_count` always
 // equals the `+Inf` bucket even while observations race with a scrape.
 class Histogram {
  public:
   // REQUIRES: `bounds` strictly increasing and outliving this object (the family owns them).
   explicit Histogram(std::span<const double> bounds);
-  void Observe(double value);
+  // With a `trace_id`, the observation also becomes its bucket's exemplar (the latest one wins).
+  void Observe(double value, std::string_view trace_id = {});
   // Cumulative counts per upper bound, the last one for +Inf.
   std::vector<uint64_t> CumulativeCounts() const;
   double Sum() const { return sum_.load(std::memory_order_relaxed); }
+  // Each bucket's exemplar (bounds.size() + 1 of them), trace_id "" where none was observed.
+  std::vector<Exemplar> Exemplars() const;
 
  private:
   std::span<const double> bounds_;
   std::unique_ptr<std::atomic<uint64_t>[]> counts_;  // bounds_.size() + 1 (the overflow bucket)
   std::atomic<double> sum_{0.0};
+  // Only observations with a trace id take it: one short critical section per request.
+  mutable Mutex exemplar_mu_;
+  std::vector<Exemplar> exemplars_ GUARDED_BY(exemplar_mu_);  // bounds_.size() + 1
 };
+
+// The two exposition formats /metrics serves.
+enum class ExpositionFormat {
+  kText,         // Prometheus text format 0.0.4
+  kOpenMetrics,  // OpenMetrics 1.0: counter families named without _total, exemplars, # EOF
+};
+inline constexpr std::string_view kTextContentType = "text/plain; version=0.0.4; charset=utf-8";
+inline constexpr std::string_view kOpenMetricsContentType =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+// The format an Accept header asks for: OpenMetrics when it lists application/openmetrics-text
+// with a q above 0 (as Prometheus does by default), else the text format.
+ExpositionFormat NegotiateExposition(std::string_view accept);
+// The trace id of a W3C `traceparent` header ("00-<32 hex>-<16 hex>-<2 hex>"), "" when the header
+// is absent or malformed (or its trace id all zeros).
+std::string TraceIdOfTraceparent(std::string_view traceparent);
 
 enum class MetricType { kCounter, kGauge, kHistogram };
 
@@ -112,7 +141,7 @@ class Family {
   mutable SharedMutex mu_;
   std::map<std::vector<std::string>, std::unique_ptr<Series>, LabelsLess> series_ GUARDED_BY(mu_);
 
-  void ExposeTo(std::string& out) const;
+  void ExposeTo(std::string& out, ExpositionFormat format) const;
 };
 
 using CounterFamily = Family<Counter>;
@@ -143,8 +172,10 @@ class MetricsRegistry {
   using SectionWriter = std::function<void(std::string& out)>;
   void AddSection(SectionWriter writer);
 
-  // The whole exposition, text format 0.0.4 ("text/plain; version=0.0.4; charset=utf-8").
-  std::string Expose() const;
+  // The whole exposition, in the text format 0.0.4 (kTextContentType) or OpenMetrics
+  // (kOpenMetricsContentType). In OpenMetrics the sections' text is converted: a counter family
+  // is named without its _total suffix, quotes in HELP are escaped, and `# EOF` ends it all.
+  std::string Expose(ExpositionFormat format = ExpositionFormat::kText) const;
 
  private:
   Status CheckNewName(const std::string& name, const std::vector<std::string>& label_names)
@@ -187,21 +218,57 @@ inline constexpr std::chrono::seconds kStalledQueueAge{5};
 //   visible after the outage.
 nlohmann::json StoreHealth(const TelemetryStore::Stats& stats);
 
+// The label values the gateway's per-model series may take, from the config: every client-facing
+// name (a configured model or a router) with each configured model that can serve it and that
+// model's provider. They bound the series' cardinality (a name outside them is counted as
+// kOtherLabel) and are the series that exist, at 0, from startup.
+struct MetricsScope {
+  struct Route {
+    std::string model;     // what a client asks for: a configured model's or a router's name
+    std::string target;    // the configured model that serves it (== model without a router)
+    std::string provider;  // the target's provider
+  };
+  std::vector<Route> routes;
+};
+
+// The label value a model name outside the scope is counted under.
+inline constexpr std::string_view kOtherLabel = "other";
+
+// kvgate's own cache-miss causes (Diagnosis::cause), the values of the `cause` label.
+inline constexpr std::array<std::string_view, 7> kMissCauses = {
+    "expired",     "partial_eviction", "prompt_changed", "model_switch",
+    "routed_away", "engine_restarted", "below_minimum"};
+
 // The gateway's metric set on top of a registry. Thread safe.
 class GatewayMetrics {
  public:
-  // Registers the families below on `registry`, which must outlive this object. Fails only if the
-  // names are already taken in that registry.
-  static Result<std::unique_ptr<GatewayMetrics>> Create(MetricsRegistry& registry);
+  // Registers the families below on `registry`, which must outlive this object, and creates every
+  // series `scope` names at 0. With an empty scope any model name becomes a label value (tests);
+  // otherwise names outside it are counted as kOtherLabel. Fails only if the names are already
+  // taken in that registry.
+  static Result<std::unique_ptr<GatewayMetrics>> Create(MetricsRegistry& registry,
+                                                        MetricsScope scope = {});
 
-  // Updates, for one finished request:
-  //   kvgate_requests_total{model,provider,status}
+  // Updates, for one finished request (`model` is the name the client asked for, a router's name
+  // for a routed request; `target` the configured model that served it; both "" with `provider`
+  // for a request that reached no provider):
+  //   kvgate_requests_total{model,target,provider,status}
   //   kvgate_endpoint_requests_total{endpoint,status}  endpoint: chat.completions | completions |
   //                                                 responses | embeddings ("" when unreadable)
-  //   kvgate_tokens_total{model,provider,kind=cache_read|cache_write|uncached|output} (known only)
-  //   kvgate_cost_usd_total{model,provider}        (exact pico-USD, exposed as USD; priced only)
-  //   kvgate_request_duration_seconds{model,provider}, kvgate_time_to_first_token_seconds{...}
-  //   kvgate_cache_hit_ratio{model,provider}       cumulative cache_read / total input, over
+  //   kvgate_tokens_total{model,target,provider,kind=cache_read|cache_write|uncached|output}
+  //                                                 (reported counts only)
+  //   kvgate_tokens_unreported_total{model,target,provider,kind}  successful turns whose provider
+  //                                                 did not report that kind's count
+  //   kvgate_cost_usd_total{model,target,provider}  (exact pico-USD, exposed as USD; priced only)
+  //   kvgate_cache_saved_usd_total{model,target,provider}  what caching saved against the
+  //                                                 uncached input price (Cost::saved, when > 0)
+  //   kvgate_cache_misses_total{model,target,provider,cause}  turns kvgate diagnosed a miss on
+  //   kvgate_cache_miss_cost_usd_total{model,target,provider,cause}  what they lost (Cost::missed)
+  //   kvgate_request_duration_seconds{model,target,provider},
+  //   kvgate_time_to_first_token_seconds{...}       both with the request's trace id as
+  //                                                 exemplar: RequestRecord::trace_id, else the
+  //                                                 hex of its request id
+  //   kvgate_cache_hit_ratio{model,target,provider}  since-start cache_read / total input, over
   //                                                 requests whose whole input is known
   //   kvgate_upstream_errors_total{provider,code}  when status is upstream_error/timeout or the
   //                                                 upstream answered >= 400; code is the upstream
@@ -219,20 +286,25 @@ class GatewayMetrics {
   MetricsRegistry& registry() { return registry_; }
 
  private:
-  explicit GatewayMetrics(MetricsRegistry& registry) : registry_(registry) {}
+  GatewayMetrics(MetricsRegistry& registry, MetricsScope scope);
 
   struct HitRatio {
     uint64_t cache_read = 0;
     uint64_t total_input = 0;
   };
-  // The series one (model, provider) pair updates on every request, found with one map lookup per
-  // request instead of one per family. Each is created on first use (so the exposition lists only
-  // what was observed) and then kept; creation races are harmless, since a family hands the same
+  static constexpr size_t kTokenKinds = 4;  // cache_read, cache_write, uncached, output
+  // The series one (model, target, provider) triple updates on every request, found with one map
+  // lookup per request instead of one per family. Each is created on first use (or at startup for
+  // the scope's routes) and then kept; creation races are harmless, since a family hands the same
   // series to every caller for the same labels.
-  struct PairSeries {
-    std::atomic<Counter*> requests_ok{nullptr};     // status "ok"; other statuses are looked up
-    std::array<std::atomic<Counter*>, 4> tokens{};  // cache_read, cache_write, uncached, output
+  struct RouteSeries {
+    std::atomic<Counter*> requests_ok{nullptr};  // status "ok"; other statuses are looked up
+    std::array<std::atomic<Counter*>, kTokenKinds> tokens{};
+    std::array<std::atomic<Counter*>, kTokenKinds> unreported{};
     std::atomic<Counter*> cost{nullptr};
+    std::atomic<Counter*> saved{nullptr};
+    std::array<std::atomic<Counter*>, kMissCauses.size()> misses{};
+    std::array<std::atomic<Counter*>, kMissCauses.size()> miss_cost{};
     std::atomic<Histogram*> duration{nullptr};
     std::atomic<Histogram*> ttft{nullptr};
     std::atomic<Gauge*> hit_ratio{nullptr};
@@ -240,22 +312,34 @@ class GatewayMetrics {
     Mutex ratio_mu;
     HitRatio ratio GUARDED_BY(ratio_mu);
   };
-  // Orders (model, provider) pairs; transparent, so a lookup by string_views allocates nothing.
-  struct PairLess {
+  using RouteKey = std::array<std::string, 3>;  // model, target, provider
+  // Orders route keys; transparent, so a lookup by string_views allocates nothing.
+  struct RouteLess {
     using is_transparent = void;
     template <class A, class B>
     bool operator()(const A& a, const B& b) const {
-      return std::pair<std::string_view, std::string_view>(a.first, a.second) <
-             std::pair<std::string_view, std::string_view>(b.first, b.second);
+      return std::lexicographical_compare(
+          a.begin(), a.end(), b.begin(), b.end(),
+          [](std::string_view x, std::string_view y) { return x < y; });
     }
   };
-  PairSeries& SeriesOf(std::string_view model, std::string_view provider);
+  RouteSeries& SeriesOf(std::string_view model, std::string_view target, std::string_view provider);
+  // Creates the series of `route` a request would update, at 0.
+  void Precreate(const MetricsScope::Route& route);
+  // `name` when the scope knows it as a model (or there is no scope), else kOtherLabel.
+  std::string_view Bounded(std::string_view name) const;
 
   MetricsRegistry& registry_;
+  // Constant after construction: the client-facing and configured names of the scope.
+  const std::set<std::string, std::less<>> known_models_;
   CounterFamily* requests_ = nullptr;
   CounterFamily* endpoint_requests_ = nullptr;
   CounterFamily* tokens_ = nullptr;
+  CounterFamily* unreported_ = nullptr;
   CounterFamily* cost_ = nullptr;
+  CounterFamily* saved_ = nullptr;
+  CounterFamily* misses_ = nullptr;
+  CounterFamily* miss_cost_ = nullptr;
   HistogramFamily* duration_ = nullptr;
   HistogramFamily* ttft_ = nullptr;
   GaugeFamily* hit_ratio_ = nullptr;
@@ -264,9 +348,8 @@ class GatewayMetrics {
   CounterFamily* alerts_held_elsewhere_ = nullptr;
   CounterFamily* provider_diagnoses_ = nullptr;
 
-  SharedMutex pairs_mu_;  // guards the map's shape, not the series
-  std::map<std::pair<std::string, std::string>, std::unique_ptr<PairSeries>, PairLess> pairs_
-      GUARDED_BY(pairs_mu_);
+  SharedMutex routes_mu_;  // guards the map's shape, not the series
+  std::map<RouteKey, std::unique_ptr<RouteSeries>, RouteLess> routes_ GUARDED_BY(routes_mu_);
 };
 
 }  // namespace kvgate::telemetry

@@ -28,6 +28,9 @@ inline constexpr std::string_view kPurposeKeepWarm = "keep_warm";
 
 struct RequestRecord {
   std::string request_id;      // kvgate's id, also sent to the client as x-request-id
+  // The W3C trace id (32 hex) of the client's traceparent header, "" when it sent none; the
+  // metrics' exemplars name it. Not stored.
+  std::string trace_id;
   std::string thread_id;       // empty when the request has no thread
   std::string thread_source;   // kThreadFrom*: where thread_id came from; "" without one
   // An automatic thread that forked off another (a second request continued the same turn): the

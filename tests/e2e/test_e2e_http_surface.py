@@ -438,7 +438,7 @@ def test_unknown_models_do_not_become_metric_series(spawn_kvgate, sim):
     provider="": client-chosen names must not create series."""
     kg = spawn_kvgate("cardinality")
     gw = kg.gateway()
-    series = 'kvgate_requests_total{model="",provider="",status="error"}'
+    series = 'kvgate_requests_total{model="",target="",provider="",status="error"}'
     before = metric_value(metrics_text(gw), series)
     names = [f"made-up-model-{uuid.uuid4().hex[:8]}" for _ in range(20)]
     client = gw.client()

@@ -184,7 +184,7 @@ TEST(GatewayMetricsTest, ObserveUpdatesEveryFamily) {
   (*metrics)->ObserveAlertDelivery("slack", "delivered");
 
   const std::string text = registry.Expose();
-  const std::string mp = "model=\"gpt-4o\",provider=\"openai\"";
+  const std::string mp = "model=\"gpt-4o\",target=\"gpt-4o\",provider=\"openai\"";
   EXPECT_TRUE(Contains(text, "kvgate_requests_total{" + mp + ",status=\"ok\"} 2\n")) << text;
   EXPECT_TRUE(Contains(text, "kvgate_requests_total{" + mp + ",status=\"upstream_error\"} 1\n"));
   // The endpoint each request came to (SampleRecord's is chat.completions).
@@ -212,10 +212,201 @@ TEST(GatewayMetricsTest, ObserveUpdatesEveryFamily) {
       Contains(text, "kvgate_alert_deliveries_total{channel=\"slack\",outcome=\"delivered\"} 1\n"));
 }
 
+TEST(GatewayMetricsTest, DiagnosedMissesAndSavingsAreCountedByCause) {
+  MetricsRegistry registry;
+  auto metrics = GatewayMetrics::Create(registry);
+  ASSERT_TRUE(metrics.has_value());
+  RequestRecord expired = SampleRecord();
+  expired.cache_diagnosis = {{"cause", "expired"}, {"detail", "idle"}};
+  expired.cost.missed = 1'500'000'000;  // 0.0015 USD
+  expired.cost.saved = 250'000'000;     // 0.00025 USD
+  (*metrics)->Observe(expired);
+  (*metrics)->Observe(expired);
+  RequestRecord changed = SampleRecord();
+  changed.cache_diagnosis = {{"cause", "prompt_changed"}};
+  changed.cost.missed = 7;
+  changed.cost.saved = -40;  // writes cost more than reads saved: adds nothing
+  (*metrics)->Observe(changed);
+  RequestRecord below = SampleRecord();
+  below.cache_diagnosis = {{"cause", "below_minimum"}};
+  (*metrics)->Observe(below);
+  RequestRecord odd = SampleRecord();
+  odd.cache_diagnosis = {{"cause", "no_such_cause"}};  // not one of kvgate's: no series
+  odd.cost.missed = 99;
+  (*metrics)->Observe(odd);
+
+  const std::string text = registry.Expose();
+  const std::string mtp = "model=\"gpt-4o\",target=\"gpt-4o\",provider=\"openai\"";
+  EXPECT_TRUE(Contains(text, "kvgate_cache_misses_total{" + mtp + ",cause=\"expired\"} 2\n"))
+      << text;
+  EXPECT_TRUE(Contains(text, "kvgate_cache_misses_total{" + mtp + ",cause=\"prompt_changed\"} 1\n"));
+  EXPECT_TRUE(Contains(text, "kvgate_cache_misses_total{" + mtp + ",cause=\"below_minimum\"} 1\n"));
+  EXPECT_FALSE(Contains(text, "no_such_cause")) << text;
+  EXPECT_TRUE(
+      Contains(text, "kvgate_cache_miss_cost_usd_total{" + mtp + ",cause=\"expired\"} 0.003\n"))
+      << text;
+  EXPECT_TRUE(Contains(text, "kvgate_cache_miss_cost_usd_total{" + mtp +
+                                 ",cause=\"prompt_changed\"} 0.000000000007\n"))
+      << text;
+  EXPECT_TRUE(Contains(text, "kvgate_cache_saved_usd_total{" + mtp + "} 0.0005\n")) << text;
+}
+
+TEST(GatewayMetricsTest, ScopeSeriesExistAtZeroAndBoundTheLabels) {
+  MetricsRegistry registry;
+  MetricsScope scope;
+  scope.routes = {{"gpt-4o", "gpt-4o", "openai"},
+                  {"claude", "claude", "anthropic"},
+                  {"chain", "gpt-4o", "openai"},
+                  {"chain", "claude", "anthropic"}};
+  auto metrics = GatewayMetrics::Create(registry, scope);
+  ASSERT_TRUE(metrics.has_value());
+  std::string text = registry.Expose();
+  for (const char* route : {"model=\"gpt-4o\",target=\"gpt-4o\",provider=\"openai\"",
+                            "model=\"chain\",target=\"claude\",provider=\"anthropic\""}) {
+    const std::string r = route;
+    EXPECT_TRUE(Contains(text, "kvgate_requests_total{" + r + ",status=\"ok\"} 0\n")) << text;
+    for (const char* kind : {"cache_read", "cache_write", "uncached", "output"}) {
+      EXPECT_TRUE(Contains(text, "kvgate_tokens_total{" + r + ",kind=\"" + kind + "\"} 0\n"));
+      EXPECT_TRUE(
+          Contains(text, "kvgate_tokens_unreported_total{" + r + ",kind=\"" + kind + "\"} 0\n"));
+    }
+    EXPECT_TRUE(Contains(text, "kvgate_cost_usd_total{" + r + "} 0\n"));
+    EXPECT_TRUE(Contains(text, "kvgate_cache_saved_usd_total{" + r + "} 0\n"));
+    for (std::string_view cause : kMissCauses) {
+      const std::string c(cause);
+      EXPECT_TRUE(Contains(text, "kvgate_cache_misses_total{" + r + ",cause=\"" + c + "\"} 0\n"));
+      EXPECT_TRUE(
+          Contains(text, "kvgate_cache_miss_cost_usd_total{" + r + ",cause=\"" + c + "\"} 0\n"));
+    }
+    EXPECT_TRUE(Contains(text, "kvgate_request_duration_seconds_count{" + r + "} 0\n"));
+    EXPECT_TRUE(Contains(text, "kvgate_time_to_first_token_seconds_count{" + r + "} 0\n"));
+  }
+  // No route the config cannot take.
+  EXPECT_FALSE(Contains(text, "model=\"gpt-4o\",target=\"claude\"")) << text;
+
+  // A routed turn: the router's name as model, the model that served it as target.
+  RequestRecord routed = SampleRecord();
+  routed.model = "chain";
+  routed.target = "claude";
+  routed.provider = "anthropic";
+  (*metrics)->Observe(routed);
+  // A name outside the scope (a dated alias a provider resolved, say) collapses to "other".
+  RequestRecord alias = SampleRecord();
+  alias.model = "gpt-4o-2024-08-06";
+  alias.target = "gpt-4o-2024-08-06";
+  (*metrics)->Observe(alias);
+  text = registry.Expose();
+  EXPECT_TRUE(Contains(text, "kvgate_requests_total{model=\"chain\",target=\"claude\","
+                             "provider=\"anthropic\",status=\"ok\"} 1\n"))
+      << text;
+  EXPECT_TRUE(Contains(text, "kvgate_tokens_total{model=\"chain\",target=\"claude\","
+                             "provider=\"anthropic\",kind=\"cache_read\"} 1024\n"));
+  EXPECT_TRUE(Contains(text, "kvgate_requests_total{model=\"other\",target=\"other\","
+                             "provider=\"openai\",status=\"ok\"} 1\n"))
+      << text;
+  EXPECT_FALSE(Contains(text, "2024-08-06")) << text;
+}
+
+TEST(GatewayMetricsTest, UnreportedCountsAreCountedApartFromZero) {
+  MetricsRegistry registry;
+  auto metrics = GatewayMetrics::Create(registry);
+  ASSERT_TRUE(metrics.has_value());
+  RequestRecord r = SampleRecord();
+  r.usage.cache_read.reset();      // vLLM without prompt_tokens_details: unknown
+  r.usage.cache_write_1h.reset();  // one write part unknown: the writes are unknown
+  r.usage.uncached = 0;            // known zero: not unreported
+  (*metrics)->Observe(r);
+  RequestRecord failed = SampleRecord();
+  failed.status = "upstream_error";
+  failed.usage = Usage{};  // a failed request reports nothing: not a turn with unknown usage
+  (*metrics)->Observe(failed);
+  const std::string text = registry.Expose();
+  const std::string mtp = "model=\"gpt-4o\",target=\"gpt-4o\",provider=\"openai\"";
+  EXPECT_TRUE(
+      Contains(text, "kvgate_tokens_unreported_total{" + mtp + ",kind=\"cache_read\"} 1\n"))
+      << text;
+  EXPECT_TRUE(
+      Contains(text, "kvgate_tokens_unreported_total{" + mtp + ",kind=\"cache_write\"} 1\n"));
+  EXPECT_FALSE(Contains(text, "kvgate_tokens_unreported_total{" + mtp + ",kind=\"uncached\"}"));
+  EXPECT_FALSE(Contains(text, "kvgate_tokens_unreported_total{" + mtp + ",kind=\"output\"}"));
+  EXPECT_FALSE(Contains(text, "kvgate_tokens_total{" + mtp + ",kind=\"cache_read\"}"));
+}
+
 TEST(GatewayMetricsTest, CreateTwiceOnOneRegistryFails) {
   MetricsRegistry registry;
   ASSERT_TRUE(GatewayMetrics::Create(registry).has_value());
   EXPECT_FALSE(GatewayMetrics::Create(registry).has_value());
+}
+
+TEST(OpenMetricsTest, ExemplarsNameTheTraceAndCountersDropTotal) {
+  MetricsRegistry registry;
+  auto metrics = GatewayMetrics::Create(registry);
+  ASSERT_TRUE(metrics.has_value());
+  RequestRecord traced = SampleRecord();  // 1.2 s, TTFT 0.3 s
+  traced.request_id = "req_0123abcd";
+  traced.trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+  (*metrics)->Observe(traced);
+  RequestRecord untraced = SampleRecord();
+  untraced.request_id = "req_00ff11ee";
+  untraced.latency_us = 40'000;  // the 0.05 bucket
+  (*metrics)->Observe(untraced);
+  registry.AddSection([](std::string& out) {
+    out += "# HELP engine_things_total Things \"quoted\".\n# TYPE engine_things_total counter\n"
+           "engine_things_total 3\n# HELP odd_counter No suffix.\n# TYPE odd_counter counter\n"
+           "odd_counter 1\n";
+  });
+
+  const std::string om = registry.Expose(ExpositionFormat::kOpenMetrics);
+  const std::string mtp = "model=\"gpt-4o\",target=\"gpt-4o\",provider=\"openai\"";
+  EXPECT_TRUE(Contains(om, "kvgate_request_duration_seconds_bucket{" + mtp +
+                               ",le=\"2.5\"} 2 # {trace_id=\"4bf92f3577b34da6a3ce929d0e0e4736\"} "
+                               "1.2\n"))
+      << om;
+  // Without a traceparent, the request id's hex.
+  EXPECT_TRUE(Contains(om, "kvgate_request_duration_seconds_bucket{" + mtp +
+                               ",le=\"0.05\"} 1 # {trace_id=\"00ff11ee\"} 0.04\n"))
+      << om;
+  EXPECT_TRUE(Contains(om, "# TYPE kvgate_requests counter\n")) << om;
+  EXPECT_TRUE(Contains(om, "# HELP kvgate_requests Requests handled")) << om;
+  EXPECT_TRUE(Contains(om, "kvgate_requests_total{" + mtp + ",status=\"ok\"} 2\n")) << om;
+  EXPECT_TRUE(Contains(om, "# HELP engine_things Things \\\"quoted\\\".\n# TYPE engine_things "
+                           "counter\nengine_things_total 3\n"))
+      << om;
+  EXPECT_TRUE(Contains(om, "# TYPE odd_counter unknown\n")) << om;
+  EXPECT_TRUE(om.ends_with("odd_counter 1\n# EOF\n")) << om;
+  // The text format is unchanged: no exemplars, no EOF, counter families with _total.
+  const std::string text = registry.Expose();
+  EXPECT_FALSE(Contains(text, "trace_id")) << text;
+  EXPECT_FALSE(Contains(text, "# EOF")) << text;
+  EXPECT_TRUE(Contains(text, "# TYPE kvgate_requests_total counter\n")) << text;
+}
+
+TEST(OpenMetricsTest, AcceptHeaderPicksTheFormat) {
+  EXPECT_EQ(NegotiateExposition(""), ExpositionFormat::kText);
+  EXPECT_EQ(NegotiateExposition("text/plain"), ExpositionFormat::kText);
+  EXPECT_EQ(NegotiateExposition("*/*"), ExpositionFormat::kText);
+  // What Prometheus 2.x sends.
+  EXPECT_EQ(NegotiateExposition("application/openmetrics-text;version=1.0.0,application/"
+                                "openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;"
+                                "q=0.5,*/*;q=0.1"),
+            ExpositionFormat::kOpenMetrics);
+  EXPECT_EQ(NegotiateExposition("text/plain;q=0.9, application/openmetrics-text; q=0.5"),
+            ExpositionFormat::kOpenMetrics);
+  EXPECT_EQ(NegotiateExposition("application/openmetrics-text;q=0"), ExpositionFormat::kText);
+  EXPECT_EQ(NegotiateExposition("application/openmetrics-textual"), ExpositionFormat::kText);
+}
+
+TEST(OpenMetricsTest, TraceparentGivesItsTraceId) {
+  EXPECT_EQ(TraceIdOfTraceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+            "4bf92f3577b34da6a3ce929d0e0e4736");
+  EXPECT_EQ(TraceIdOfTraceparent(""), "");
+  EXPECT_EQ(TraceIdOfTraceparent("00-00000000000000000000000000000000-00f067aa0ba902b7-01"), "");
+  EXPECT_EQ(TraceIdOfTraceparent("ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"), "");
+  EXPECT_EQ(TraceIdOfTraceparent("00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01"), "");
+  EXPECT_EQ(TraceIdOfTraceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x"), "");
+  EXPECT_EQ(TraceIdOfTraceparent("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x"),
+            "4bf92f3577b34da6a3ce929d0e0e4736");
+  EXPECT_EQ(TraceIdOfTraceparent("00-4bf92f3577b34da6a3ce929d0e0e47\"6-00f067aa0ba902b7-01"), "");
 }
 
 // promtool is the reference parser for the exposition format; CI installs it (scripts/setup.sh).
@@ -225,10 +416,15 @@ TEST(PromtoolTest, ExpositionPassesPromtoolCheckMetrics) {
                     "exposition not validated by the reference parser";
   }
   MetricsRegistry registry;
-  auto metrics = GatewayMetrics::Create(registry);
+  MetricsScope scope;
+  scope.routes = {{"we\"ird\\model\nname", "we\"ird\\model\nname", "openai"},
+                  {"gpt-4o", "gpt-4o", "openai"}};
+  auto metrics = GatewayMetrics::Create(registry, scope);
   ASSERT_TRUE(metrics.has_value());
   RequestRecord r = SampleRecord();
   r.model = "we\"ird\\model\nname";
+  r.cache_diagnosis = {{"cause", "expired"}};
+  r.cost.missed = 12'345;
   (*metrics)->Observe(r);
   (*metrics)->Observe(SampleRecord());
   (*metrics)->ObserveAlertDelivery("webhook", "failed");

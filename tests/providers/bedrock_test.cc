@@ -83,11 +83,13 @@ TEST(BedrockBuildTest, StreamPathsInvokeBodyAndBearer) {
   EXPECT_EQ(b["anthropic_version"], "bedrock-2023-05-31");
   EXPECT_FALSE(b.contains("model"));
   EXPECT_FALSE(b.contains("stream"));
-  EXPECT_EQ(b["messages"][0]["content"], "hi");
+  EXPECT_EQ(b["messages"][0]["content"][0]["text"], "hi");
   bool bearer = false;
   for (const auto& [name, value] : call->headers) {
     bearer = bearer || (name == "authorization" && value == "Bearer bedrock-api-key");
-    if (name == "accept") EXPECT_EQ(value, "application/vnd.amazon.eventstream");
+    if (name == "accept") {
+      EXPECT_EQ(value, "application/vnd.amazon.eventstream");
+    }
   }
   EXPECT_TRUE(bearer);
   o.bedrock_api = BedrockApi::kConverse;

@@ -329,3 +329,16 @@ def test_missing_credentials_is_a_clear_config_error(kvgate_bin, tmp_path):
                          capture_output=True, timeout=30)
     assert out.returncode != 0
     assert b"api must be converse or invoke" in out.stderr, out.stderr
+
+
+def test_responses_api_client_reaches_converse(bgw, sim):
+    """The Responses API is translated to chat for bedrock, then to Converse."""
+    raw = bgw.client().responses.with_raw_response.create(
+        model="claude-br", instructions=long_text("resp", 1300), input="Say something.",
+        max_output_tokens=16)
+    response = raw.parse()
+    assert response.output_text
+    entry = sim_entry(sim, "/converse")
+    rec = assert_recorded_as_sim(bgw, raw.headers["x-request-id"], entry)
+    assert rec["endpoint"] == "responses"
+    assert response.usage.output_tokens == entry["usage"]["outputTokens"]

@@ -41,6 +41,7 @@ constexpr ProviderType kTypes[] = {
     ProviderType::kOpenAI,     ProviderType::kAnthropic,    ProviderType::kDeepSeek,
     ProviderType::kVllm,       ProviderType::kSglang,       ProviderType::kLlamaCpp,
     ProviderType::kOpenRouter, ProviderType::kGeminiOpenAI, ProviderType::kLocal,
+    ProviderType::kBedrock,
 };
 
 [[noreturn]] void Fail(const char* what, std::string_view input) {

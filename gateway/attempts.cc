@@ -107,6 +107,7 @@ AttemptPlan Gateway::PlanAttempt(const InferenceCall& call, const router::Target
       .stream = call.stream,
       .client_wants_usage = call.client_wants_usage};
   plan.options.cache_helpers = CacheHelpersFor(connection, rec.thread_id, *deps_.recorder);
+  if (target.bedrock_api == "invoke") plan.options.bedrock_api = providers::BedrockApi::kInvoke;
   return plan;
 }
 

@@ -300,7 +300,7 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
       Reader r{m, "models[" + std::to_string(i) + "]"};
       if (!m.is_object()) return MakeError(ErrorCode::kInvalidArgument, r.path + " must be a mapping");
       if (Status s = OnlyKeys(m, r.path, {"name", "provider", "upstream_model", "pricing",
-                                          "context_window", "supports", "keep_warm"});
+                                          "context_window", "supports", "keep_warm", "api"});
           !s) {
         return std::unexpected(s.error());
       }
@@ -314,6 +314,9 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
       auto upstream = r.String("upstream_model", mc.name);
       if (!upstream) return std::unexpected(upstream.error());
       mc.upstream_model = upstream->empty() ? mc.name : *upstream;
+      auto api = r.String("api", "");
+      if (!api) return std::unexpected(api.error());
+      mc.api = *api;
       if (auto pr = m.find("pricing"); pr != m.end() && pr->is_object() && pr->contains("as")) {
         // A comparison price: the catalog's price of another model (BuildTargets looks it up).
         const json& as = (*pr)["as"];
@@ -609,8 +612,11 @@ Result<GatewayConfig> ParseConfig(const std::string& yaml_text, const EnvLookup&
     return MakeError(config.error().code, source + ": " + message);
   }
   for (const auto& name : unset) {
+    // An unset optional session token is the usual case, not worth a warning.
+    if (name == "AWS_SESSION_TOKEN") continue;
     config->warnings.push_back("environment variable " + name + " is not set; using \"\"");
   }
+  for (ProviderConfig& p : config->providers) config_internal::ResolveAwsCredentials(p, env);
   if (auto s = ValidateConfig(*config); !s) {
     return MakeError(s.error().code, source + ": " + s.error().message);
   }
@@ -723,6 +729,18 @@ Status ValidateConfig(const GatewayConfig& config) {
     if (!providers.contains(m.provider)) {
       return MakeError(ErrorCode::kInvalidArgument,
                        where + ".provider \"" + m.provider + "\" is not a configured provider");
+    }
+    if (!m.api.empty()) {
+      const auto p = std::find_if(config.providers.begin(), config.providers.end(),
+                                  [&m](const ProviderConfig& pc) { return pc.name == m.provider; });
+      if (p->type != "bedrock") {
+        return MakeError(ErrorCode::kInvalidArgument,
+                         where + ".api is only for models of bedrock providers");
+      }
+      if (m.api != "converse" && m.api != "invoke") {
+        return MakeError(ErrorCode::kInvalidArgument,
+                         where + ".api must be converse or invoke, not \"" + m.api + "\"");
+      }
     }
   }
   std::vector<std::string> model_names;

@@ -31,6 +31,15 @@ struct ProviderConfig {
   // Several keys of one provider (api_keys: [...]; api_key is then empty): a thread sticks to the
   // key that served it (router affinity), others are spread over them.
   std::vector<std::string> api_keys;
+  // Only for type bedrock: the AWS region (signing scope; the default base_url
+  // https://bedrock-runtime.{region}.amazonaws.com) and the credentials SigV4 signs with. Left
+  // empty in the config, they come from the AWS environment variables, else the shared
+  // credentials file (ResolveAwsCredentials). An api_key instead is a Bedrock API key, sent as a
+  // bearer token with no signature.
+  std::string region;
+  std::string aws_access_key_id;
+  std::string aws_secret_access_key;
+  std::string aws_session_token;
   // Only for type local: the GGUF model file, the KV pool size in tokens (0: 8192 on cpu; on cuda
   // gpu_memory_fraction of the GPU memory left after the weights), the device (cpu | cuda) and the
   // CPU threads (0: one per core).
@@ -85,6 +94,9 @@ struct ModelConfig {
   std::string name;            // what clients send as "model"
   std::string provider;        // a ProviderConfig::name
   std::string upstream_model;  // what is sent upstream (defaults to name)
+  // Only for bedrock providers: "converse" (the default) or "invoke" (InvokeModel with
+  // Anthropic's body); "" for other types.
+  std::string api;
   std::optional<telemetry::Price> pricing;  // overrides the catalog
   // `pricing: {as: MODEL}`: priced at the catalog's price of another model, a comparison price
   // (what the same tokens would cost there; a self-hosted model has no per-token price). "" when

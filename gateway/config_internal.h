@@ -73,5 +73,10 @@ Result<KeepWarmConfig> ParseKeepWarm(const json& k, const std::string& path);
 Result<ProviderConfig> ParseProvider(const json& p, const std::string& path);
 // The checks that need the whole entry (type, what each type allows), errors naming `where`.
 Status ValidateProvider(const ProviderConfig& p, const std::string& where);
+// A bedrock provider without credentials in its config takes them from the environment
+// (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN), else from the shared
+// credentials file (AWS_SHARED_CREDENTIALS_FILE, else $HOME/.aws/credentials; profile
+// AWS_PROFILE, else default). Other types, and a provider with an api_key, are left as they are.
+void ResolveAwsCredentials(ProviderConfig& p, const EnvLookup& env);
 
 }  // namespace kvgate::gateway::config_internal

@@ -1,5 +1,7 @@
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "gateway/config_internal.h"
@@ -133,7 +135,8 @@ Result<ProviderConfig> ParseProvider(const json& p, const std::string& path) {
           {"name", "type", "base_url", "api_key", "api_keys", "model_path", "device",
            "kv_cache_tokens", "kv_cache_dtype", "threads", "gpu_memory_fraction", "cuda_graphs",
            "fp8_gemm", "offload", "max_output_tokens_default", "share_prefix_cache_across_keys",
-           "prompt_cache_key", "anthropic_auto_cache", "anthropic_cache_diagnostics"});
+           "prompt_cache_key", "anthropic_auto_cache", "anthropic_cache_diagnostics", "region",
+           "aws_access_key_id", "aws_secret_access_key", "aws_session_token"});
       !s) {
     return std::unexpected(s.error());
   }
@@ -141,7 +144,10 @@ Result<ProviderConfig> ParseProvider(const json& p, const std::string& path) {
   for (auto [slot, key] : {std::pair{&pc.name, "name"}, {&pc.type, "type"},
                            {&pc.base_url, "base_url"}, {&pc.api_key, "api_key"},
                            {&pc.model_path, "model_path"}, {&pc.device, "device"},
-                           {&pc.kv_cache_dtype, "kv_cache_dtype"}}) {
+                           {&pc.kv_cache_dtype, "kv_cache_dtype"}, {&pc.region, "region"},
+                           {&pc.aws_access_key_id, "aws_access_key_id"},
+                           {&pc.aws_secret_access_key, "aws_secret_access_key"},
+                           {&pc.aws_session_token, "aws_session_token"}}) {
     auto v = r.String(key, *slot);
     if (!v) return std::unexpected(v.error());
     *slot = *v;
@@ -199,6 +205,9 @@ Result<ProviderConfig> ParseProvider(const json& p, const std::string& path) {
       pc.api_keys.push_back(key.get<std::string>());
     }
   }
+  if (pc.type == "bedrock" && pc.base_url.empty() && !pc.region.empty()) {
+    pc.base_url = "https://bedrock-runtime." + pc.region + ".amazonaws.com";
+  }
   while (!pc.base_url.empty() && pc.base_url.back() == '/') pc.base_url.pop_back();
   if (Status s = ParseCacheHelpers(p, path, pc); !s) return std::unexpected(s.error());
   return pc;
@@ -214,6 +223,37 @@ Status ValidateProvider(const ProviderConfig& p, const std::string& where) {
   if (!p.anthropic_auto_cache_ttl.empty() && !(traits && traits->anthropic_cache_helpers)) {
     return MakeError(ErrorCode::kInvalidArgument,
                      where + ".anthropic_auto_cache is only for type anthropic");
+  }
+  const bool bedrock = type == telemetry::ProviderType::kBedrock;
+  if (!bedrock && (!p.region.empty() || !p.aws_access_key_id.empty() ||
+                   !p.aws_secret_access_key.empty() || !p.aws_session_token.empty())) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     where + ": region and aws_* credentials are only for type bedrock");
+  }
+  if (bedrock) {
+    if (p.region.empty()) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       where + ".region is required for type bedrock (e.g. us-east-1)");
+    }
+    if (p.anthropic_cache_diagnostics) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       where + ".anthropic_cache_diagnostics is Anthropic's own API: not for "
+                               "type bedrock");
+    }
+    const bool key = !p.api_key.empty() || !p.api_keys.empty();
+    const bool aws = !p.aws_access_key_id.empty() && !p.aws_secret_access_key.empty();
+    if (!key && !aws) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       where + ": no AWS credentials for type bedrock: give aws_access_key_id "
+                               "and aws_secret_access_key (or api_key, a Bedrock API key), or set "
+                               "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or put them in the "
+                               "shared credentials file (AWS_SHARED_CREDENTIALS_FILE or "
+                               "~/.aws/credentials, profile AWS_PROFILE or default)");
+    }
+    if (key && aws) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       where + ": give api_key (a Bedrock API key) or aws_* credentials, not both");
+    }
   }
   if (p.anthropic_cache_diagnostics && !(traits && traits->anthropic_cache_helpers)) {
     return MakeError(ErrorCode::kInvalidArgument,
@@ -277,6 +317,65 @@ Status ValidateProvider(const ProviderConfig& p, const std::string& where) {
                      where + ".base_url must start with http:// or https://");
   }
   return {};
+}
+
+namespace {
+
+// The [profile] section's key from an INI-style AWS credentials file, "" when absent.
+std::string CredentialsFileValue(const std::string& text, const std::string& profile,
+                                 const std::string& key) {
+  std::istringstream in(text);
+  std::string line;
+  bool in_profile = false;
+  auto trim = [](std::string s) {
+    const auto first = s.find_first_not_of(" \t\r");
+    if (first == std::string::npos) return std::string();
+    const auto last = s.find_last_not_of(" \t\r");
+    return s.substr(first, last - first + 1);
+  };
+  while (std::getline(in, line)) {
+    line = trim(line);
+    if (line.empty() || line[0] == '#' || line[0] == ';') continue;
+    if (line.front() == '[' && line.back() == ']') {
+      in_profile = trim(line.substr(1, line.size() - 2)) == profile;
+      continue;
+    }
+    if (!in_profile) continue;
+    const auto eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    if (trim(line.substr(0, eq)) == key) return trim(line.substr(eq + 1));
+  }
+  return "";
+}
+
+}  // namespace
+
+void ResolveAwsCredentials(ProviderConfig& p, const EnvLookup& env) {
+  if (p.type != "bedrock") return;
+  if (!p.api_key.empty() || !p.api_keys.empty()) return;
+  if (!p.aws_access_key_id.empty() && !p.aws_secret_access_key.empty()) return;
+  auto get = [&env](const char* name) { return env(name).value_or(""); };
+  if (!get("AWS_ACCESS_KEY_ID").empty() && !get("AWS_SECRET_ACCESS_KEY").empty()) {
+    p.aws_access_key_id = get("AWS_ACCESS_KEY_ID");
+    p.aws_secret_access_key = get("AWS_SECRET_ACCESS_KEY");
+    p.aws_session_token = get("AWS_SESSION_TOKEN");
+    return;
+  }
+  std::string file = get("AWS_SHARED_CREDENTIALS_FILE");
+  if (file.empty() && !get("HOME").empty()) file = get("HOME") + "/.aws/credentials";
+  if (file.empty()) return;
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return;
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  std::string profile = get("AWS_PROFILE");
+  if (profile.empty()) profile = "default";
+  const std::string id = CredentialsFileValue(buffer.str(), profile, "aws_access_key_id");
+  const std::string secret = CredentialsFileValue(buffer.str(), profile, "aws_secret_access_key");
+  if (id.empty() || secret.empty()) return;
+  p.aws_access_key_id = id;
+  p.aws_secret_access_key = secret;
+  p.aws_session_token = CredentialsFileValue(buffer.str(), profile, "aws_session_token");
 }
 
 }  // namespace kvgate::gateway::config_internal

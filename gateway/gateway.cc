@@ -49,6 +49,12 @@ Result<std::unique_ptr<Gateway>> Gateway::Create(const GatewayConfig& config, Ga
   for (const auto& [name, connection] : gateway->connections_) {
     provider_keys.insert(provider_keys.end(), connection.api_keys.begin(),
                          connection.api_keys.end());
+    // Bedrock: the session token goes out with every request (an upstream may quote it); the
+    // secret never does, but is as secret as any key.
+    for (const std::string* secret :
+         {&connection.aws.secret_access_key, &connection.aws.session_token}) {
+      if (!secret->empty()) provider_keys.push_back(*secret);
+    }
   }
   gateway->redactor_ = SecretRedactor(provider_keys);
   if (config.diagnosis_excerpts) deps.recorder->KeepPromptTexts(gateway->redactor_);

@@ -20,6 +20,7 @@
 #include "gateway/alerting.h"
 #include "gateway/config.h"
 #include "gateway/gateway.h"
+#include "gateway/sigv4_command.h"
 #include "gateway/http/server.h"
 #include "gateway/local_provider.h"
 #include "gateway/recorder.h"
@@ -64,6 +65,9 @@ constexpr char kUsage[] =
     "  kv-size   [--model NAME | --gguf PATH | --hf-config PATH] [--dtype T] [--context N]\n"
     "            [--gpu-mem SIZE] [--gpu-memory-utilization F] [--weights SIZE]\n"
     "            KV-cache bytes per token and sessions that fit in GPU memory\n"
+    "  sigv4-sign  < REQUEST.json\n"
+    "            the Bedrock signer: a request as JSON on stdin, its AWS SigV4 headers as JSON on\n"
+    "            stdout (to check it against other SigV4 implementations)\n"
     "  version   print the version\n"
     "\n"
     "`kvgate <command> --help` lists that command's own flags.\n";
@@ -103,6 +107,14 @@ constexpr char kEngineUsage[] =
 constexpr char kVersionUsage[] =
     "usage: kvgate version\n"
     "  print kvgate's version and which malloc serves it (it takes no flags)\n";
+
+constexpr char kSigV4SignUsage[] =
+    "usage: kvgate sigv4-sign < REQUEST.json\n"
+    "  sign one request as kvgate signs its Bedrock calls (AWS SigV4) and print the result; it\n"
+    "  takes no flags. stdin: {\"method\", \"host\", \"path\", \"query\", \"headers\": [[name,\n"
+    "  value], ...], \"body\", \"access_key_id\", \"secret_access_key\", \"session_token\",\n"
+    "  \"region\", \"service\", \"unix_seconds\"}; stdout: {\"headers\", \"canonical_request\",\n"
+    "  \"string_to_sign\"}\n";
 
 // Which malloc serves this process. The build may link mimalloc (KVGATE_ALLOCATOR); this checks that
 // the dynamic linker really resolved malloc to it, which linking alone does not prove.
@@ -523,6 +535,7 @@ int main(int argc, char** argv) {
   const char* own_usage = command == "serve"     ? kServeUsage
                           : command == "engine"  ? kEngineUsage
                           : command == "version" ? kVersionUsage
+                          : command == "sigv4-sign" ? kSigV4SignUsage
                           : command == "help"    ? kUsage
                                                  : nullptr;
   for (int i = 2; own_usage != nullptr && i < argc; ++i) {
@@ -533,6 +546,7 @@ int main(int argc, char** argv) {
   }
   if (command == "serve") return Serve(argc, argv);
   if (command == "engine") return Engine(argc, argv);
+  if (command == "sigv4-sign") return gateway::RunSigV4SignCommand();
   if (command == "version" || command == "--version") {
     std::printf("kvgate 0.1.0\nmalloc: %s\n", MallocName().c_str());
     return 0;

@@ -221,6 +221,31 @@ class RemoteUpstream final : public Upstream {
                   "upstream_error", Failure::kConnect);
   }
 
+  // Bedrock: the SigV4 headers (host, x-amz-date, x-amz-security-token, authorization) for the
+  // request as it will go out, signed now with the connection's credentials.
+  void SignForAws(const ProviderConnection& connection, const upstream::OutgoingRequest& out,
+                  std::vector<std::pair<std::string, std::string>>& headers) const {
+    const upstream::Url& url = connection.url;
+    const bool default_port = (url.scheme == "https" && url.port == 443) ||
+                              (url.scheme == "http" && url.port == 80);
+    providers::SigV4Request request;
+    request.method = out.method;
+    request.host = url.host.find(':') != std::string::npos ? "[" + url.host + "]" : url.host;
+    if (!default_port) request.host += ":" + std::to_string(url.port);
+    std::string path = url.base_path + out.path;
+    if (const size_t q = path.find('?'); q != std::string::npos) {
+      request.query = path.substr(q + 1);
+      path.resize(q);
+    }
+    request.path = std::move(path);
+    request.headers = headers;
+    request.body = out.body;
+    for (auto& header : providers::SignSigV4(request, connection.aws, connection.region, "bedrock",
+                                             clock_.NowUnixMicros() / 1'000'000)) {
+      headers.push_back(std::move(header));
+    }
+  }
+
   asio::awaitable<AttemptResult> Buffered(const InferenceCall& call, const AttemptPlan& plan,
                                           upstream::OutgoingRequest out, ClientStream& client);
   asio::awaitable<AttemptResult> Streamed(const InferenceCall& call, const AttemptPlan& plan,
@@ -246,6 +271,9 @@ asio::awaitable<AttemptResult> RemoteUpstream::Attempt(const InferenceCall& call
   client.record().cache_helper = built->cache_helper;
   upstream::OutgoingRequest out{
       .method = "POST", .path = std::move(built->path), .body = std::move(built->body)};
+  if (!connection.aws.empty() && plan.options.api_key.empty()) {
+    SignForAws(connection, out, built->headers);
+  }
   out.headers.reserve(built->headers.size());
   for (auto& [name, value] : built->headers) out.headers.push_back({std::move(name), std::move(value)});
   out.on_resend = [&client, &plan](const Error& first_try) {

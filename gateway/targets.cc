@@ -31,6 +31,7 @@ Result<std::vector<router::Target>> BuildTargets(const GatewayConfig& config,
     t.provider = p.name;
     t.type = *type;
     t.upstream_model = m.upstream_model.empty() ? m.name : m.upstream_model;
+    if (*type == providers::ProviderType::kBedrock) t.bedrock_api = m.api.empty() ? "converse" : m.api;
     if (m.pricing) {
       t.price = m.pricing;
     } else if (!m.price_as.empty()) {
@@ -111,6 +112,10 @@ Result<std::map<std::string, ProviderConnection>> BuildConnections(const Gateway
     c.prompt_cache_key_thread = p.prompt_cache_key_thread;
     c.anthropic_auto_cache_ttl = p.anthropic_auto_cache_ttl;
     c.anthropic_cache_diagnostics = p.anthropic_cache_diagnostics;
+    c.region = p.region;
+    c.aws = {.access_key_id = p.aws_access_key_id,
+             .secret_access_key = p.aws_secret_access_key,
+             .session_token = p.aws_session_token};
     if (c.api_keys.empty() && !p.api_key.empty()) c.api_keys.push_back(p.api_key);
     out.emplace(p.name, std::move(c));
   }

@@ -24,6 +24,7 @@
 #include "common/redact.h"
 #include "gateway/client_stream.h"
 #include "gateway/providers/provider.h"
+#include "gateway/providers/sigv4.h"
 #include "gateway/upstream/client.h"
 #include "router/router.h"
 
@@ -41,6 +42,10 @@ struct ProviderConnection {
   std::string anthropic_auto_cache_ttl;
   // anthropic_cache_diagnostics: ask Anthropic why a thread's cache missed (CacheHelpers).
   bool anthropic_cache_diagnostics = false;
+  // Bedrock: the region and the credentials every call is SigV4-signed with (empty credentials:
+  // an api_key is sent as a bearer token instead).
+  std::string region;
+  providers::AwsCredentials aws;
 };
 
 // The request an upstream gets: the client's, the same for every attempt, or its translation for

@@ -64,6 +64,8 @@ struct Target {
   // request that carries none, so such a turn writes its new input to the cache as a client's
   // breakpoints at the end of the conversation would.
   std::string auto_cache_ttl;
+  // Bedrock models: the API they are called through, "converse" or "invoke" ("" otherwise).
+  std::string bedrock_api;
 };
 
 // The caching rules of a provider type for a model, from the catalog (under the type's

@@ -11,7 +11,7 @@ namespace {
 
 constexpr DefaultCapabilities kAll{};
 
-constexpr std::array<ProviderTraits, 9> kTraits = {{
+constexpr std::array<ProviderTraits, 10> kTraits = {{
     {.type = ProviderType::kOpenAI,
      .name = "openai",
      .wire = Wire::kOpenAIChat,
@@ -124,6 +124,21 @@ constexpr std::array<ProviderTraits, 9> kTraits = {{
      .counting = TokenCounting::kEngineTokenizer,
      .prompt_cache_key = false,
      .anthropic_cache_helpers = false},
+    // Bedrock: chat goes through the Anthropic translation to Converse or InvokeModel; Messages
+    // and the Responses API are translated to chat first. Its cache is Anthropic's (cachePoint
+    // blocks), so anthropic_auto_cache applies.
+    {.type = ProviderType::kBedrock,
+     .name = "bedrock",
+     .wire = Wire::kBedrock,
+     .usage = UsageFlavor::kBedrock,
+     .cache_rules_key = "bedrock",
+     .defaults = {.response_format = false, .embeddings = false},
+     .translates_responses = true,
+     .translates_messages = true,
+     .accepts_top_k = false,
+     .counting = TokenCounting::kNone,
+     .prompt_cache_key = false,
+     .anthropic_cache_helpers = true},
 }};
 
 // Rows are indexed by enumerator: TraitsOf is an array read.
@@ -134,8 +149,8 @@ constexpr bool RowsInEnumOrder() {
   return true;
 }
 static_assert(RowsInEnumOrder(), "kTraits rows must follow ProviderType's order");
-static_assert(kTraits.size() == static_cast<size_t>(ProviderType::kLocal) + 1,
-              "every ProviderType needs a row (kLocal is the last enumerator)");
+static_assert(kTraits.size() == static_cast<size_t>(ProviderType::kBedrock) + 1,
+              "every ProviderType needs a row (kBedrock is the last enumerator)");
 
 }  // namespace
 

@@ -30,6 +30,7 @@ enum class ProviderType {
   kOpenRouter,
   kGeminiOpenAI,  // Gemini's OpenAI-compatible endpoint
   kLocal,         // kvgate's own engine (OpenAI-compatible, exact cache reads and writes)
+  kBedrock,       // AWS Bedrock: Converse or InvokeModel (Anthropic's body), SigV4-signed
 };
 
 // The wire format kvgate speaks to a provider of the type.
@@ -37,6 +38,7 @@ enum class Wire {
   kOpenAIChat,         // POST {base}/chat/completions, /completions (and /responses, /embeddings)
   kAnthropicMessages,  // POST {base}/v1/messages
   kEngine,             // the built-in engine, in process: no URL, no per-token price
+  kBedrock,            // POST {base}/model/{id}/converse (or /invoke), event-stream framing
 };
 
 // How /v1/messages/count_tokens counts a request for a model of the type.

@@ -186,9 +186,31 @@ void NormalizeBedrock(const raw_json::Object& u, Usage* out) {
   out->cache_read = Count(u, {"cacheReadInputTokens"});
   out->cache_write_5m = Count(u, {"cacheWriteInputTokens"});
   out->cache_write_1h = out->cache_write_5m.has_value() ? std::optional<int64_t>(0) : std::nullopt;
+  // cacheDetails ([{ttl: "5m" | "1h", inputTokens}], Converse's split of the writes by TTL): the
+  // 1h writes move out of the 5m bucket. Without it every write is 5m, the default TTL.
+  if (Node details = u.Find("cacheDetails"); details && details->is_array() &&
+                                             out->cache_write_5m.has_value()) {
+    int64_t one_hour = 0;
+    bool readable = true;
+    for (const raw_json::Value& d : raw_json::Elements(*details)) {
+      const raw_json::Object detail(d);
+      const std::optional<int64_t> n = Count(detail, {"inputTokens"});
+      const Node ttl = detail.Find("ttl");
+      if (!n || !ttl || !ttl->is_string()) {
+        readable = false;
+        break;
+      }
+      if (raw_json::DecodeString(*ttl).value_or("") == "1h") one_hour += *n;
+    }
+    if (readable && one_hour <= *out->cache_write_5m) {
+      out->cache_write_1h = one_hour;
+      *out->cache_write_5m -= one_hour;
+    }
+  }
   out->uncached = Count(u, {"inputTokens"});
   out->output = Count(u, {"outputTokens"});
-  out->reported_input = Sum({out->uncached, out->cache_read, out->cache_write_5m});
+  out->reported_input =
+      Sum({out->uncached, out->cache_read, out->cache_write_5m, out->cache_write_1h});
 }
 
 void NormalizeGeminiNative(const raw_json::Object& u, Usage* out) {

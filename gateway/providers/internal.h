@@ -127,4 +127,13 @@ Result<Translated> TranslateAnthropicResponse(std::string_view upstream_body,
                                               const CallOptions& options);
 std::unique_ptr<StreamTranslator> NewAnthropicStream(const CallOptions& options);
 
+// AWS Bedrock (bedrock.cc): the chat body through the Anthropic translation, then to InvokeModel
+// as it is or to Converse rewritten; the answers back through the Anthropic readers.
+Result<UpstreamCall> BuildBedrockCall(const json& client_body, const CallOptions& options);
+// An Anthropic Messages request -> a Converse request's JSON (cache_control -> cachePoint).
+Result<std::string> MessagesToConverse(const json& messages_body);
+Result<Translated> TranslateBedrockResponse(std::string_view upstream_body,
+                                            const CallOptions& options);
+std::unique_ptr<StreamTranslator> NewBedrockStream(const CallOptions& options);
+
 }  // namespace kvgate::providers::internal

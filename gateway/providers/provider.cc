@@ -25,6 +25,8 @@ bool SpeaksMessagesWire(ProviderType type) {
   return TraitsOf(type).wire == telemetry::Wire::kAnthropicMessages;
 }
 
+bool SpeaksBedrockWire(ProviderType type) { return TraitsOf(type).wire == telemetry::Wire::kBedrock; }
+
 // A thread id value: strings as is, integers in decimal (an integer is a number without fraction
 // or exponent); anything else is no id.
 std::optional<std::string> ThreadIdFrom(raw_json::Value value) {
@@ -62,7 +64,8 @@ std::optional<std::string> ThreadIdFrom(const json& value) {
 telemetry::UsageFlavor UsageFlavorFor(ProviderType type) { return TraitsOf(type).usage; }
 
 bool IsOpenAICompatible(ProviderType type) {
-  return TraitsOf(type).wire != telemetry::Wire::kAnthropicMessages;
+  return TraitsOf(type).wire != telemetry::Wire::kAnthropicMessages &&
+         TraitsOf(type).wire != telemetry::Wire::kBedrock;
 }
 
 bool ClientWantsStreamUsage(const raw_json::Object& client_body) {
@@ -248,6 +251,15 @@ Result<UpstreamCall> BuildUpstreamCall(ProviderType type, const raw_json::Object
       }
       return WithAutoCache(internal::BuildAnthropicMessagesCall(client_body, options), options);
     }
+    if (SpeaksBedrockWire(type)) {
+      if (endpoint.openai_only) {
+        return MakeError(ErrorCode::kInvalidArgument,
+                         StrCat(endpoint.path, " is not served by providers of type bedrock"));
+      }
+      json tree = internal::ParseJson(client_body.value().text);
+      TakeKvgateFields(tree);
+      return internal::BuildBedrockCall(tree, options);
+    }
     if (SpeaksMessagesWire(type) && endpoint.openai_only) {
       return MakeError(ErrorCode::kInvalidArgument,
                        StrCat(endpoint.path, " is not served by providers of type anthropic"));
@@ -279,6 +291,7 @@ Result<Translated> TranslateResponse(ProviderType type, std::string_view upstrea
     }
     if (SpeaksMessagesWire(type))
       return internal::TranslateAnthropicResponse(upstream_body, options);
+    if (SpeaksBedrockWire(type)) return internal::TranslateBedrockResponse(upstream_body, options);
     return internal::TranslateOpenAICompatResponse(type, upstream_body, options);
   } catch (const std::exception& e) {
     return MakeError(ErrorCode::kInternal,
@@ -292,6 +305,7 @@ std::unique_ptr<StreamTranslator> NewStreamTranslator(ProviderType type,
     return native.stream();
   }
   if (SpeaksMessagesWire(type)) return internal::NewAnthropicStream(options);
+  if (SpeaksBedrockWire(type)) return internal::NewBedrockStream(options);
   return internal::NewOpenAICompatStream(type, options);
 }
 

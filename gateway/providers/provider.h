@@ -78,6 +78,12 @@ struct CacheHelpers {
   std::string anthropic_previous_message_id;
 };
 
+// Which Bedrock API a bedrock model is called through (models[].api).
+enum class BedrockApi {
+  kConverse,  // POST /model/{id}/converse, /converse-stream: Bedrock's own message format
+  kInvoke,    // POST /model/{id}/invoke, /invoke-with-response-stream: Anthropic's body as it is
+};
+
 struct CallOptions {
   Endpoint endpoint = Endpoint::kChatCompletions;
   // The model name sent upstream; empty keeps the client's `model`.
@@ -100,6 +106,8 @@ struct CallOptions {
   std::string anthropic_version;
   std::string anthropic_beta;
   CacheHelpers cache_helpers;
+  // Bedrock only: the API the model is called through.
+  BedrockApi bedrock_api = BedrockApi::kConverse;
 };
 
 // True when the client's body has `stream_options.include_usage: true`.

@@ -68,6 +68,7 @@ const std::map<std::string, std::vector<std::string>>& OwnFlags() {
        {"--model NAME", "--gguf PATH", "--hf-config PATH", "--dtype T", "--context N",
         "--gpu-mem SIZE", "--gpu-memory-utilization F", "--weights SIZE", "--gpu-mem-gib G",
         "--weights-gib W"}},
+      {"sigv4-sign", {}},
       {"version", {}},
   };
   return *flags;
@@ -77,8 +78,8 @@ TEST(CliHelpTest, TopLevelListsTheCommands) {
   const Outcome help = Kvgate({"help"});
   EXPECT_EQ(help.exit_code, 0);
   const auto commands = ListedCommands(help.out);
-  EXPECT_EQ(commands,
-            (std::vector<std::string>{"serve", "engine", "generate", "kv-size", "version"}))
+  EXPECT_EQ(commands, (std::vector<std::string>{"serve", "engine", "generate", "kv-size",
+                                                "sigv4-sign", "version"}))
       << help.out;
   EXPECT_NE(help.out.find("`kvgate <command> --help` lists that command's own flags"),
             std::string::npos)

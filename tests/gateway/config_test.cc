@@ -4,6 +4,10 @@
 
 #include <cstdio>
 #include <map>
+#include <cstdlib>
+#include <string>
+#include <unistd.h>
+#include <vector>
 
 #include "gateway/targets.h"
 #include "telemetry/pricing.h"
@@ -553,4 +557,87 @@ TEST(ConfigTest, ADirectoryIsNotAConfigFile) {
       << config.error().message;
 }
 
+}  // namespace kvgate::gateway
+
+namespace kvgate::gateway {
+namespace {
+
+constexpr char kBedrock[] = R"(
+providers:
+  - {name: br, type: bedrock, region: us-east-1}
+models:
+  - {name: claude-br, provider: br, upstream_model: "anthropic.claude-sonnet-4-5-20250929-v1:0", api: invoke}
+)";
+
+TEST(ConfigTest, BedrockCredentialsFromConfigEnvironmentOrFile) {
+  auto in_config = ParseConfig(
+      "providers:\n  - {name: br, type: bedrock, region: eu-west-1, aws_access_key_id: ${K},\n"
+      "     aws_secret_access_key: ${S}, aws_session_token: ${AWS_SESSION_TOKEN}}\n",
+      FakeEnv({{"K", "AKID"}, {"S", "secret"}}));
+  ASSERT_TRUE(in_config.has_value()) << in_config.error().message;
+  const ProviderConfig& p = in_config->providers[0];
+  EXPECT_EQ(p.base_url, "https://bedrock-runtime.eu-west-1.amazonaws.com");
+  EXPECT_EQ(p.aws_access_key_id, "AKID");
+  EXPECT_EQ(p.aws_secret_access_key, "secret");
+  EXPECT_EQ(p.aws_session_token, "");
+  EXPECT_TRUE(in_config->warnings.empty());  // the unset session token is not worth one
+
+  auto from_env = ParseConfig(kBedrock, FakeEnv({{"AWS_ACCESS_KEY_ID", "E1"},
+                                                 {"AWS_SECRET_ACCESS_KEY", "E2"},
+                                                 {"AWS_SESSION_TOKEN", "E3"}}));
+  ASSERT_TRUE(from_env.has_value()) << from_env.error().message;
+  EXPECT_EQ(from_env->providers[0].aws_access_key_id, "E1");
+  EXPECT_EQ(from_env->providers[0].aws_session_token, "E3");
+  EXPECT_EQ(from_env->models[0].api, "invoke");
+
+  char path[] = "/tmp/kvgate-aws-credentials-XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  const std::string file =
+      "[default]\naws_access_key_id = D1\naws_secret_access_key = D2\n"
+      "[work]\naws_access_key_id=W1\n aws_secret_access_key = W2 \naws_session_token = W3\n";
+  ASSERT_EQ(write(fd, file.data(), file.size()), static_cast<ssize_t>(file.size()));
+  close(fd);
+  auto from_file = ParseConfig(kBedrock, FakeEnv({{"AWS_SHARED_CREDENTIALS_FILE", path},
+                                                  {"AWS_PROFILE", "work"}}));
+  ASSERT_TRUE(from_file.has_value()) << from_file.error().message;
+  EXPECT_EQ(from_file->providers[0].aws_access_key_id, "W1");
+  EXPECT_EQ(from_file->providers[0].aws_secret_access_key, "W2");
+  EXPECT_EQ(from_file->providers[0].aws_session_token, "W3");
+  auto default_profile = ParseConfig(kBedrock, FakeEnv({{"AWS_SHARED_CREDENTIALS_FILE", path}}));
+  ASSERT_TRUE(default_profile.has_value());
+  EXPECT_EQ(default_profile->providers[0].aws_access_key_id, "D1");
+  std::remove(path);
+
+  auto none = ParseConfig(kBedrock, FakeEnv({{"HOME", "/nonexistent-kvgate-home"}}));
+  ASSERT_FALSE(none.has_value());
+  EXPECT_NE(none.error().message.find("no AWS credentials"), std::string::npos)
+      << none.error().message;
+}
+
+TEST(ConfigTest, BedrockKeysAreChecked) {
+  const auto env = FakeEnv({{"AWS_ACCESS_KEY_ID", "A"}, {"AWS_SECRET_ACCESS_KEY", "B"}});
+  auto bearer = ParseConfig(
+      "providers:\n  - {name: br, type: bedrock, region: us-east-1, api_key: k}\n", env);
+  ASSERT_TRUE(bearer.has_value()) << bearer.error().message;
+  EXPECT_TRUE(bearer->providers[0].aws_access_key_id.empty());  // the key, not the environment
+  for (const auto& [yaml, message] : std::vector<std::pair<std::string, std::string>>{
+           {"providers:\n  - {name: br, type: bedrock}\n", "region is required"},
+           {"providers:\n  - {name: o, type: openai, base_url: http://x, region: us-east-1}\n",
+            "only for type bedrock"},
+           {"providers:\n  - {name: br, type: bedrock, region: r, api_key: k, "
+            "aws_access_key_id: a, aws_secret_access_key: b}\n",
+            "not both"},
+           {"providers:\n  - {name: o, type: openai, base_url: http://x}\n"
+            "models:\n  - {name: m, provider: o, api: invoke}\n",
+            "api is only for models of bedrock providers"},
+           {std::string(kBedrock).replace(std::string(kBedrock).find("api: invoke"), 11, "api: x"),
+            "api must be converse or invoke"}}) {
+    auto r = ParseConfig(yaml, env);
+    ASSERT_FALSE(r.has_value()) << yaml;
+    EXPECT_NE(r.error().message.find(message), std::string::npos) << r.error().message;
+  }
+}
+
+}  // namespace
 }  // namespace kvgate::gateway

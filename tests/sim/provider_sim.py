@@ -19,7 +19,10 @@ Endpoints (all on 127.0.0.1)
   POST /anthropic/v1/messages
   POST /anthropic/v1/messages/count_tokens
   POST /deepseek/v1/chat/completions, GET /deepseek/v1/models
+  POST /bedrock/model/{modelId}/converse | converse-stream | invoke | invoke-with-response-stream
+       (AWS Bedrock Runtime, SigV4-checked: sim_bedrock.py)
 Control (no auth):
+  POST /_sim/bedrock_credentials {AKID: SECRET, ...}  the access keys Bedrock's SigV4 accepts
   POST /_sim/clock {"advance_seconds": N}    move simulated time forward (GET shows it)
   POST /_sim/faults [fault, ...]             append faults (also {"faults": [...]} or one object)
   GET  /_sim/faults, DELETE /_sim/faults     list / clear
@@ -92,6 +95,11 @@ request's end-user id: OpenAI's `user`, Anthropic's metadata.user_id).
   {"hang": true}               never answer; the connection is held until the client closes it
   {"reset_after_chunks": N}    stream N SSE events, then abort the socket (RST), no terminal event
   {"malformed_sse": true}      a garbage event in the stream (a truncated JSON body when not streaming)
+  {"corrupt_frame": HOW, "at": N}  Bedrock streams: event-stream frame N (default 2) made bad:
+                               "prelude" (prelude CRC), "message" (message CRC), "truncate" (cut
+                               in half, and nothing after it); the body then ends cleanly
+  {"stream_exception": TYPE}   Bedrock streams: after the first frame, an exception frame
+                               (:exception-type TYPE, e.g. throttlingException) ends the stream
   {"chunk_delay_ms": N}        sleep before every SSE event
   {"status": 200, "body": {...}}  a 2xx status sends that JSON body as it is, e.g. an error
                                object with 200 (to a streaming request too: application/json)
@@ -144,13 +152,14 @@ import threading
 import time
 import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from sim_core import (MAX_LOG, Reply, SimError, SimState, anthropic_error, echo_key_message,
     openai_error, provider_error, stream_error_event, with_escaped_key)
 from sim_handlers import (handle_anthropic, handle_anthropic_count_tokens,
     handle_openai_completions, handle_openai_style_chat, models_list, provider_of)
 from sim_responses import fail_response, handle_openai_embeddings, handle_openai_responses
+import sim_bedrock
 
 # What "sse_noise" inserts: blocks that dispatch no event (WHATWG SSE: an empty data buffer, or no
 # data field at all), then a comment.
@@ -270,6 +279,14 @@ class SimHandler(BaseHTTPRequestHandler):
         delay = float(fault.get("chunk_delay_ms", 0)) / 1000
         events = list(reply.events)
         complete = True
+        if fault.get("corrupt_frame") and events:
+            at = min(int(fault.get("at", 2)), len(events) - 1)
+            events[at] = sim_bedrock.corrupt(events[at], fault["corrupt_frame"])
+            if fault["corrupt_frame"] == "truncate":
+                del events[at + 1:]
+        if fault.get("stream_exception") and events:
+            events = events[:1] + [sim_bedrock.exception_frame(
+                fault["stream_exception"], "Too many requests, please wait before trying again.")]
         if fault.get("drop_final_event") and events:
             events.pop()
         if fault.get("malformed_sse"):
@@ -282,12 +299,14 @@ class SimHandler(BaseHTTPRequestHandler):
             events[1:1] = SSE_NOISE
         gz = zlib.compressobj(wbits=31) if fault.get("gzip") else None
         self.send_response(reply.status)
-        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        headers = dict(reply.headers)
+        self.send_header("Content-Type",
+                         headers.pop("Content-Type", "text/event-stream; charset=utf-8"))
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
         if gz:
             self.send_header("Content-Encoding", "gzip")
-        for k, v in reply.headers.items():
+        for k, v in headers.items():
             self.send_header(k, v)
         self.end_headers()
         self.wfile.flush()
@@ -362,7 +381,12 @@ class SimHandler(BaseHTTPRequestHandler):
             state.requests.append(record)
             if len(state.requests) > MAX_LOG:
                 del state.requests[: len(state.requests) - MAX_LOG]
-            fault = state.take_fault(provider or "", path, body) if provider else None
+            matched = body
+            if provider == "bedrock":  # a Bedrock request streams by its path, names its model there
+                model = path.split("/")[3] if path.count("/") >= 4 else None
+                matched = dict(body if isinstance(body, dict) else {},
+                               stream=path.endswith("-stream"), model=unquote(model or ""))
+            fault = state.take_fault(provider or "", path, matched) if provider else None
         gzip = bool(fault and fault.get("gzip"))
         try:
             if fault and fault.get("latency_ms"):
@@ -383,7 +407,9 @@ class SimHandler(BaseHTTPRequestHandler):
                 b = fault.get("body")
                 hdrs = dict(fault.get("headers") or {})
                 if b is None:
-                    err = provider_error(provider or "openai", st, f"simulated {st} error")
+                    err = (sim_bedrock.error_for_status(st, f"simulated {st} error")
+                           if provider == "bedrock" else
+                           provider_error(provider or "openai", st, f"simulated {st} error"))
                     b = err.body
                     hdrs = {**err.headers, **hdrs}
                 record["status"] = st
@@ -395,7 +421,11 @@ class SimHandler(BaseHTTPRequestHandler):
             routed = body
             if fault and fault.get("ignore_stream") and isinstance(body, dict):
                 routed = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
-            reply, entry = self.route(provider, path, routed, json_error)
+            if provider == "bedrock":
+                reply, entry = sim_bedrock.handle_bedrock(state, self.headers, self.path, raw,
+                                                          None if json_error else body)
+            else:
+                reply, entry = self.route(provider, path, routed, json_error)
         except SimError as e:
             record["status"] = e.status
             return self.send_json(e.status, e.body, e.headers, gzip=gzip)
@@ -517,6 +547,10 @@ class SimHandler(BaseHTTPRequestHandler):
             elif path == "/_sim/usage_log":
                 entries = copy.deepcopy(state.usage_entries)
                 out = {"entries": entries, "by_id": {e["id"]: e for e in entries}}
+            elif path == "/_sim/bedrock_credentials":
+                if cmd == "POST" and isinstance(payload, dict):
+                    state.bedrock_credentials.update({str(k): str(v) for k, v in payload.items()})
+                out = {"access_key_ids": sorted(state.bedrock_credentials)}
             elif path == "/_sim/reset" and cmd == "POST":
                 state.reset()
                 out = {"ok": True}
@@ -545,6 +579,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--openai-key", default=None, help="required Bearer key (default: any)")
     p.add_argument("--anthropic-key", default=None, help="required x-api-key (default: any)")
     p.add_argument("--deepseek-key", default=None, help="required Bearer key (default: any)")
+    p.add_argument("--bedrock-key", default=None,
+                   help="required Bedrock API key (Bearer; default: any); SigV4 is always checked")
     p.add_argument("--output-tokens", type=int, default=16)
     p.add_argument("--reasoning-tokens", type=int, default=8)
     p.add_argument("--openai-ttl", type=float, default=300.0)

@@ -313,7 +313,9 @@ class SimState:
     def __init__(self, args):
         self.lock = threading.Lock()
         self.keys = {"openai": args.openai_key, "anthropic": args.anthropic_key,
-                     "deepseek": args.deepseek_key}
+                     "deepseek": args.deepseek_key, "bedrock": getattr(args, "bedrock_key", None)}
+        # Bedrock SigV4: access key id -> secret (sim_bedrock.py), set by /_sim/bedrock_credentials.
+        self.bedrock_credentials = {"AKIASIMULATOR": "sim-secret-key"}
         self.config = {"output_tokens": args.output_tokens, "openai_ttl": args.openai_ttl,
                        "deepseek_ttl": args.deepseek_ttl, "reasoning_tokens": args.reasoning_tokens,
                        "anthropic_ttl_5m": ANTHROPIC_TTLS["5m"],

@@ -346,7 +346,7 @@ def models_list(provider: str) -> dict:
 
 
 def provider_of(path: str) -> str | None:
-    for p in ("openai", "anthropic", "deepseek"):
+    for p in ("openai", "anthropic", "deepseek", "bedrock"):
         if path.startswith(f"/{p}/"):
             return p
     return None

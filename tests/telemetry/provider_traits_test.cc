@@ -12,7 +12,7 @@ namespace {
 
 std::vector<ProviderType> AllTypes() {
   std::vector<ProviderType> out;
-  for (int i = 0; i <= static_cast<int>(ProviderType::kLocal); ++i) {
+  for (int i = 0; i <= static_cast<int>(ProviderType::kBedrock); ++i) {
     out.push_back(static_cast<ProviderType>(i));
   }
   return out;
@@ -37,9 +37,9 @@ TEST(ProviderTraitsTest, NamesRoundTrip) {
     ASSERT_TRUE(back.has_value()) << name;
     EXPECT_EQ(*back, type) << name;
   }
-  EXPECT_EQ(names,
-            (std::set<std::string_view>{"openai", "anthropic", "deepseek", "vllm", "sglang",
-                                        "llamacpp", "openrouter", "gemini-openai", "local"}));
+  EXPECT_EQ(names, (std::set<std::string_view>{"openai", "anthropic", "deepseek", "vllm", "sglang",
+                                               "llamacpp", "openrouter", "gemini-openai", "local",
+                                               "bedrock"}));
   // Exact and case-sensitive: the catalog's keys and near misses are no types.
   for (std::string_view other : {"OpenAI", "gemini", "kvgate", "", "local ", "Anthropic"}) {
     EXPECT_FALSE(ProviderTypeFromName(other).has_value()) << other;
@@ -78,14 +78,14 @@ TEST(ProviderTraitsTest, RowsKeepTheDecisionsTheyReplaced) {
   EXPECT_EQ(engine, Names({"local"}));
   EXPECT_EQ(pass_through, Names({"openai", "deepseek", "vllm", "sglang", "llamacpp", "openrouter",
                                  "gemini-openai"}));
-  EXPECT_EQ(responses_translated, Names({"local", "anthropic"}));
+  EXPECT_EQ(responses_translated, Names({"local", "anthropic", "bedrock"}));
   EXPECT_EQ(messages_as_is, Names({"anthropic"}));
   EXPECT_EQ(top_k, Names({"vllm", "sglang", "llamacpp", "local", "openrouter"}));
   EXPECT_EQ(counted, Names({"anthropic", "local"}));
   EXPECT_EQ(TraitsOf(ProviderType::kLocal).counting, TokenCounting::kEngineTokenizer);
   EXPECT_EQ(TraitsOf(ProviderType::kAnthropic).counting, TokenCounting::kAnthropicCountApi);
   EXPECT_EQ(prompt_cache_key, Names({"openai"}));
-  EXPECT_EQ(anthropic_helpers, Names({"anthropic"}));
+  EXPECT_EQ(anthropic_helpers, Names({"anthropic", "bedrock"}));
 
   auto caps = [](ProviderType t) {
     const DefaultCapabilities& d = TraitsOf(t).defaults;
@@ -97,6 +97,9 @@ TEST(ProviderTraitsTest, RowsKeepTheDecisionsTheyReplaced) {
   EXPECT_EQ(caps(ProviderType::kDeepSeek), Caps({true, false, true, false, false}));
   EXPECT_EQ(caps(ProviderType::kGeminiOpenAI), Caps({true, true, true, false, true}));
   EXPECT_EQ(caps(ProviderType::kLocal), Caps({true, false, true, true, false}));
+  EXPECT_EQ(caps(ProviderType::kBedrock), Caps({true, true, false, true, false}));
+  EXPECT_EQ(TraitsOf(ProviderType::kBedrock).usage, UsageFlavor::kBedrock);
+  EXPECT_EQ(TraitsOf(ProviderType::kBedrock).cache_rules_key, "bedrock");
   for (ProviderType t : {ProviderType::kVllm, ProviderType::kSglang, ProviderType::kLlamaCpp,
                          ProviderType::kOpenRouter}) {
     EXPECT_EQ(caps(t), Caps({true, true, true, true, true})) << ProviderTypeName(t);

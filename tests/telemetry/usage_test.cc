@@ -224,6 +224,14 @@ TEST(TelemetryUsageTest, Bedrock) {
   EXPECT_EQ(none.cache_read, std::nullopt);
   EXPECT_EQ(none.cache_write_5m, std::nullopt);
   EXPECT_EQ(none.uncached, 30);
+
+  // cacheDetails splits the writes by TTL.
+  Usage split = N(UsageFlavor::kBedrock, R"({"inputTokens": 3, "outputTokens": 1,
+      "cacheReadInputTokens": 0, "cacheWriteInputTokens": 1500,
+      "cacheDetails": [{"ttl": "5m", "inputTokens": 500}, {"ttl": "1h", "inputTokens": 1000}]})");
+  EXPECT_EQ(split.cache_write_5m, 500);
+  EXPECT_EQ(split.cache_write_1h, 1000);
+  EXPECT_EQ(split.TotalInput(), 1503);
 }
 
 TEST(TelemetryUsageTest, GeminiNative) {

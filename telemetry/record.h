@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "telemetry/pricing.h"
+#include "telemetry/trace_context.h"
 #include "telemetry/usage.h"
 
 namespace kvgate::telemetry {
@@ -103,6 +104,9 @@ struct RequestRecord {
   // Every upstream attempt made for the request, in order (empty when none was made):
   // [{"target","provider","status","http_status","error","latency_ms"}].
   nlohmann::json attempts = nlohmann::json::array();
+  // Not stored: the request's W3C trace and its attempts' spans, when OpenTelemetry export is on
+  // (telemetry.otlp); inactive otherwise. The OTLP exporter builds the request's spans from it.
+  RequestTrace trace;
 };
 
 // Makes every text field of `record` valid UTF-8 (invalid bytes become U+FFFD). Ids, model names

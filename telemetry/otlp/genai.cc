@@ -15,19 +15,10 @@ const std::vector<double> kDurationBounds = {0.01, 0.02, 0.04, 0.08,  0.16,  0.3
 const std::vector<double> kTtftBounds = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,
                                          0.25,  0.5,   0.75, 1.0,  2.5,  5.0,  7.5,  10.0};
 
-std::optional<int64_t> Sum(std::initializer_list<std::optional<int64_t>> parts) {
-  int64_t total = 0;
-  for (const auto& p : parts) {
-    if (!p) return std::nullopt;
-    total += *p;
-  }
-  return total;
-}
-
-void Add(std::vector<Attribute>& out, std::string key, const std::string& value) {
+void Put(std::vector<Attribute>& out, std::string key, const std::string& value) {
   if (!value.empty()) out.push_back({std::move(key), value});
 }
-void Add(std::vector<Attribute>& out, std::string key, const std::optional<int64_t>& value) {
+void Put(std::vector<Attribute>& out, std::string key, const std::optional<int64_t>& value) {
   if (value) out.push_back({std::move(key), *value});
 }
 
@@ -124,37 +115,37 @@ std::vector<Span> SpansOf(const FinishedRequest& f) {
   request.end_unix_ns = UnixNanos(f.created_at_us, f.latency_us.value_or(0));
   std::vector<Attribute>& a = request.attributes;
   a.reserve(32);
-  Add(a, "gen_ai.operation.name", operation);
-  Add(a, "gen_ai.provider.name", provider);
-  Add(a, "gen_ai.system", provider);  // the older name, for backends that read only it
-  Add(a, "gen_ai.request.model", f.model);
-  Add(a, "gen_ai.response.model", f.upstream_model);
-  Add(a, "gen_ai.response.id", f.response_id);
+  Put(a, "gen_ai.operation.name", operation);
+  Put(a, "gen_ai.provider.name", provider);
+  Put(a, "gen_ai.system", provider);  // the older name, for backends that read only it
+  Put(a, "gen_ai.request.model", f.model);
+  Put(a, "gen_ai.response.model", f.upstream_model);
+  Put(a, "gen_ai.response.id", f.response_id);
   if (!f.finish_reason.empty()) {
     a.push_back({"gen_ai.response.finish_reasons", std::vector<std::string>{f.finish_reason}});
   }
-  Add(a, "gen_ai.usage.input_tokens", f.input_tokens);
-  Add(a, "gen_ai.usage.output_tokens", f.output_tokens);
-  Add(a, "gen_ai.usage.cache_read.input_tokens", f.cache_read);
-  Add(a, "gen_ai.usage.cache_creation.input_tokens", f.cache_creation);
+  Put(a, "gen_ai.usage.input_tokens", f.input_tokens);
+  Put(a, "gen_ai.usage.output_tokens", f.output_tokens);
+  Put(a, "gen_ai.usage.cache_read.input_tokens", f.cache_read);
+  Put(a, "gen_ai.usage.cache_creation.input_tokens", f.cache_creation);
   a.push_back({"gen_ai.request.stream", f.stream});
   if (f.http_status != 0) a.push_back({"http.response.status_code", int64_t{f.http_status}});
   const std::string error_type = ErrorType(f.status, f.http_status);
-  Add(a, "error.type", error_type);
-  Add(a, "kvgate.status", f.status);
-  Add(a, "kvgate.thread.id", f.thread_id);
-  Add(a, "kvgate.thread.source", f.thread_source);
-  Add(a, "kvgate.usage.uncached_tokens", f.uncached);
-  Add(a, "kvgate.usage.cache_write_5m_tokens", f.cache_write_5m);
-  Add(a, "kvgate.usage.cache_write_1h_tokens", f.cache_write_1h);
+  Put(a, "error.type", error_type);
+  Put(a, "kvgate.status", f.status);
+  Put(a, "kvgate.thread.id", f.thread_id);
+  Put(a, "kvgate.thread.source", f.thread_source);
+  Put(a, "kvgate.usage.uncached_tokens", f.uncached);
+  Put(a, "kvgate.usage.cache_write_5m_tokens", f.cache_write_5m);
+  Put(a, "kvgate.usage.cache_write_1h_tokens", f.cache_write_1h);
   if (f.cost_pico) a.push_back({"kvgate.cost.usd", PicoUsdToUsd(*f.cost_pico)});
   if (!f.diagnosis_cause.empty()) {
     a.push_back({"kvgate.cache.diagnosis", f.diagnosis_cause});
     a.push_back({"kvgate.cache.lost_usd", PicoUsdToUsd(f.lost_pico)});
   }
-  Add(a, "kvgate.route.target", f.target);
-  Add(a, "kvgate.route.router", f.router);
-  Add(a, "kvgate.route.decision", f.route_reason);
+  Put(a, "kvgate.route.target", f.target);
+  Put(a, "kvgate.route.router", f.router);
+  Put(a, "kvgate.route.decision", f.route_reason);
   if (!error_type.empty()) {
     request.status = StatusCode::kError;
     request.status_message = f.error;
@@ -170,19 +161,19 @@ std::vector<Span> SpansOf(const FinishedRequest& f) {
     span.end_unix_ns =
         UnixNanos(f.created_at_us, at.end_us >= 0 ? at.end_us : f.latency_us.value_or(at.start_us));
     std::vector<Attribute>& s = span.attributes;
-    Add(s, "gen_ai.operation.name", operation);
+    Put(s, "gen_ai.operation.name", operation);
     const std::string attempt_provider(ProviderName(at.provider_type));
-    Add(s, "gen_ai.provider.name", attempt_provider);
-    Add(s, "gen_ai.system", attempt_provider);
-    Add(s, "gen_ai.request.model", at.model);
-    Add(s, "server.address", at.server_address);
+    Put(s, "gen_ai.provider.name", attempt_provider);
+    Put(s, "gen_ai.system", attempt_provider);
+    Put(s, "gen_ai.request.model", at.model);
+    Put(s, "server.address", at.server_address);
     if (at.server_port != 0) s.push_back({"server.port", int64_t{at.server_port}});
     if (at.http_status != 0) s.push_back({"http.response.status_code", int64_t{at.http_status}});
     const std::string attempt_error = ErrorType(at.status, at.http_status);
-    Add(s, "error.type", attempt_error);
-    Add(s, "kvgate.attempt.status", at.status);
-    Add(s, "kvgate.route.target", at.target);
-    Add(s, "kvgate.provider", at.provider);
+    Put(s, "error.type", attempt_error);
+    Put(s, "kvgate.attempt.status", at.status);
+    Put(s, "kvgate.route.target", at.target);
+    Put(s, "kvgate.provider", at.provider);
     if (!attempt_error.empty()) {
       span.status = StatusCode::kError;
       span.status_message = at.error;
@@ -225,10 +216,10 @@ void GenAiMetrics::Observe(Instrument& instrument, std::vector<Attribute> attrib
 
 void GenAiMetrics::Add(const FinishedRequest& f) {
   std::vector<Attribute> base;
-  Add(base, "gen_ai.operation.name", std::string(OperationName(f.endpoint)));
-  Add(base, "gen_ai.provider.name", std::string(ProviderName(f.provider_type)));
-  Add(base, "gen_ai.request.model", f.model);
-  Add(base, "gen_ai.response.model", f.upstream_model);
+  Put(base, "gen_ai.operation.name", std::string(OperationName(f.endpoint)));
+  Put(base, "gen_ai.provider.name", std::string(ProviderName(f.provider_type)));
+  Put(base, "gen_ai.request.model", f.model);
+  Put(base, "gen_ai.response.model", f.upstream_model);
   if (f.status == "ok") {
     auto tokens = [&](const char* type, const std::optional<int64_t>& count) {
       if (!count) return;
@@ -241,7 +232,7 @@ void GenAiMetrics::Add(const FinishedRequest& f) {
   }
   if (f.latency_us) {
     std::vector<Attribute> attributes = base;
-    Add(attributes, "error.type", ErrorType(f.status, f.http_status));
+    Put(attributes, "error.type", ErrorType(f.status, f.http_status));
     Observe(duration_, std::move(attributes), static_cast<double>(*f.latency_us) / 1e6);
   }
   if (f.ttft_us) Observe(ttft_, base, static_cast<double>(*f.ttft_us) / 1e6);

@@ -59,6 +59,11 @@ asio::awaitable<void> Gateway::HandleInference(http::Request& request, http::Res
   auto& rec = log.record();
   rec.request_id = NewId("req");
   rec.endpoint = std::string(providers::EndpointName(api.endpoint()));
+  // The client's trace continued (or a new one), when spans are exported (telemetry.otlp).
+  if (config_.otlp && config_.otlp->traces) {
+    rec.trace =
+        telemetry::StartRequestTrace(request.header("traceparent"), config_.otlp->sample_ratio);
+  }
   TrackedWriter tracked(writer, {});
   std::string failure;
   try {

@@ -51,8 +51,10 @@ std::array<uint8_t, N> RandomBytes() {
 std::optional<TraceParent> ParseTraceparent(std::string_view header) {
   // version "-" trace-id "-" parent-id "-" flags: 2 + 1 + 32 + 1 + 16 + 1 + 2 = 55 characters;
   // a later version may append fields after another '-'.
-  while (!header.empty() && (header.front() == ' ' || header.front() == '\t')) header.remove_prefix(1);
-  while (!header.empty() && (header.back() == ' ' || header.back() == '\t')) header.remove_suffix(1);
+  while (!header.empty() && (header.front() == ' ' || header.front() == '\t'))
+    header.remove_prefix(1);
+  while (!header.empty() && (header.back() == ' ' || header.back() == '\t'))
+    header.remove_suffix(1);
   if (header.size() < 55 || header[2] != '-' || header[35] != '-' || header[52] != '-') {
     return std::nullopt;
   }

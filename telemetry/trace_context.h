@@ -47,8 +47,8 @@ struct AttemptSpan {
   int64_t start_us = 0;
   int64_t end_us = -1;  // -1: still open
   std::string target, provider;
-  std::string provider_type;  // telemetry::ProviderTypeName of the target's type
-  std::string model;          // the model name sent upstream
+  std::string provider_type;   // telemetry::ProviderTypeName of the target's type
+  std::string model;           // the model name sent upstream
   std::string server_address;  // the upstream's host and port, "" / 0 for the built-in engine
   int server_port = 0;
   std::string status;  // the attempts list's word: "ok", "upstream_error", "timeout", ...

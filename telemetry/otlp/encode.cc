@@ -1,7 +1,6 @@
 #include "telemetry/otlp/encode.h"
 
 #include <algorithm>
-
 #include <nlohmann/json.hpp>
 
 #include "telemetry/otlp/proto_writer.h"
@@ -192,9 +191,10 @@ std::string EncodeTraces(const Resource& resource, std::span<const Span> spans, 
   if (encoding == Encoding::kJson) {
     json list = json::array();
     for (const Span& span : spans) list.push_back(SpanJson(span));
-    json request = {{"resourceSpans",
-                     {{{"resource", ResourceJson(resource)},
-                       {"scopeSpans", {{{"scope", ScopeJson(resource)}, {"spans", std::move(list)}}}}}}}};
+    json request = {
+        {"resourceSpans",
+         {{{"resource", ResourceJson(resource)},
+           {"scopeSpans", {{{"scope", ScopeJson(resource)}, {"spans", std::move(list)}}}}}}}};
     return request.dump(-1, ' ', false, json::error_handler_t::replace);
   }
   // ExportTraceServiceRequest: resource_spans = 1. ResourceSpans: resource = 1, scope_spans = 2.
@@ -228,7 +228,8 @@ std::string EncodeMetrics(const Resource& resource, std::span<const Histogram> m
     WriteResource(rm, resource);
     rm.Message(2, [&](ProtoWriter& sm) {
       WriteScope(sm, resource);
-      for (const Histogram& h : metrics) sm.Message(2, [&](ProtoWriter& m) { WriteHistogram(m, h); });
+      for (const Histogram& h : metrics)
+        sm.Message(2, [&](ProtoWriter& m) { WriteHistogram(m, h); });
     });
   });
   return w.Take();

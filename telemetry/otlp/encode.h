@@ -23,7 +23,7 @@ struct Attribute {
   AttributeValue value;
 };
 
-enum class SpanKind { kServer = 2, kClient = 3 };     // opentelemetry.proto.trace.v1.Span.SpanKind
+enum class SpanKind { kServer = 2, kClient = 3 };  // opentelemetry.proto.trace.v1.Span.SpanKind
 enum class StatusCode { kUnset = 0, kOk = 1, kError = 2 };
 
 struct Span {

@@ -16,7 +16,9 @@ uint64_t NowUnixNanos() {
                                    .count());
 }
 
-bool Retryable(int status) { return status == 429 || status == 502 || status == 503 || status == 504; }
+bool Retryable(int status) {
+  return status == 429 || status == 502 || status == 503 || status == 504;
+}
 
 }  // namespace
 

@@ -43,10 +43,10 @@ struct ExporterOptions {
   std::chrono::milliseconds export_interval{10'000};  // metrics
   // How long spans wait to be batched with others; a full batch goes at once.
   std::chrono::milliseconds batch_delay{200};
-  size_t queue_capacity = 4096;  // requests waiting for the exporter's thread
-  size_t max_batch = 512;        // requests per traces export
+  size_t queue_capacity = 4096;               // requests waiting for the exporter's thread
+  size_t max_batch = 512;                     // requests per traces export
   std::chrono::milliseconds timeout{10'000};  // per export request
-  int max_tries = 5;  // per export, the first included
+  int max_tries = 5;                          // per export, the first included
   std::chrono::milliseconds first_backoff{500};
   std::chrono::milliseconds max_backoff{30'000};  // also the cap on a Retry-After
   std::string service_name = "kvgate";
@@ -73,8 +73,8 @@ class Exporter {
   struct Stats {
     uint64_t spans_exported = 0;
     uint64_t metric_exports = 0;
-    uint64_t dropped = 0;     // requests
-    uint64_t retries = 0;     // export requests sent again
+    uint64_t dropped = 0;  // requests
+    uint64_t retries = 0;  // export requests sent again
     uint64_t failed_exports = 0;
   };
   Stats stats() const;

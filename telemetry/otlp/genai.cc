@@ -7,9 +7,8 @@ namespace {
 
 // The convention's recommended bucket boundaries (gen-ai-metrics: token usage, durations in
 // seconds, time to first token in seconds).
-const std::vector<double> kTokenBounds = {1,      4,       16,      64,       256,     1024,
-                                          4096,   16384,   65536,   262144,   1048576, 4194304,
-                                          16777216, 67108864};
+const std::vector<double> kTokenBounds = {
+    1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864};
 const std::vector<double> kDurationBounds = {0.01, 0.02, 0.04, 0.08,  0.16,  0.32,  0.64,
                                              1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92};
 const std::vector<double> kTtftBounds = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,

@@ -1,12 +1,13 @@
 // The exporter's thread against a scripted sender: retries, Retry-After, a full queue, a slow
 // collector that never holds up Observe.
-#include <chrono>
-#include <thread>
+#include "telemetry/otlp/exporter.h"
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include "common/mutex.h"
-#include "telemetry/otlp/exporter.h"
 
 namespace kvgate::telemetry::otlp {
 namespace {
@@ -23,7 +24,9 @@ class ScriptedSender : public alerts::HttpSender {
   };
   ScriptedSender(std::shared_ptr<State> state, std::vector<int> statuses,
                  std::chrono::milliseconds delay = 0ms, std::string retry_after = "")
-      : state_(std::move(state)), statuses_(std::move(statuses)), delay_(delay),
+      : state_(std::move(state)),
+        statuses_(std::move(statuses)),
+        delay_(delay),
         retry_after_(std::move(retry_after)) {}
   Result<alerts::HttpResponse> Post(const alerts::HttpRequest& request) override {
     std::this_thread::sleep_for(delay_);
@@ -82,8 +85,8 @@ bool WaitFor(F done, std::chrono::milliseconds limit = 5s) {
 TEST(Exporter, PostsSpansWithHeadersAndRetriesWithBackoff) {
   auto state = std::make_shared<ScriptedSender::State>();
   Counter dropped;
-  auto exporter = Exporter::Start(Options(), &dropped,
-                                  std::make_unique<ScriptedSender>(state, std::vector<int>{502, 0}));
+  auto exporter = Exporter::Start(
+      Options(), &dropped, std::make_unique<ScriptedSender>(state, std::vector<int>{502, 0}));
   exporter->Enqueue(Traced());
   ASSERT_TRUE(WaitFor([&] { return exporter->stats().spans_exported == 1; }));
   exporter->Stop();
@@ -149,7 +152,8 @@ TEST(Exporter, ExportsCumulativeMetricsOnItsInterval) {
   o.metrics = true;
   o.export_interval = 100ms;
   o.encoding = Encoding::kJson;
-  auto exporter = Exporter::Start(o, nullptr, std::make_unique<ScriptedSender>(state, std::vector<int>{}));
+  auto exporter =
+      Exporter::Start(o, nullptr, std::make_unique<ScriptedSender>(state, std::vector<int>{}));
   FinishedRequest f = Traced();
   f.input_tokens = 10;
   f.output_tokens = 2;

@@ -1,9 +1,9 @@
 // The protobuf writer, the OTLP encoders, W3C trace context, and the GenAI mapping of a record.
+#include <gtest/gtest.h>
+
 #include <fstream>
 #include <set>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "telemetry/otlp/encode.h"
 #include "telemetry/otlp/genai.h"
@@ -44,7 +44,8 @@ std::vector<Field> Fields(const std::string& message) {
     if (f.wire == 0) {
       f.varint = varint();
     } else if (f.wire == 1) {
-      for (int k = 0; k < 8; ++k) f.varint |= uint64_t{static_cast<uint8_t>(message[i + k])} << (8 * k);
+      for (int k = 0; k < 8; ++k)
+        f.varint |= uint64_t{static_cast<uint8_t>(message[i + k])} << (8 * k);
       i += 8;
     } else if (f.wire == 2) {
       const size_t n = varint();
@@ -98,7 +99,8 @@ TEST(TraceContext, ParsesAndFormatsTraceparent) {
   EXPECT_EQ(HexOf(parent->parent_id), "00f067aa0ba902b7");
   EXPECT_TRUE(parent->sampled);
   EXPECT_EQ(FormatTraceparent(parent->trace_id, parent->parent_id, true), header);
-  EXPECT_FALSE(ParseTraceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00")->sampled);
+  EXPECT_FALSE(
+      ParseTraceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00")->sampled);
   // Invalid: upper case, all-zero ids, version ff, wrong lengths, version 00 with a suffix.
   EXPECT_FALSE(ParseTraceparent("00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01"));
   EXPECT_FALSE(ParseTraceparent("00-00000000000000000000000000000000-00f067aa0ba902b7-01"));

@@ -72,6 +72,20 @@ providers::CacheHelpers CacheHelpersFor(const ProviderConnection& connection,
   return helpers;
 }
 
+// The attempt's span (RequestLog::BeginAttempt opened it): what it went to, and the traceparent
+// the upstream gets, whose parent is this span.
+void TraceAttempt(const router::Target& target, AttemptPlan& plan, telemetry::RequestRecord& rec) {
+  telemetry::AttemptSpan& span = rec.trace.attempts.back();
+  span.provider_type = rec.provider_type;
+  span.model = target.upstream_model;
+  if (!telemetry::IsBuiltInEngine(target.type)) {
+    span.server_address = plan.connection->url.host;
+    span.server_port = plan.connection->url.port;
+  }
+  plan.traceparent =
+      telemetry::FormatTraceparent(rec.trace.trace_id, span.span_id, rec.trace.sampled);
+}
+
 }  // namespace
 
 AttemptResult FailedAttempt(providers::ClientError error, std::string status_word,
@@ -155,6 +169,7 @@ asio::awaitable<void> Gateway::RunAttempts(const InferenceCall& call, api::ApiCa
       const InferenceCall& sent = wire && wire->translated ? *wire->translated : call;
       const int64_t started_ns = deps_.clock->MonotonicNanos();
       log.BeginAttempt(AttemptJson(target, key, std::nullopt, rec, 0));
+      if (rec.trace.active && !rec.trace.attempts.empty()) TraceAttempt(target, plan, rec);
       AttemptResult result;
       if (!wire) {
         result = std::move(wire.error());

@@ -140,7 +140,7 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
   static const std::set<std::string> kTopLevel = {"server",  "storage", "providers",
                                                   "models",  "alerts",  "pricing",
                                                   "routers", "routing", "diagnosis",
-                                                  "threads"};
+                                                  "threads", "telemetry"};
   for (const auto& [key, _] : root.items()) {
     if (!kTopLevel.contains(key)) {
       return MakeError(ErrorCode::kInvalidArgument,
@@ -244,6 +244,11 @@ Result<GatewayConfig> FromJson(const json& root, std::string source) {
     auto shared = r.Bool("shared_threads", config.shared_threads);
     if (!shared) return std::unexpected(shared.error());
     config.shared_threads = *shared;
+  }
+  if (auto it = root.find("telemetry"); it != root.end()) {
+    auto otlp = config_internal::ParseTelemetry(*it);
+    if (!otlp) return std::unexpected(otlp.error());
+    config.otlp = std::move(*otlp);
   }
   if (auto it = root.find("diagnosis"); it != root.end() && !it->is_null()) {
     Reader r{*it, "diagnosis"};

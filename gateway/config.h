@@ -17,6 +17,7 @@
 
 #include "common/error.h"
 #include "router/router.h"
+#include "telemetry/otlp/exporter.h"
 #include "telemetry/pricing.h"
 
 namespace kvgate::gateway {
@@ -189,6 +190,8 @@ struct GatewayConfig {
   std::map<std::string, KeepWarmConfig> keep_warm;
   // The `routers:` list and the `routing:` section, parsed (router/router.h).
   router::RoutingConfig routing;
+  // telemetry.otlp: OpenTelemetry export (docs/observability.md); nullopt: off.
+  std::optional<telemetry::otlp::ExporterOptions> otlp;
   // The `alerts:` section as JSON, handed to the monitors module unchanged.
   nlohmann::json alerts;
   // Where the config came from, and what the operator should be told at startup.

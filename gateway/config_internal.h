@@ -69,6 +69,9 @@ Status OnlyKeys(const json& object, const std::string& path,
 // defaults filled in.
 Result<KeepWarmConfig> ParseKeepWarm(const json& k, const std::string& path);
 
+// The `telemetry:` section: OTLP export options, nullopt when `otlp` is absent (export off).
+Result<std::optional<telemetry::otlp::ExporterOptions>> ParseTelemetry(const json& section);
+
 // One entry of `providers:` at `path` ("providers[2]"): its keys read and typed.
 Result<ProviderConfig> ParseProvider(const json& p, const std::string& path);
 // The checks that need the whole entry (type, what each type allows), errors naming `where`.

@@ -58,8 +58,17 @@ asio::awaitable<void> Gateway::HandleInference(http::Request& request, http::Res
   RequestLog log(*deps_.recorder, *deps_.clock, request.arrival_monotonic_ns);
   auto& rec = log.record();
   rec.request_id = NewId("req");
-  rec.trace_id = telemetry::TraceIdOfTraceparent(request.header("traceparent"));
   rec.endpoint = std::string(providers::EndpointName(api.endpoint()));
+  // The client's trace continued (or a new one), when spans are exported (telemetry.otlp); the
+  // metrics' exemplars name that trace, or without export the client's.
+  const std::string_view traceparent = request.header("traceparent");
+  if (config_.otlp && config_.otlp->traces) {
+    rec.trace = telemetry::StartRequestTrace(traceparent, config_.otlp->sample_ratio);
+    rec.trace_id = telemetry::HexOf(rec.trace.trace_id);
+  } else if (std::optional<telemetry::TraceParent> client =
+                 traceparent.empty() ? std::nullopt : telemetry::ParseTraceparent(traceparent)) {
+    rec.trace_id = telemetry::HexOf(client->trace_id);
+  }
   TrackedWriter tracked(writer, {});
   std::string failure;
   try {

@@ -428,6 +428,34 @@ int RunGateway(gateway::GatewayConfig config) {
   recorder.AddListener([a = alerting->get()](const telemetry::RequestRecord& record) {
     a->Submit(record);
   });
+  // OpenTelemetry (telemetry.otlp): every finished request's spans and GenAI metrics, exported by
+  // the exporter's own thread.
+  std::unique_ptr<telemetry::otlp::Exporter> otlp;
+  if (config.otlp) {
+    auto dropped = registry.AddCounter(
+        "kvgate_otlp_dropped_total",
+        "Requests whose OpenTelemetry spans or metric points were dropped: the export queue was "
+        "full, or the collector did not take their spans after retries.",
+        {});
+    if (!dropped) {
+      std::fprintf(stderr, "kvgate: metrics: %s\n", dropped.error().message.c_str());
+      return 1;
+    }
+    if (auto s = telemetry::alerts::CurlGlobalInit(); !s) {
+      std::fprintf(stderr, "kvgate: otlp: %s\n", s.error().message.c_str());
+      return 1;
+    }
+    otlp = telemetry::otlp::Exporter::Start(*config.otlp,
+                                           (*dropped)->WithLabels(std::span<const std::string>()));
+    recorder.AddListener(
+        [e = otlp.get()](const telemetry::RequestRecord& record) { e->Observe(record); });
+    std::fprintf(stderr, "kvgate: exporting OpenTelemetry (%s%s) to %s\n",
+                 config.otlp->traces ? "traces" : "",
+                 config.otlp->traces && config.otlp->metrics ? " and metrics"
+                 : config.otlp->metrics                      ? "metrics"
+                                                             : "",
+                 config.otlp->endpoint.c_str());
+  }
   gateway::GatewayDeps deps{.store = store->get(),
                             .metrics = metrics->get(),
                             .recorder = &recorder,
@@ -499,6 +527,7 @@ int RunGateway(gateway::GatewayConfig config) {
   // Destroying the server destroys its event loops and with them any request coroutine cut off
   // at the drain deadline; their RequestLogs record them now, while the store is still open.
   server->reset();
+  if (otlp) otlp->Stop();  // what is queued goes out, one try each
   (*alerting)->Stop();
   (*store)->Close();
   auto stats = (*store)->stats();

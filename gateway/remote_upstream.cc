@@ -276,6 +276,7 @@ asio::awaitable<AttemptResult> RemoteUpstream::Attempt(const InferenceCall& call
   }
   out.headers.reserve(built->headers.size());
   for (auto& [name, value] : built->headers) out.headers.push_back({std::move(name), std::move(value)});
+  if (!plan.traceparent.empty()) out.headers.push_back({"traceparent", plan.traceparent});
   out.on_resend = [&client, &plan](const Error& first_try) {
     RecordResend(client.log(), *plan.target, plan.key_index, first_try);
   };

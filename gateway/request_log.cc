@@ -35,12 +35,34 @@ void RequestLog::SetError(int http_status, std::string status, std::string messa
 
 void RequestLog::BeginAttempt(nlohmann::json entry) {
   if (committed_) return;
+  if (record_.trace.active) {
+    telemetry::AttemptSpan& span = record_.trace.attempts.emplace_back();
+    span.span_id = telemetry::NewSpanId();
+    span.start_us = ElapsedMicros();
+    span.target = entry.value("target", "");
+    span.provider = entry.value("provider", "");
+  }
   record_.attempts.push_back(std::move(entry));
   attempt_started_ns_ = clock_.MonotonicNanos();
 }
 
+void RequestLog::EndAttemptSpan(const nlohmann::json& entry) {
+  if (!record_.trace.active || record_.trace.attempts.empty()) return;
+  telemetry::AttemptSpan& span = record_.trace.attempts.back();
+  if (span.end_us >= 0) return;
+  span.end_us = ElapsedMicros();
+  span.status = entry.value("status", "");
+  if (auto it = entry.find("http_status"); it != entry.end() && it->is_number_integer()) {
+    span.http_status = it->get<int>();
+  }
+  if (auto it = entry.find("error"); it != entry.end() && it->is_string()) {
+    span.error = it->get<std::string>();
+  }
+}
+
 void RequestLog::EndAttempt(nlohmann::json entry) {
   if (committed_ || attempt_started_ns_ < 0 || record_.attempts.empty()) return;
+  EndAttemptSpan(entry);
   record_.attempts.back() = std::move(entry);
   attempt_started_ns_ = -1;
 }
@@ -69,6 +91,7 @@ void RequestLog::Commit() {
     open["status"] = record_.status.empty() ? "ok" : record_.status;
     open["http_status"] = record_.upstream_status;
     open["latency_ms"] = double(clock_.MonotonicNanos() - attempt_started_ns_) / 1e6;
+    EndAttemptSpan(open);
   }
   if (record_.status == "client_disconnected" && recorder_.shutdown_cut()) {
     record_.status = "shutdown";

@@ -57,6 +57,8 @@ class RequestLog {
 
  private:
   int64_t ElapsedMicros() const;
+  // Closes the open attempt's span (record().trace) with the outcome in its attempts entry.
+  void EndAttemptSpan(const nlohmann::json& entry);
 
   Recorder& recorder_;
   const Clock& clock_;

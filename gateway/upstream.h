@@ -64,6 +64,9 @@ struct AttemptPlan {
   const ProviderConnection* connection = nullptr;
   int key_index = 0;
   providers::CallOptions options;  // endpoint, upstream model, the key, stream, usage
+  // The W3C traceparent the upstream gets (the attempt's span as its parent), "" when the request
+  // is not traced.
+  std::string traceparent;
 };
 
 struct AttemptResult {

@@ -431,26 +431,6 @@ ExpositionFormat NegotiateExposition(std::string_view accept) {
   return ExpositionFormat::kText;
 }
 
-std::string TraceIdOfTraceparent(std::string_view header) {
-  // version "-" trace-id "-" parent-id "-" flags; version ff is invalid; a later version may
-  // append fields after the flags.
-  auto hex = [](std::string_view s) {
-    return s.find_first_not_of("0123456789abcdef") == std::string_view::npos;
-  };
-  while (!header.empty() && header.front() == ' ') header.remove_prefix(1);
-  while (!header.empty() && header.back() == ' ') header.remove_suffix(1);
-  if (header.size() < 55 || header[2] != '-' || header[35] != '-' || header[52] != '-') return "";
-  const std::string_view version = header.substr(0, 2), trace = header.substr(3, 32);
-  if (!hex(version) || version == "ff" || !hex(trace) || !hex(header.substr(36, 16)) ||
-      !hex(header.substr(53, 2))) {
-    return "";
-  }
-  if (version == "00" && header.size() != 55) return "";
-  if (header.size() > 55 && header[55] != '-') return "";
-  if (trace.find_first_not_of('0') == std::string_view::npos) return "";
-  return std::string(trace);
-}
-
 std::string MetricsRegistry::Expose(ExpositionFormat format) const {
   std::vector<std::pair<MetricType, const void*>> order;
   std::vector<SectionWriter> sections;

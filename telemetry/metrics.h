@@ -95,9 +95,6 @@ inline constexpr std::string_view kOpenMetricsContentType =
 // The format an Accept header asks for: OpenMetrics when it lists application/openmetrics-text
 // with a q above 0 (as Prometheus does by default), else the text format.
 ExpositionFormat NegotiateExposition(std::string_view accept);
-// The trace id of a W3C `traceparent` header ("00-<32 hex>-<16 hex>-<2 hex>"), "" when the header
-// is absent or malformed (or its trace id all zeros).
-std::string TraceIdOfTraceparent(std::string_view traceparent);
 
 enum class MetricType { kCounter, kGauge, kHistogram };
 

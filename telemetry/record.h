@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "telemetry/pricing.h"
+#include "telemetry/trace_context.h"
 #include "telemetry/usage.h"
 
 namespace kvgate::telemetry {
@@ -28,8 +29,8 @@ inline constexpr std::string_view kPurposeKeepWarm = "keep_warm";
 
 struct RequestRecord {
   std::string request_id;      // kvgate's id, also sent to the client as x-request-id
-  // The W3C trace id (32 hex) of the client's traceparent header, "" when it sent none; the
-  // metrics' exemplars name it. Not stored.
+  // The W3C trace id (32 hex) the metrics' exemplars name: the exported trace's (`trace`) when
+  // OpenTelemetry export is on, else the client's traceparent's; "" without either. Not stored.
   std::string trace_id;
   std::string thread_id;       // empty when the request has no thread
   std::string thread_source;   // kThreadFrom*: where thread_id came from; "" without one
@@ -106,6 +107,9 @@ struct RequestRecord {
   // Every upstream attempt made for the request, in order (empty when none was made):
   // [{"target","provider","status","http_status","error","latency_ms"}].
   nlohmann::json attempts = nlohmann::json::array();
+  // Not stored: the request's W3C trace and its attempts' spans, when OpenTelemetry export is on
+  // (telemetry.otlp); inactive otherwise. The OTLP exporter builds the request's spans from it.
+  RequestTrace trace;
 };
 
 // Makes every text field of `record` valid UTF-8 (invalid bytes become U+FFFD). Ids, model names

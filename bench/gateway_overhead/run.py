@@ -192,6 +192,9 @@ routers:
   # fingerprint, its memory and the estimates of every candidate.
   - {{name: bench-router, strategy: cost, targets: [gpt-4o, gpt-4o-mini, gpt-4o-mini-b]}}
 """)
+        # More config for a comparison run, e.g. KVGATE_BENCH_CONFIG_TAIL=$'telemetry:\n  otlp:
+        # {endpoint: http://127.0.0.1:4318}\n' for the cost of OpenTelemetry export.
+        f.write(os.environ.get("KVGATE_BENCH_CONFIG_TAIL", ""))
     log = open(os.path.join(tmp, f"{name}.log"), "w+")
     proc = subprocess.Popen([binary, "serve", "--config", cfg], stderr=log, stdout=log)
     deadline = time.time() + 120  # under valgrind on a busy machine, startup takes a while

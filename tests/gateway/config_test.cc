@@ -107,6 +107,45 @@ TEST(ConfigTest, DiagnosisExcerptsAreOnUnlessTurnedOff) {
   }
 }
 
+TEST(ConfigTest, OtlpExportIsOffUnlessConfigured) {
+  auto off = ParseConfig("storage: {sqlite: /tmp/x.db}\n", FakeEnv({}));
+  ASSERT_TRUE(off.has_value()) << off.error().message;
+  EXPECT_FALSE(off->otlp.has_value());
+  auto on = ParseConfig(
+      "telemetry:\n  otlp: {endpoint: \"http://collector:4318/\", headers: {x-honeycomb-team: "
+      "\"${TEAM}\"}, sample_ratio: 0.25, encoding: json, export_interval_s: 30, metrics: false}\n",
+      FakeEnv({{"TEAM", "abc"}}));
+  ASSERT_TRUE(on.has_value()) << on.error().message;
+  ASSERT_TRUE(on->otlp.has_value());
+  EXPECT_EQ(on->otlp->endpoint, "http://collector:4318");  // the trailing slash dropped
+  ASSERT_EQ(on->otlp->headers.size(), 1u);
+  EXPECT_EQ(on->otlp->headers[0].first, "x-honeycomb-team");
+  EXPECT_EQ(on->otlp->headers[0].second, "abc");
+  EXPECT_DOUBLE_EQ(on->otlp->sample_ratio, 0.25);
+  EXPECT_EQ(on->otlp->encoding, telemetry::otlp::Encoding::kJson);
+  EXPECT_EQ(on->otlp->export_interval, std::chrono::seconds(30));
+  EXPECT_TRUE(on->otlp->traces);
+  EXPECT_FALSE(on->otlp->metrics);
+  auto defaults = ParseConfig("telemetry: {otlp: {endpoint: http://c:4318}}\n", FakeEnv({}));
+  ASSERT_TRUE(defaults.has_value()) << defaults.error().message;
+  EXPECT_EQ(defaults->otlp->encoding, telemetry::otlp::Encoding::kProtobuf);
+  EXPECT_EQ(defaults->otlp->export_interval, std::chrono::seconds(10));
+  EXPECT_DOUBLE_EQ(defaults->otlp->sample_ratio, 1.0);
+  for (const char* bad : {"telemetry: {otlp: {endpoint: collector:4318}}\n",
+                          "telemetry: {otlp: {}}\n",
+                          "telemetry: {otlp: {endpoint: http://c:4318, sample_ratio: 1.5}}\n",
+                          "telemetry: {otlp: {endpoint: http://c:4318, encoding: grpc}}\n",
+                          "telemetry: {otlp: {endpoint: http://c:4318, export_interval_s: 0}}\n",
+                          "telemetry: {otlp: {endpoint: http://c:4318, headers: [a]}}\n",
+                          "telemetry: {otlp: {endpoint: http://c:4318, tracez: true}}\n",
+                          "telemetry: {otlp: {endpoint: http://c:4318, traces: false, metrics: false}}\n",
+                          "telemetry: {otlpx: {}}\n"}) {
+    auto r = ParseConfig(bad, FakeEnv({}));
+    ASSERT_FALSE(r.has_value()) << bad;
+    EXPECT_NE(r.error().message.find("telemetry"), std::string::npos) << r.error().message;
+  }
+}
+
 TEST(ConfigTest, InterpolationDefaultsAndErrors) {
   auto env = FakeEnv({{"A", "1"}});
   EXPECT_EQ(*InterpolateEnv("x${A}y", env), "x1y");

@@ -396,19 +396,6 @@ TEST(OpenMetricsTest, AcceptHeaderPicksTheFormat) {
   EXPECT_EQ(NegotiateExposition("application/openmetrics-textual"), ExpositionFormat::kText);
 }
 
-TEST(OpenMetricsTest, TraceparentGivesItsTraceId) {
-  EXPECT_EQ(TraceIdOfTraceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
-            "4bf92f3577b34da6a3ce929d0e0e4736");
-  EXPECT_EQ(TraceIdOfTraceparent(""), "");
-  EXPECT_EQ(TraceIdOfTraceparent("00-00000000000000000000000000000000-00f067aa0ba902b7-01"), "");
-  EXPECT_EQ(TraceIdOfTraceparent("ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"), "");
-  EXPECT_EQ(TraceIdOfTraceparent("00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01"), "");
-  EXPECT_EQ(TraceIdOfTraceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x"), "");
-  EXPECT_EQ(TraceIdOfTraceparent("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x"),
-            "4bf92f3577b34da6a3ce929d0e0e4736");
-  EXPECT_EQ(TraceIdOfTraceparent("00-4bf92f3577b34da6a3ce929d0e0e47\"6-00f067aa0ba902b7-01"), "");
-}
-
 // promtool is the reference parser for the exposition format; CI installs it (scripts/setup.sh).
 TEST(PromtoolTest, ExpositionPassesPromtoolCheckMetrics) {
   if (std::system("command -v promtool >/dev/null 2>&1") != 0) {

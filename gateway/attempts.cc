@@ -13,6 +13,7 @@
 #include "gateway/api/client_api.h"
 #include "gateway/client_stream.h"
 #include "gateway/gateway.h"
+#include "gateway/keep_warm.h"
 #include "gateway/local_provider.h"
 #include "gateway/request_log.h"
 
@@ -122,6 +123,10 @@ AttemptPlan Gateway::PlanAttempt(const InferenceCall& call, const router::Target
       .client_wants_usage = call.client_wants_usage};
   plan.options.cache_helpers = CacheHelpersFor(connection, rec.thread_id, *deps_.recorder);
   if (target.bedrock_api == "invoke") plan.options.bedrock_api = providers::BedrockApi::kInvoke;
+  if (keep_warm_ != nullptr) {
+    plan.options.cache_helpers.anthropic_write_ttl =
+        keep_warm_->WriteTtl(rec.thread_id, rec.model, target);
+  }
   return plan;
 }
 

@@ -124,6 +124,11 @@ struct KeepWarmConfig {
   // Pings in a row without a client turn of the thread between them, after which the thread is
   // taken to have ended and gets no more.
   int max_pings_per_thread = 3;
+  // Where the provider offers a longer cache TTL at a higher write rate (Anthropic's 1 hour),
+  // kvgate chooses per thread, from the same gap evidence, whether its requests write with it
+  // (keep_warm_policy.h, ExpectedWriteCosts): their cache breakpoints that name no TTL get the
+  // long one. A request whose breakpoints name a TTL is left as the client sent it.
+  bool choose_write_ttl = true;
 };
 
 struct KeyLimits {

@@ -17,9 +17,13 @@ Result<KeepWarmConfig> ParseKeepWarm(const json& k, const std::string& path) {
   const std::string where = path + ".keep_warm";
   if (!k.is_object()) {
     return MakeError(ErrorCode::kInvalidArgument,
-                     where + " must be a mapping {enabled, max_usd_per_day, max_pings_per_thread}");
+                     where +
+                         " must be a mapping {enabled, max_usd_per_day, max_pings_per_thread, "
+                         "choose_write_ttl}");
   }
-  if (Status s = OnlyKeys(k, where, {"enabled", "max_usd_per_day", "max_pings_per_thread"}); !s) {
+  if (Status s = OnlyKeys(
+          k, where, {"enabled", "max_usd_per_day", "max_pings_per_thread", "choose_write_ttl"});
+      !s) {
     return std::unexpected(s.error());
   }
   Reader r{k, where};
@@ -43,6 +47,9 @@ Result<KeepWarmConfig> ParseKeepWarm(const json& k, const std::string& path) {
                          std::to_string(kMaxPingsPerThread));
   }
   config.max_pings_per_thread = static_cast<int>(*pings);
+  auto choose = r.Bool("choose_write_ttl", config.choose_write_ttl);
+  if (!choose) return std::unexpected(choose.error());
+  config.choose_write_ttl = *choose;
   return config;
 }
 

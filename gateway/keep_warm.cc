@@ -51,6 +51,13 @@ void AppendLabelValue(std::string_view value, std::string& out) {
   }
 }
 
+// Whether the thread's cache was written with its provider's longer TTL.
+template <typename Thread>
+bool LongWrites(const Thread& t, const router::Target& target) {
+  const std::optional<int64_t> ttl = target.cache_rules.ttl_seconds;
+  return ttl && t.ttl_us > *ttl * 1'000'000;
+}
+
 }  // namespace
 
 std::optional<std::string> PingBody(const raw_json::Object& body) {
@@ -114,6 +121,43 @@ bool KeepWarm::Wants(std::string_view model, const router::Target& target,
   }
   return target.price.has_value() && target.cache_rules.ttl_seconds.has_value() &&
          *target.cache_rules.ttl_seconds > 0;
+}
+
+double KeepWarm::NextTurnWithinLocked(const Thread& t, double idle, double window) const {
+  const auto tenant_it = tenants_.find(t.tenant);
+  const keep_warm::SurvivalCounts tenant = tenant_it == tenants_.end()
+                                               ? keep_warm::SurvivalCounts{}
+                                               : tenant_it->second.Conditional(idle, window);
+  return keep_warm::NextTurnProbability(t.gaps.Conditional(idle, window), tenant,
+                                        gateway_gaps_.Conditional(idle, window));
+}
+
+std::string KeepWarm::WriteTtl(const std::string& thread_id, std::string_view model,
+                               const router::Target& target) {
+  if (configs_.empty() || thread_id.empty()) return {};
+  const std::string* owner_name = OwnerFor(model, target.name);
+  if (owner_name == nullptr || !configs_.find(*owner_name)->second.choose_write_ttl) return {};
+  const telemetry::CacheRules& rules = target.cache_rules;
+  if (!target.price || rules.automatic || !rules.ttl_seconds ||
+      rules.long_ttl_seconds <= *rules.ttl_seconds) {
+    return {};
+  }
+  MutexLock lock(&mu_);
+  auto it = threads_.find(thread_id);
+  if (it == threads_.end()) return {};
+  const Thread& t = it->second;
+  const int64_t cached = t.prefix_tokens + t.tail_tokens;
+  const telemetry::Rates rates = RatesFor(*target.price, cached);
+  if (rates.cache_write_1h <= 0) return {};
+  const keep_warm::WriteTtlInput in{
+      .p_short = NextTurnWithinLocked(t, 0, double(*rules.ttl_seconds)),
+      .p_long = NextTurnWithinLocked(t, 0, double(rules.long_ttl_seconds)),
+      .prefix_tokens = cached,
+      .new_tokens = t.growth_tokens,
+      .rates = rates};
+  if (!keep_warm::ExpectedWriteCosts(in).PreferLong()) return {};
+  ++owners_.at(*owner_name).long_writes;
+  return "1h";
 }
 
 void KeepWarm::Stage(const std::string& request_id, PingTemplate ping) {
@@ -202,7 +246,8 @@ void KeepWarm::OnTurnLocked(telemetry::RequestRecord& record, Owner& owner,
       PingEconomics econ{.prefix_tokens = before.prefix,
                          .tail_tokens = before.tail,
                          .rates = RatesFor(*target.price, before.prefix + before.tail),
-                         .automatic = target.cache_rules.automatic};
+                         .automatic = target.cache_rules.automatic,
+                         .long_writes = LongWrites(t, target)};
       const int64_t saved = econ.SavingFor(record.usage.cache_read.value_or(0));
       record.keep_warm_saved = saved;
       owner.saved += saved;
@@ -213,11 +258,21 @@ void KeepWarm::OnTurnLocked(telemetry::RequestRecord& record, Owner& owner,
   t.renewed_us = now;
   t.pings_since_turn = 0;
   const CachedPrefix cached = PrefixOf(record.usage, target.cache_rules);
+  t.written_tokens = record.usage.cache_write_5m.value_or(0) +
+                     record.usage.cache_write_1h.value_or(0) +
+                     record.usage.cache_write_no_ttl.value_or(0);
+  // A turn after an expiry wrote its whole prompt again; the growth is what a warm turn writes.
+  const int64_t before_total = t.prefix_tokens + t.tail_tokens;
+  const int64_t total = cached.prefix + cached.tail;
+  t.growth_tokens = !inserted && before_total > 0 && total >= before_total ? total - before_total
+                                                                           : t.written_tokens;
   t.prefix_tokens = cached.prefix;
   t.tail_tokens = cached.tail;
   int64_t ttl_s = *target.cache_rules.ttl_seconds;
-  // A turn that wrote with the long TTL keeps its prefix that long.
-  if (record.usage.cache_write_1h.value_or(0) > 0) {
+  // A turn that wrote with the long TTL keeps its prefix that long; so does one that only read
+  // a prefix written that way (a read renews the entry for its own TTL).
+  const bool read_only = t.written_tokens == 0 && record.usage.cache_read.value_or(0) > 0;
+  if (record.usage.cache_write_1h.value_or(0) > 0 || (read_only && LongWrites(t, target))) {
     ttl_s = std::max(ttl_s, target.cache_rules.long_ttl_seconds);
   }
   t.ttl_us = ttl_s * 1'000'000;
@@ -318,19 +373,14 @@ std::optional<int64_t> KeepWarm::RunDue(int64_t now_us) {
       RollDay(owner, now_us);
       const router::Target& target = router_.targets()[t.ping->target];
       const double idle = double(now_us - t.last_turn_us) / 1e6;
-      const double window = double(t.ttl_us) / 1e6;
-      const auto tenant_it = tenants_.find(t.tenant);
-      const keep_warm::SurvivalCounts tenant = tenant_it == tenants_.end()
-                                                   ? keep_warm::SurvivalCounts{}
-                                                   : tenant_it->second.Conditional(idle, window);
-      const double p = keep_warm::NextTurnProbability(t.gaps.Conditional(idle, window), tenant,
-                                                      gateway_gaps_.Conditional(idle, window));
+      const double p = NextTurnWithinLocked(t, idle, double(t.ttl_us) / 1e6);
       keep_warm::DecisionInput in{
           .probability = p,
           .economics = {.prefix_tokens = t.prefix_tokens,
                         .tail_tokens = t.tail_tokens,
                         .rates = RatesFor(*target.price, t.prefix_tokens + t.tail_tokens),
-                        .automatic = target.cache_rules.automatic},
+                        .automatic = target.cache_rules.automatic,
+                        .long_writes = LongWrites(t, target)},
           .pings_since_turn = t.pings_since_turn,
           .max_pings_per_thread = owner.config.max_pings_per_thread,
           .day_committed = owner.day_spent + owner.held,
@@ -403,6 +453,12 @@ void KeepWarm::ExposeMetrics(std::string& out) const {
       sample("kvgate_keep_warm_skipped_total", name, reason,
              std::to_string(it == o.skipped.end() ? 0 : it->second));
     }
+  }
+  family("kvgate_keep_warm_long_writes_total",
+         "Requests (turns and pings) sent with 1-hour cache writes because the thread's gaps made "
+         "them cheaper than 5-minute ones.");
+  for (const auto& [name, o] : owners_) {
+    sample("kvgate_keep_warm_long_writes_total", name, nullptr, std::to_string(o.long_writes));
   }
 }
 

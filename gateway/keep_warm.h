@@ -81,6 +81,13 @@ class KeepWarm {
   // chat completions or messages, and the target's provider must have a TTL and a price).
   bool Wants(std::string_view model, const router::Target& target,
              providers::Endpoint endpoint) const;
+  // The cache-write TTL for the next request of `thread_id` (client model `model`) on `target`:
+  // "1h" when keep_warm's choose_write_ttl is on there, the target's caching rules have a longer
+  // TTL priced apart, and the thread's gaps make long writes the cheaper (ExpectedWriteCosts);
+  // "" otherwise (the request's breakpoints stay as they are). A "1h" is counted in
+  // kvgate_keep_warm_long_writes_total.
+  std::string WriteTtl(const std::string& thread_id, std::string_view model,
+                       const router::Target& target);
   // Before an attempt of request `request_id` whose turn Wants: what a ping would send. The
   // record's Observe takes it (the last attempt's wins).
   void Stage(const std::string& request_id, PingTemplate ping);
@@ -91,7 +98,8 @@ class KeepWarm {
   // thread will be due (nullopt: none is waiting).
   std::optional<int64_t> RunDue(int64_t now_us);
 
-  // kvgate_keep_warm_{pings,cost_usd,saved_usd,skipped}_total{model[,reason]} (Prometheus text).
+  // kvgate_keep_warm_{pings,cost_usd,saved_usd,skipped,long_writes}_total{model[,reason]}
+  // (Prometheus text).
   void ExposeMetrics(std::string& out) const;
 
   // How long before the expected expiry a ping goes: a tenth of the TTL, at most 30 s.
@@ -106,7 +114,7 @@ class KeepWarm {
     int64_t day_spent = 0;  // settled pings today
     int64_t held = 0;       // worst cases of pings in flight
     // Metrics.
-    uint64_t pings = 0;
+    uint64_t pings = 0, long_writes = 0;
     int64_t cost = 0, saved = 0;
     std::map<std::string, uint64_t> skipped;  // by reason
   };
@@ -118,6 +126,10 @@ class KeepWarm {
     int64_t last_turn_us = 0;  // the last client turn's arrival
     int64_t renewed_us = 0;    // the latest cache use: that turn or a successful ping
     int64_t prefix_tokens = 0, tail_tokens = 0;
+    int64_t written_tokens = 0;  // what the last turn wrote to the cache
+    // How much the prompt grew from the turn before (what a turn newly writes when its cache
+    // held); the first turn's writes until there is a turn before.
+    int64_t growth_tokens = 0;
     int pings_since_turn = 0;
     int64_t in_flight_hold = -1;  // >= 0: a ping is out, holding this much of the day's cap
     int64_t due_us = 0;           // 0: not scheduled
@@ -134,6 +146,8 @@ class KeepWarm {
   // The thread went silent with its cache: a gap that never ended, for its tenant and gateway.
   void RetireLocked(const std::string& thread_id, Thread& t) REQUIRES(mu_);
   void EraseLocked(std::unordered_map<std::string, Thread>::iterator it) REQUIRES(mu_);
+  // The probability that the thread's next turn comes within `window` seconds of its last one.
+  double NextTurnWithinLocked(const Thread& t, double idle, double window) const REQUIRES(mu_);
   // The tenant's sample (created on first use); nullptr beyond kMaxTenants.
   keep_warm::GapSample* TenantLocked(const std::string& tenant) REQUIRES(mu_);
   void OnTurnLocked(telemetry::RequestRecord& record, Owner& owner,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace kvgate::gateway::keep_warm {
 
@@ -97,6 +98,17 @@ Decision Decide(const DecisionInput& in) {
   // Held at its worst: pings in flight together never take the day past the cap.
   if (in.day_committed + in.economics.WorstCost() > in.day_cap) return Decision::kDailyCap;
   return Decision::kPing;
+}
+
+WriteTtlCosts ExpectedWriteCosts(const WriteTtlInput& in) {
+  auto per_turn = [&](double p, int64_t write_rate) {
+    const double prefix = double(std::max<int64_t>(0, in.prefix_tokens));
+    const double written = double(std::max<int64_t>(0, in.new_tokens));
+    return written * double(write_rate) +
+           prefix * (p * double(in.rates.cached_input) + (1.0 - p) * double(write_rate));
+  };
+  return {.short_ttl = per_turn(std::clamp(in.p_short, 0.0, 1.0), in.rates.cache_write_5m),
+          .long_ttl = per_turn(std::clamp(in.p_long, 0.0, 1.0), in.rates.cache_write_1h)};
 }
 
 int64_t UsdToPico(double usd) {

@@ -69,7 +69,11 @@ struct PingEconomics {
   // Automatic caching (OpenAI, DeepSeek): a prefix written again costs the input rate. Explicit
   // breakpoints (Anthropic): the 5-minute write rate.
   bool automatic = true;
-  int64_t WriteRate() const { return automatic ? rates.input : rates.cache_write_5m; }
+  // The thread writes with the longer TTL (WriteTtl chose it): a re-write costs that rate.
+  bool long_writes = false;
+  int64_t WriteRate() const {
+    return automatic ? rates.input : long_writes ? rates.cache_write_1h : rates.cache_write_5m;
+  }
   // What the ping is expected to cost: the prefix read, the tail at the input rate, one output.
   int64_t Cost() const;
   // What it costs if the cache is already gone (the prefix written again): the most a ping can
@@ -100,6 +104,31 @@ struct DecisionInput {
   int64_t day_cap = 0;        // max_usd_per_day, pico-USD
 };
 Decision Decide(const DecisionInput& in);
+
+// Which TTL a thread's cache writes should have, where the provider offers a longer one at a
+// higher write rate (Anthropic: 1 hour at 2x the input rate against 5 minutes at 1.25x). The
+// prompt kvgate is about to send leaves `prefix_tokens` cached, `new_tokens` of them written by
+// it. Its next turn reads the prefix when it comes within the TTL and writes it all again when it
+// comes later, so per turn
+//
+//   short: new x write_5m + prefix x (p_short x read + (1 - p_short) x write_5m)
+//   long:  new x write_1h + prefix x (p_long  x read + (1 - p_long)  x write_1h)
+//
+// with p_short and p_long the probabilities (NextTurnProbability, from idle 0) that the next turn
+// comes within each TTL. Long writes are chosen when they are expected to cost less. Without gap
+// evidence both probabilities are near 0 and short writes, the cheaper ones, win. Keep-warm pings
+// that could bridge a gap past the short TTL are left out: where gaps run past it often enough for
+// this rule to choose long writes, one long write costs less than the pings it spares.
+struct WriteTtlInput {
+  double p_short = 0, p_long = 0;
+  int64_t prefix_tokens = 0, new_tokens = 0;
+  telemetry::Rates rates;
+};
+struct WriteTtlCosts {
+  double short_ttl = 0, long_ttl = 0;  // expected pico-USD per turn
+  bool PreferLong() const { return long_ttl < short_ttl; }
+};
+WriteTtlCosts ExpectedWriteCosts(const WriteTtlInput& in);
 
 // pico-USD of a USD amount (config values), rounded down.
 int64_t UsdToPico(double usd);

@@ -46,7 +46,9 @@ import openai  # noqa: E402
 
 ADMIN = "bench-admin"
 REAL_TTL_S = 300.0
-MODEL_OFF, MODEL_ON = "sonnet", "sonnet-warm"
+MODEL_OFF, MODEL_ON, MODEL_ON_5M = "sonnet", "sonnet-warm", "sonnet-warm-5m"
+# Anthropic's long TTL against its 5-minute one.
+LONG_TTL_FACTOR = 12
 # claude-sonnet-4-5's catalog rates, micro-USD per 1M tokens (the oracle's arithmetic).
 READ, WRITE, OUTPUT = 300_000, 3_750_000, 15_000_000
 
@@ -121,13 +123,16 @@ storage: {{sqlite: {db}}}
 pricing:
   caching_rules:
     anthropic: {{automatic: false, min_cacheable_tokens: 1024, granularity_tokens: 1,
-                ttl_seconds: {ttl:g}}}
+                ttl_seconds: {ttl:g}, max_ttl_seconds: {ttl * LONG_TTL_FACTOR:g}}}
 providers:
   - {{name: anthropic, type: anthropic, base_url: {sim}/anthropic, api_key: sk-ant-test}}
 models:
   - {{name: {MODEL_OFF}, provider: anthropic, upstream_model: claude-sonnet-4-5}}
   - {{name: {MODEL_ON}, provider: anthropic, upstream_model: claude-sonnet-4-5,
      keep_warm: {{enabled: true, max_usd_per_day: {cap_usd:g}, max_pings_per_thread: {max_pings}}}}}
+  - {{name: {MODEL_ON_5M}, provider: anthropic, upstream_model: claude-sonnet-4-5,
+     keep_warm: {{enabled: true, max_usd_per_day: {cap_usd:g}, max_pings_per_thread: {max_pings},
+                 choose_write_ttl: false}}}}
 """
 
 
@@ -137,7 +142,7 @@ def replay(gw: Kvgate, sessions: list[Session], mode: str, run: str, scale: floa
            max_pings: int) -> dict:
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{gw.port}/v1", api_key="unused",
                            max_retries=0, timeout=60)
-    model = MODEL_ON if mode == "on" else MODEL_OFF
+    model = {"on": MODEL_ON, "on_5m": MODEL_ON_5M}.get(mode, MODEL_OFF)
     lead = min(ttl / 10, 30.0)
     errors = []
 
@@ -177,9 +182,10 @@ def replay(gw: Kvgate, sessions: list[Session], mode: str, run: str, scale: floa
     t0 = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(len(sessions)) as pool:
         threads = list(pool.map(one, sessions))
-    if mode == "on":
-        # The last turns' pings: a thread stops being pinged within max_pings TTLs.
-        time.sleep((max_pings + 1) * ttl)
+    if mode in ("on", "on_5m"):
+        # The last turns' pings: a thread stops being pinged within max_pings TTLs (the long
+        # TTL's, for threads that write for an hour).
+        time.sleep((max_pings + 1) * ttl * (LONG_TTL_FACTOR if mode == "on" else 1))
     return {"threads": threads, "errors": errors, "seconds": time.monotonic() - t0}
 
 
@@ -254,7 +260,7 @@ def main() -> int:
     ap.add_argument("--sets", default="think,short", help="which session sets to replay")
     ap.add_argument("--kvgate", default=str(REPO / "build" / "bin" / "kvgate"))
     ap.add_argument("--out", default=str(REPO / "bench" / "out" / "keep_warm"))
-    ap.add_argument("--modes", default="off,on,always", help="which modes to replay (off is needed "
+    ap.add_argument("--modes", default="off,on_5m,on,always", help="which modes to replay (off is needed "
                     "for the oracle and the comparison)")
     args = ap.parse_args()
     ttl = REAL_TTL_S / args.scale
@@ -273,7 +279,7 @@ def main() -> int:
     summary = {"scale": args.scale, "ttl_s": ttl, "sessions": args.sessions, "seed": args.seed,
                "max_pings": args.max_pings, "cap_usd": args.cap_usd}
     try:
-        sim.client.config(anthropic_ttl_5m=ttl)
+        sim.client.config(anthropic_ttl_5m=ttl, anthropic_ttl_1h=ttl * LONG_TTL_FACTOR)
         for set_name, sessions in sets.items():
             res = {}
             for mode in args.modes.split(","):
@@ -314,12 +320,12 @@ def main() -> int:
     for set_name in sets:
         res = summary[set_name]
         off = res["off"]["usd"]
-        for mode in ("off", "on", "always", "oracle"):
+        for mode in ("off", "on_5m", "on", "always", "oracle"):
             if mode not in res:
                 continue
             r = res[mode]
             net = (f"{r['ping_cost_usd']:.4f} / {r['saved_usd']:.4f} / {r['net_usd']:+.4f}"
-                   if mode == "on" else "")
+                   if mode in ("on", "on_5m") else "")
             errs = r.get("errors", "")
             print(f"| {set_name} | {mode} | {r['usd']:.4f} | {100 * (r['usd'] / off - 1):+.1f}% | "
                   f"{r['pings']} | {net} | {errs} |")

@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "gateway/providers/internal.h"
 #include "gateway/providers/json_splice.h"
@@ -89,7 +91,74 @@ std::optional<std::string> MarkedMessages(raw_json::Value messages, const ordere
   return out;
 }
 
+// LengthenCacheWrites' walk over one top-level value: the breakpoints found (to be made 1h),
+// or a TTL the client named (the whole body is then left alone).
+struct Breakpoints {
+  std::vector<ordered_json*> unnamed;
+  bool named_ttl = false;
+};
+
+void CollectBreakpoint(ordered_json& block, Breakpoints& found) {
+  if (!block.is_object()) return;
+  auto cc = block.find("cache_control");
+  if (cc == block.end() || !cc->is_object()) return;
+  if (cc->contains("ttl")) {
+    found.named_ttl = true;
+    return;
+  }
+  found.unnamed.push_back(&*cc);
+}
+
+void CollectBlocks(ordered_json& blocks, Breakpoints& found) {
+  if (!blocks.is_array()) return;
+  for (ordered_json& block : blocks) {
+    CollectBreakpoint(block, found);
+    // A tool result's own content blocks may carry breakpoints too.
+    if (block.is_object()) {
+      if (auto inner = block.find("content"); inner != block.end()) CollectBlocks(*inner, found);
+    }
+  }
+}
+
 }  // namespace
+
+std::optional<std::string> LengthenCacheWrites(std::string_view messages_body) {
+  if (messages_body.find("\"cache_control\"") == std::string_view::npos) return std::nullopt;
+  Result<raw_json::Value> body = raw_json::Parse(messages_body);
+  if (!body || !body->is_object()) return std::nullopt;
+  // Each top-level value with a breakpoint, parsed, and the breakpoints in it.
+  std::vector<std::pair<std::string, ordered_json>> values;
+  Breakpoints found;
+  for (const raw_json::Member& m : raw_json::Members(*body)) {
+    const bool tools = m.KeyIs("tools"), system = m.KeyIs("system"), messages = m.KeyIs("messages");
+    if (!(tools || system || messages)) continue;
+    if (m.value.text.find("\"cache_control\"") == std::string_view::npos) continue;
+    ordered_json value = ordered_json::parse(m.value.text);
+    values.emplace_back(std::string(m.key), std::move(value));
+  }
+  for (auto& [key, value] : values) {
+    if (key == "messages") {
+      if (!value.is_array()) continue;
+      for (ordered_json& message : value) {
+        if (!message.is_object()) continue;
+        if (auto content = message.find("content"); content != message.end()) {
+          CollectBlocks(*content, found);
+        }
+      }
+    } else {
+      CollectBlocks(value, found);  // tools, and system as blocks (a string has none)
+    }
+  }
+  if (found.named_ttl || found.unnamed.empty()) return std::nullopt;
+  for (ordered_json* cc : found.unnamed) (*cc)["ttl"] = "1h";
+  size_t next = 0;
+  return SpliceMembers(*body, [&](const raw_json::Member& m) {
+    if (next < values.size() && m.KeyIs(values[next].first)) {
+      return MemberEdit{MemberEdit::Kind::kReplaceValue, Encode(values[next++].second)};
+    }
+    return MemberEdit{};
+  });
+}
 
 std::optional<std::string> AddAutoCacheBreakpoints(std::string_view messages_body,
                                                    std::string_view ttl) {

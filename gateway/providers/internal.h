@@ -108,6 +108,12 @@ Result<UpstreamCall> BuildAnthropicMessagesCall(const raw_json::Object& client_b
 // kept); every other byte is the input's.
 std::optional<std::string> AddAutoCacheBreakpoints(std::string_view messages_body,
                                                    std::string_view ttl);
+// Keep-warm's choice of long cache writes on a whole Messages request body: every breakpoint
+// (`cache_control` of type ephemeral on a tool, a system block, a message's content block or a
+// tool result's) gets `"ttl": "1h"`. nullopt when there is none, or when any names a TTL already:
+// a client that names TTLs orders them itself (Anthropic wants longer ones first). Only the values
+// of `tools`, `system` and `messages` that hold a breakpoint are re-encoded.
+std::optional<std::string> LengthenCacheWrites(std::string_view messages_body);
 Result<Translated> TranslateMessagesResponse(std::string_view upstream_body);
 std::unique_ptr<StreamTranslator> NewMessagesStream();
 

@@ -188,11 +188,20 @@ namespace {
 // cache diagnostics' previous message id (after the prompt: it changes no cached byte).
 Result<UpstreamCall> WithAutoCache(Result<UpstreamCall> call, const CallOptions& options) {
   if (!call) return call;
-  const std::string& ttl = options.cache_helpers.anthropic_auto_cache_ttl;
-  if (!ttl.empty()) {
+  const std::string& long_ttl = options.cache_helpers.anthropic_write_ttl;
+  const std::string& ttl =
+      long_ttl.empty() ? options.cache_helpers.anthropic_auto_cache_ttl : long_ttl;
+  bool marked_here = false;
+  if (!options.cache_helpers.anthropic_auto_cache_ttl.empty()) {
     if (std::optional<std::string> marked = internal::AddAutoCacheBreakpoints(call->body, ttl)) {
       call->body = std::move(*marked);
       call->cache_helper = "anthropic_auto_cache";
+      marked_here = true;
+    }
+  }
+  if (!long_ttl.empty() && !marked_here) {
+    if (std::optional<std::string> longer = internal::LengthenCacheWrites(call->body)) {
+      call->body = std::move(*longer);
     }
   }
   const std::string& previous = options.cache_helpers.anthropic_previous_message_id;

@@ -72,6 +72,10 @@ struct CacheHelpers {
   // cache_control at all, a breakpoint of this TTL ("5m" or "1h") at the end of the system
   // prompt and at the last cacheable block of the last message. "" off.
   std::string anthropic_auto_cache_ttl;
+  // Anthropic (both ways): "1h" when keep-warm chose 1-hour writes for the thread
+  // (KeepWarm::WriteTtl): the auto-cache breakpoints get that TTL, and so do the client's own
+  // breakpoints when none names a TTL. "" leaves them as they are.
+  std::string anthropic_write_ttl;
   // Anthropic (both ways): the thread's previous message id on this provider, sent as
   // `diagnostics: {previous_message_id}` when the request has no `diagnostics` of its own, so
   // that the response says why its cache missed (ProviderCacheMissReason). "" off.

@@ -2,7 +2,9 @@
 scaled down to 4 s (kvgate told the same through pricing.caching_rules): a thread idle past most
 of its TTL gets a ping recorded with purpose keep_warm, its next turn reads the renewed cache (no
 "expired" diagnosis) and the thread shows the net saving; a model without keep_warm sends no
-ping; a model whose per-day cap cannot hold one ping sends none either."""
+ping; a model whose per-day cap cannot hold one ping sends none either. With the 1-hour TTL
+scaled to 30 s, a thread whose gaps outlive the short TTL gets 1-hour writes, which its next turn
+reads without a ping; with choose_write_ttl off it never does."""
 import json
 import random
 import re
@@ -16,7 +18,9 @@ import pytest
 from gwctl import GATEWAY_KEY
 
 TTL = 4  # seconds, the simulator's and kvgate's
+LONG_TTL = 30  # the 1-hour TTL, scaled
 HOT, COLD, CAPPED = "claude-sonnet-4-5", "sonnet-cold", "sonnet-capped"
+SHORT_ONLY = "sonnet-5m-only"
 
 
 @pytest.fixture
@@ -29,7 +33,8 @@ server:   {{listen: 127.0.0.1:0, admin_token: test-admin, api_keys: [{GATEWAY_KE
 storage:  {{sqlite: {self.db_path}}}
 pricing:
   caching_rules:
-    anthropic: {{automatic: false, min_cacheable_tokens: 1024, granularity_tokens: 1, ttl_seconds: {TTL}}}
+    anthropic: {{automatic: false, min_cacheable_tokens: 1024, granularity_tokens: 1, ttl_seconds: {TTL},
+                max_ttl_seconds: {LONG_TTL}}}
 providers:
   - {{name: claude, type: anthropic, base_url: {simurl}/anthropic, api_key: sk-ant-test}}
 models:
@@ -38,12 +43,14 @@ models:
   - {{name: {COLD}, provider: claude, upstream_model: claude-sonnet-4-5}}
   - {{name: {CAPPED}, provider: claude, upstream_model: claude-sonnet-4-5,
      keep_warm: {{enabled: true, max_usd_per_day: 0.000001}}}}
+  - {{name: {SHORT_ONLY}, provider: claude, upstream_model: claude-sonnet-4-5,
+     keep_warm: {{enabled: true, max_pings_per_thread: 2, choose_write_ttl: false}}}}
 """)
 
     kg = KeepWarmKvgate(kvgate_bin, tmp_path / "kw", sim.port, name="kw").start()
-    sim.client.config(anthropic_ttl_5m=TTL)
+    sim.client.config(anthropic_ttl_5m=TTL, anthropic_ttl_1h=LONG_TTL)
     yield kg.gateway()
-    sim.client.config(anthropic_ttl_5m=300)
+    sim.client.config(anthropic_ttl_5m=300, anthropic_ttl_1h=3600)
     assert kg.terminate() == 0
 
 
@@ -176,3 +183,41 @@ def test_ping_renews_the_cache_and_the_thread_shows_the_net(warm_gw):
     assert st == 200, overview
     assert overview["keep_warm"]["pings"] == 1, overview["keep_warm"]
     assert overview["keep_warm"]["net_usd"] == pytest.approx(kw["net_usd"], rel=1e-6)
+
+
+def test_gaps_past_the_short_ttl_get_one_hour_writes(warm_gw):
+    gw = warm_gw
+    threads = {m: f"kw-long-{m}-{random.randrange(10**9)}" for m in (HOT, SHORT_ONLY)}
+    systems = {HOT: [{"type": "text", "text": long_text(4)}],
+               SHORT_ONLY: [{"type": "text", "text": long_text(5)}]}
+    questions = ["first", "second", "third", "fourth"]
+    for n in range(1, 5):
+        if n > 1:
+            time.sleep(TTL + 1.2)  # past the short TTL, well within the long one
+        for m in (HOT, SHORT_ONLY):
+            turn(gw, m, threads[m], systems[m], questions[:n])
+
+    def clients(ts):
+        return [t for t in ts if t["purpose"] == "client"]
+
+    every = gw.wait_turns(threads[HOT], 4, until=lambda ts: len(clients(ts)) >= 4)
+    hot = clients(every)
+    assert len(hot) == 4, hot
+    # The first turns wrote for 5 minutes; once a gap past that was seen, the thread's writes are
+    # for the hour, and the next turn after a gap past the short TTL read them, with no ping.
+    assert hot[0]["usage"]["cache_write_1h"] == 0 and hot[0]["usage"]["cache_write_5m"] > 1000, hot[0]
+    assert (hot[1]["cache_diagnosis"] or {}).get("cause") == "expired", hot[1]
+    long_turns = [i for i, t in enumerate(hot) if t["usage"]["cache_write_1h"] > 0]
+    assert long_turns and long_turns[0] in (1, 2), [t["usage"] for t in hot]
+    after = hot[long_turns[0] + 1]
+    assert after["cache_diagnosis"] is None, after
+    assert after["usage"]["cache_read"] >= hot[long_turns[0]]["usage"]["cache_read"], after
+    pings = [t for t in every if t["purpose"] == "keep_warm"
+             and t["created_at"] > hot[long_turns[0]]["created_at"]]
+    assert pings == [], pings  # the hour-long entry needed none
+    assert metric(gw, "kvgate_keep_warm_long_writes_total", model=HOT) >= 1
+
+    # choose_write_ttl: false: every write stays at 5 minutes.
+    short = clients(gw.wait_turns(threads[SHORT_ONLY], 4, until=lambda ts: len(clients(ts)) >= 4))
+    assert all(t["usage"]["cache_write_1h"] == 0 for t in short), [t["usage"] for t in short]
+    assert metric(gw, "kvgate_keep_warm_long_writes_total", model=SHORT_ONLY) == 0

@@ -99,6 +99,31 @@ TEST(KeepWarmEconomics, CostsInPicoUsd) {
   EXPECT_EQ(automatic.Saving(), int64_t{10'000} * (3'000'000 - 300'000));
 }
 
+// Sonnet's rates (micro-USD per 1M tokens): read 0.30, 5-minute write 3.75, 1-hour write 6.
+keep_warm::WriteTtlInput Writes(double p_short, double p_long) {
+  return {.p_short = p_short,
+          .p_long = p_long,
+          .prefix_tokens = 10'000,
+          .new_tokens = 1'000,
+          .rates = Anthropic(0, 0).rates};
+}
+
+TEST(KeepWarmWriteTtl, LongWritesWhenGapsOutliveTheShortTtlButNotTheLong) {
+  // Half the next turns come after 5 minutes, nearly all within the hour.
+  const keep_warm::WriteTtlCosts mixed = keep_warm::ExpectedWriteCosts(Writes(0.5, 0.95));
+  EXPECT_DOUBLE_EQ(mixed.short_ttl,
+                   1'000.0 * 3'750'000 + 10'000.0 * (0.5 * 300'000 + 0.5 * 3'750'000));
+  EXPECT_DOUBLE_EQ(mixed.long_ttl,
+                   1'000.0 * 6'000'000 + 10'000.0 * (0.95 * 300'000 + 0.05 * 6'000'000));
+  EXPECT_TRUE(mixed.PreferLong());
+  // Every turn within 5 minutes: the dearer write buys nothing.
+  EXPECT_FALSE(keep_warm::ExpectedWriteCosts(Writes(1.0, 1.0)).PreferLong());
+  // No evidence (both near 0): both re-write, the short write is cheaper.
+  EXPECT_FALSE(keep_warm::ExpectedWriteCosts(Writes(0.0, 0.0)).PreferLong());
+  // Gaps past the hour too: long writes would not be read either.
+  EXPECT_FALSE(keep_warm::ExpectedWriteCosts(Writes(0.1, 0.2)).PreferLong());
+}
+
 DecisionInput Input(double p) {
   return DecisionInput{.probability = p,
                        .economics = Anthropic(10'000, 50),
@@ -397,6 +422,40 @@ TEST_F(KeepWarmServiceTest, ModelsWithoutKeepWarmAreLeftAlone) {
   service_->RunDue(static_cast<int64_t>(10'000 * 1e6));
   EXPECT_TRUE(sent_.empty());
   EXPECT_FALSE(service_->any_enabled());
+}
+
+// 1-hour writes for a thread whose turns come every 20 minutes (past the 5-minute TTL, well
+// within the hour); none for a thread that keeps coming within a minute, none for a model
+// without keep_warm, none when choose_write_ttl is off.
+TEST_F(KeepWarmServiceTest, ChoosesOneHourWritesFromTheThreadsGaps) {
+  Start("{enabled: true}");
+  const router::Target& sonnet = router_->targets()[*router_->FindTarget("sonnet")];
+  // (The quick thread first: its gaps are the gateway's prior while it has no others.)
+  double u = 0;
+  Turn("quick", u, 0, 10'000);
+  EXPECT_EQ(service_->WriteTtl("quick", "sonnet", sonnet), "") << "no gap seen yet";
+  for (int i = 0; i < 6; ++i) Turn("quick", u += 40, 10'000, 1'000);
+  EXPECT_EQ(service_->WriteTtl("quick", "sonnet", sonnet), "");
+
+  double t = 0;
+  Turn("slow", t, 0, 10'000);
+  for (int i = 0; i < 6; ++i) Turn("slow", t += 1'200, 10'000, 1'000);
+  EXPECT_EQ(service_->WriteTtl("slow", "sonnet", sonnet), "1h");
+  EXPECT_NE(Metrics().find("kvgate_keep_warm_long_writes_total{model=\"sonnet\"} 1\n"),
+            std::string::npos)
+      << Metrics();
+  EXPECT_EQ(service_->WriteTtl("unknown", "sonnet", sonnet), "");
+  const router::Target& cold = router_->targets()[*router_->FindTarget("cold")];
+  EXPECT_EQ(service_->WriteTtl("slow", "cold", cold), "");
+}
+
+TEST_F(KeepWarmServiceTest, OneHourWritesCanBeTurnedOff) {
+  Start("{enabled: true, choose_write_ttl: false}");
+  const router::Target& sonnet = router_->targets()[*router_->FindTarget("sonnet")];
+  double t = 0;
+  Turn("slow", t, 0, 10'000);
+  for (int i = 0; i < 6; ++i) Turn("slow", t += 1'200, 10'000, 1'000);
+  EXPECT_EQ(service_->WriteTtl("slow", "sonnet", sonnet), "");
 }
 
 }  // namespace

@@ -147,6 +147,71 @@ TEST(AnthropicAutoCacheTest, TheChatTranslationToo) {
   EXPECT_EQ(kept->cache_helper, "");
 }
 
+// Keep-warm chose 1-hour writes for the thread: the client's own breakpoints (none naming a
+// TTL) get it wherever Anthropic takes one; every other byte of the body is the client's.
+TEST(AnthropicLongWritesTest, TheClientsBreakpointsGetTheOneHourTtl) {
+  const std::string body =
+      R"({"model":"m", "max_tokens":8,"tools":[{"name":"t","input_schema":{"type":"object"},)"
+      R"("cache_control":{"type":"ephemeral"}}],"system":[{"type":"text","text":"s",)"
+      R"("cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":[)"
+      R"({"type":"tool_result","tool_use_id":"x","content":[{"type":"text","text":"r",)"
+      R"("cache_control":{"type":"ephemeral"}}]},{"type":"text","text":"q","cache_control":)"
+      R"({"type":"ephemeral"}}]}],"metadata":{"user_id":"u"}})";
+  CallOptions o;
+  o.endpoint = Endpoint::kMessages;
+  o.cache_helpers.anthropic_write_ttl = "1h";
+  auto call = Build(ProviderType::kAnthropic, body, o);
+  ASSERT_TRUE(call.has_value()) << call.error().message;
+  const json sent = json::parse(call->body);
+  const json hour = {{"type", "ephemeral"}, {"ttl", "1h"}};
+  EXPECT_EQ(sent["tools"][0]["cache_control"], hour) << call->body;
+  EXPECT_EQ(sent["system"][0]["cache_control"], hour);
+  EXPECT_EQ(sent["messages"][0]["content"][0]["content"][0]["cache_control"], hour);
+  EXPECT_EQ(sent["messages"][0]["content"][1]["cache_control"], hour);
+  EXPECT_EQ(sent["metadata"], json({{"user_id", "u"}}));
+  EXPECT_EQ(call->body.substr(0, 27), R"({"model":"m", "max_tokens":)") << "untouched bytes stay";
+
+  // Off: the body goes as it came.
+  auto plain = Build(ProviderType::kAnthropic, body, CallOptions{.endpoint = Endpoint::kMessages});
+  ASSERT_TRUE(plain.has_value());
+  EXPECT_EQ(plain->body, body);
+}
+
+// A client that names a TTL anywhere orders its TTLs itself (Anthropic wants the longer ones
+// first): nothing is changed. A body with no breakpoint has nothing to lengthen.
+TEST(AnthropicLongWritesTest, NamedTtlsAndBodiesWithoutBreakpointsAreLeftAlone) {
+  CallOptions o;
+  o.endpoint = Endpoint::kMessages;
+  o.cache_helpers.anthropic_write_ttl = "1h";
+  const std::string named =
+      R"({"model":"m","max_tokens":8,"system":[{"type":"text","text":"s","cache_control":)"
+      R"({"type":"ephemeral","ttl":"5m"}}],"messages":[{"role":"user","content":[{"type":"text",)"
+      R"("text":"q","cache_control":{"type":"ephemeral"}}]}]})";
+  auto call = Build(ProviderType::kAnthropic, named, o);
+  ASSERT_TRUE(call.has_value());
+  EXPECT_EQ(call->body, named);
+  const std::string none =
+      R"({"model":"m","max_tokens":8,"messages":[{"role":"user","content":"cache_control"}]})";
+  auto bare = Build(ProviderType::kAnthropic, none, o);
+  ASSERT_TRUE(bare.has_value());
+  EXPECT_EQ(bare->body, none);
+}
+
+// With anthropic_auto_cache on, kvgate's own breakpoints take the chosen TTL.
+TEST(AnthropicLongWritesTest, AutoCacheBreakpointsTakeTheChosenTtl) {
+  CallOptions o = AutoCache(Endpoint::kMessages, "5m");
+  o.cache_helpers.anthropic_write_ttl = "1h";
+  auto call = Build(ProviderType::kAnthropic,
+                    R"({"model":"m","max_tokens":8,"system":"s","messages":[{"role":"user","content":"q"}]})",
+                    o);
+  ASSERT_TRUE(call.has_value());
+  EXPECT_EQ(call->cache_helper, "anthropic_auto_cache");
+  const json sent = json::parse(call->body);
+  const json hour = {{"type", "ephemeral"}, {"ttl", "1h"}};
+  EXPECT_EQ(sent["system"][0]["cache_control"], hour) << call->body;
+  EXPECT_EQ(sent["messages"][0]["content"][0]["cache_control"], hour);
+}
+
 }  // namespace
 }  // namespace kvgate::providers
 

@@ -12,7 +12,7 @@ ROOT=$PWD
 BUILD=${KVGATE_FUZZ_BUILD_DIR:-$ROOT/build-fuzz}
 SECS=${KVGATE_FUZZ_SECONDS:-20}
 JOBS=${KVGATE_CI_JOBS:-$(nproc)}
-read -r -a TARGETS <<< "${KVGATE_FUZZ_TARGETS:-gguf tokenizer raw_json http_session sse_stream usage config json_schema engine_request}"
+read -r -a TARGETS <<< "${KVGATE_FUZZ_TARGETS:-gguf tokenizer raw_json http_session sse_stream event_stream usage config json_schema engine_request}"
 
 if [ ! -f "$BUILD/CMakeCache.txt" ]; then
   CC=clang-16 CXX=clang++-16 cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo \

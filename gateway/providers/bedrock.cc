@@ -419,38 +419,30 @@ class BedrockStream final : public StreamTranslator {
       const int index = payload.value("contentBlockIndex", 0);
       const json* delta = Member(payload, "delta");
       if (delta == nullptr) return;
-      if (const json* text = Member(*delta, "text"); text != nullptr && text->is_string()) {
-        if (open_block_ != index) {
-          sse += SseEventOf("content_block_start",
-                            {{"type", "content_block_start"},
-                             {"index", index},
-                             {"content_block", {{"type", "text"}, {"text", ""}}}});
-          open_block_ = index;
-        }
-        sse += SseEventOf("content_block_delta",
-                          {{"type", "content_block_delta"},
-                           {"index", index},
-                           {"delta", {{"type", "text_delta"}, {"text", *text}}}});
-      } else if (const json* tool = Member(*delta, "toolUse"); tool != nullptr) {
+      // Converse opens text and reasoning blocks implicitly, with their first delta; Anthropic's
+      // stream names each block before its deltas.
+      auto open = [&](const char* type, const char* field) {
+        if (open_block_ == index) return;
+        sse +=
+            SseEventOf("content_block_start", {{"type", "content_block_start"},
+                                               {"index", index},
+                                               {"content_block", {{"type", type}, {field, ""}}}});
+        open_block_ = index;
+      };
+      auto emit = [&](json body) {
         sse += SseEventOf(
             "content_block_delta",
-            {{"type", "content_block_delta"},
-             {"index", index},
-             {"delta",
-              {{"type", "input_json_delta"}, {"partial_json", StringMember(*tool, "input")}}}});
+            {{"type", "content_block_delta"}, {"index", index}, {"delta", std::move(body)}});
+      };
+      if (const json* text = Member(*delta, "text"); text != nullptr && text->is_string()) {
+        open("text", "text");
+        emit({{"type", "text_delta"}, {"text", *text}});
+      } else if (const json* tool = Member(*delta, "toolUse"); tool != nullptr) {
+        emit({{"type", "input_json_delta"}, {"partial_json", StringMember(*tool, "input")}});
       } else if (const json* reasoning = Member(*delta, "reasoningContent"); reasoning != nullptr) {
         if (const json* t = Member(*reasoning, "text"); t != nullptr && t->is_string()) {
-          if (open_block_ != index) {
-            sse += SseEventOf("content_block_start",
-                              {{"type", "content_block_start"},
-                               {"index", index},
-                               {"content_block", {{"type", "thinking"}, {"thinking", ""}}}});
-            open_block_ = index;
-          }
-          sse += SseEventOf("content_block_delta",
-                            {{"type", "content_block_delta"},
-                             {"index", index},
-                             {"delta", {{"type", "thinking_delta"}, {"thinking", *t}}}});
+          open("thinking", "thinking");
+          emit({{"type", "thinking_delta"}, {"thinking", *t}});
         }
       }
     } else if (event == "contentBlockStop") {

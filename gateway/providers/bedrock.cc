@@ -48,6 +48,18 @@ std::string ImageFormat(std::string_view media_type) {
 }
 
 // A tool_result's content -> Converse toolResult content blocks.
+// An Anthropic image block (base64 source) as a Converse image block.
+Result<ojson> ImageBlock(const json& block) {
+  const json* source = Member(block, "source");
+  if (source == nullptr || StringMember(*source, "type") != "base64") {
+    return std::unexpected(
+        Invalid("Bedrock takes images as base64 data only (a data: URL), not as links"));
+  }
+  return ojson{{"image",
+                {{"format", ImageFormat(StringMember(*source, "media_type"))},
+                 {"source", {{"bytes", std::string(StringMember(*source, "data"))}}}}}};
+}
+
 Result<ojson> ToolResultContent(const json& content) {
   ojson out = ojson::array();
   if (content.is_string()) {
@@ -60,13 +72,9 @@ Result<ojson> ToolResultContent(const json& content) {
     if (type == "text") {
       out.push_back({{"text", std::string(StringMember(block, "text"))}});
     } else if (type == "image") {
-      const json* source = Member(block, "source");
-      if (source == nullptr || StringMember(*source, "type") != "base64") {
-        return std::unexpected(Invalid("Bedrock takes images as base64 data only"));
-      }
-      out.push_back({{"image",
-                      {{"format", ImageFormat(StringMember(*source, "media_type"))},
-                       {"source", {{"bytes", std::string(StringMember(*source, "data"))}}}}}});
+      Result<ojson> image = ImageBlock(block);
+      if (!image) return std::unexpected(image.error());
+      out.push_back(std::move(*image));
     } else {
       return std::unexpected(Invalid("a tool result's content block of type " + std::string(type) +
                                      " cannot be sent to Bedrock Converse"));
@@ -82,14 +90,9 @@ Status AppendBlock(const json& block, ojson& out) {
   if (type == "text") {
     out.push_back({{"text", std::string(StringMember(block, "text"))}});
   } else if (type == "image") {
-    const json* source = Member(block, "source");
-    if (source == nullptr || StringMember(*source, "type") != "base64") {
-      return std::unexpected(
-          Invalid("Bedrock takes images as base64 data only (a data: URL), not as links"));
-    }
-    out.push_back({{"image",
-                    {{"format", ImageFormat(StringMember(*source, "media_type"))},
-                     {"source", {{"bytes", std::string(StringMember(*source, "data"))}}}}}});
+    Result<ojson> image = ImageBlock(block);
+    if (!image) return std::unexpected(image.error());
+    out.push_back(std::move(*image));
   } else if (type == "tool_use") {
     const json* input = Member(block, "input");
     out.push_back({{"toolUse",
